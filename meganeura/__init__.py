@@ -1,0 +1,20 @@
+"""meganeura: a compiler for neural-network training steps, optimised by an e-graph, run on WebGPU.
+
+>>> import meganeura as mn
+>>> from meganeura import nn, optim
+>>> import meganeura.functional as F
+>>> # program = mn.compile(model, loss=loss_fn, inputs={"x": mn.f32[32, 64], "y": mn.i32[32]},
+>>> #                      optimizer=optim.Adam(lr=1e-3))
+"""
+
+from meganeura import functional, nn, optim
+from meganeura.compiler import InputSpec, Program, compile, f32, i32
+from meganeura.ir.ops import ShapeError
+from meganeura.ir.trace import Tensor
+from meganeura.nn import manual_seed
+
+__all__ = [
+    "compile", "Program", "InputSpec", "f32", "i32", "Tensor", "ShapeError", "manual_seed",
+    "functional", "nn", "optim",
+]  # fmt: skip
+__version__ = "0.1.0"

@@ -1,0 +1,247 @@
+"""`compile()`: trace a model (and loss and optimizer) into one step graph, optimise it with the
+e-graph, and hand the plan to the GPU runtime. `Program` is what the user gets back.
+
+>>> import meganeura as mn
+>>> from meganeura import nn
+>>> spec = mn.f32[32, 64]
+>>> spec.shape, spec.dtype
+((32, 64), 'f32')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from meganeura import nn
+from meganeura.ir.autodiff import GradBuilder, gradients
+from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.ops import ShapeError
+from meganeura.ir.trace import Tensor, Tracer, tracing, user_source_line
+from meganeura.optim import Optimizer, ParamGrad
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """The shape and dtype of one named input, written `mn.f32[32, 64]` or `mn.i32[32]`."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.shape, self.dtype)
+
+    def __str__(self) -> str:
+        return str(self.type)
+
+
+class DTypeSpec:
+    """`mn.f32` / `mn.i32`: index it with a shape to get an InputSpec."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+
+    def __getitem__(self, shape) -> InputSpec:
+        if not isinstance(shape, tuple):
+            shape = (shape,)
+        if any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in shape):
+            raise ValueError(f"{self.dtype}[...] needs positive integer dimensions, got {shape}")
+        return InputSpec(tuple(shape), self.dtype)
+
+    def __repr__(self) -> str:
+        return f"mn.{self.dtype}"
+
+
+f32 = DTypeSpec("f32")
+i32 = DTypeSpec("i32")
+
+
+@dataclass
+class TracedStep:
+    """What tracing produced: the step graph and the persistent values it reads and updates."""
+
+    graph: Graph
+    parameters: dict[str, nn.Parameter]
+    initial_states: dict[str, np.ndarray]
+    label_bounds: dict[str, int]  # i32 input name -> number of classes it indexes
+
+
+def trace_step(
+    model: nn.Module,
+    loss: Callable[..., Tensor] | None,
+    inputs: dict[str, InputSpec],
+    optimizer: Optimizer | None,
+) -> TracedStep:
+    """Run the user's model (and loss) on symbolic inputs; append autodiff and the optimizer."""
+    check_input_specs(inputs)
+    tracer = Tracer()
+    parameters = dict(model.named_parameters())
+    tracer.parameter_nodes = {
+        id(p): tracer.leaf("param", name, p.type).node for name, p in parameters.items()
+    }
+    symbols = {name: tracer.leaf("input", name, spec.type) for name, spec in inputs.items()}
+    graph = tracer.graph
+    initial_states: dict[str, np.ndarray] = {}
+    with tracing(tracer):
+        if loss is not None:
+            value = call_user(loss, model, symbols, "loss")
+            if not isinstance(value, Tensor) or value.numel() != 1:
+                raise ShapeError(f"the loss function must return a single-number Tensor, got {value!r}")
+            graph.outputs["loss"] = value.node
+        else:
+            value = call_user(model, None, symbols, "model")
+            values = value if isinstance(value, (tuple, list)) else (value,)
+            for index, item in enumerate(values):
+                if not isinstance(item, Tensor):
+                    raise TypeError(f"the model must return Tensors, got {type(item).__name__} at position {index}")
+                graph.outputs["output" if len(values) == 1 else f"output{index}"] = item.node
+    if loss is not None:
+        if optimizer is None:
+            raise ValueError("compile(loss=...) trains the model: pass optimizer=, e.g. optim.Adam(lr=1e-3)")
+        param_nodes = {name: tracer.parameter_nodes[id(p)] for name, p in parameters.items()}
+        grads = gradients(graph, graph.outputs["loss"], list(param_nodes.values()))
+        trainable = [ParamGrad(name, node, grads[node]) for name, node in param_nodes.items() if grads[node] is not None]
+        builder = GradBuilder(graph)
+        builder.sources = (user_source_line(),)
+        initial_states = optimizer.build_updates(builder, trainable)
+    return TracedStep(graph, parameters, initial_states, label_bounds(graph))
+
+
+def call_user(fn: Callable, model: nn.Module | None, symbols: dict[str, Tensor], what: str):
+    """Call the user's loss (model, **inputs) or model (**inputs), explaining a name mismatch."""
+    try:
+        return fn(model, **symbols) if model is not None else fn(**symbols)
+    except TypeError as error:
+        if "argument" in str(error) and ("unexpected" in str(error) or "missing" in str(error)):
+            raise TypeError(
+                f"the {what} was called with inputs {sorted(symbols)} (the names in compile(inputs=...)): {error}"
+            ) from None
+        raise
+
+
+def check_input_specs(inputs: dict[str, InputSpec]) -> None:
+    if not isinstance(inputs, dict) or not inputs:
+        raise ValueError('compile() needs inputs={"name": mn.f32[...], ...}')
+    for name, spec in inputs.items():
+        if not isinstance(spec, InputSpec):
+            raise TypeError(f"input {name!r}: expected a spec such as mn.f32[32, 64], got {spec!r}")
+
+
+def label_bounds(graph: Graph) -> dict[str, int]:
+    """Class counts of i32 inputs used directly as cross-entropy labels (checked on every step)."""
+    bounds = {}
+    for node in graph:
+        if node.op == "cross_entropy_rows":
+            labels = graph[node.inputs[1]]
+            if labels.op == "input":
+                bounds[labels.attr("name")] = graph[node.inputs[0]].shape[1]
+    return bounds
+
+
+class Program:
+    """A compiled step on the GPU: `train_step(**arrays)` for training, `program(**arrays)` for inference."""
+
+    def __init__(self, traced: TracedStep, inputs: dict[str, InputSpec], rewrite: bool = True) -> None:
+        from meganeura import rewrite as rewrite_stage
+        from meganeura import runtime
+
+        self.inputs = dict(inputs)
+        self.traced = traced
+        self.graph = traced.graph
+        self.fused_graph, self._report = rewrite_stage.optimize(traced.graph, enabled=rewrite)
+        self.executable = runtime.Executable(
+            self.fused_graph, runtime.default_device(), traced.parameters, traced.initial_states
+        )
+        self.is_training = "loss" in self.graph.outputs
+
+    def train_step(self, **arrays: np.ndarray) -> float:
+        """Run forward, backward and the optimizer update once; return the loss."""
+        if not self.is_training:
+            raise RuntimeError("this program was compiled without loss=: call it, program(**inputs), to run the model")
+        values = self.check_inputs(arrays)
+        out = self.executable.run(values, read=("loss",))
+        return float(out["loss"].reshape(()))
+
+    def __call__(self, **arrays: np.ndarray):
+        """Run the model on `arrays`; return its output as numpy (a tuple for several outputs)."""
+        if self.is_training:
+            raise RuntimeError("this is a training program: use train_step(**inputs)")
+        values = self.check_inputs(arrays)
+        names = list(self.graph.outputs)
+        out = self.executable.run(values, read=tuple(names))
+        results = tuple(out[name] for name in names)
+        return results[0] if len(results) == 1 else results
+
+    def check_inputs(self, arrays: dict[str, Any]) -> dict[str, np.ndarray]:
+        """Every declared input, with the declared shape and dtype; anything else is an error."""
+        missing = [name for name in self.inputs if name not in arrays]
+        unknown = [name for name in arrays if name not in self.inputs]
+        if missing or unknown:
+            raise KeyError(
+                f"inputs do not match compile(inputs=...): missing {missing}, unknown {unknown}; "
+                f"expected {{{', '.join(f'{k}: {v}' for k, v in self.inputs.items())}}}"
+            )
+        checked = {}
+        for name, spec in self.inputs.items():
+            checked[name] = coerce_input(name, arrays[name], spec)
+            bound = self.traced.label_bounds.get(name)
+            if bound is not None:
+                labels = checked[name]
+                if labels.size and (labels.min() < 0 or labels.max() >= bound):
+                    raise ValueError(
+                        f"input {name!r}: class labels must lie in [0, {bound}), got values in "
+                        f"[{labels.min()}, {labels.max()}]"
+                    )
+        return checked
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of the model's current parameters by PyTorch-style name."""
+        return {name: p.numpy() for name, p in self.traced.parameters.items()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Replace every parameter; all names and shapes are checked before anything is written."""
+        nn.check_state_dict(self.traced.parameters, state)
+        for name, param in self.traced.parameters.items():
+            param.copy_(state[name])
+
+    def report(self):
+        """The rewrites the e-graph chose, the kernels before and after, and the e-graph figures."""
+        return self._report
+
+
+def coerce_input(name: str, value: Any, spec: InputSpec) -> np.ndarray:
+    """`value` as a contiguous array of the spec's dtype, or a TypeError/ValueError saying why not."""
+    array = np.asarray(value)
+    if array.shape != spec.shape:
+        raise ValueError(f"input {name!r}: expected shape {list(spec.shape)}, got {list(array.shape)}")
+    if spec.dtype == "f32":
+        if not (np.issubdtype(array.dtype, np.floating)):
+            raise TypeError(f"input {name!r}: expected floating-point data for {spec}, got {array.dtype}")
+        return np.ascontiguousarray(array, dtype=np.float32)
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"input {name!r}: expected integer data for {spec}, got {array.dtype}")
+    if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
+        raise ValueError(f"input {name!r}: values do not fit in int32")
+    return np.ascontiguousarray(array, dtype=np.int32)
+
+
+def compile(
+    model: nn.Module,
+    loss: Callable[..., Tensor] | None = None,
+    inputs: dict[str, InputSpec] | None = None,
+    optimizer: Optimizer | None = None,
+    rewrite: bool = True,
+) -> Program:
+    """Compile a training step (with `loss` and `optimizer`) or an inference program (without).
+
+    The loss function receives the model and the inputs by name: `loss(model, x=..., y=...)`.
+    Programs compiled from the same model share its parameters on the GPU. `rewrite=False`
+    skips the e-graph (every op becomes its own kernel), for comparisons.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"compile() expects an nn.Module, got {type(model).__name__}")
+    traced = trace_step(model, loss, inputs or {}, optimizer)
+    return Program(traced, inputs or {}, rewrite=rewrite)

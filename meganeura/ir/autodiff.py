@@ -1,0 +1,242 @@
+"""Reverse-mode autodiff on the IR: append the backward graph of a scalar to the same Graph.
+
+Each op's vector-Jacobian product (VJP) is a function that receives the upstream gradient and
+emits IR nodes for the gradient of each input. Every VJP multiplies by the upstream gradient
+(the "grad_output contract"): a rule that assumes the gradient is 1 would be silently wrong in
+the middle of a chain, which is where the tests check it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from meganeura.ir.graph import Graph, Node, TensorType
+from meganeura.ir.ops import infer_type, normalize_axes
+
+
+class GradBuilder:
+    """Emits backward nodes into a graph, tagged with the source lines of the forward node."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.sources: tuple[str, ...] = ()
+        self.consts: dict[float, int] = {
+            n.attr("value"): n.id for n in graph if n.op == "const" and n.dtype == "f32"
+        }
+
+    def emit(self, op: str, inputs: list[int], **attrs) -> int:
+        out_type = infer_type(op, [self.graph[i].type for i in inputs], attrs)
+        return self.graph.add(op, inputs, out_type, attrs, self.sources)
+
+    def const(self, value: float) -> int:
+        value = float(value)
+        if value not in self.consts:
+            self.consts[value] = self.graph.add("const", (), TensorType((), "f32"), {"value": value})
+        return self.consts[value]
+
+    def shape(self, node_id: int) -> tuple[int, ...]:
+        return self.graph[node_id].shape
+
+    def unbroadcast(self, grad: int, shape: tuple[int, ...]) -> int:
+        """Sum `grad` over the axes that broadcasting added or stretched, down to `shape`."""
+        grad_shape = self.shape(grad)
+        if grad_shape == shape:
+            return grad
+        lead = len(grad_shape) - len(shape)
+        axes = list(range(lead))
+        axes += [lead + i for i, d in enumerate(shape) if d == 1 and grad_shape[lead + i] != 1]
+        if axes:
+            grad = self.emit("sum", [grad], axes=tuple(axes), keepdim=False)
+        if self.shape(grad) != shape:
+            grad = self.emit("reshape", [grad], shape=shape)
+        return grad
+
+
+VJP = Callable[[GradBuilder, Node, int], list[int | None]]
+VJPS: dict[str, VJP] = {}
+
+
+def vjp(op: str):
+    def register(fn: VJP) -> VJP:
+        VJPS[op] = fn
+        return fn
+
+    return register
+
+
+@vjp("add")
+def _add(b: GradBuilder, node: Node, g: int):
+    x, y = node.inputs
+    return [b.unbroadcast(g, b.shape(x)), b.unbroadcast(g, b.shape(y))]
+
+
+@vjp("sub")
+def _sub(b, node, g):
+    x, y = node.inputs
+    return [b.unbroadcast(g, b.shape(x)), b.unbroadcast(b.emit("neg", [g]), b.shape(y))]
+
+
+@vjp("mul")
+def _mul(b, node, g):
+    x, y = node.inputs
+    return [
+        b.unbroadcast(b.emit("mul", [g, y]), b.shape(x)),
+        b.unbroadcast(b.emit("mul", [g, x]), b.shape(y)),
+    ]
+
+
+@vjp("div")
+def _div(b, node, g):
+    x, y = node.inputs
+    gx = b.emit("div", [g, y])
+    gy = b.emit("neg", [b.emit("mul", [gx, node.id])])  # −g·x/y² = −(g/y)·(x/y)
+    return [b.unbroadcast(gx, b.shape(x)), b.unbroadcast(gy, b.shape(y))]
+
+
+@vjp("greater")
+def _greater(b, node, g):
+    return [None, None]
+
+
+@vjp("neg")
+def _neg(b, node, g):
+    return [b.emit("neg", [g])]
+
+
+@vjp("exp")
+def _exp(b, node, g):
+    return [b.emit("mul", [g, node.id])]
+
+
+@vjp("log")
+def _log(b, node, g):
+    return [b.emit("div", [g, node.inputs[0]])]
+
+
+@vjp("sqrt")
+def _sqrt(b, node, g):
+    return [b.emit("div", [b.emit("mul", [g, b.const(0.5)]), node.id])]
+
+
+@vjp("relu")
+def _relu(b, node, g):
+    # The mask reads relu's output (y > 0 exactly where x > 0), not its input, so that the
+    # forward matmul that produced x can take relu into its epilogue without x being kept.
+    mask = b.emit("greater", [node.id, b.const(0.0)])
+    return [b.emit("mul", [g, mask])]
+
+
+@vjp("sigmoid")
+def _sigmoid(b, node, g):
+    one_minus = b.emit("sub", [b.const(1.0), node.id])
+    return [b.emit("mul", [g, b.emit("mul", [node.id, one_minus])])]
+
+
+@vjp("tanh")
+def _tanh(b, node, g):
+    square = b.emit("mul", [node.id, node.id])
+    return [b.emit("mul", [g, b.emit("sub", [b.const(1.0), square])])]
+
+
+@vjp("reshape")
+def _reshape(b, node, g):
+    return [b.emit("reshape", [g], shape=b.shape(node.inputs[0]))]
+
+
+@vjp("broadcast_to")
+def _broadcast_to(b, node, g):
+    return [b.unbroadcast(g, b.shape(node.inputs[0]))]
+
+
+@vjp("sum")
+def _sum(b, node, g):
+    x_shape = b.shape(node.inputs[0])
+    axes = normalize_axes(node.attr("axes"), len(x_shape))
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x_shape))
+    if b.shape(g) != kept:
+        g = b.emit("reshape", [g], shape=kept)
+    return [b.emit("broadcast_to", [g], shape=x_shape)]
+
+
+def matmul_input_grads(b: GradBuilder, a: int, w: int, g: int, ta: bool, tb: bool) -> list[int]:
+    """Gradients of C = op(A)·op(B) as matmuls with transposed operands (no transpose copies)."""
+    # dA = g·op(B)ᵀ (transposed back if A was used transposed); dB likewise.
+    if ta:
+        grad_a = b.emit("matmul", [w, g], transpose_a=tb, transpose_b=True)
+    else:
+        grad_a = b.emit("matmul", [g, w], transpose_a=False, transpose_b=not tb)
+    if tb:
+        grad_b = b.emit("matmul", [g, a], transpose_a=True, transpose_b=ta)
+    else:
+        grad_b = b.emit("matmul", [a, g], transpose_a=not ta, transpose_b=False)
+    return [grad_a, grad_b]
+
+
+@vjp("matmul")
+def _matmul(b, node, g):
+    a, w = node.inputs
+    return matmul_input_grads(b, a, w, g, bool(node.attr("transpose_a")), bool(node.attr("transpose_b")))
+
+
+@vjp("cross_entropy_rows")
+def _ce_rows(b, node, g):
+    logits, labels = node.inputs
+    return [b.emit("cross_entropy_rows_grad", [logits, labels, g]), None]
+
+
+def gradients(graph: Graph, loss: int, wrt: list[int]) -> dict[int, int | None]:
+    """Append the backward pass of scalar `loss` to `graph`; return {node id in wrt: its grad node}.
+
+    A node in `wrt` that the loss does not depend on maps to None.
+    """
+    if graph[loss].type.numel != 1:
+        raise ValueError(f"the loss must be a single number, got {graph[loss].type}")
+    builder = GradBuilder(graph)
+    needed = nodes_between(graph, set(wrt), loss)
+    seed = builder.const(1.0)
+    if graph[loss].shape != ():
+        seed = builder.emit("broadcast_to", [seed], shape=graph[loss].shape)
+    grads: dict[int, list[int]] = {loss: [seed]}
+    for node_id in range(loss, -1, -1):
+        if node_id not in grads or node_id not in needed:
+            continue
+        node = graph[node_id]
+        builder.sources = node.sources
+        total = accumulate(builder, grads[node_id])
+        grads[node_id] = [total]
+        if node.op in ("input", "param", "state", "const"):
+            continue
+        rule = VJPS.get(node.op)
+        if rule is None:
+            raise NotImplementedError(f"autodiff: no gradient rule for op {node.op!r} ({', '.join(node.sources)})")
+        for input_id, input_grad in zip(node.inputs, rule(builder, node, total)):
+            if input_grad is not None and input_id in needed:
+                grads.setdefault(input_id, []).append(input_grad)
+    return {w: (grads[w][0] if w in grads else None) for w in wrt}
+
+
+def accumulate(builder: GradBuilder, parts: list[int]) -> int:
+    """The sum of the gradient contributions that reach one node (fan-in)."""
+    total = parts[0]
+    for part in parts[1:]:
+        total = builder.emit("add", [total, part])
+    return total
+
+
+def nodes_between(graph: Graph, sources: set[int], target: int) -> set[int]:
+    """Nodes on some path from a node in `sources` to `target`: the only ones that need gradients."""
+    reaches_source: set[int] = set()
+    for node in graph:
+        if node.id > target:
+            break
+        if node.id in sources or any(i in reaches_source for i in node.inputs):
+            reaches_source.add(node.id)
+    ancestors: set[int] = set()
+    stack = [target]
+    while stack:
+        node_id = stack.pop()
+        if node_id in ancestors:
+            continue
+        ancestors.add(node_id)
+        stack.extend(graph[node_id].inputs)
+    return reaches_source & ancestors

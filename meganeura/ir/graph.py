@@ -1,0 +1,191 @@
+"""The IR: SSA nodes with N-d shapes, dtypes and named attributes, grouped into a Graph.
+
+A Graph is plain data. Nodes are appended in a topological order (every input id is smaller
+than the node's id); `print(graph)` gives one line per node, like a jaxpr:
+
+    %3 = matmul %0 %1 {transpose_b=True} : f32[32,128]    # model.py:12
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+DTYPES = ("f32", "i32")
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """The static type of a value: its shape and its dtype ("f32" or "i32")."""
+
+    shape: tuple[int, ...]
+    dtype: str = "f32"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {DTYPES}")
+        if any((not isinstance(d, int)) or d < 0 for d in self.shape):
+            raise ValueError(f"shape {self.shape} must be a tuple of non-negative ints")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        count = 1
+        for d in self.shape:
+            count *= d
+        return count
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * self.numel
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+
+
+def freeze_attrs(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Attributes as a sorted tuple of (name, value), so that nodes stay hashable values."""
+    frozen = []
+    for key in sorted(attrs):
+        value = attrs[key]
+        if isinstance(value, list):
+            value = tuple(value)
+        frozen.append((key, value))
+    return tuple(frozen)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One SSA value: `op` applied to earlier nodes `inputs`, with attributes and the user's source lines."""
+
+    id: int
+    op: str
+    inputs: tuple[int, ...]
+    type: TensorType
+    attrs: tuple[tuple[str, Any], ...] = ()
+    sources: tuple[str, ...] = ()
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        for key, value in self.attrs:
+            if key == name:
+                return value
+        return default
+
+    @property
+    def attr_dict(self) -> dict[str, Any]:
+        return dict(self.attrs)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.type.dtype
+
+
+LEAF_OPS = ("input", "param", "state", "const")
+
+
+@dataclass
+class Graph:
+    """A whole computation: nodes in topological order, named outputs, and state updates.
+
+    `outputs` maps a name ("loss", "y0"...) to the node whose value the caller reads.
+    `updates` maps a persistent leaf's name (a `param` or `state` node) to the node holding its
+    value after the step: this is how the optimizer update lives in the same graph.
+    """
+
+    nodes: list[Node] = field(default_factory=list)
+    outputs: dict[str, int] = field(default_factory=dict)
+    updates: dict[str, int] = field(default_factory=dict)
+
+    def add(
+        self,
+        op: str,
+        inputs: tuple[int, ...] | list[int],
+        type: TensorType,
+        attrs: dict[str, Any] | None = None,
+        sources: tuple[str, ...] = (),
+    ) -> int:
+        """Append a node and return its id."""
+        inputs = tuple(inputs)
+        node_id = len(self.nodes)
+        for i in inputs:
+            if not 0 <= i < node_id:
+                raise ValueError(f"node %{node_id} ({op}) refers to %{i}, which is not an earlier node")
+        self.nodes.append(Node(node_id, op, inputs, type, freeze_attrs(attrs or {}), sources))
+        return node_id
+
+    def __getitem__(self, node_id: int) -> Node:
+        return self.nodes[node_id]
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def leaves(self, op: str) -> dict[str, Node]:
+        """The leaf nodes of one kind ("input", "param", "state") by name, in graph order."""
+        return {n.attr("name"): n for n in self.nodes if n.op == op}
+
+    def users(self) -> dict[int, list[int]]:
+        """For each node id, the ids of the nodes that read it (in graph order)."""
+        result: dict[int, list[int]] = {n.id: [] for n in self.nodes}
+        for n in self.nodes:
+            for i in n.inputs:
+                result[i].append(n.id)
+        return result
+
+    def roots(self) -> list[int]:
+        """The node ids whose values leave the graph: outputs, then updates."""
+        return list(self.outputs.values()) + list(self.updates.values())
+
+    def live_ids(self) -> set[int]:
+        """The nodes the outputs and updates depend on (dead code is everything else)."""
+        live: set[int] = set()
+        stack = self.roots()
+        while stack:
+            node_id = stack.pop()
+            if node_id in live:
+                continue
+            live.add(node_id)
+            stack.extend(self.nodes[node_id].inputs)
+        return live
+
+    def __str__(self) -> str:
+        return format_graph(self)
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, tuple):
+        return "(" + ",".join(format_value(v) for v in value) + ")"
+    return str(value)
+
+
+def format_node(node: Node) -> str:
+    """One line of IR text: `%id = op %a %b {attrs} : type    # source`."""
+    text = f"%{node.id} = {node.op}"
+    if node.inputs:
+        text += " " + " ".join(f"%{i}" for i in node.inputs)
+    if node.attrs:
+        text += " {" + ", ".join(f"{k}={format_value(v)}" for k, v in node.attrs) + "}"
+    text += f" : {node.type}"
+    if node.sources:
+        text = f"{text:<60}  # {', '.join(node.sources)}"
+    return text
+
+
+def format_graph(graph: Graph) -> str:
+    lines = [format_node(n) for n in graph.nodes]
+    for name, node_id in graph.outputs.items():
+        lines.append(f"output {name} = %{node_id}")
+    for name, node_id in graph.updates.items():
+        lines.append(f"update {name} <- %{node_id}")
+    return "\n".join(lines)

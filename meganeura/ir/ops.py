@@ -1,0 +1,366 @@
+"""The op table: for every IR op, its arity, its shape rule and its numpy semantics.
+
+Everything that knows "what an op means" reads this table: tracing checks shapes with
+`OpDef.infer`, the interpreter runs `OpDef.evaluate`, the code generator and the e-graph
+encoder look ops up by name. Gradients live in `autodiff.py`.
+
+Ops are grouped by kind:
+- leaves: input, param, state (persistent buffers), const (a scalar);
+- elementwise: unary and broadcasting binary ops;
+- shape: reshape, broadcast_to, sum;
+- matmul (2-D, optionally transposed operands) and fused_matmul (the e-graph's matmul with
+  bias and activation epilogue);
+- losses: cross_entropy_rows and its gradient;
+- optimizer updates: sgd_step, momentum_buffer, adam_moment, adam_step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from meganeura.ir.graph import TensorType
+
+
+class ShapeError(ValueError):
+    """A shape or dtype mismatch found while tracing; the message names the user's file and line."""
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """What one op means: how many inputs, the result type, and how numpy computes it."""
+
+    name: str
+    kind: str  # "leaf", "unary", "binary", "shape", "matmul", "loss", "optimizer"
+    arity: int | None  # None: variable
+    infer: Callable[[list[TensorType], dict[str, Any]], TensorType]
+    evaluate: Callable[..., np.ndarray]
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(name: str, kind: str, arity: int | None, infer, evaluate) -> None:
+    OPS[name] = OpDef(name, kind, arity, infer, evaluate)
+
+
+def op_def(name: str) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown IR op {name!r}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape helpers
+
+
+def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str = "op") -> tuple[int, ...]:
+    """numpy's broadcasting rule, with an error that shows both shapes."""
+    rank = max(len(a), len(b))
+    pa = (1,) * (rank - len(a)) + a
+    pb = (1,) * (rank - len(b)) + b
+    out = []
+    for x, y in zip(pa, pb):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            raise ShapeError(f"{op}: shapes {list(a)} and {list(b)} do not broadcast")
+    return tuple(out)
+
+
+def require_float(types: list[TensorType], op: str) -> None:
+    for t in types:
+        if t.dtype != "f32":
+            raise ShapeError(f"{op}: expected f32 operands, got {t}")
+
+
+def normalize_axes(axes, rank: int, op: str = "sum") -> tuple[int, ...]:
+    if axes is None:
+        return tuple(range(rank))
+    if isinstance(axes, int):
+        axes = (axes,)
+    result = []
+    for axis in axes:
+        if not -rank <= axis < max(rank, 1):
+            raise ShapeError(f"{op}: dim {axis} is out of range for a tensor of rank {rank}")
+        result.append(axis % rank if rank else 0)
+    if len(set(result)) != len(result):
+        raise ShapeError(f"{op}: repeated dims {tuple(axes)}")
+    return tuple(sorted(result))
+
+
+# ---------------------------------------------------------------------------------------------
+# Leaves
+
+
+def infer_leaf(types, attrs) -> TensorType:
+    return TensorType(tuple(attrs["shape"]), attrs.get("dtype", "f32"))
+
+
+def evaluate_leaf(*_args, **_attrs):
+    raise RuntimeError("leaves are bound by the interpreter, not evaluated")
+
+
+for _leaf in ("input", "param", "state"):
+    register(_leaf, "leaf", 0, infer_leaf, evaluate_leaf)
+
+
+def infer_const(types, attrs) -> TensorType:
+    return TensorType((), attrs.get("dtype", "f32"))
+
+
+register("const", "leaf", 0, infer_const, lambda **attrs: np.asarray(attrs["value"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise ops. The WGSL code generator has one expression per name (codegen/elementwise.py).
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (np.tanh(0.5 * x) + 1.0)
+
+
+UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "relu": lambda x: np.maximum(x, 0),
+    "sigmoid": sigmoid,
+    "tanh": np.tanh,
+}
+
+BINARY_NUMPY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    # A 0/1 mask in the operands' float type: used by relu's gradient.
+    "greater": lambda a, b: np.greater(a, b).astype(np.result_type(a, b)),
+}
+
+
+def infer_unary(name):
+    def infer(types, attrs) -> TensorType:
+        require_float(types, name)
+        return types[0]
+
+    return infer
+
+
+def infer_binary(name):
+    def infer(types, attrs) -> TensorType:
+        require_float(types, name)
+        return TensorType(broadcast_shapes(types[0].shape, types[1].shape, name), "f32")
+
+    return infer
+
+
+for _name, _fn in UNARY_NUMPY.items():
+    register(_name, "unary", 1, infer_unary(_name), (lambda fn: lambda x, **_: fn(x))(_fn))
+for _name, _fn in BINARY_NUMPY.items():
+    register(_name, "binary", 2, infer_binary(_name), (lambda fn: lambda a, b, **_: fn(a, b))(_fn))
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape ops
+
+
+def infer_reshape(types, attrs) -> TensorType:
+    shape = tuple(attrs["shape"])
+    target = TensorType(shape, types[0].dtype)
+    if target.numel != types[0].numel:
+        raise ShapeError(f"reshape: cannot reshape {types[0]} ({types[0].numel} elements) to {list(shape)}")
+    return target
+
+
+def infer_broadcast_to(types, attrs) -> TensorType:
+    shape = tuple(attrs["shape"])
+    if broadcast_shapes(types[0].shape, shape, "broadcast_to") != shape:
+        raise ShapeError(f"broadcast_to: cannot broadcast {types[0]} to {list(shape)}")
+    return TensorType(shape, types[0].dtype)
+
+
+def infer_sum(types, attrs) -> TensorType:
+    require_float(types, "sum")
+    shape = types[0].shape
+    axes = normalize_axes(attrs["axes"], len(shape))
+    if attrs.get("keepdim", False):
+        out = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    else:
+        out = tuple(d for i, d in enumerate(shape) if i not in axes)
+    return TensorType(out, "f32")
+
+
+register("reshape", "shape", 1, infer_reshape, lambda x, shape: np.reshape(x, shape))
+register("broadcast_to", "shape", 1, infer_broadcast_to, lambda x, shape: np.broadcast_to(x, shape).copy())
+register(
+    "sum",
+    "reduce",
+    1,
+    infer_sum,
+    lambda x, axes, keepdim=False: np.asarray(np.sum(x, axis=tuple(axes), keepdims=keepdim)),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Matmul. Operands are 2-D; transpose flags let autodiff express Aᵀ·B and A·Bᵀ without copies.
+
+
+def matmul_dims(types, attrs, op="matmul") -> tuple[int, int, int]:
+    """(M, K, N) of a (possibly transposed) 2-D matmul, checking that the inner dims agree."""
+    a, b = types[0], types[1]
+    require_float([a, b], op)
+    if a.rank != 2 or b.rank != 2:
+        raise ShapeError(f"{op}: expected 2-D operands, got {a} and {b}")
+    m, k = (a.shape[1], a.shape[0]) if attrs.get("transpose_a") else a.shape
+    k2, n = (b.shape[1], b.shape[0]) if attrs.get("transpose_b") else b.shape
+    if k != k2:
+        raise ShapeError(
+            f"{op}: inner dimensions differ: {a}{'ᵀ' if attrs.get('transpose_a') else ''} "
+            f"@ {b}{'ᵀ' if attrs.get('transpose_b') else ''} ({k} vs {k2})"
+        )
+    return m, k, n
+
+
+def infer_matmul(types, attrs) -> TensorType:
+    m, _, n = matmul_dims(types, attrs)
+    return TensorType((m, n), "f32")
+
+
+def evaluate_matmul(a, b, transpose_a=False, transpose_b=False):
+    a = a.T if transpose_a else a
+    b = b.T if transpose_b else b
+    return a @ b
+
+
+register("matmul", "matmul", 2, infer_matmul, evaluate_matmul)
+
+ACTIVATIONS = ("none", "relu", "sigmoid", "tanh")
+
+
+def infer_fused_matmul(types, attrs) -> TensorType:
+    m, _, n = matmul_dims(types, attrs, "fused_matmul")
+    if attrs.get("activation", "none") not in ACTIVATIONS:
+        raise ShapeError(f"fused_matmul: unknown activation {attrs['activation']!r}")
+    if len(types) == 3 and types[2].shape not in ((n,), (1, n), (m, n)):
+        raise ShapeError(f"fused_matmul: bias {types[2]} does not fit an output of [{m},{n}]")
+    return TensorType((m, n), "f32")
+
+
+def evaluate_fused_matmul(a, b, bias=None, transpose_a=False, transpose_b=False, activation="none"):
+    """act(A·B + bias): the matmul with its epilogue, as one kernel computes it."""
+    out = evaluate_matmul(a, b, transpose_a, transpose_b)
+    if bias is not None:
+        out = out + bias
+    if activation != "none":
+        out = UNARY_NUMPY[activation](out)
+    return out
+
+
+register("fused_matmul", "matmul", None, infer_fused_matmul, evaluate_fused_matmul)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-entropy with integer labels, one value per row (the mean is an ordinary reduction).
+
+
+def infer_ce_rows(types, attrs) -> TensorType:
+    logits, labels = types[0], types[1]
+    if logits.rank != 2 or logits.dtype != "f32":
+        raise ShapeError(f"cross_entropy: expected f32 logits [batch, classes], got {logits}")
+    if labels.dtype != "i32" or labels.shape != logits.shape[:1]:
+        raise ShapeError(
+            f"cross_entropy: expected i32 class labels [{logits.shape[0]}] for logits {logits}, got {labels}"
+        )
+    return TensorType(logits.shape[:1], "f32")
+
+
+def log_softmax_rows(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def evaluate_ce_rows(logits, labels):
+    """−log softmax(logits)[row, label] for each row."""
+    logp = log_softmax_rows(logits)
+    return -logp[np.arange(logits.shape[0]), labels.astype(np.int64)]
+
+
+def infer_ce_rows_grad(types, attrs) -> TensorType:
+    infer_ce_rows(types[:2], attrs)
+    if types[2].shape != types[0].shape[:1]:
+        raise ShapeError(f"cross_entropy_rows_grad: gradient {types[2]} does not match the rows of {types[0]}")
+    return types[0]
+
+
+def evaluate_ce_rows_grad(logits, labels, grad):
+    """(softmax(logits) − onehot(labels)) · grad[row]."""
+    probs = np.exp(log_softmax_rows(logits))
+    probs[np.arange(logits.shape[0]), labels.astype(np.int64)] -= 1.0
+    return probs * grad[:, None]
+
+
+register("cross_entropy_rows", "loss", 2, infer_ce_rows, evaluate_ce_rows)
+register("cross_entropy_rows_grad", "loss", 3, infer_ce_rows_grad, evaluate_ce_rows_grad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizer updates: elementwise, PyTorch's rules. The first input is the value being replaced,
+# so the runtime can update it in place.
+
+
+def infer_same_as_first(types, attrs) -> TensorType:
+    require_float(types, "optimizer update")
+    for t in types[1:]:
+        if t.shape not in (types[0].shape, ()):
+            raise ShapeError(f"optimizer update: {t} does not match {types[0]}")
+    return types[0]
+
+
+def evaluate_sgd_step(p, d, lr, weight_decay=0.0):
+    """p − lr·(d + weight_decay·p)."""
+    return p - lr * (d + weight_decay * p)
+
+
+def evaluate_momentum_buffer(buf, g, p, momentum, weight_decay=0.0):
+    """momentum·buf + (g + weight_decay·p)."""
+    return momentum * buf + (g + weight_decay * p)
+
+
+def evaluate_adam_moment(m, g, p, beta, order, weight_decay=0.0):
+    """beta·m + (1−beta)·gᵒʳᵈᵉʳ, with g = grad + weight_decay·p (Adam's L2 form)."""
+    g = g + weight_decay * p
+    return beta * m + (1.0 - beta) * (g if order == 1 else g * g)
+
+
+def evaluate_adam_step(p, m, v, t, lr, beta1, beta2, eps, weight_decay=0.0):
+    """p·(1 − lr·wd) − lr·m̂/(√v̂ + eps): AdamW's decoupled decay (weight_decay=0 for Adam)."""
+    bias1 = 1.0 - beta1**t
+    bias2 = 1.0 - beta2**t
+    p = p * (1.0 - lr * weight_decay)
+    return p - (lr / bias1) * m / (np.sqrt(v) / np.sqrt(bias2) + eps)
+
+
+register("sgd_step", "optimizer", 2, infer_same_as_first, evaluate_sgd_step)
+register("momentum_buffer", "optimizer", 3, infer_same_as_first, evaluate_momentum_buffer)
+register("adam_moment", "optimizer", 3, infer_same_as_first, evaluate_adam_moment)
+register("adam_step", "optimizer", 4, infer_same_as_first, evaluate_adam_step)
+
+
+def infer_type(op: str, types: list[TensorType], attrs: dict[str, Any]) -> TensorType:
+    """The result type of `op` on operands `types`, or a ShapeError saying what did not fit."""
+    definition = op_def(op)
+    if definition.arity is not None and len(types) != definition.arity:
+        raise ShapeError(f"{op}: expected {definition.arity} operands, got {len(types)}")
+    return definition.infer(types, attrs)
+
+
+def launches_kernel(op: str) -> bool:
+    """Whether a node of this op runs a GPU kernel (leaves and reshapes are only buffers/views)."""
+    return op not in ("input", "param", "state", "const", "reshape")

@@ -1,0 +1,224 @@
+"""Tracing: the Tensor the user's code manipulates, and the context that records it as IR.
+
+While `compile()` runs the user's model and loss, every op on a Tensor appends a node to the
+current Graph, checks its shapes with the op table, and remembers the user's file and line
+(the first stack frame outside this package). A shape error is raised as a ShapeError whose
+message starts with that file and line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any, Iterator
+
+import numpy as np
+
+from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.ops import ShapeError, infer_type
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_source_line() -> str:
+    """`file:line` of the innermost stack frame that is not in meganeura's own code."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(PACKAGE_DIR + os.sep):
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<meganeura>"
+
+
+class Tracer:
+    """Builds one Graph while the user's code runs."""
+
+    def __init__(self) -> None:
+        self.graph = Graph()
+        self.const_cache: dict[tuple[float, str], int] = {}
+
+    def emit(self, op: str, inputs: list["Tensor"], **attrs: Any) -> "Tensor":
+        """Append `op(inputs)` with a checked type and the user's source line; return its Tensor."""
+        for t in inputs:
+            if t.tracer is not self:
+                raise ValueError(f"{op}: operand comes from another trace (a Tensor kept from an earlier compile?)")
+        source = user_source_line()
+        try:
+            out_type = infer_type(op, [t.type for t in inputs], attrs)
+        except ShapeError as error:
+            raise ShapeError(f"{source}: {error}") from None
+        node_id = self.graph.add(op, [t.node for t in inputs], out_type, attrs, (source,))
+        return Tensor(self, node_id)
+
+    def leaf(self, op: str, name: str, type: TensorType) -> "Tensor":
+        attrs = {"name": name, "shape": type.shape, "dtype": type.dtype}
+        node_id = self.graph.add(op, (), type, attrs, (user_source_line(),))
+        return Tensor(self, node_id)
+
+    def const(self, value: float) -> "Tensor":
+        """A scalar f32 constant, shared between uses of the same value."""
+        key = (float(value), "f32")
+        if key not in self.const_cache:
+            self.const_cache[key] = self.graph.add("const", (), TensorType((), "f32"), {"value": float(value)})
+        return Tensor(self, self.const_cache[key])
+
+
+_ACTIVE: list[Tracer] = []
+
+
+@contextlib.contextmanager
+def tracing(tracer: Tracer) -> Iterator[Tracer]:
+    _ACTIVE.append(tracer)
+    try:
+        yield tracer
+    finally:
+        _ACTIVE.pop()
+
+
+def active_tracer() -> Tracer:
+    if not _ACTIVE:
+        raise RuntimeError(
+            "meganeura ops only run while compile() traces a model; call mn.compile(...) instead of the model"
+        )
+    return _ACTIVE[-1]
+
+
+class Tensor:
+    """A value being traced: a handle on one IR node, with PyTorch-like operators.
+
+    >>> # inside a model's forward(): y = (x @ w.T + b).relu()
+    """
+
+    def __init__(self, tracer: Tracer, node: int) -> None:
+        self.tracer = tracer
+        self.node = node
+
+    @property
+    def type(self) -> TensorType:
+        return self.tracer.graph[self.node].type
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return self.type.numel
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def __repr__(self) -> str:
+        return f"Tensor(%{self.node}: {self.type})"
+
+    # Arithmetic, with Python scalars lifted to constants.
+    def _lift(self, other: Any) -> "Tensor":
+        return lift(other, self.tracer)
+
+    def __add__(self, other):
+        return self.tracer.emit("add", [self, self._lift(other)])
+
+    def __radd__(self, other):
+        return self.tracer.emit("add", [self._lift(other), self])
+
+    def __sub__(self, other):
+        return self.tracer.emit("sub", [self, self._lift(other)])
+
+    def __rsub__(self, other):
+        return self.tracer.emit("sub", [self._lift(other), self])
+
+    def __mul__(self, other):
+        return self.tracer.emit("mul", [self, self._lift(other)])
+
+    def __rmul__(self, other):
+        return self.tracer.emit("mul", [self._lift(other), self])
+
+    def __truediv__(self, other):
+        return self.tracer.emit("div", [self, self._lift(other)])
+
+    def __rtruediv__(self, other):
+        return self.tracer.emit("div", [self._lift(other), self])
+
+    def __neg__(self):
+        return self.tracer.emit("neg", [self])
+
+    def __matmul__(self, other):
+        from meganeura import functional
+
+        return functional.matmul(self, other)
+
+    def __gt__(self, other):
+        return self.tracer.emit("greater", [self, self._lift(other)])
+
+    def __bool__(self):
+        raise TypeError("a traced Tensor has no truth value: its value is only known when the step runs")
+
+    @property
+    def T(self) -> "Tensor":
+        from meganeura import functional
+
+        return functional.transpose2d(self)
+
+    def t(self) -> "Tensor":
+        return self.T
+
+    def relu(self):
+        return self.tracer.emit("relu", [self])
+
+    def sigmoid(self):
+        return self.tracer.emit("sigmoid", [self])
+
+    def tanh(self):
+        return self.tracer.emit("tanh", [self])
+
+    def exp(self):
+        return self.tracer.emit("exp", [self])
+
+    def log(self):
+        return self.tracer.emit("log", [self])
+
+    def sqrt(self):
+        return self.tracer.emit("sqrt", [self])
+
+    def sum(self, dim=None, keepdim: bool = False):
+        from meganeura import functional
+
+        return functional.sum(self, dim, keepdim)
+
+    def mean(self, dim=None, keepdim: bool = False):
+        from meganeura import functional
+
+        return functional.mean(self, dim, keepdim)
+
+    def reshape(self, *shape):
+        from meganeura import functional
+
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return functional.reshape(self, shape)
+
+    view = reshape
+
+
+def lift(value: Any, tracer: Tracer | None = None) -> Tensor:
+    """A Tensor for `value`: itself, a bound Parameter's trace, or a Python scalar as a constant."""
+    if isinstance(value, Tensor):
+        return value
+    bound = getattr(value, "traced", None)
+    if callable(bound):
+        return bound()
+    if isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
+        return (tracer or active_tracer()).const(float(value))
+    raise TypeError(f"expected a Tensor or a Python number, got {type(value).__name__}")

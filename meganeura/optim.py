@@ -1,0 +1,132 @@
+"""Optimizers as IR update rules, with exactly PyTorch's update formulas.
+
+An optimizer does not run anything: `build_updates` appends the update of every parameter to the
+training graph (new state leaves for moments, and an `update` per parameter and state), so the
+whole step — forward, backward, update — is one graph and one GPU submission.
+
+>>> from meganeura import optim
+>>> optim.AdamW(lr=1e-3).weight_decay
+0.01
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from meganeura.ir.autodiff import GradBuilder
+from meganeura.ir.graph import TensorType
+
+
+@dataclass(frozen=True)
+class ParamGrad:
+    """One trainable parameter in the graph: its name, its `param` leaf and its gradient node."""
+
+    name: str
+    node: int
+    grad: int
+
+
+class Optimizer:
+    """Base class: subclasses append their update nodes and declare their state's initial values."""
+
+    def build_updates(self, builder: GradBuilder, params: list[ParamGrad]) -> dict[str, np.ndarray]:
+        """Append the update nodes; return the initial value of every state leaf they created."""
+        raise NotImplementedError
+
+    @staticmethod
+    def state_leaf(builder: GradBuilder, name: str, shape: tuple[int, ...]) -> int:
+        attrs = {"name": name, "shape": shape, "dtype": "f32"}
+        return builder.graph.add("state", (), TensorType(shape, "f32"), attrs, builder.sources)
+
+
+def check_hyper(name: str, value: float, low: float = 0.0, high: float | None = None) -> float:
+    value = float(value)
+    if not np.isfinite(value) or value < low or (high is not None and value >= high):
+        span = f"[{low}, {high})" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be {span}, got {value}")
+    return value
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional momentum and L2 weight decay (torch.optim.SGD)."""
+
+    def __init__(self, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> None:
+        self.lr = check_hyper("lr", lr)
+        self.momentum = check_hyper("momentum", momentum)
+        self.weight_decay = check_hyper("weight_decay", weight_decay)
+
+    def build_updates(self, builder, params):
+        initial: dict[str, np.ndarray] = {}
+        for p in params:
+            direction, decay = p.grad, self.weight_decay
+            if self.momentum:
+                buf_name = f"{p.name}.momentum_buffer"
+                buf = self.state_leaf(builder, buf_name, builder.shape(p.node))
+                direction = builder.emit(
+                    "momentum_buffer", [buf, p.grad, p.node], momentum=self.momentum, weight_decay=self.weight_decay
+                )
+                builder.graph.updates[buf_name] = direction
+                initial[buf_name] = np.zeros(builder.shape(p.node), np.float32)
+                decay = 0.0
+            builder.graph.updates[p.name] = builder.emit(
+                "sgd_step", [p.node, direction], lr=self.lr, weight_decay=decay
+            )
+        return initial
+
+
+class Adam(Optimizer):
+    """Adam with bias correction and L2 weight decay added to the gradient (torch.optim.Adam)."""
+
+    decoupled = False
+
+    def __init__(
+        self,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
+        self.lr = check_hyper("lr", lr)
+        self.betas = (check_hyper("betas[0]", betas[0], 0.0, 1.0), check_hyper("betas[1]", betas[1], 0.0, 1.0))
+        self.eps = check_hyper("eps", eps)
+        self.weight_decay = check_hyper("weight_decay", weight_decay)
+
+    def build_updates(self, builder, params):
+        beta1, beta2 = self.betas
+        step = self.state_leaf(builder, "step", ())
+        new_step = builder.emit("add", [step, builder.const(1.0)])
+        builder.graph.updates["step"] = new_step
+        initial = {"step": np.zeros((), np.float32)}
+        l2 = 0.0 if self.decoupled else self.weight_decay
+        for p in params:
+            moments = []
+            for suffix, beta, order in (("exp_avg", beta1, 1), ("exp_avg_sq", beta2, 2)):
+                name = f"{p.name}.{suffix}"
+                leaf = self.state_leaf(builder, name, builder.shape(p.node))
+                moment = builder.emit(
+                    "adam_moment", [leaf, p.grad, p.node], beta=beta, order=order, weight_decay=l2
+                )
+                builder.graph.updates[name] = moment
+                initial[name] = np.zeros(builder.shape(p.node), np.float32)
+                moments.append(moment)
+            builder.graph.updates[p.name] = builder.emit(
+                "adam_step",
+                [p.node, moments[0], moments[1], new_step],
+                lr=self.lr,
+                beta1=beta1,
+                beta2=beta2,
+                eps=self.eps,
+                weight_decay=self.weight_decay if self.decoupled else 0.0,
+            )
+        return initial
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay, p ← p·(1 − lr·wd) before the step (torch.optim.AdamW)."""
+
+    decoupled = True
+
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2) -> None:
+        super().__init__(lr, betas, eps, weight_decay)
