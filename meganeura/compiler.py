@@ -10,8 +10,9 @@ e-graph, and hand the plan to the GPU runtime. `Program` is what the user gets b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -79,9 +80,7 @@ def trace_step(
     check_input_specs(inputs)
     tracer = Tracer()
     parameters = dict(model.named_parameters())
-    tracer.parameter_nodes = {
-        id(p): tracer.leaf("param", name, p.type).node for name, p in parameters.items()
-    }
+    tracer.parameter_nodes = {id(p): tracer.leaf("param", name, p.type).node for name, p in parameters.items()}
     symbols = {name: tracer.leaf("input", name, spec.type) for name, spec in inputs.items()}
     graph = tracer.graph
     initial_states: dict[str, np.ndarray] = {}
@@ -103,10 +102,13 @@ def trace_step(
             raise ValueError("compile(loss=...) trains the model: pass optimizer=, e.g. optim.Adam(lr=1e-3)")
         param_nodes = {name: tracer.parameter_nodes[id(p)] for name, p in parameters.items()}
         grads = gradients(graph, graph.outputs["loss"], list(param_nodes.values()))
-        trainable = [ParamGrad(name, node, grads[node]) for name, node in param_nodes.items() if grads[node] is not None]
+        trainable = [
+            ParamGrad(name, node, grads[node]) for name, node in param_nodes.items() if grads[node] is not None
+        ]
         builder = GradBuilder(graph)
         builder.sources = (user_source_line(),)
         initial_states = optimizer.build_updates(builder, trainable)
+    graph = graph.pruned()
     return TracedStep(graph, parameters, initial_states, label_bounds(graph))
 
 

@@ -113,9 +113,7 @@ class TransposedView(Tensor):
 
     @property
     def node(self):
-        raise ShapeError(
-            f"{user_source_line()}: a transposed tensor can only be used as a matmul operand for now"
-        )
+        raise ShapeError(f"{user_source_line()}: a transposed tensor can only be used as a matmul operand for now")
 
     @property
     def type(self):

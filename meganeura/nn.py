@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -128,7 +129,7 @@ class Module:
     def parameters(self) -> list[Parameter]:
         return [p for _, p in self.named_parameters()]
 
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
         yield prefix.rstrip("."), self
         for name, module in self._modules.items():
             yield from module.named_modules(prefix + name + ".")
@@ -234,7 +235,7 @@ class ModuleList(Module):
         for module in modules:
             self.append(module)
 
-    def append(self, module: Module) -> "ModuleList":
+    def append(self, module: Module) -> ModuleList:
         setattr(self, str(len(self._modules)), module)
         return self
 

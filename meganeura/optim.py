@@ -105,9 +105,7 @@ class Adam(Optimizer):
             for suffix, beta, order in (("exp_avg", beta1, 1), ("exp_avg_sq", beta2, 2)):
                 name = f"{p.name}.{suffix}"
                 leaf = self.state_leaf(builder, name, builder.shape(p.node))
-                moment = builder.emit(
-                    "adam_moment", [leaf, p.grad, p.node], beta=beta, order=order, weight_decay=l2
-                )
+                moment = builder.emit("adam_moment", [leaf, p.grad, p.node], beta=beta, order=order, weight_decay=l2)
                 builder.graph.updates[name] = moment
                 initial[name] = np.zeros(builder.shape(p.node), np.float32)
                 moments.append(moment)

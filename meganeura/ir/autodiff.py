@@ -8,7 +8,7 @@ the middle of a chain, which is where the tests check it.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from meganeura.ir.graph import Graph, Node, TensorType
 from meganeura.ir.ops import infer_type, normalize_axes
@@ -20,9 +20,7 @@ class GradBuilder:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.sources: tuple[str, ...] = ()
-        self.consts: dict[float, int] = {
-            n.attr("value"): n.id for n in graph if n.op == "const" and n.dtype == "f32"
-        }
+        self.consts: dict[float, int] = {n.attr("value"): n.id for n in graph if n.op == "const" and n.dtype == "f32"}
 
     def emit(self, op: str, inputs: list[int], **attrs) -> int:
         out_type = infer_type(op, [self.graph[i].type for i in inputs], attrs)
@@ -209,7 +207,7 @@ def gradients(graph: Graph, loss: int, wrt: list[int]) -> dict[int, int | None]:
         rule = VJPS.get(node.op)
         if rule is None:
             raise NotImplementedError(f"autodiff: no gradient rule for op {node.op!r} ({', '.join(node.sources)})")
-        for input_id, input_grad in zip(node.inputs, rule(builder, node, total)):
+        for input_id, input_grad in zip(node.inputs, rule(builder, node, total), strict=True):
             if input_grad is not None and input_id in needed:
                 grads.setdefault(input_id, []).append(input_grad)
     return {w: (grads[w][0] if w in grads else None) for w in wrt}

@@ -8,8 +8,9 @@ than the node's id); `print(graph)` gives one line per node, like a jaxpr:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 DTYPES = ("f32", "i32")
 
@@ -156,6 +157,18 @@ class Graph:
             live.add(node_id)
             stack.extend(self.nodes[node_id].inputs)
         return live
+
+    def pruned(self) -> Graph:
+        """A copy without dead code: live nodes and every input/param/state leaf, renumbered in order."""
+        live = self.live_ids()
+        keep = [n for n in self.nodes if n.id in live or n.op in ("input", "param", "state")]
+        new_id = {n.id: index for index, n in enumerate(keep)}
+        nodes = [Node(new_id[n.id], n.op, tuple(new_id[i] for i in n.inputs), n.type, n.attrs, n.sources) for n in keep]
+        return Graph(
+            nodes,
+            {name: new_id[i] for name, i in self.outputs.items()},
+            {name: new_id[i] for name, i in self.updates.items()},
+        )
 
     def __str__(self) -> str:
         return format_graph(self)

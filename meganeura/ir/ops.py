@@ -16,8 +16,9 @@ Ops are grouped by kind:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str = "op") -> 
     pa = (1,) * (rank - len(a)) + a
     pb = (1,) * (rank - len(b)) + b
     out = []
-    for x, y in zip(pa, pb):
+    for x, y in zip(pa, pb, strict=True):
         if x == y or y == 1:
             out.append(x)
         elif x == 1:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class Tracer:
         self.graph = Graph()
         self.const_cache: dict[tuple[float, str], int] = {}
 
-    def emit(self, op: str, inputs: list["Tensor"], **attrs: Any) -> "Tensor":
+    def emit(self, op: str, inputs: list[Tensor], **attrs: Any) -> Tensor:
         """Append `op(inputs)` with a checked type and the user's source line; return its Tensor."""
         for t in inputs:
             if t.tracer is not self:
@@ -52,12 +53,12 @@ class Tracer:
         node_id = self.graph.add(op, [t.node for t in inputs], out_type, attrs, (source,))
         return Tensor(self, node_id)
 
-    def leaf(self, op: str, name: str, type: TensorType) -> "Tensor":
+    def leaf(self, op: str, name: str, type: TensorType) -> Tensor:
         attrs = {"name": name, "shape": type.shape, "dtype": type.dtype}
         node_id = self.graph.add(op, (), type, attrs, (user_source_line(),))
         return Tensor(self, node_id)
 
-    def const(self, value: float) -> "Tensor":
+    def const(self, value: float) -> Tensor:
         """A scalar f32 constant, shared between uses of the same value."""
         key = (float(value), "f32")
         if key not in self.const_cache:
@@ -124,7 +125,7 @@ class Tensor:
         return f"Tensor(%{self.node}: {self.type})"
 
     # Arithmetic, with Python scalars lifted to constants.
-    def _lift(self, other: Any) -> "Tensor":
+    def _lift(self, other: Any) -> Tensor:
         return lift(other, self.tracer)
 
     def __add__(self, other):
@@ -166,12 +167,12 @@ class Tensor:
         raise TypeError("a traced Tensor has no truth value: its value is only known when the step runs")
 
     @property
-    def T(self) -> "Tensor":
+    def T(self) -> Tensor:
         from meganeura import functional
 
         return functional.transpose2d(self)
 
-    def t(self) -> "Tensor":
+    def t(self) -> Tensor:
         return self.T
 
     def relu(self):
