@@ -119,7 +119,7 @@ register("const", "leaf", 0, infer_const, lambda **attrs: np.asarray(attrs["valu
 
 
 # ---------------------------------------------------------------------------------------------
-# Elementwise ops. The WGSL code generator has one expression per name (codegen/elementwise.py).
+# Elementwise ops. The WGSL code generator has one expression per name (UNARY_WGSL/BINARY_WGSL in codegen/lower.py).
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,458 @@
+"""Lowering: one IR node to one KernelSpec (WGSL text, bindings, grid), by a table op → function.
+
+Each lowering function reads the node's shapes and attributes, bakes them into a template from
+`shaders/` and lists the buffers the kernel binds. Scalar constants (a `const` node, or a
+reshape of one) are inlined as WGSL literals where the kernel reads them elementwise, so they
+need no buffer; anywhere else they are bound like any other value and the buffer plan gives
+them a buffer holding the constant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from meganeura.codegen.kernel import Binding, KernelSpec
+from meganeura.codegen.render import render
+from meganeura.ir.graph import Graph, Node
+from meganeura.ir.ops import launches_kernel, matmul_dims, normalize_axes
+
+MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimension
+
+UNARY_WGSL: dict[str, str] = {
+    "neg": "(-{x})",
+    "exp": "exp({x})",
+    "log": "log({x})",
+    "sqrt": "sqrt({x})",
+    "relu": "max({x}, 0.0)",
+    # exp(-x) overflows to inf for very negative x, and 1/(1+inf) is the right limit, 0.
+    "sigmoid": "(1.0 / (1.0 + exp(-({x}))))",
+    # Some drivers compute tanh from exp and return NaN for large |x|; tanh(±15) is ±1 in f32.
+    "tanh": "tanh(clamp({x}, -15.0, 15.0))",
+}
+
+BINARY_WGSL: dict[str, str] = {
+    "add": "({a} + {b})",
+    "sub": "({a} - {b})",
+    "mul": "({a} * {b})",
+    "div": "({a} / {b})",
+    "greater": "select(0.0, 1.0, {a} > {b})",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Values: aliases, constants, literals
+
+
+def alias_root(graph: Graph, node_id: int) -> int:
+    """The node whose buffer holds `node_id`'s data: reshapes are views of their input."""
+    while graph[node_id].op == "reshape":
+        node_id = graph[node_id].inputs[0]
+    return node_id
+
+
+def constant_value(graph: Graph, node_id: int) -> float | int | None:
+    """The scalar a value always holds (a const, or a reshape of one), else None."""
+    root = graph[alias_root(graph, node_id)]
+    return root.attr("value") if root.op == "const" else None
+
+
+def wgsl_type(dtype: str) -> str:
+    return {"f32": "f32", "i32": "i32"}[dtype]
+
+
+def literal(value: float | int, dtype: str = "f32") -> str:
+    """`value` as a WGSL literal of `dtype`, parenthesised so it can stand anywhere in an expression."""
+    if dtype == "i32":
+        return f"({int(value)}i)"
+    value = float(np.float32(value))
+    if math.isnan(value):
+        return "bitcast<f32>(0x7fc00000u)"
+    if math.isinf(value):
+        return "bitcast<f32>(0x7f800000u)" if value > 0 else "bitcast<f32>(0xff800000u)"
+    return f"({value!r}f)"
+
+
+def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
+
+
+def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of a row-major `shape` seen through broadcasting to `out_shape` (0 on broadcast dims)."""
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    strides = row_major_strides(padded)
+    return tuple(0 if d == 1 and o != 1 else s for d, o, s in zip(padded, out_shape, strides, strict=True))
+
+
+def index_expr(var: str, sizes: tuple[int, ...], strides: tuple[int, ...]) -> str:
+    """WGSL for Σ_d coord_d · strides[d], where `var` is a row-major index over `sizes`.
+
+    Adjacent dims that are contiguous (or both broadcast) are merged first, so the common cases
+    come out as `i`, `i % 128u` or `0u`.
+    """
+    merged: list[tuple[int, int]] = []
+    for size, stride in zip(sizes, strides, strict=True):
+        if size == 1:
+            continue
+        if merged and merged[-1][1] == stride * size:
+            merged[-1] = (merged[-1][0] * size, stride)
+        else:
+            merged.append((size, stride))
+    terms, inner = [], 1
+    for position in range(len(merged) - 1, -1, -1):
+        size, stride = merged[position]
+        coord = var if inner == 1 else f"({var} / {inner}u)"
+        if position > 0:  # the outermost coordinate needs no wrap: `var` is in range
+            coord = f"({coord} % {size}u)"
+        if stride:
+            terms.append(coord if stride == 1 else f"{coord} * {stride}u")
+        inner *= size
+    return " + ".join(reversed(terms)) or "0u"
+
+
+def grid_for(workgroups: int) -> tuple[int, int, int]:
+    """A dispatch grid of `workgroups`, folded into y when x would exceed the per-dimension limit."""
+    x = max(1, min(workgroups, MAX_WORKGROUPS_PER_DIM))
+    return (x if workgroups else 0, -(-workgroups // x) if workgroups else 1, 1)
+
+
+def bindings_wgsl(graph: Graph, bindings: list[Binding]) -> str:
+    """The WGSL declarations of `bindings`, numbered in order, all in group 0."""
+    lines = []
+    for index, binding in enumerate(bindings):
+        access = "read" if binding.access == "read" else "read_write"
+        element = wgsl_type(graph[binding.value].dtype)
+        lines.append(f"@group(0) @binding({index}) var<storage, {access}> {binding.name}: array<{element}>;")
+    return "\n".join(lines)
+
+
+class Operands:
+    """The inputs of an elementwise kernel: a binding per distinct buffer value, literals for constants."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.bindings: list[Binding] = []
+        self.names: dict[int, str] = {}
+
+    def read(self, node_id: int, out_shape: tuple[int, ...]) -> str:
+        """A WGSL expression for input `node_id` at output element `i`, broadcast to `out_shape`."""
+        node = self.graph[node_id]
+        value = constant_value(self.graph, node_id)
+        if value is not None:
+            return literal(value, node.dtype)
+        if node_id not in self.names:
+            self.names[node_id] = f"x{len(self.bindings)}"
+            self.bindings.append(Binding(self.names[node_id], node_id, "read"))
+        index = index_expr("i", out_shape, broadcast_strides(node.shape, out_shape))
+        return f"{self.names[node_id]}[{index}]"
+
+
+def output_binding(node: Node) -> Binding:
+    return Binding("out", node.id, "read_write")
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape) or "scalar"
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise: unary, binary, broadcast_to
+
+
+def lower_elementwise(graph: Graph, node: Node) -> KernelSpec:
+    """One thread per output element; inputs broadcast by index expressions."""
+    operands = Operands(graph)
+    args = [operands.read(i, node.shape) for i in node.inputs]
+    if node.op in UNARY_WGSL:
+        value = UNARY_WGSL[node.op].format(x=args[0])
+    elif node.op in BINARY_WGSL:
+        value = BINARY_WGSL[node.op].format(a=args[0], b=args[1])
+    else:  # broadcast_to
+        value = args[0]
+    bindings = operands.bindings + [output_binding(node)]
+    numel = node.type.numel
+    grid = grid_for(-(-numel // 256))
+    wgsl = render(
+        "elementwise",
+        {
+            "BINDINGS": bindings_wgsl(graph, bindings),
+            "NUMEL": numel,
+            "GRID_X": max(grid[0], 1),
+            "VALUE": value,
+        },
+    )
+    label = f"{node.op} {shape_text(node.shape)}"
+    return KernelSpec(node.id, label, wgsl, "elementwise", tuple(bindings), grid, (256, 1, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Matmul and fused_matmul
+
+
+def matmul_tiling(m: int, n: int) -> dict[str, int]:
+    """Workgroup shape and register tile: the smallest tile that covers small outputs, 64×64 for
+    most, 64×128 when there are workgroups enough to fill a large GPU anyway (measured on an H200:
+    13 TFLOP/s for 64×64 and 16 for 64×128 at 4096³; 64×64 wins at 1024³)."""
+    bm = next((size for size in (8, 16, 32) if m <= size), 64)
+    bn = next((size for size in (16, 32) if n <= size), 64)
+    if bm == 64 and -(-m // 64) * -(-n // 128) >= 512:
+        bn = 128
+    wg_y, tm = {8: (8, 1), 16: (8, 2), 32: (16, 2), 64: (16, 4)}[bm]
+    wg_x, nv = {16: (4, 1), 32: (8, 1), 64: (16, 1), 128: (16, 2)}[bn]
+    return {"WG_X": wg_x, "WG_Y": wg_y, "TM": tm, "NV": nv, "BK": 16}
+
+
+def register_tile(tm: int, nv: int, wg_x: int, wg_y: int) -> dict[str, str]:
+    """The unrolled per-thread code of matmul.wgsl: TM × NV vec4 accumulators, their update, their store."""
+    pairs = [(i, j) for i in range(tm) for j in range(nv)]
+    declare = [f"var acc_{i}_{j} = vec4<f32>(0.0);" for i, j in pairs]
+    loads = [f"let b_{j} = tile_b[b_row + {j * wg_x}u];" for j in range(nv)]
+    loads += [f"let a_{i} = vec4<f32>(tile_a[a_row + {i * wg_y}u]);" for i in range(tm)]
+    fmas = [f"acc_{i}_{j} = fma(a_{i}, b_{j}, acc_{i}_{j});" for i, j in pairs]
+    stores = [f"store4(row0 + {i * wg_y}u, col0 + {4 * j * wg_x}u, acc_{i}_{j});" for i, j in pairs]
+    return {
+        "ACCUMULATORS": "\n    ".join(declare),
+        "MULTIPLY": "\n            ".join(loads + fmas),
+        "STORE": "\n    ".join(stores),
+    }
+
+
+def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
+    """Tiled, register-blocked matmul with transposes and a bias/activation epilogue."""
+    a, b = node.inputs[:2]
+    transpose_a = bool(node.attr("transpose_a", False))
+    transpose_b = bool(node.attr("transpose_b", False))
+    m, k, n = matmul_dims([graph[a].type, graph[b].type], node.attr_dict, node.op)
+    bindings = [Binding("a", a, "read"), Binding("b", b, "read")]
+    x = "x"
+    if len(node.inputs) == 3:
+        bias = node.inputs[2]
+        bindings.append(Binding("bias", bias, "read"))
+        x = "(x + bias[row * N + col])" if graph[bias].shape == (m, n) and m > 1 else "(x + bias[col])"
+    activation = node.attr("activation", "none")
+    epilogue = x if activation == "none" else UNARY_WGSL[activation].format(x=x)
+    bindings.append(output_binding(node))
+    tiling = matmul_tiling(m, n)
+    bm, bn = tiling["WG_Y"] * tiling["TM"], tiling["WG_X"] * tiling["NV"] * 4
+    wgsl = render(
+        "matmul",
+        {
+            "BINDINGS": bindings_wgsl(graph, bindings),
+            "M": m,
+            "N": n,
+            "K": k,
+            **tiling,
+            # Stage along the operand's contiguous axis so neighbouring threads read neighbouring words.
+            "A_INDEX": "k * M + m" if transpose_a else "m * K + k",
+            "A_STAGE": "let k = s / BM; let m = s % BM;" if transpose_a else "let m = s / BK; let k = s % BK;",
+            "B_INDEX": "n * K + k" if transpose_b else "k * N + n",
+            "B_STAGE": "let n = s / BK; let k = s % BK;" if transpose_b else "let k = s / BN; let n = s % BN;",
+            "EPILOGUE": epilogue,
+            **register_tile(tiling["TM"], tiling["NV"], tiling["WG_X"], tiling["WG_Y"]),
+        },
+    )
+    label = f"{node.op} {m}x{k}x{n}" + " Aᵀ" * transpose_a + " Bᵀ" * transpose_b
+    label += " +bias" * (len(node.inputs) == 3) + ("" if activation == "none" else f" {activation}")
+    grid = (-(-n // bn), -(-m // bm), 1)
+    return KernelSpec(node.id, label, wgsl, "matmul", tuple(bindings), grid, (tiling["WG_X"], tiling["WG_Y"], 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions
+
+
+def reduce_plan(outs: int, r: int, innermost_reduced: bool) -> tuple[str, int]:
+    """(entry point, workgroup size): a workgroup per output for long rows, a thread per output otherwise.
+
+    A workgroup per output wins when the reduction is long and contiguous (the workgroup reads
+    one row together) or when there are too few outputs to fill the device; a thread per output
+    wins for short reductions over many outputs, where neighbouring threads read neighbours.
+    """
+    if r > 64 and (innermost_reduced or outs < 1024):
+        return "sum_tree", 256 if r >= 256 else 128
+    return "sum_serial", 64
+
+
+def lower_sum(graph: Graph, node: Node) -> KernelSpec:
+    """`sum` over any axes: kept dims index the output, reduced dims are summed."""
+    source = graph[node.inputs[0]]
+    shape = source.shape
+    axes = normalize_axes(node.attr("axes"), len(shape))
+    strides = row_major_strides(shape)
+    kept = [d for d in range(len(shape)) if d not in axes]
+    outs = math.prod(shape[d] for d in kept)
+    r = math.prod(shape[d] for d in axes)
+    innermost_reduced = bool(shape) and (len(shape) - 1) in axes
+    entry, wg = reduce_plan(outs, r, innermost_reduced)
+    grid = grid_for(outs if entry == "sum_tree" else -(-outs // wg))
+    bindings = [Binding("x", source.id, "read"), output_binding(node)]
+    wgsl = render(
+        "reduce",
+        {
+            "BINDINGS": bindings_wgsl(graph, bindings),
+            "OUTS": outs,
+            "R": r,
+            "WG": wg,
+            "GRID_X": max(grid[0], 1),
+            "BASE": index_expr("o", tuple(shape[d] for d in kept), tuple(strides[d] for d in kept)),
+            "OFFSET": index_expr("r", tuple(shape[d] for d in axes), tuple(strides[d] for d in axes)),
+        },
+    )
+    keep = ", keepdim" if node.attr("keepdim", False) else ""
+    label = f"sum {shape_text(shape)} axes={axes}{keep} ({entry})"
+    return KernelSpec(node.id, label, wgsl, entry, tuple(bindings), grid, (wg, 1, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-entropy
+
+
+def lower_cross_entropy(graph: Graph, node: Node) -> KernelSpec:
+    """Softmax cross-entropy per row (forward) or its gradient (backward): a workgroup per row."""
+    logits, labels = node.inputs[:2]
+    rows, classes = graph[logits].shape
+    is_grad = node.op == "cross_entropy_rows_grad"
+    bindings = [Binding("logits", logits, "read"), Binding("labels", labels, "read")]
+    grad_at = "0.0"
+    if is_grad:
+        grad = node.inputs[2]
+        value = constant_value(graph, grad)
+        if value is not None:
+            grad_at = literal(value)
+        else:
+            bindings.append(Binding("grad", grad, "read"))
+            grad_at = "grad[row]"
+    bindings.append(output_binding(node))
+    wg = min(256, max(32, 1 << (classes - 1).bit_length()))
+    grid = grid_for(rows)
+    wgsl = render(
+        "cross_entropy",
+        {
+            "BINDINGS": bindings_wgsl(graph, bindings),
+            "ROWS": rows,
+            "C": classes,
+            "WG": wg,
+            "GRID_X": max(grid[0], 1),
+            "GRAD": is_grad,
+            "GRAD_AT": grad_at,
+        },
+    )
+    return KernelSpec(node.id, f"{node.op} {rows}x{classes}", wgsl, node.op, tuple(bindings), grid, (wg, 1, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizer updates
+
+
+def updates_in_place(graph: Graph, node: Node, users: dict[int, list[int]] | None = None) -> bool:
+    """Whether `node` may overwrite its first input's buffer: it must be that leaf's update and
+    no one may need the leaf's old value after it (a reader downstream of `node`, an output)."""
+    target = graph[node.inputs[0]]
+    if target.op not in ("param", "state") or graph.updates.get(target.attr("name")) != node.id:
+        return False
+    if any(alias_root(graph, i) == target.id for i in list(node.inputs[1:]) + list(graph.outputs.values())):
+        return False
+    users = users if users is not None else graph.users()
+    readers, stack = set(), [target.id]
+    while stack:  # every reader of the leaf's buffer, through reshapes
+        for user in users[stack.pop()]:
+            if graph[user].op == "reshape":
+                stack.append(user)
+            elif user != node.id:
+                readers.add(user)
+    downstream, stack = set(), [node.id]
+    while stack:
+        for user in users[stack.pop()]:
+            if user not in downstream:
+                downstream.add(user)
+                stack.append(user)
+    return not (readers & downstream)
+
+
+OPTIMIZER_HYPERS = {
+    "sgd_step": ("lr", "weight_decay"),
+    "momentum_buffer": ("momentum", "weight_decay"),
+    "adam_moment": ("beta", "weight_decay"),
+    "adam_step": ("lr", "beta1", "beta2", "eps", "weight_decay"),
+}
+
+
+def lower_optimizer(graph: Graph, node: Node, users: dict[int, list[int]] | None = None) -> KernelSpec:
+    """An elementwise optimizer update, in place on the parameter/state it replaces when allowed."""
+    inplace = updates_in_place(graph, node, users)
+    operands = Operands(graph)
+    values = {}
+    for position, input_id in enumerate(node.inputs):
+        if position == 0 and inplace:
+            values["V0"] = "out[i]"
+        else:
+            values[f"V{position}"] = operands.read(input_id, node.shape)
+    bindings = operands.bindings + [output_binding(node)]
+    hypers = {name.upper(): literal(node.attr(name, 0.0)) for name in OPTIMIZER_HYPERS[node.op]}
+    flags = {op.upper(): op == node.op for op in OPTIMIZER_HYPERS}
+    numel = node.type.numel
+    grid = grid_for(-(-numel // 256))
+    wgsl = render(
+        "optimizer",
+        {
+            "BINDINGS": bindings_wgsl(graph, bindings),
+            "NUMEL": numel,
+            "GRID_X": max(grid[0], 1),
+            **values,
+            **hypers,
+            **flags,
+            "G_POWER": "g" if node.attr("order", 1) == 1 else "g * g",
+        },
+    )
+    label = f"{node.op} {shape_text(node.shape)}{' in place' if inplace else ''}"
+    return KernelSpec(
+        node.id,
+        label,
+        wgsl,
+        "optimizer_update",
+        tuple(bindings),
+        grid,
+        (256, 1, 1),
+        inplace_input=node.inputs[0] if inplace else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+
+
+LOWERINGS: dict[str, Callable[..., KernelSpec]] = {
+    **{op: lower_elementwise for op in (*UNARY_WGSL, *BINARY_WGSL, "broadcast_to")},
+    "matmul": lower_matmul,
+    "fused_matmul": lower_matmul,
+    "sum": lower_sum,
+    "cross_entropy_rows": lower_cross_entropy,
+    "cross_entropy_rows_grad": lower_cross_entropy,
+    **{op: lower_optimizer for op in OPTIMIZER_HYPERS},
+}
+
+
+def lower_node(graph: Graph, node_id: int, users: dict[int, list[int]] | None = None) -> KernelSpec:
+    """The kernel that computes node `node_id` (pass `users` = graph.users() to save recomputing it)."""
+    node = graph[node_id]
+    lowering = LOWERINGS.get(node.op)
+    if lowering is None:
+        raise NotImplementedError(
+            f"no GPU kernel for op {node.op!r} (node %{node_id}); the code generator lowers {sorted(LOWERINGS)}"
+        )
+    if lowering is lower_optimizer:
+        return lower_optimizer(graph, node, users)
+    return lowering(graph, node)
+
+
+def lower_graph(graph: Graph) -> list[KernelSpec]:
+    """A kernel for every live node that computes something (not leaves, not reshapes), in graph order."""
+    live = graph.live_ids()
+    users = graph.users()
+    return [lower_node(graph, n.id, users) for n in graph if n.id in live and launches_kernel(n.op)]

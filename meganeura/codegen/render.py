@@ -1,0 +1,76 @@
+"""WGSL templates: load one from the top-level `shaders/` folder and specialise it.
+
+A template is WGSL with two kinds of holes, both filled by `render`:
+- `{{NAME}}` placeholders, replaced by text (sizes, index expressions, binding declarations);
+- blocks between `//#if NAME` and `//#endif` lines (with an optional `//#else`), kept when
+  NAME is true. They are WGSL comments, so a template still reads as WGSL.
+A placeholder or flag left unfilled is an error: a half-specialised kernel must never reach
+the shader compiler, where the message would point at generated text instead of the cause.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+SHADER_DIR = Path(__file__).resolve().parents[2] / "shaders"
+
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+DIRECTIVE = re.compile(r"^\s*//#(if|else|endif)\b\s*([A-Za-z_][A-Za-z0-9_]*)?\s*$")
+
+
+class TemplateError(ValueError):
+    """A template could not be specialised: an unknown flag, a leftover placeholder, bad nesting."""
+
+
+@functools.cache
+def load_template(name: str) -> str:
+    """The text of `shaders/<name>.wgsl`."""
+    path = SHADER_DIR / f"{name}.wgsl"
+    if not path.is_file():
+        raise TemplateError(f"no WGSL template {name!r}: expected the file {path}")
+    return path.read_text()
+
+
+def select_blocks(text: str, flags: dict[str, bool], template: str) -> str:
+    """The template's lines with `//#if` blocks resolved by `flags`."""
+    kept: list[str] = []
+    stack: list[tuple[str, bool, bool]] = []  # (flag, parent_active, branch_taken)
+    active = True
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        match = DIRECTIVE.match(line)
+        if match is None:
+            if active:
+                kept.append(line)
+            continue
+        kind, flag = match.groups()
+        if kind == "if":
+            if flag not in flags:
+                raise TemplateError(f"{template}.wgsl:{number}: no value given for flag {flag!r}")
+            stack.append((flag, active, bool(flags[flag])))
+            active = active and bool(flags[flag])
+        elif not stack:
+            raise TemplateError(f"{template}.wgsl:{number}: //#{kind} without //#if")
+        elif kind == "else":
+            flag, parent, taken = stack[-1]
+            active = parent and not taken
+        else:
+            _, active, _ = stack.pop()
+    if stack:
+        raise TemplateError(f"{template}.wgsl: //#if {stack[-1][0]} is never closed")
+    return "".join(kept)
+
+
+def render(template: str, values: dict[str, str | int | bool]) -> str:
+    """Template `template` with its blocks selected and its placeholders filled from `values`."""
+    flags = {k: v for k, v in values.items() if isinstance(v, bool)}
+    text = select_blocks(load_template(template), flags, template)
+
+    def fill(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in values or isinstance(values[name], bool):
+            raise TemplateError(f"{template}.wgsl: no value given for placeholder {{{{{name}}}}}")
+        return str(values[name])
+
+    return PLACEHOLDER.sub(fill, text)

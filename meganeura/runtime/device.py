@@ -1,0 +1,134 @@
+"""Adapter and device selection, and the per-device caches of shader modules and pipelines.
+
+`default_device()` is one process-wide device, so that every program (and every Parameter
+buffer they share) lives on the same wgpu device. The adapter is the high-performance one,
+unless the environment variable MEGANEURA_ADAPTER names another: a case-insensitive substring
+of the adapter's name, or "gpu" / "cpu" for the adapter type.
+"""
+
+from __future__ import annotations
+
+import os
+
+import wgpu
+
+ADAPTER_ENV = "MEGANEURA_ADAPTER"
+
+# Limits worth raising to the adapter's own maximum: big tensors and big workgroups.
+RAISED_LIMITS = (
+    "max-buffer-size",
+    "max-storage-buffer-binding-size",
+    "max-storage-buffers-per-shader-stage",
+    "max-compute-workgroup-storage-size",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-size-x",
+    "max-compute-workgroup-size-y",
+    "max-compute-workgroup-size-z",
+    "max-compute-workgroups-per-dimension",
+)
+
+# Native backends first: wgpu also offers an OpenGL adapter for the same CPU, without compute
+# features we rely on.
+BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
+TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
+
+
+def adapter_name(adapter: wgpu.GPUAdapter) -> str:
+    return adapter.info.get("device") or adapter.info.get("description") or "unknown adapter"
+
+
+def matches(adapter: wgpu.GPUAdapter, wanted: str) -> bool:
+    """Whether `adapter` is the one MEGANEURA_ADAPTER asks for."""
+    kind = adapter.info.get("adapter_type", "")
+    if wanted == "gpu":
+        return kind.endswith("GPU")
+    if wanted == "cpu":
+        return kind == "CPU"
+    return wanted in adapter_name(adapter).lower()
+
+
+def select_adapter() -> wgpu.GPUAdapter:
+    """The adapter MEGANEURA_ADAPTER names, else the system's high-performance adapter."""
+    wanted = os.environ.get(ADAPTER_ENV, "").strip().lower()
+    if not wanted:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+        if adapter is None:
+            raise RuntimeError("no WebGPU adapter found (on a machine without a GPU, install mesa-vulkan-drivers)")
+        return adapter
+    adapters = wgpu.gpu.enumerate_adapters_sync()
+    chosen = [a for a in adapters if matches(a, wanted)]
+    if not chosen:
+        available = ", ".join(
+            f"{adapter_name(a)} ({a.info.get('adapter_type')}, {a.info.get('backend_type')})" for a in adapters
+        )
+        raise RuntimeError(f"{ADAPTER_ENV}={wanted!r} matches no adapter; available: {available or 'none'}")
+    return min(
+        chosen,
+        key=lambda a: (
+            BACKEND_RANK.get(a.info.get("backend_type"), 1),
+            TYPE_RANK.get(a.info.get("adapter_type"), 4),
+        ),
+    )
+
+
+class Device:
+    """A wgpu device and its queue, with shader modules and pipelines cached by their WGSL text."""
+
+    def __init__(self, adapter: wgpu.GPUAdapter) -> None:
+        self.adapter = adapter
+        limits = {name: adapter.limits[name] for name in RAISED_LIMITS if name in adapter.limits}
+        self.device = adapter.request_device_sync(label="meganeura", required_limits=limits)
+        self.queue = self.device.queue
+        self.limits = dict(self.device.limits)
+        self._modules: dict[str, wgpu.GPUShaderModule] = {}
+        self._pipelines: dict[tuple, tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]] = {}
+
+    def describe(self) -> str:
+        """The adapter in words, e.g. "llvmpipe (LLVM 15.0.6, 256 bits) — Vulkan, CPU"."""
+        info = self.adapter.info
+        return f"{adapter_name(self.adapter)} — {info.get('backend_type')}, {info.get('adapter_type')}"
+
+    def __repr__(self) -> str:
+        return f"Device({self.describe()})"
+
+    def shader_module(self, wgsl: str) -> wgpu.GPUShaderModule:
+        """The compiled module of `wgsl`, compiled once per device."""
+        module = self._modules.get(wgsl)
+        if module is None:
+            module = self._modules[wgsl] = self.device.create_shader_module(code=wgsl)
+        return module
+
+    def pipeline(
+        self, wgsl: str, entry_point: str, accesses: tuple[str, ...]
+    ) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
+        """A compute pipeline for one entry point whose group 0 holds storage bindings of `accesses`."""
+        key = (wgsl, entry_point, accesses)
+        cached = self._pipelines.get(key)
+        if cached is None:
+            layout = self.device.create_bind_group_layout(
+                entries=[
+                    {
+                        "binding": index,
+                        "visibility": wgpu.ShaderStage.COMPUTE,
+                        "buffer": {"type": "read-only-storage" if access == "read" else "storage"},
+                    }
+                    for index, access in enumerate(accesses)
+                ]
+            )
+            pipeline = self.device.create_compute_pipeline(
+                layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
+                compute={"module": self.shader_module(wgsl), "entry_point": entry_point},
+            )
+            cached = self._pipelines[key] = (pipeline, layout)
+        return cached
+
+
+_default: Device | None = None
+
+
+def default_device() -> Device:
+    """The process-wide device (created on first use)."""
+    global _default
+    if _default is None:
+        _default = Device(select_adapter())
+    return _default

@@ -1,0 +1,250 @@
+"""A compiled step on a device: every buffer, pipeline and bind group made once; `run` records one
+command buffer (one compute pass, readback copies, end-of-step state copies) and submits it once.
+
+Parameters live in device buffers: the Executable points each `nn.Parameter.storage` at its
+buffer, and an Executable compiled later from the same model on the same device binds that same
+buffer, so programs share weights without copies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import wgpu
+
+from meganeura import nn
+from meganeura.codegen.buffers import BufferPlan, plan_buffers
+from meganeura.codegen.kernel import KernelSpec
+from meganeura.codegen.lower import lower_graph
+from meganeura.ir.graph import Graph, TensorType
+from meganeura.runtime.device import Device
+
+BUFFER_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+MAP_ALIGN = 8  # WebGPU's alignment of mapAsync offsets
+
+
+def numpy_dtype(dtype: str) -> type:
+    return {"f32": np.float32, "i32": np.int32}[dtype]
+
+
+def read_buffer(device: Device, buffer: wgpu.GPUBuffer, type: TensorType) -> np.ndarray:
+    """The current contents of `buffer` as an array of `type` (waits for queued work)."""
+    data = device.queue.read_buffer(buffer, 0, max(4, type.nbytes))
+    return np.frombuffer(data, numpy_dtype(type.dtype), count=type.numel).reshape(type.shape).copy()
+
+
+def write_buffer(device: Device, buffer: wgpu.GPUBuffer, type: TensorType, value: np.ndarray, what: str) -> None:
+    """Upload `value` into `buffer`, checking its shape against `type`."""
+    array = np.asarray(value, dtype=numpy_dtype(type.dtype))
+    if array.shape != type.shape:
+        raise ValueError(f"{what}: expected shape {list(type.shape)}, got {list(array.shape)}")
+    if array.size:
+        device.queue.write_buffer(buffer, 0, np.ascontiguousarray(array))
+
+
+class DeviceStorage:
+    """A Parameter's value in a device buffer (the `nn.ParameterStorage` protocol)."""
+
+    def __init__(self, device: Device, buffer: wgpu.GPUBuffer, type: TensorType) -> None:
+        self.device = device
+        self.buffer = buffer
+        self.type = type
+
+    def read(self) -> np.ndarray:
+        return read_buffer(self.device, self.buffer, self.type)
+
+    def write(self, value: np.ndarray) -> None:
+        write_buffer(self.device, self.buffer, self.type, value, "parameter")
+
+
+class Executable:
+    """One graph, lowered and planned, with all its device objects made once.
+
+    `run(inputs, read)` uploads the inputs, runs every kernel in one compute pass and returns the
+    outputs named in `read`; parameters and optimizer states are updated on the device.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        device: Device,
+        parameters: dict[str, nn.Parameter],
+        initial_states: dict[str, np.ndarray],
+    ) -> None:
+        self.graph = graph
+        self.device = device
+        self.kernels: list[KernelSpec] = lower_graph(graph)
+        self.plan: BufferPlan = plan_buffers(graph, self.kernels)
+        self.leaf_types = {n.attr("name"): n.type for n in graph if n.op in ("input", "param", "state")}
+        self.check_leaves(parameters, initial_states)  # before any Parameter is moved to the device
+        self.buffers = self.create_buffers(parameters)
+        self.inputs = {name: self.buffers[b] for name, b in self.plan.leaf_buffers("input").items()}
+        self.states = {
+            **{name: self.buffers[b] for name, b in self.plan.leaf_buffers("param").items()},
+            **{name: self.buffers[b] for name, b in self.plan.leaf_buffers("state").items()},
+        }
+        self.upload_leaves(initial_states)
+        self.dispatches = [self.prepare_dispatch(spec) for spec in self.plan.schedule]
+        self.copies = [(self.buffers[c.source], self.buffers[c.target], c.nbytes) for c in self.plan.copies]
+        self.outputs, self.readback = self.prepare_readback()
+        self.readback_plans: dict[tuple[str, ...], tuple] = {}
+
+    # -- construction ---------------------------------------------------------------------------
+
+    def check_leaves(self, parameters: dict[str, nn.Parameter], initial_states: dict[str, np.ndarray]) -> None:
+        """Every parameter and state of the graph is given, with the graph's shape."""
+        for role, given in (("param", parameters), ("state", initial_states)):
+            names = self.plan.leaf_buffers(role)
+            missing = [name for name in names if name not in given]
+            if missing:
+                raise KeyError(f"the graph reads {role}s {missing}, which were not given; got {sorted(given)}")
+            for name in names:
+                shape = given[name].type.shape if role == "param" else np.shape(given[name])
+                if tuple(shape) != self.leaf_types[name].shape:
+                    raise ValueError(f"{role} {name}: the graph needs {self.leaf_types[name]}, got shape {list(shape)}")
+
+    def create_buffers(self, parameters: dict[str, nn.Parameter]) -> list[wgpu.GPUBuffer]:
+        """One device buffer per plan slot; a parameter's slot is its shared storage buffer."""
+        buffers = []
+        for slot in self.plan.buffers:
+            if slot.role == "param":
+                buffers.append(self.parameter_buffer(slot.name, parameters[slot.name], slot.nbytes))
+            else:
+                label = f"#{slot.index} {slot.role} {slot.name}".strip()
+                buffers.append(self.device.device.create_buffer(label=label, size=slot.nbytes, usage=BUFFER_USAGE))
+        return buffers
+
+    def parameter_buffer(self, name: str, param: nn.Parameter, nbytes: int) -> wgpu.GPUBuffer:
+        """The parameter's buffer on this device: its current storage if it has one here, else a new one."""
+        storage = param.storage
+        if isinstance(storage, DeviceStorage) and storage.device is self.device:
+            if storage.type != param.type:
+                raise ValueError(
+                    f"parameter {name}: its device buffer holds {storage.type}, the graph needs {param.type}"
+                )
+            return storage.buffer
+        buffer = self.device.device.create_buffer(label=f"param {name}", size=nbytes, usage=BUFFER_USAGE)
+        new_storage = DeviceStorage(self.device, buffer, param.type)
+        new_storage.write(param.numpy())  # reads the old storage (host or another device) first
+        param.storage = new_storage
+        return buffer
+
+    def upload_leaves(self, initial_states: dict[str, np.ndarray]) -> None:
+        """Initial optimizer states, and the constants that kernels read from buffers."""
+        for name, index in self.plan.leaf_buffers("state").items():
+            write_buffer(self.device, self.buffers[index], self.leaf_types[name], initial_states[name], f"state {name}")
+        for slot in self.plan.buffers:
+            if slot.role == "const":
+                node = self.graph[slot.values[0]]
+                value = np.full(node.shape, node.attr("value"), numpy_dtype(node.dtype))
+                write_buffer(self.device, self.buffers[slot.index], node.type, value, f"constant %{node.id}")
+
+    def prepare_dispatch(self, spec: KernelSpec) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple]:
+        """(pipeline, bind group, grid) for one kernel, bound by its spec's binding table."""
+        accesses = tuple(b.access for b in spec.bindings)
+        pipeline, layout = self.device.pipeline(spec.wgsl, spec.entry_point, accesses)
+        slots = [self.plan.buffer_of[b.value] for b in spec.bindings]
+        for binding, slot in zip(spec.bindings, slots, strict=True):
+            if binding.access == "read_write" and slots.count(slot) > 1:
+                raise ValueError(f"{spec.label}: buffer #{slot} is bound twice, once read_write (plan error)")
+        entries = [
+            {
+                "binding": index,
+                "resource": {
+                    "buffer": self.buffers[slot],
+                    "offset": 0,
+                    "size": max(4, self.graph[b.value].type.nbytes),
+                },
+            }
+            for index, (b, slot) in enumerate(zip(spec.bindings, slots, strict=True))
+        ]
+        group = self.device.device.create_bind_group(layout=layout, entries=entries)
+        return pipeline, group, spec.grid
+
+    def prepare_readback(self) -> tuple[dict[str, tuple[wgpu.GPUBuffer, int, TensorType]], wgpu.GPUBuffer | None]:
+        """Each output's (buffer, offset in the readback buffer, type), and the readback buffer."""
+        outputs, offset = {}, 0
+        for name, value in self.graph.outputs.items():
+            outputs[name] = (self.buffers[self.plan.buffer_of[value]], offset, self.graph[value].type)
+            offset += -(-max(4, self.graph[value].type.nbytes) // MAP_ALIGN) * MAP_ALIGN
+        if not outputs:
+            return outputs, None
+        usage = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+        return outputs, self.device.device.create_buffer(label="readback", size=offset, usage=usage)
+
+    def readback_plan(self, read: tuple[str, ...]) -> tuple[list[tuple], int, int]:
+        """The copies into the readback buffer for `read`, and the byte range to map."""
+        plan = self.readback_plans.get(read)
+        if plan is None:
+            unknown = [name for name in read if name not in self.outputs]
+            if unknown:
+                raise KeyError(f"cannot read {unknown}: the graph's outputs are {list(self.outputs)}")
+            copies = [
+                (self.outputs[name][0], self.outputs[name][1], max(4, self.outputs[name][2].nbytes)) for name in read
+            ]
+            start = min(offset for _, offset, _ in copies)
+            end = max(offset + nbytes for _, offset, nbytes in copies)
+            plan = self.readback_plans[read] = (copies, start, end - start)
+        return plan
+
+    # -- running --------------------------------------------------------------------------------
+
+    def run(self, inputs: dict[str, np.ndarray], read: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+        """Upload `inputs`, run the step with one submit, and return the outputs named in `read`."""
+        if inputs.keys() != self.inputs.keys():
+            missing = [name for name in self.inputs if name not in inputs]
+            unknown = [name for name in inputs if name not in self.inputs]
+            raise KeyError(f"inputs do not match the graph: missing {missing}, unknown {unknown}")
+        read = tuple(read)
+        copies, start, size = self.readback_plan(read) if read else ([], 0, 0)
+        for name, buffer in self.inputs.items():
+            write_buffer(self.device, buffer, self.leaf_types[name], inputs[name], f"input {name!r}")
+
+        encoder = self.device.device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        current = None
+        for pipeline, group, grid in self.dispatches:
+            if pipeline is not current:
+                compute.set_pipeline(pipeline)
+                current = pipeline
+            compute.set_bind_group(0, group)
+            compute.dispatch_workgroups(*grid)
+        compute.end()
+        # Outputs are read before the state copies, so an output that is an updated leaf's old
+        # value still reads as the old value.
+        for source, offset, nbytes in copies:
+            encoder.copy_buffer_to_buffer(source, 0, self.readback, offset, nbytes)
+        for source, target, nbytes in self.copies:
+            encoder.copy_buffer_to_buffer(source, 0, target, 0, nbytes)
+        self.device.queue.submit([encoder.finish()])
+        return self.read_outputs(read, start, size)
+
+    def read_outputs(self, read: tuple[str, ...], start: int, size: int) -> dict[str, np.ndarray]:
+        """Map the readback range once and slice out each requested output."""
+        if not read:
+            return {}
+        self.readback.map_sync(wgpu.MapMode.READ, start, size)
+        try:
+            data = self.readback.read_mapped(start, size)
+        finally:
+            self.readback.unmap()
+        results = {}
+        for name in read:
+            _, offset, type = self.outputs[name]
+            array = np.frombuffer(data, numpy_dtype(type.dtype), count=type.numel, offset=offset - start)
+            results[name] = array.reshape(type.shape)
+        return results
+
+    # -- state access ---------------------------------------------------------------------------
+
+    def read_state(self, name: str) -> np.ndarray:
+        """The current value of an optimizer state or parameter of this graph."""
+        return read_buffer(self.device, self.state_buffer(name), self.leaf_types[name])
+
+    def write_state(self, name: str, value: np.ndarray) -> None:
+        """Overwrite an optimizer state or parameter of this graph."""
+        write_buffer(self.device, self.state_buffer(name), self.leaf_types[name], value, f"state {name}")
+
+    def state_buffer(self, name: str) -> wgpu.GPUBuffer:
+        if name not in self.states:
+            raise KeyError(f"no state or parameter {name!r}; this graph has {list(self.states)}")
+        return self.states[name]

@@ -1,0 +1,99 @@
+// matmul.wgsl: out = act(op(A) · op(B) + bias), op(X) = X or Xᵀ (serves matmul and fused_matmul).
+//
+// Shapes: op(A) is [M, K] (A stored [M, K], or [K, M] when transposed), op(B) is [K, N]
+// (B stored [K, N], or [N, K] when transposed); out is [M, N], all row-major f32.
+// Bindings (group 0, generated from the KernelSpec): a (read), b (read), optional bias (read,
+// [N] / [1, N] / [M, N]), out (read_write).
+// Grid: (ceil(N / BN), ceil(M / BM), 1) workgroups of (WG_X, WG_Y) threads.
+//
+// Each workgroup computes a BM × BN tile of out, walking K in steps of BK: both operand
+// tiles are staged in workgroup memory (zero-padded past the matrix edges, so sizes need not
+// divide the tile), then every thread accumulates TM rows × NV vec4 columns in registers.
+// A thread's rows are WG_Y apart and its vec4 columns WG_X apart, so neighbouring threads read
+// neighbouring workgroup words (no bank conflicts) and store neighbouring vec4s of out.
+// The accumulators are separate named variables and the inner product is unrolled by the
+// generator (ACCUMULATORS, MULTIPLY, STORE): a dynamically indexed private array would
+// leave registers for local memory on some drivers.
+//
+// Placeholders: BINDINGS, M, N, K, WG_X, WG_Y, TM, NV, BK; A_INDEX (global index of op(A)[m, k]),
+// B_INDEX (of op(B)[k, n]); A_STAGE / B_STAGE (which tile coordinate varies fastest while
+// staging, chosen so consecutive threads read consecutive addresses); EPILOGUE (an f32
+// expression of `x`, the dot product, and `row`, `col`); ACCUMULATORS, MULTIPLY, STORE.
+
+{{BINDINGS}}
+
+const M: u32 = {{M}}u;
+const N: u32 = {{N}}u;
+const K: u32 = {{K}}u;
+const WG_X: u32 = {{WG_X}}u;
+const WG_Y: u32 = {{WG_Y}}u;
+const TM: u32 = {{TM}}u;
+const NV: u32 = {{NV}}u;
+const BK: u32 = {{BK}}u;
+const BM: u32 = WG_Y * TM;
+const BN4: u32 = WG_X * NV;
+const BN: u32 = BN4 * 4u;
+const THREADS: u32 = WG_X * WG_Y;
+
+var<workgroup> tile_a: array<f32, BK * BM>;         // [k][m]
+var<workgroup> tile_b: array<vec4<f32>, BK * BN4>;  // [k][n / 4], component n % 4
+
+fn load_a(m: u32, k: u32) -> f32 {
+    if (m < M && k < K) {
+        return a[{{A_INDEX}}];
+    }
+    return 0.0;
+}
+
+fn load_b(k: u32, n: u32) -> f32 {
+    if (k < K && n < N) {
+        return b[{{B_INDEX}}];
+    }
+    return 0.0;
+}
+
+fn epilogue(x: f32, row: u32, col: u32) -> f32 {
+    return {{EPILOGUE}};
+}
+
+// Store one accumulator: out[row, col .. col + 3], inside the matrix.
+fn store4(row: u32, col: u32, v: vec4<f32>) {
+    if (row >= M) {
+        return;
+    }
+    for (var c = 0u; c < 4u; c++) {
+        if (col + c < N) {
+            out[row * N + col + c] = epilogue(v[c], row, col + c);
+        }
+    }
+}
+
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn matmul(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_id) local: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row0 = wid.y * BM + local.y;  // this thread's first row; the others are WG_Y apart
+    let col0 = wid.x * BN + 4u * local.x;  // its first column; the other vec4s are 4·WG_X apart
+    {{ACCUMULATORS}}
+
+    for (var k0 = 0u; k0 < K; k0 += BK) {
+        for (var s = lid; s < BM * BK; s += THREADS) {
+            {{A_STAGE}}
+            tile_a[k * BM + m] = load_a(wid.y * BM + m, k0 + k);
+        }
+        for (var s = lid; s < BK * BN; s += THREADS) {
+            {{B_STAGE}}
+            tile_b[k * BN4 + n / 4u][n % 4u] = load_b(k0 + k, wid.x * BN + n);
+        }
+        workgroupBarrier();
+        for (var k = 0u; k < BK; k++) {
+            let a_row = k * BM + local.y;
+            let b_row = k * BN4 + local.x;
+            {{MULTIPLY}}
+        }
+        workgroupBarrier();
+    }
+    {{STORE}}
+}

@@ -1,0 +1,311 @@
+"""Every WGSL kernel against the numpy interpreter, on one-op graphs run through an Executable on the
+default adapter (lavapipe in CI): sizes that do not divide the tiles, every transpose, every
+epilogue, broadcasting, reductions over several axis sets, cross-entropy and the optimizer updates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from meganeura import nn
+from meganeura.codegen import lower
+from meganeura.codegen.render import TemplateError, render
+from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.interpret import interpret
+from meganeura.ir.ops import infer_type, op_def
+from meganeura.runtime import Executable, default_device
+
+RNG = np.random.default_rng(0)
+
+
+def leaf(graph: Graph, kind: str, name: str, shape: tuple[int, ...], dtype: str = "f32") -> int:
+    return graph.add(kind, (), TensorType(tuple(shape), dtype), {"name": name, "shape": tuple(shape), "dtype": dtype})
+
+
+def const(graph: Graph, value: float) -> int:
+    return graph.add("const", (), TensorType((), "f32"), {"value": value})
+
+
+def emit(graph: Graph, op: str, inputs: list[int], **attrs) -> int:
+    return graph.add(op, inputs, infer_type(op, [graph[i].type for i in inputs], attrs), attrs)
+
+
+def one_op(op: str, shapes: list[tuple[int, ...]], dtypes: list[str] | None = None, **attrs) -> Graph:
+    """A graph `out = op(x0, x1, ...)` whose operands are inputs."""
+    graph = Graph()
+    dtypes = dtypes or ["f32"] * len(shapes)
+    inputs = [leaf(graph, "input", f"x{i}", s, dt) for i, (s, dt) in enumerate(zip(shapes, dtypes, strict=True))]
+    graph.outputs["out"] = emit(graph, op, inputs, **attrs)
+    return graph
+
+
+def normal(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (scale * RNG.normal(size=shape)).astype(np.float32)
+
+
+def run_gpu(graph: Graph, inputs: dict, params: dict | None = None, states: dict | None = None) -> Executable:
+    parameters = {name: nn.Parameter(value) for name, value in (params or {}).items()}
+    return Executable(graph, default_device(), parameters, dict(states or {}))
+
+
+def check(graph: Graph, inputs: dict, rtol: float = 1e-5, atol: float = 1e-5) -> Executable:
+    """Run `graph` on the GPU and compare every output with the interpreter in float64."""
+    executable = run_gpu(graph, inputs)
+    got = executable.run(inputs, read=tuple(graph.outputs))
+    expected = interpret(graph, inputs, dtype=np.float64).outputs
+    for name, value in expected.items():
+        assert got[name].shape == value.shape, name
+        np.testing.assert_allclose(got[name], value, rtol=rtol, atol=atol, err_msg=name)
+    return executable
+
+
+# -- templates ------------------------------------------------------------------------------------
+
+
+def test_render_fails_loudly_on_missing_values():
+    with pytest.raises(TemplateError, match="placeholder"):
+        render("elementwise", {"BINDINGS": "", "NUMEL": 1, "GRID_X": 1})
+    with pytest.raises(TemplateError, match="flag 'GRAD'"):
+        render("cross_entropy", {"BINDINGS": "", "ROWS": 1, "C": 1, "WG": 32, "GRID_X": 1, "GRAD_AT": "0.0"})
+
+
+def test_index_expressions_merge_contiguous_and_broadcast_dims():
+    assert lower.index_expr("i", (7, 33), (33, 1)) == "i"
+    assert lower.index_expr("i", (7, 33), (0, 1)) == "(i % 33u)"
+    assert lower.index_expr("i", (7, 33), (1, 0)) == "(i / 33u)"
+    assert lower.index_expr("i", (2, 3, 4), (0, 0, 0)) == "0u"
+
+
+# -- matmul ---------------------------------------------------------------------------------------
+
+MATMUL_SHAPES = [(1, 1, 1), (7, 33, 65), (65, 130, 7), (130, 7, 33), (33, 65, 130)]
+
+
+def operand_shapes(m: int, k: int, n: int, transpose_a: bool, transpose_b: bool):
+    return [(k, m) if transpose_a else (m, k), (n, k) if transpose_b else (k, n)]
+
+
+@pytest.mark.parametrize("transpose_b", [False, True], ids=["B", "Bt"])
+@pytest.mark.parametrize("transpose_a", [False, True], ids=["A", "At"])
+@pytest.mark.parametrize("mkn", MATMUL_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matmul(mkn, transpose_a, transpose_b):
+    shapes = operand_shapes(*mkn, transpose_a, transpose_b)
+    graph = one_op("matmul", shapes, transpose_a=transpose_a, transpose_b=transpose_b)
+    check(graph, {"x0": normal(*shapes[0]), "x1": normal(*shapes[1])}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "sigmoid", "tanh"])
+@pytest.mark.parametrize("bias", ["none", "N", "1N", "MN"])
+def test_fused_matmul_epilogue(bias, activation):
+    m, k, n = 33, 17, 65
+    transpose_a, transpose_b = activation in ("relu", "tanh"), bias in ("N", "MN")
+    shapes = operand_shapes(m, k, n, transpose_a, transpose_b)
+    shapes += {"none": [], "N": [(n,)], "1N": [(1, n)], "MN": [(m, n)]}[bias]
+    graph = one_op("fused_matmul", shapes, transpose_a=transpose_a, transpose_b=transpose_b, activation=activation)
+    inputs = {f"x{i}": normal(*shape, scale=2.0) for i, shape in enumerate(shapes)}
+    check(graph, inputs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tiling", [(16, 16, 4, 2, 16), (4, 8, 2, 2, 8), (8, 4, 3, 1, 4)], ids=str)
+def test_matmul_register_tilings(monkeypatch, tiling):
+    """Tile shapes the test sizes would not pick (64×128, 2 vec4s, 3 rows per thread), on ragged sizes."""
+    fixed = dict(zip(("WG_X", "WG_Y", "TM", "NV", "BK"), tiling, strict=True))
+    monkeypatch.setattr(lower, "matmul_tiling", lambda m, n: fixed)
+    for transpose_a, transpose_b in [(False, False), (True, True)]:
+        shapes = operand_shapes(37, 29, 45, transpose_a, transpose_b) + [(45,)]
+        graph = one_op("fused_matmul", shapes, transpose_a=transpose_a, transpose_b=transpose_b, activation="relu")
+        check(graph, {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_tiles_stay_within_workgroup_memory():
+    for m, n in [(1, 1), (8, 16), (33, 33), (1000, 1000), (4096, 4096)]:
+        tiling = lower.matmul_tiling(m, n)
+        tile_bytes = 4 * tiling["BK"] * (tiling["WG_Y"] * tiling["TM"] + tiling["WG_X"] * tiling["NV"] * 4)
+        assert tile_bytes <= 32 * 1024
+        assert tiling["WG_X"] * tiling["WG_Y"] <= 256
+
+
+# -- elementwise ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["neg", "exp", "log", "sqrt", "relu", "sigmoid", "tanh"])
+def test_unary(op):
+    x = normal(7, 33, scale=3.0)
+    if op in ("log", "sqrt"):
+        x = np.abs(x) + 0.1
+    if op in ("sigmoid", "tanh"):
+        x[0, :4] = [-100.0, 100.0, -30.0, 30.0]  # saturates without NaN
+    check(one_op(op, [(7, 33)]), {"x0": x}, rtol=2e-6, atol=1e-6)
+
+
+BROADCASTS = [((7, 33), (7, 33)), ((7, 33), (33,)), ((7, 1), (1, 33)), ((2, 3, 4), (3, 1)), ((5,), ()), ((), (4, 1))]
+
+
+@pytest.mark.parametrize("shapes", BROADCASTS, ids=lambda s: f"{list(s[0])}-{list(s[1])}")
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "greater"])
+def test_binary_broadcasting(op, shapes):
+    a, b = normal(*shapes[0]), normal(*shapes[1])
+    if op == "div":
+        b = np.abs(b) + 0.5
+    if op == "greater" and a.shape == b.shape:
+        a.flat[0] = b.flat[0]  # equal is not greater
+    check(one_op(op, list(shapes)), {"x0": a, "x1": b})
+
+
+def test_scalar_constants_are_inlined_and_repeated_inputs_bound_once():
+    graph = Graph()
+    x = leaf(graph, "input", "x", (7, 33))
+    scaled = emit(graph, "mul", [x, const(graph, 0.25)])
+    shifted = emit(graph, "sub", [scaled, emit(graph, "reshape", [const(graph, -1.5)], shape=(1, 1))])
+    graph.outputs["out"] = emit(graph, "mul", [shifted, shifted])
+    executable = check(graph, {"x": normal(7, 33)})
+    assert [len(spec.bindings) for spec in executable.kernels] == [2, 2, 2]
+    assert "(0.25f)" in executable.kernels[0].wgsl and "(-1.5f)" in executable.kernels[1].wgsl
+
+
+@pytest.mark.parametrize("source, target", [((3, 1), (2, 3, 4)), ((), (5,)), ((4,), (3, 4)), ((1, 6), (5, 6))])
+def test_broadcast_to(source, target):
+    check(one_op("broadcast_to", [source], shape=target), {"x0": normal(*source)})
+
+
+def test_broadcast_to_i32():
+    graph = one_op("broadcast_to", [(3,)], ["i32"], shape=(2, 3))
+    labels = np.array([4, -2, 7], np.int32)
+    got = run_gpu(graph, {}).run({"x0": labels}, read=("out",))["out"]
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, np.broadcast_to(labels, (2, 3)))
+
+
+def test_large_grids_fold_into_two_dimensions(monkeypatch):
+    monkeypatch.setattr(lower, "MAX_WORKGROUPS_PER_DIM", 3)
+    graph = one_op("exp", [(33, 65)])  # 9 workgroups of 256 -> a 3 x 3 grid
+    executable = check(graph, {"x0": normal(33, 65)})
+    assert executable.kernels[0].grid == (3, 3, 1)
+    check(one_op("sum", [(7, 1, 9)], axes=(1,), keepdim=False), {"x0": normal(7, 1, 9)})
+    check(one_op("sum", [(7, 300)], axes=(1,), keepdim=True), {"x0": normal(7, 300)})
+    check(one_op("cross_entropy_rows", [(7, 5), (7,)], ["f32", "i32"]), {"x0": normal(7, 5), "x1": np.arange(7) % 5})
+
+
+# -- sum ------------------------------------------------------------------------------------------
+
+SUMS = [
+    ((7, 33), (0,)),
+    ((7, 33), (1,)),
+    ((7, 33), (0, 1)),
+    ((2, 3, 4, 5), (1, 3)),
+    ((2, 3, 4, 5), (0, 2)),
+    ((2, 3, 4, 5), (3,)),
+    ((3, 1000), (1,)),  # long rows: a workgroup per output
+    ((40, 300), (0,)),  # short columns: a thread per output
+    ((300, 5), (0,)),  # long columns, few outputs: a workgroup per output
+    ((2000,), (0,)),
+    ((), ()),
+]
+
+
+@pytest.mark.parametrize("keepdim", [False, True], ids=["drop", "keep"])
+@pytest.mark.parametrize("shape, axes", SUMS, ids=lambda v: "x".join(map(str, v)) if v else "scalar")
+def test_sum(shape, axes, keepdim):
+    executable = check(one_op("sum", [shape], axes=axes, keepdim=keepdim), {"x0": normal(*shape)}, 1e-5, 1e-4)
+    if shape == (3, 1000):
+        assert executable.kernels[0].entry_point == "sum_tree"
+    if shape == (40, 300):
+        assert executable.kernels[0].entry_point == "sum_serial"
+
+
+# -- cross-entropy --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows, classes", [(1, 3), (5, 10), (33, 300)])
+def test_cross_entropy_rows(rows, classes):
+    logits = normal(rows, classes, scale=30.0)  # large logits: only a max-shifted softmax survives
+    labels = RNG.integers(0, classes, size=rows).astype(np.int32)
+    graph = one_op("cross_entropy_rows", [(rows, classes), (rows,)], ["f32", "i32"])
+    check(graph, {"x0": logits, "x1": labels}, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows, classes", [(1, 3), (5, 10), (33, 300)])
+def test_cross_entropy_rows_grad(rows, classes):
+    logits = normal(rows, classes, scale=30.0)
+    labels = RNG.integers(0, classes, size=rows).astype(np.int32)
+    graph = one_op("cross_entropy_rows_grad", [(rows, classes), (rows,), (rows,)], ["f32", "i32", "f32"])
+    check(graph, {"x0": logits, "x1": labels, "x2": normal(rows)}, rtol=1e-4, atol=1e-6)
+
+
+def test_cross_entropy_grad_with_a_constant_incoming_gradient():
+    graph = Graph()
+    logits, labels = leaf(graph, "input", "z", (1, 7)), leaf(graph, "input", "y", (1,), "i32")
+    scale = emit(graph, "reshape", [const(graph, 0.5)], shape=(1,))
+    graph.outputs["out"] = emit(graph, "cross_entropy_rows_grad", [logits, labels, scale])
+    executable = check(graph, {"z": normal(1, 7), "y": np.array([6], np.int32)})
+    assert [b.name for b in executable.kernels[0].bindings] == ["logits", "labels", "out"]
+
+
+# -- optimizer updates ----------------------------------------------------------------------------
+
+
+def optimizer_graph(op: str, **attrs) -> tuple[Graph, dict, dict, dict]:
+    """A graph updating one leaf with `op` (and Adam's step counter), with values for its leaves."""
+    graph, shape = Graph(), (7, 33)
+    p = leaf(graph, "param", "p", shape)
+    g = leaf(graph, "input", "g", shape)
+    params, states, inputs = {"p": normal(*shape)}, {}, {"g": normal(*shape)}
+    if op == "sgd_step":
+        graph.updates["p"] = emit(graph, op, [p, g], **attrs)
+    elif op in ("momentum_buffer", "adam_moment"):
+        buf = leaf(graph, "state", "buf", shape)
+        states["buf"] = normal(*shape)
+        graph.updates["buf"] = emit(graph, op, [buf, g, p], **attrs)
+    else:
+        v = leaf(graph, "input", "v", shape)
+        inputs["v"] = np.abs(normal(*shape)) + 0.01
+        t = leaf(graph, "state", "t", ())
+        states["t"] = np.zeros((), np.float32)
+        t_next = emit(graph, "add", [t, const(graph, 1.0)])
+        graph.updates["t"] = t_next
+        graph.updates["p"] = emit(graph, op, [p, g, v, t_next], **attrs)
+    return graph, params, states, inputs
+
+
+OPTIMIZER_CASES = [
+    ("sgd_step", {"lr": 0.1, "weight_decay": 0.01}),
+    ("momentum_buffer", {"momentum": 0.9, "weight_decay": 0.001}),
+    ("adam_moment", {"beta": 0.9, "order": 1, "weight_decay": 0.01}),
+    ("adam_moment", {"beta": 0.999, "order": 2, "weight_decay": 0.0}),
+    ("adam_step", {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0}),
+    ("adam_step", {"lr": 0.01, "beta1": 0.8, "beta2": 0.99, "eps": 1e-3, "weight_decay": 0.1}),
+]
+
+
+@pytest.mark.parametrize("op, attrs", OPTIMIZER_CASES, ids=lambda v: v if isinstance(v, str) else "")
+def test_optimizer_updates_in_place_over_two_steps(op, attrs):
+    graph, params, states, inputs = optimizer_graph(op, **attrs)
+    parameters = {name: nn.Parameter(value) for name, value in params.items()}
+    executable = Executable(graph, default_device(), parameters, states)
+    update = next(spec for spec in executable.kernels if spec.entry_point == "optimizer_update")
+    assert update.inplace_input is not None and "in place" in update.label
+    expected_params, expected_states = dict(params), dict(states)
+    for _ in range(2):
+        executable.run(inputs)
+        result = interpret(graph, inputs, expected_params, expected_states, dtype=np.float64)
+        for name, value in result.updates.items():
+            (expected_params if name in expected_params else expected_states)[name] = value
+    for name, value in expected_params.items():
+        np.testing.assert_allclose(parameters[name].numpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
+    for name, value in expected_states.items():
+        np.testing.assert_allclose(executable.read_state(name), value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_optimizer_out_of_place_with_scalar_operands():
+    """An update that is not a leaf's update gets its own output buffer; shape-() operands broadcast."""
+    graph = Graph()
+    p, d = leaf(graph, "input", "p", (5, 3)), leaf(graph, "input", "d", ())
+    graph.outputs["out"] = emit(graph, "sgd_step", [p, d], lr=0.5, weight_decay=0.1)
+    graph.outputs["m"] = emit(graph, "momentum_buffer", [p, const(graph, 2.0), p], momentum=0.5)
+    executable = check(graph, {"p": normal(5, 3), "d": normal()})
+    assert all(spec.inplace_input is None for spec in executable.kernels)
+
+
+def test_every_lowered_op_is_in_the_op_table():
+    for op in lower.LOWERINGS:
+        assert op_def(op).name == op

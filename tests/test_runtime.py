@@ -1,0 +1,228 @@
+"""The runtime and the buffer plan: reuse, the in-place schedule, end-of-step copies, shared
+parameters, readback of only what is asked, input checks and adapter selection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from meganeura import nn
+from meganeura.codegen.buffers import plan_buffers
+from meganeura.codegen.lower import lower_graph
+from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.interpret import interpret
+from meganeura.ir.ops import infer_type
+from meganeura.runtime import Executable, default_device, device
+
+RNG = np.random.default_rng(1)
+
+
+def leaf(graph: Graph, kind: str, name: str, shape: tuple[int, ...], dtype: str = "f32") -> int:
+    return graph.add(kind, (), TensorType(tuple(shape), dtype), {"name": name, "shape": tuple(shape), "dtype": dtype})
+
+
+def const(graph: Graph, value: float) -> int:
+    return graph.add("const", (), TensorType((), "f32"), {"value": value})
+
+
+def emit(graph: Graph, op: str, inputs: list[int], **attrs) -> int:
+    return graph.add(op, inputs, infer_type(op, [graph[i].type for i in inputs], attrs), attrs)
+
+
+def normal(*shape: int) -> np.ndarray:
+    return RNG.normal(size=shape).astype(np.float32)
+
+
+def executable(graph: Graph, params: dict | None = None, states: dict | None = None) -> Executable:
+    parameters = {
+        name: value if isinstance(value, nn.Parameter) else nn.Parameter(value)
+        for name, value in (params or {}).items()
+    }
+    return Executable(graph, default_device(), parameters, dict(states or {}))
+
+
+def chain_graph(length: int = 6) -> Graph:
+    """x -> tanh -> mul 0.5 -> tanh -> ... : every intermediate dies as soon as the next one exists."""
+    graph = Graph()
+    value = leaf(graph, "input", "x", (7, 33))
+    for index in range(length):
+        value = emit(graph, "tanh", [value]) if index % 2 == 0 else emit(graph, "mul", [value, const(graph, 0.5)])
+    graph.outputs["y"] = value
+    return graph
+
+
+def test_buffers_are_reused_along_a_chain():
+    graph = chain_graph(6)
+    program = executable(graph)
+    plan = program.plan
+    temps = [slot for slot in plan.buffers if slot.role == "temp"]
+    assert len(plan.buffers) < len(plan.value_bytes)  # fewer buffers than values
+    assert len(temps) == 2 and all(len(slot.values) > 1 for slot in temps)  # ping-pong
+    assert plan.total_bytes < plan.bytes_without_reuse
+    text = str(plan)
+    assert "without reuse" in text and "output y" in text and "input x" in text
+    x = normal(7, 33)
+    for _ in range(2):
+        got = program.run({"x": x}, read=("y",))["y"]
+        np.testing.assert_allclose(got, interpret(graph, {"x": x}).outputs["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_no_kernel_writes_a_buffer_it_reads():
+    graph = chain_graph(5)
+    plan = plan_buffers(graph, lower_graph(graph))
+    for spec in plan.schedule:
+        written = plan.buffer_of[spec.node]
+        assert all(plan.buffer_of[b.value] != written for b in spec.bindings if b.access == "read")
+
+
+def test_readers_of_a_param_run_before_its_in_place_update():
+    """The update comes first in graph order, yet the matmul must see the old weight."""
+    graph = Graph()
+    w = leaf(graph, "param", "w", (5, 3))
+    g = leaf(graph, "input", "g", (5, 3))
+    x = leaf(graph, "input", "x", (4, 5))
+    graph.updates["w"] = emit(graph, "sgd_step", [w, g], lr=0.5)
+    graph.outputs["y"] = emit(graph, "matmul", [x, w])
+    w0, inputs = normal(5, 3), {"g": normal(5, 3), "x": normal(4, 5)}
+    program = executable(graph, {"w": w0})
+    order = [spec.node for spec in program.plan.schedule]
+    assert order.index(graph.outputs["y"]) < order.index(graph.updates["w"])
+    assert program.plan.schedule[-1].inplace_input == w and not program.plan.copies
+    expected = interpret(graph, inputs, {"w": w0})
+    got = program.run(inputs, read=("y",))
+    np.testing.assert_allclose(got["y"], expected.outputs["y"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(program.read_state("w"), expected.updates["w"], rtol=1e-6, atol=1e-6)
+
+
+def test_update_falls_back_to_a_copy_when_the_old_value_is_needed_later():
+    """A reader of both the old and the new weight forbids the in-place update; a copy replaces it."""
+    graph = Graph()
+    w = leaf(graph, "param", "w", (6,))
+    g = leaf(graph, "input", "g", (6,))
+    new_w = emit(graph, "sgd_step", [w, g], lr=1.0)
+    graph.updates["w"] = new_w
+    graph.outputs["delta"] = emit(graph, "sub", [new_w, w])
+    graph.outputs["old"] = w  # an output that is a leaf the step updates: its old value comes back
+    w0, inputs = normal(6), {"g": normal(6)}
+    program = executable(graph, {"w": w0})
+    assert all(spec.inplace_input is None for spec in program.kernels)
+    assert [copy.leaf for copy in program.plan.copies] == ["w"]
+    got = program.run(inputs, read=("delta", "old"))
+    np.testing.assert_allclose(got["delta"], -inputs["g"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got["old"], w0)
+    np.testing.assert_allclose(program.read_state("w"), w0 - inputs["g"], rtol=1e-6, atol=1e-6)
+
+
+def test_adam_step_counter_is_copied_into_its_state_each_step():
+    graph = Graph()
+    t = leaf(graph, "state", "t", ())
+    graph.updates["t"] = emit(graph, "add", [t, const(graph, 1.0)])
+    graph.outputs["t_next"] = graph.updates["t"]
+    program = executable(graph, states={"t": np.float32(3.0)})
+    assert [program.run({}, read=("t_next",))["t_next"] for _ in range(3)] == [4.0, 5.0, 6.0]
+    assert program.read_state("t") == 6.0
+    program.write_state("t", np.float32(0.0))
+    assert program.run({}, read=("t_next",))["t_next"] == 1.0
+
+
+def linear_graph(batch: int) -> Graph:
+    graph = Graph()
+    w = leaf(graph, "param", "w", (3, 4))
+    x = leaf(graph, "input", "x", (batch, 4))
+    graph.outputs["y"] = emit(graph, "matmul", [x, w], transpose_b=True)
+    return graph
+
+
+def sgd_graph() -> Graph:
+    graph = Graph()
+    w = leaf(graph, "param", "w", (3, 4))
+    g = leaf(graph, "input", "g", (3, 4))
+    graph.updates["w"] = emit(graph, "sgd_step", [w, g], lr=1.0)
+    return graph
+
+
+def test_executables_share_a_parameter_buffer():
+    weight = nn.Parameter(normal(3, 4))
+    trainer = executable(sgd_graph(), {"w": weight})
+    predictor = executable(linear_graph(2), {"w": weight})
+    assert predictor.states["w"] is trainer.states["w"]
+    x, g = normal(2, 4), normal(3, 4)
+    before = weight.numpy()
+    trainer.run({"g": g})
+    np.testing.assert_allclose(predictor.run({"x": x}, read=("y",))["y"], x @ (before - g).T, rtol=1e-5, atol=1e-6)
+    weight.copy_(np.ones((3, 4), np.float32))  # a host write reaches both programs
+    np.testing.assert_allclose(predictor.run({"x": x}, read=("y",))["y"], x @ np.ones((4, 3)), rtol=1e-6)
+    np.testing.assert_array_equal(trainer.read_state("w"), np.ones((3, 4)))
+
+
+def test_only_the_requested_outputs_come_back():
+    graph = Graph()
+    x = leaf(graph, "input", "x", (5,))
+    graph.outputs["a"] = emit(graph, "exp", [x])
+    graph.outputs["b"] = emit(graph, "neg", [x])
+    graph.outputs["c"] = emit(graph, "sum", [x], axes=(0,), keepdim=False)
+    program = executable(graph)
+    inputs = {"x": normal(5)}
+    assert program.run(inputs) == {}
+    got = program.run(inputs, read=("c", "b"))
+    assert list(got) == ["c", "b"]
+    np.testing.assert_allclose(got["b"], -inputs["x"])
+    np.testing.assert_allclose(got["c"], inputs["x"].sum(), rtol=1e-6)
+    with pytest.raises(KeyError, match="outputs are"):
+        program.run(inputs, read=("d",))
+
+
+def test_i32_labels_are_uploaded_as_integers():
+    graph = Graph()
+    logits = leaf(graph, "input", "z", (4, 3))
+    labels = leaf(graph, "input", "y", (4,), "i32")
+    graph.outputs["labels"] = labels
+    graph.outputs["loss"] = emit(graph, "cross_entropy_rows", [logits, labels])
+    program = executable(graph)
+    inputs = {"z": normal(4, 3), "y": np.array([2, 0, 1, 2], np.int64)}  # int64 is converted
+    got = program.run(inputs, read=("labels", "loss"))
+    assert got["labels"].dtype == np.int32
+    np.testing.assert_array_equal(got["labels"], inputs["y"])
+    expected = interpret(graph, {"z": inputs["z"], "y": inputs["y"].astype(np.int32)}).outputs["loss"]
+    np.testing.assert_allclose(got["loss"], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_bad_inputs_are_refused():
+    program = executable(linear_graph(2), {"w": normal(3, 4)})
+    with pytest.raises(KeyError, match=r"missing \['x'\]"):
+        program.run({}, read=("y",))
+    with pytest.raises(KeyError, match=r"unknown \['z'\]"):
+        program.run({"x": normal(2, 4), "z": normal(1)}, read=("y",))
+    with pytest.raises(ValueError, match=r"expected shape \[2, 4\], got \[3, 4\]"):
+        program.run({"x": normal(3, 4)}, read=("y",))
+    with pytest.raises(KeyError, match="params \\['w'\\]"):
+        executable(linear_graph(2))
+    weight = nn.Parameter(normal(4, 3))
+    with pytest.raises(ValueError, match=r"param w: the graph needs f32\[3,4\], got shape \[4, 3\]"):
+        executable(linear_graph(2), {"w": weight})
+    assert weight.storage is None  # refused before the parameter moved to the device
+
+
+def test_pipelines_are_built_once_per_wgsl_text():
+    graph = Graph()
+    a, b = leaf(graph, "input", "a", (8,)), leaf(graph, "input", "b", (8,))
+    graph.outputs["ea"] = emit(graph, "exp", [a])
+    graph.outputs["eb"] = emit(graph, "exp", [b])
+    program = executable(graph)
+    assert program.kernels[0].wgsl == program.kernels[1].wgsl
+    assert program.dispatches[0][0] is program.dispatches[1][0]
+
+
+def test_device_description_and_adapter_override(monkeypatch):
+    default = default_device()
+    assert default.describe().startswith(default.adapter.info["device"] + " — ")
+    assert default_device() is default
+    name, kind = default.adapter.info["device"], default.adapter.info["adapter_type"]
+    monkeypatch.setenv(device.ADAPTER_ENV, name[:6].upper())  # a case-insensitive substring
+    assert name[:6] in device.select_adapter().info["device"]
+    monkeypatch.setenv(device.ADAPTER_ENV, "cpu" if kind == "CPU" else "gpu")
+    chosen = device.select_adapter()
+    assert chosen.info["adapter_type"] == kind and chosen.info["backend_type"] != "OpenGL"
+    monkeypatch.setenv(device.ADAPTER_ENV, "no-such-adapter")
+    with pytest.raises(RuntimeError, match="matches no adapter; available"):
+        device.select_adapter()
