@@ -1,0 +1,83 @@
+"""The cost model that extraction minimises: bytes moved, matmul arithmetic, and a price per dispatch.
+
+A node that launches a kernel (see `launches_kernel`) costs
+
+    bytes read (each distinct operand once) + bytes written
+    + flops / FLOPS_PER_BYTE          (matmul and fused_matmul only: 2·M·K·N)
+    + DISPATCH_COST_BYTES             (one dispatch)
+
+all in bytes. Leaves, consts and reshapes are buffers or views: they cost nothing. The same
+function prices an IR node (the report's before/after figures) and an e-node (extraction), so
+the two always agree.
+
+Why bytes: elementwise kernels and epilogues are bound by memory traffic.
+Why flops for matmuls: fusing an activation into a matmul whose plain result is needed anyway
+recomputes the matmul. Priced by bytes alone, re-reading A and B looks cheap next to the
+elementwise traffic it saves, even for a 4096³ matmul; the arithmetic term makes recomputing
+cost what it does. FLOPS_PER_BYTE = 8: the WGSL SIMT GEMM reaches ~30 TFLOP/s on the H200, whose
+memory moves ~4 TB/s (platform.md).
+Why a fixed dispatch price: one dispatch costs a few microseconds inside a pass (about 6 µs on
+an H200, 46 µs on lavapipe, see platform.md), the time to move tens of kilobytes or more; 64 KiB
+is a moderate middle that makes removing a kernel worth more than a small tensor's traffic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.ops import launches_kernel
+
+DISPATCH_COST_BYTES = 64 * 1024
+FLOPS_PER_BYTE = 8
+MATMUL_OPS = ("matmul", "fused_matmul")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Bytes moved, matmul flops and kernels dispatched by a plan (or by one node)."""
+
+    bytes: int = 0
+    flops: int = 0
+    dispatches: int = 0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.bytes + other.bytes, self.flops + other.flops, self.dispatches + other.dispatches)
+
+    @property
+    def scalar(self) -> float:
+        """The single number extraction minimises, in bytes."""
+        return self.bytes + self.flops / FLOPS_PER_BYTE + DISPATCH_COST_BYTES * self.dispatches
+
+
+def matmul_flops(output: TensorType, a: TensorType) -> int:
+    """2·M·K·N for an [M, N] product whose first operand `a` holds M·K elements (transposed or not)."""
+    return 2 * a.numel * output.shape[1]
+
+
+def kernel_cost(op: str, output: TensorType, operands: Sequence[TensorType]) -> Cost:
+    """The cost of one node, from its op, its result type and its distinct operands' types (in order).
+
+    `operands` lists each distinct operand value once, the first operand first: a kernel
+    reading `x` twice (`mul x x`) loads it once.
+    """
+    if not launches_kernel(op):
+        return Cost()
+    flops = matmul_flops(output, operands[0]) if op in MATMUL_OPS else 0
+    return Cost(sum(t.nbytes for t in operands) + output.nbytes, flops, 1)
+
+
+def graph_cost(graph: Graph) -> Cost:
+    """The total cost of the live nodes of an IR graph."""
+    total = Cost()
+    for node_id in sorted(graph.live_ids()):
+        node = graph[node_id]
+        operands = [graph[i].type for i in dict.fromkeys(node.inputs)]
+        total = total + kernel_cost(node.op, node.type, operands)
+    return total
+
+
+def kernel_count(graph: Graph) -> int:
+    """How many live nodes of the graph launch a GPU kernel."""
+    return sum(1 for node_id in graph.live_ids() if launches_kernel(graph[node_id].op))
