@@ -11,8 +11,9 @@ from meganeura.ir.ops import ShapeError, normalize_axes
 from meganeura.ir.trace import Tensor, lift, user_source_line
 
 __all__ = [
-    "add", "cross_entropy", "exp", "linear", "log", "matmul", "mean", "mse_loss", "relu",
-    "reshape", "sigmoid", "sqrt", "sum", "tanh", "transpose2d",
+    "add", "amax", "cross_entropy", "exp", "linear", "log", "log_softmax", "matmul", "mean", "mse_loss",
+    "permute", "relu", "reshape", "rsqrt", "sigmoid", "silu", "softmax", "sqrt", "sum", "tanh", "transpose",
+    "transpose2d",
 ]  # fmt: skip
 
 
@@ -93,56 +94,78 @@ def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     return total * (1.0 / count)
 
 
+def permute(x: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """The dims of x reordered (torch.permute); a copy kernel unless the e-graph folds it away."""
+    x = lift(x)
+    dims = tuple(int(d) % max(x.ndim, 1) for d in dims)
+    if dims == tuple(range(x.ndim)):
+        return x
+    return x.tracer.emit("permute", [x], perm=dims)
+
+
+def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+    """x with dims `dim0` and `dim1` swapped (torch.transpose)."""
+    x = lift(x)
+    perm = list(range(x.ndim))
+    try:
+        perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+    except IndexError:
+        raise ShapeError(f"{user_source_line()}: transpose: dims ({dim0}, {dim1}) out of range for {x.type}") from None
+    return permute(x, tuple(perm))
+
+
 def transpose2d(x: Tensor) -> Tensor:
-    """xᵀ of a 2-D tensor; consumed by matmul as a transposed operand (no copy)."""
+    """xᵀ of a 2-D tensor (Tensor.T)."""
     x = lift(x)
     if x.ndim != 2:
-        raise ShapeError(f"{user_source_line()}: .T needs a 2-D tensor here, got {x.type}")
-    return TransposedView(x)
-
-
-class TransposedView(Tensor):
-    """A lazy 2-D transpose: matmul reads it as a transposed operand."""
-
-    def __init__(self, base: Tensor) -> None:
-        self.base = base
-
-    @property
-    def tracer(self):
-        return self.base.tracer
-
-    @property
-    def node(self):
-        raise ShapeError(f"{user_source_line()}: a transposed tensor can only be used as a matmul operand for now")
-
-    @property
-    def type(self):
-        from meganeura.ir.graph import TensorType
-
-        rows, cols = self.base.shape
-        return TensorType((cols, rows), self.base.dtype)
-
-    @property
-    def T(self) -> Tensor:
-        return self.base
-
-
-def split_transpose(x: Tensor) -> tuple[Tensor, bool]:
-    if isinstance(x, TransposedView):
-        return x.base, True
-    return lift(x), False
+        raise ShapeError(f"{user_source_line()}: .T needs a 2-D tensor, got {x.type}; use transpose(dim0, dim1)")
+    return permute(x, (1, 0))
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """a @ b for 2-D tensors; a with more dims is flattened to rows first, like torch.matmul."""
-    a, ta = split_transpose(a)
-    b, tb = split_transpose(b)
-    if not ta and a.ndim > 2 and b.ndim == 2:
+    """a @ b like torch.matmul: over the last two dims, batched over equal leading dims; a with
+    more dims than a 2-D b is flattened to rows first."""
+    a, b = lift(a), lift(b)
+    if a.ndim > 2 and b.ndim == 2:
         lead = a.shape[:-1]
         rows = reshape(a, (-1, a.shape[-1]))
-        out = a.tracer.emit("matmul", [rows, b], transpose_a=False, transpose_b=tb)
+        out = a.tracer.emit("matmul", [rows, b], transpose_a=False, transpose_b=False)
         return reshape(out, lead + (out.shape[-1],))
-    return a.tracer.emit("matmul", [a, b], transpose_a=ta, transpose_b=tb)
+    return a.tracer.emit("matmul", [a, b], transpose_a=False, transpose_b=False)
+
+
+def silu(x: Tensor) -> Tensor:
+    """x·sigmoid(x), elementwise (also called swish)."""
+    return unary("silu", x)
+
+
+def rsqrt(x: Tensor) -> Tensor:
+    """1/√x, elementwise."""
+    return unary("rsqrt", x)
+
+
+def amax(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """The maximum over `dim` (torch.amax); the gradient is split evenly between ties."""
+    x = lift(x)
+    try:
+        axes = normalize_axes(dim, x.ndim, "amax")
+    except ShapeError as error:
+        raise ShapeError(f"{user_source_line()}: {error}") from None
+    return x.tracer.emit("max", [x], axes=axes, keepdim=keepdim)
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """x − log Σ exp(x) along `dim`, computed stably (the maximum is subtracted first)."""
+    x = lift(x)
+    shifted = x - amax(x, dim, keepdim=True)
+    return shifted - log(sum(exp(shifted), dim, keepdim=True))
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """exp(x) / Σ exp(x) along `dim`, computed stably (the maximum is subtracted first)."""
+    x = lift(x)
+    e = exp(x - amax(x, dim, keepdim=True))
+    return e / sum(e, dim, keepdim=True)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

@@ -163,3 +163,61 @@ def test_unused_parameter_has_no_gradient():
     grads = gradients(tracer.graph, loss.node, [used.node, unused.node])
     assert grads[unused.node] is None
     assert grads[used.node] is not None
+
+
+def test_new_unary_gradients():
+    rng = np.random.default_rng(10)
+    assert gradcheck(F.rsqrt, [(3, 4)], rng, positive=True) < 1e-6
+    assert gradcheck(F.silu, [(3, 4)], rng) < 1e-6
+
+
+def test_swiglu_gradient_with_broadcasting():
+    rng = np.random.default_rng(11)
+    assert gradcheck(lambda g, u: g.tracer.emit("swiglu", [g, u]), [(3, 4), (3, 4)], rng) < 1e-6
+    assert gradcheck(lambda g, u: g.tracer.emit("swiglu", [g, u]), [(3, 4), (4,)], rng) < 1e-6
+
+
+@pytest.mark.parametrize("dim,keepdim", [(None, False), (1, True), ((0, 2), False)])
+def test_amax_gradient(dim, keepdim):
+    assert gradcheck(lambda x: F.amax(x, dim, keepdim), [(2, 3, 4)], np.random.default_rng(12)) < 1e-6
+
+
+def test_amax_splits_the_gradient_between_ties():
+    tracer = Tracer()
+    with tracing(tracer):
+        x = tracer.leaf("param", "x", TensorType((4,)))
+        loss = F.amax(x) * 3.0
+    grads = gradients(tracer.graph, loss.node, [x.node])
+    tracer.graph.outputs["g"] = grads[x.node]
+    got = interpret(tracer.graph, params={"x": np.array([1.0, 5.0, 5.0, 2.0])}, dtype=np.float64).outputs["g"]
+    np.testing.assert_allclose(got, [0.0, 1.5, 1.5, 0.0])
+
+
+def test_permute_transpose_and_batched_matmul_gradients():
+    rng = np.random.default_rng(13)
+    assert gradcheck(lambda x: F.permute(x, (2, 0, 1)), [(2, 3, 4)], rng) < 1e-6
+    assert gradcheck(lambda x: x.transpose(0, 1), [(3, 4)], rng) < 1e-6
+    assert gradcheck(lambda a, b: a @ b, [(2, 3, 4), (2, 4, 5)], rng) < 1e-6
+    assert gradcheck(lambda a, b: a @ b.transpose(1, 2), [(2, 3, 4), (2, 5, 4)], rng) < 1e-6
+
+
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_softmax_and_log_softmax_gradients(dim):
+    rng = np.random.default_rng(14)
+    assert gradcheck(lambda x: F.softmax(x, dim), [(3, 5)], rng) < 1e-6
+    assert gradcheck(lambda x: F.log_softmax(x, dim), [(3, 5)], rng) < 1e-6
+
+
+def test_softmax_matches_a_direct_formula():
+    tracer = Tracer()
+    with tracing(tracer):
+        x = tracer.leaf("input", "x", TensorType((2, 3)))
+        tracer.graph.outputs["p"] = F.softmax(x * 1.0).node
+        tracer.graph.outputs["lp"] = F.log_softmax(x * 1.0).node
+    value = np.array([[1.0, 2.0, 3.0], [1000.0, 1000.0, 0.0]])
+    out = interpret(tracer.graph, {"x": value}, dtype=np.float64).outputs
+    expected = np.exp(value - value.max(1, keepdims=True))
+    expected /= expected.sum(1, keepdims=True)
+    np.testing.assert_allclose(out["p"], expected)
+    shifted = value - value.max(1, keepdims=True)
+    np.testing.assert_allclose(out["lp"], shifted - np.log(np.exp(shifted).sum(1, keepdims=True)), atol=1e-12)

@@ -92,7 +92,8 @@ def _div(b, node, g):
 
 
 @vjp("greater")
-def _greater(b, node, g):
+@vjp("equal")
+def _mask(b, node, g):
     return [None, None]
 
 
@@ -114,6 +115,33 @@ def _log(b, node, g):
 @vjp("sqrt")
 def _sqrt(b, node, g):
     return [b.emit("div", [b.emit("mul", [g, b.const(0.5)]), node.id])]
+
+
+@vjp("rsqrt")
+def _rsqrt(b, node, g):
+    # d/dx x^(-1/2) = −½·y³
+    cube = b.emit("mul", [b.emit("mul", [node.id, node.id]), node.id])
+    return [b.emit("mul", [g, b.emit("mul", [cube, b.const(-0.5)])])]
+
+
+def silu_derivative(b: GradBuilder, x: int) -> int:
+    """d silu(x)/dx = σ(x)·(1 + x·(1 − σ(x)))."""
+    s = b.emit("sigmoid", [x])
+    inner = b.emit("add", [b.const(1.0), b.emit("mul", [x, b.emit("sub", [b.const(1.0), s])])])
+    return b.emit("mul", [s, inner])
+
+
+@vjp("silu")
+def _silu(b, node, g):
+    return [b.emit("mul", [g, silu_derivative(b, node.inputs[0])])]
+
+
+@vjp("swiglu")
+def _swiglu(b, node, g):
+    gate, up = node.inputs
+    grad_gate = b.emit("mul", [b.emit("mul", [g, up]), silu_derivative(b, gate)])
+    grad_up = b.emit("mul", [g, b.emit("silu", [gate])])
+    return [b.unbroadcast(grad_gate, b.shape(gate)), b.unbroadcast(grad_up, b.shape(up))]
 
 
 @vjp("relu")
@@ -154,6 +182,27 @@ def _sum(b, node, g):
     if b.shape(g) != kept:
         g = b.emit("reshape", [g], shape=kept)
     return [b.emit("broadcast_to", [g], shape=x_shape)]
+
+
+@vjp("max")
+def _max(b, node, g):
+    """The gradient goes to the maxima, split evenly between ties (as torch.amax does)."""
+    x = node.inputs[0]
+    x_shape = b.shape(x)
+    axes = normalize_axes(node.attr("axes"), len(x_shape))
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x_shape))
+    peak = node.id if b.shape(node.id) == kept else b.emit("reshape", [node.id], shape=kept)
+    mask = b.emit("equal", [x, peak])
+    ties = b.emit("sum", [mask], axes=axes, keepdim=True)
+    g = g if b.shape(g) == kept else b.emit("reshape", [g], shape=kept)
+    return [b.emit("mul", [mask, b.emit("div", [g, ties])])]
+
+
+@vjp("permute")
+def _permute(b, node, g):
+    perm = node.attr("perm")
+    inverse = tuple(sorted(range(len(perm)), key=lambda i: perm[i]))
+    return [b.emit("permute", [g], perm=inverse)]
 
 
 def matmul_input_grads(b: GradBuilder, a: int, w: int, g: int, ta: bool, tb: bool) -> list[int]:

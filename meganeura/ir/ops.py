@@ -6,10 +6,12 @@ encoder look ops up by name. Gradients live in `autodiff.py`.
 
 Ops are grouped by kind:
 - leaves: input, param, state (persistent buffers), const (a scalar);
-- elementwise: unary and broadcasting binary ops;
-- shape: reshape, broadcast_to, sum;
-- matmul (2-D, optionally transposed operands) and fused_matmul (the e-graph's matmul with
-  bias and activation epilogue);
+- elementwise: unary and broadcasting binary ops (the functions of `expr.py`);
+- shape and reduction: reshape, broadcast_to, permute, sum, max;
+- matmul (batched over leading dims, optionally transposed operands);
+- fused kernels, produced only by the e-graph: fused_matmul (a matmul with an epilogue
+  expression), pointwise (one expression over broadcast inputs), fused_reduce (a reduction
+  with prologue and epilogue expressions);
 - losses: cross_entropy_rows and its gradient;
 - optimizer updates: sgd_step, momentum_buffer, adam_moment, adam_step.
 """
@@ -22,6 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from meganeura.ir.expr import BINARY_FUNCTIONS, NUMPY_FUNCTIONS, UNARY_FUNCTIONS, variables
+from meganeura.ir.expr import evaluate as evaluate_expr
+from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import TensorType
 
 
@@ -122,27 +127,9 @@ register("const", "leaf", 0, infer_const, lambda **attrs: np.asarray(attrs["valu
 # Elementwise ops. The WGSL code generator has one expression per name (UNARY_WGSL/BINARY_WGSL in codegen/lower.py).
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (np.tanh(0.5 * x) + 1.0)
-
-
-UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "neg": np.negative,
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "relu": lambda x: np.maximum(x, 0),
-    "sigmoid": sigmoid,
-    "tanh": np.tanh,
-}
-
+UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {name: NUMPY_FUNCTIONS[name] for name in UNARY_FUNCTIONS}
 BINARY_NUMPY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-    # A 0/1 mask in the operands' float type: used by relu's gradient.
-    "greater": lambda a, b: np.greater(a, b).astype(np.result_type(a, b)),
+    name: NUMPY_FUNCTIONS[name] for name in BINARY_FUNCTIONS
 }
 
 
@@ -207,64 +194,145 @@ register(
     infer_sum,
     lambda x, axes, keepdim=False: np.asarray(np.sum(x, axis=tuple(axes), keepdims=keepdim)),
 )
+register(
+    "max",
+    "reduce",
+    1,
+    infer_sum,
+    lambda x, axes, keepdim=False: np.asarray(np.max(x, axis=tuple(axes), keepdims=keepdim)),
+)
+
+
+def infer_permute(types, attrs) -> TensorType:
+    perm = tuple(attrs["perm"])
+    shape = types[0].shape
+    if sorted(perm) != list(range(len(shape))):
+        raise ShapeError(f"permute: {list(perm)} is not a permutation of the {len(shape)} dims of {types[0]}")
+    return TensorType(tuple(shape[p] for p in perm), types[0].dtype)
+
+
+register("permute", "shape", 1, infer_permute, lambda x, perm: np.transpose(x, perm).copy())
 
 
 # ---------------------------------------------------------------------------------------------
-# Matmul. Operands are 2-D; transpose flags let autodiff express Aᵀ·B and A·Bᵀ without copies.
+# Matmul over the last two dims, with equal leading (batch) dims; transpose flags swap the last
+# two dims of an operand, so autodiff and the algebra rules express Aᵀ·B and A·Bᵀ without copies.
 
 
-def matmul_dims(types, attrs, op="matmul") -> tuple[int, int, int]:
-    """(M, K, N) of a (possibly transposed) 2-D matmul, checking that the inner dims agree."""
+def matmul_dims(types, attrs, op="matmul") -> tuple[tuple[int, ...], int, int, int]:
+    """(batch dims, M, K, N) of a (possibly transposed) matmul, checking that the operands fit."""
     a, b = types[0], types[1]
     require_float([a, b], op)
-    if a.rank != 2 or b.rank != 2:
-        raise ShapeError(f"{op}: expected 2-D operands, got {a} and {b}")
-    m, k = (a.shape[1], a.shape[0]) if attrs.get("transpose_a") else a.shape
-    k2, n = (b.shape[1], b.shape[0]) if attrs.get("transpose_b") else b.shape
+    if a.rank < 2 or a.rank != b.rank:
+        raise ShapeError(f"{op}: expected operands of the same rank >= 2, got {a} and {b}")
+    if a.shape[:-2] != b.shape[:-2]:
+        raise ShapeError(f"{op}: batch dimensions differ: {a} and {b}")
+    m, k = (a.shape[-1], a.shape[-2]) if attrs.get("transpose_a") else a.shape[-2:]
+    k2, n = (b.shape[-1], b.shape[-2]) if attrs.get("transpose_b") else b.shape[-2:]
     if k != k2:
         raise ShapeError(
             f"{op}: inner dimensions differ: {a}{'ᵀ' if attrs.get('transpose_a') else ''} "
             f"@ {b}{'ᵀ' if attrs.get('transpose_b') else ''} ({k} vs {k2})"
         )
-    return m, k, n
+    return a.shape[:-2], m, k, n
 
 
 def infer_matmul(types, attrs) -> TensorType:
-    m, _, n = matmul_dims(types, attrs)
-    return TensorType((m, n), "f32")
+    batch, m, _, n = matmul_dims(types, attrs)
+    return TensorType((*batch, m, n), "f32")
 
 
 def evaluate_matmul(a, b, transpose_a=False, transpose_b=False):
-    a = a.T if transpose_a else a
-    b = b.T if transpose_b else b
+    a = np.swapaxes(a, -1, -2) if transpose_a else a
+    b = np.swapaxes(b, -1, -2) if transpose_b else b
     return a @ b
 
 
 register("matmul", "matmul", 2, infer_matmul, evaluate_matmul)
 
-ACTIVATIONS = ("none", "relu", "sigmoid", "tanh")
+
+def check_expr(op: str, text: str, allowed: set[str]) -> None:
+    """Raise a ShapeError if expression `text` does not parse or reads a value not in `allowed`."""
+    try:
+        names = variables(parse_expr(text))
+    except ValueError as error:
+        raise ShapeError(f"{op}: {error}") from None
+    unknown = names - allowed
+    if unknown:
+        raise ShapeError(f"{op}: expression {text!r} reads ${', $'.join(sorted(unknown))}, which it is not given")
 
 
 def infer_fused_matmul(types, attrs) -> TensorType:
-    m, _, n = matmul_dims(types, attrs, "fused_matmul")
-    if attrs.get("activation", "none") not in ACTIVATIONS:
-        raise ShapeError(f"fused_matmul: unknown activation {attrs['activation']!r}")
-    if len(types) == 3 and types[2].shape not in ((n,), (1, n), (m, n)):
-        raise ShapeError(f"fused_matmul: bias {types[2]} does not fit an output of [{m},{n}]")
-    return TensorType((m, n), "f32")
-
-
-def evaluate_fused_matmul(a, b, bias=None, transpose_a=False, transpose_b=False, activation="none"):
-    """act(A·B + bias): the matmul with its epilogue, as one kernel computes it."""
-    out = evaluate_matmul(a, b, transpose_a, transpose_b)
-    if bias is not None:
-        out = out + bias
-    if activation != "none":
-        out = UNARY_NUMPY[activation](out)
+    batch, m, _, n = matmul_dims(types, attrs, "fused_matmul")
+    out = TensorType((*batch, m, n), "f32")
+    extras = types[2:]
+    for index, extra in enumerate(extras):
+        if broadcast_shapes(extra.shape, out.shape, "fused_matmul") != out.shape:
+            raise ShapeError(f"fused_matmul: epilogue input ${index} {extra} does not broadcast to {out}")
+    check_expr("fused_matmul", attrs.get("epilogue", "$acc"), {"acc", *map(str, range(len(extras)))})
     return out
 
 
+def evaluate_fused_matmul(a, b, *extras, transpose_a=False, transpose_b=False, epilogue="$acc"):
+    """epilogue(A·B, extras…): the matmul and its epilogue, as one kernel computes it."""
+    acc = evaluate_matmul(a, b, transpose_a, transpose_b)
+    values = {"acc": acc, **{str(i): x for i, x in enumerate(extras)}}
+    return np.broadcast_to(evaluate_expr(epilogue, values, acc.dtype), acc.shape)
+
+
 register("fused_matmul", "matmul", None, infer_fused_matmul, evaluate_fused_matmul)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused elementwise and reduction kernels, produced by the e-graph's pointwise and reduction rules.
+
+
+def infer_pointwise(types, attrs) -> TensorType:
+    shape = tuple(attrs["shape"])
+    require_float(types, "pointwise")
+    for index, t in enumerate(types):
+        if broadcast_shapes(t.shape, shape, "pointwise") != shape:
+            raise ShapeError(f"pointwise: input ${index} {t} does not broadcast to {list(shape)}")
+    check_expr("pointwise", attrs["expr"], set(map(str, range(len(types)))))
+    return TensorType(shape, "f32")
+
+
+def evaluate_pointwise(*inputs, expr, shape):
+    """expr($0, $1, …) with every input broadcast to `shape`."""
+    values = {str(i): x for i, x in enumerate(inputs)}
+    dtype = inputs[0].dtype if inputs else np.float32
+    return np.broadcast_to(evaluate_expr(expr, values, dtype), tuple(shape)).copy()
+
+
+register("pointwise", "pointwise", None, infer_pointwise, evaluate_pointwise)
+
+REDUCE_KINDS = ("sum", "max")
+
+
+def infer_fused_reduce(types, attrs) -> TensorType:
+    in_shape = tuple(attrs["in_shape"])
+    require_float(types, "fused_reduce")
+    if attrs["kind"] not in REDUCE_KINDS:
+        raise ShapeError(f"fused_reduce: unknown kind {attrs['kind']!r}")
+    for index, t in enumerate(types):
+        if broadcast_shapes(t.shape, in_shape, "fused_reduce") != in_shape:
+            raise ShapeError(f"fused_reduce: input ${index} {t} does not broadcast to {list(in_shape)}")
+    check_expr("fused_reduce", attrs.get("prologue", "$0"), set(map(str, range(len(types)))))
+    check_expr("fused_reduce", attrs.get("epilogue", "$r"), {"r"})
+    return infer_sum([TensorType(in_shape)], attrs)
+
+
+def evaluate_fused_reduce(*inputs, kind, axes, keepdim, in_shape, prologue="$0", epilogue="$r"):
+    """epilogue(reduce(prologue($0, $1, …) over `axes`)): a reduction with elementwise ends."""
+    values = {str(i): x for i, x in enumerate(inputs)}
+    dtype = inputs[0].dtype if inputs else np.float32
+    body = np.broadcast_to(evaluate_expr(prologue, values, dtype), tuple(in_shape))
+    reduce = np.sum if kind == "sum" else np.max
+    reduced = np.asarray(reduce(body, axis=tuple(axes), keepdims=keepdim))
+    return np.asarray(evaluate_expr(epilogue, {"r": reduced}, dtype))
+
+
+register("fused_reduce", "reduce", None, infer_fused_reduce, evaluate_fused_reduce)
 
 
 # ---------------------------------------------------------------------------------------------

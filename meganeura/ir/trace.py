@@ -175,6 +175,26 @@ class Tensor:
     def t(self) -> Tensor:
         return self.T
 
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        from meganeura import functional
+
+        return functional.transpose(self, dim0, dim1)
+
+    def permute(self, *dims) -> Tensor:
+        from meganeura import functional
+
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        return functional.permute(self, dims)
+
+    def rsqrt(self):
+        return self.tracer.emit("rsqrt", [self])
+
+    def amax(self, dim=None, keepdim: bool = False):
+        from meganeura import functional
+
+        return functional.amax(self, dim, keepdim)
+
     def relu(self):
         return self.tracer.emit("relu", [self])
 
