@@ -20,11 +20,10 @@ array([2., 4.])
 from __future__ import annotations
 
 import re
-from typing import Union
 
 import numpy as np
 
-Expr = Union[tuple, float]  # ("fn", arg...) | ("$", name) | a float literal
+Expr = tuple | float  # ("fn", arg...) | ("$", name) | a float literal
 
 UNARY_FUNCTIONS = ("neg", "exp", "log", "sqrt", "rsqrt", "relu", "sigmoid", "tanh", "silu")
 BINARY_FUNCTIONS = ("add", "sub", "mul", "div", "greater", "equal", "swiglu")
