@@ -10,13 +10,15 @@ e-graph, and hand the plan to the GPU runtime. `Program` is what the user gets b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from meganeura import nn
+from meganeura.explain import StepReport
 from meganeura.ir.autodiff import GradBuilder, gradients
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.ops import ShapeError
@@ -143,6 +145,25 @@ def label_bounds(graph: Graph) -> dict[str, int]:
     return bounds
 
 
+class StopExplain(Exception):
+    """Raised in explain mode when a script first tries to run a program."""
+
+
+_EXPLAIN: list[list[Program]] = []
+
+
+@contextlib.contextmanager
+def explain_only() -> Iterator[list[Program]]:
+    """Within this block, compile() traces and optimises but builds nothing on the GPU; programs
+    are collected in the yielded list and running one raises StopExplain."""
+    programs: list[Program] = []
+    _EXPLAIN.append(programs)
+    try:
+        yield programs
+    finally:
+        _EXPLAIN.pop()
+
+
 class Program:
     """A compiled step on the GPU: `train_step(**arrays)` for training, `program(**arrays)` for inference."""
 
@@ -153,18 +174,27 @@ class Program:
         self.inputs = dict(inputs)
         self.traced = traced
         self.graph = traced.graph
-        self.fused_graph, self._report = rewrite_stage.optimize(traced.graph, enabled=rewrite)
+        self.fused_graph, self.rewrite_report = rewrite_stage.optimize(traced.graph, enabled=rewrite)
+        self.is_training = "loss" in self.graph.outputs
+        if _EXPLAIN:
+            _EXPLAIN[-1].append(self)
+            self.executable = None
+            return
         self.executable = runtime.Executable(
             self.fused_graph, runtime.default_device(), traced.parameters, traced.initial_states
         )
-        self.is_training = "loss" in self.graph.outputs
+
+    def require_executable(self):
+        if self.executable is None:
+            raise StopExplain()
+        return self.executable
 
     def train_step(self, **arrays: np.ndarray) -> float:
         """Run forward, backward and the optimizer update once; return the loss."""
         if not self.is_training:
             raise RuntimeError("this program was compiled without loss=: call it, program(**inputs), to run the model")
         values = self.check_inputs(arrays)
-        out = self.executable.run(values, read=("loss",))
+        out = self.require_executable().run(values, read=("loss",))
         return float(out["loss"].reshape(()))
 
     def __call__(self, **arrays: np.ndarray):
@@ -173,7 +203,7 @@ class Program:
             raise RuntimeError("this is a training program: use train_step(**inputs)")
         values = self.check_inputs(arrays)
         names = list(self.graph.outputs)
-        out = self.executable.run(values, read=tuple(names))
+        out = self.require_executable().run(values, read=tuple(names))
         results = tuple(out[name] for name in names)
         return results[0] if len(results) == 1 else results
 
@@ -209,9 +239,9 @@ class Program:
         for name, param in self.traced.parameters.items():
             param.copy_(state[name])
 
-    def report(self):
-        """The rewrites the e-graph chose, the kernels before and after, and the e-graph figures."""
-        return self._report
+    def report(self) -> StepReport:
+        """The rewrites the e-graph chose, costs, e-graph figures and the kernels with their source lines."""
+        return StepReport(self.rewrite_report, self.graph, self.fused_graph)
 
 
 def coerce_input(name: str, value: Any, spec: InputSpec) -> np.ndarray:

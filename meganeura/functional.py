@@ -11,7 +11,7 @@ from meganeura.ir.ops import ShapeError, normalize_axes
 from meganeura.ir.trace import Tensor, lift, user_source_line
 
 __all__ = [
-    "add", "amax", "cross_entropy", "exp", "linear", "log", "log_softmax", "matmul", "mean", "mse_loss",
+    "add", "amax", "broadcast_to", "cross_entropy", "exp", "linear", "log", "log_softmax", "matmul", "mean", "mse_loss",
     "permute", "relu", "reshape", "rsqrt", "sigmoid", "silu", "softmax", "sqrt", "sum", "tanh", "transpose",
     "transpose2d",
 ]  # fmt: skip
@@ -132,6 +132,15 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
         out = a.tracer.emit("matmul", [rows, b], transpose_a=False, transpose_b=False)
         return reshape(out, lead + (out.shape[-1],))
     return a.tracer.emit("matmul", [a, b], transpose_a=False, transpose_b=False)
+
+
+def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """x repeated along dims of size 1 (and new leading dims) to `shape`, like torch.broadcast_to."""
+    x = lift(x)
+    shape = tuple(int(d) for d in shape)
+    if shape == x.shape:
+        return x
+    return x.tracer.emit("broadcast_to", [x], shape=shape)
 
 
 def silu(x: Tensor) -> Tensor:

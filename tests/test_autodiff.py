@@ -221,3 +221,9 @@ def test_softmax_matches_a_direct_formula():
     np.testing.assert_allclose(out["p"], expected)
     shifted = value - value.max(1, keepdims=True)
     np.testing.assert_allclose(out["lp"], shifted - np.log(np.exp(shifted).sum(1, keepdims=True)), atol=1e-12)
+
+
+def test_expand_gradient():
+    rng = np.random.default_rng(15)
+    assert gradcheck(lambda x: x.expand(2, 3, 4), [(3, 1)], rng) < 1e-6
+    assert gradcheck(lambda x: F.broadcast_to(x, (2, 3, 4)), [(4,)], rng) < 1e-6

@@ -187,6 +187,24 @@ class Tensor:
             dims = tuple(dims[0])
         return functional.permute(self, dims)
 
+    def silu(self):
+        return self.tracer.emit("silu", [self])
+
+    def expand(self, *shape) -> Tensor:
+        """Broadcast to `shape` (−1 keeps a dim), like torch.Tensor.expand."""
+        from meganeura import functional
+
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        lead = len(shape) - self.ndim
+        full = tuple(self.shape[i - lead] if d == -1 else d for i, d in enumerate(shape))
+        return functional.broadcast_to(self, full)
+
+    def softmax(self, dim: int = -1) -> Tensor:
+        from meganeura import functional
+
+        return functional.softmax(self, dim)
+
     def rsqrt(self):
         return self.tracer.emit("rsqrt", [self])
 

@@ -1,0 +1,67 @@
+"""Command line: `python -m meganeura explain [--out DIR] SCRIPT [ARGS...]`.
+
+Runs SCRIPT until it first asks a compiled program to run (nothing runs on the GPU), prints
+the report of every program it compiled — the rewrites the e-graph chose, costs, e-graph
+figures, kernels with the source lines they cover — and writes each step graph as DOT, and as
+SVG when Graphviz's `dot` is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+
+from meganeura import compiler
+
+
+def explain(script: str, script_args: list[str], out_dir: str) -> int:
+    """Trace and optimise the programs `script` compiles; print their reports; write pictures."""
+    sys.argv = [script, *script_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    with compiler.explain_only() as programs:
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except compiler.StopExplain:
+            pass
+    if not programs:
+        print(f"{script} compiled no program (mn.compile was never called)", file=sys.stderr)
+        return 1
+    os.makedirs(out_dir, exist_ok=True)
+    stem = os.path.splitext(os.path.basename(script))[0]
+    for index, program in enumerate(programs):
+        kind = "training step" if program.is_training else "inference"
+        print(f"=== program {index}: {kind}, inputs {', '.join(f'{k}: {v}' for k, v in program.inputs.items())}")
+        report = program.report()
+        print(report)
+        print()
+        dot_path = os.path.join(out_dir, f"{stem}-{index}.dot")
+        with open(dot_path, "w") as file:
+            file.write(report.to_dot())
+        print(f"wrote {dot_path}")
+        if shutil.which("dot"):
+            svg_path = dot_path[:-4] + ".svg"
+            subprocess.run(["dot", "-Tsvg", dot_path, "-o", svg_path], check=True)
+            print(f"wrote {svg_path}")
+        else:
+            print("(install Graphviz for an SVG: `dot` was not found)")
+        print()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m meganeura", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    explain_parser = commands.add_parser("explain", help="print the compile report of a model script")
+    explain_parser.add_argument("script")
+    explain_parser.add_argument("--out", default="out/explain", help="folder for the .dot/.svg files")
+    explain_parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    options = parser.parse_args(argv)
+    return explain(options.script, options.args, options.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

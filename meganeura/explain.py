@@ -1,0 +1,159 @@
+"""What `program.report()` returns: the e-graph's rewrite report plus the kernel list, as text,
+as JSON-ready data (`to_json`) and as a Graphviz picture of the step (`to_dot`).
+
+>>> # report = program.report(); print(report); report.to_json()["kernels"][0]["sources"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from meganeura.ir.graph import Graph, Node
+from meganeura.ir.ops import launches_kernel
+
+
+def kernel_summary(node: Node) -> str:
+    """A short description of what a kernel node computes: its expression or its key attributes."""
+    if node.op == "pointwise":
+        return node.attr("expr")
+    if node.op == "fused_matmul":
+        return f"epilogue {node.attr('epilogue')}" + transposes(node)
+    if node.op == "matmul":
+        return transposes(node).strip()
+    if node.op == "fused_reduce":
+        return f"{node.attr('kind')} over {list(node.attr('axes'))}: {node.attr('prologue')} -> {node.attr('epilogue')}"
+    if node.op in ("sum", "max"):
+        return f"over {list(node.attr('axes'))}"
+    if node.op == "permute":
+        return f"perm {list(node.attr('perm'))}"
+    return ""
+
+
+def transposes(node: Node) -> str:
+    flags = [name for name in ("transpose_a", "transpose_b") if node.attr(name)]
+    return (" " + " ".join(flags)) if flags else ""
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One kernel of the plan: the IR node it computes and the user source lines it covers."""
+
+    node: int
+    op: str
+    shape: tuple[int, ...]
+    what: str
+    sources: tuple[str, ...]
+
+
+def kernel_rows(graph: Graph) -> list[KernelRow]:
+    """The kernels of `graph` (live nodes that launch one), in graph order."""
+    live = graph.live_ids()
+    return [
+        KernelRow(n.id, n.op, n.shape, kernel_summary(n), n.sources)
+        for n in graph
+        if n.id in live and launches_kernel(n.op)
+    ]
+
+
+@dataclass
+class StepReport:
+    """The rewrites the e-graph chose for one step, and the kernels that run it."""
+
+    rewrite: Any  # meganeura.rewrite.RewriteReport
+    graph: Graph  # the traced step
+    fused_graph: Graph  # after the e-graph
+    kernels: list[KernelRow] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.kernels:
+            self.kernels = kernel_rows(self.fused_graph)
+
+    def __str__(self) -> str:
+        lines = [str(self.rewrite), "", f"Kernels ({len(self.kernels)})"]
+        op_width = max([2, *(len(k.op) for k in self.kernels)])
+        shape_width = max([5, *(len(shape_text(k.shape)) for k in self.kernels)])
+        what_width = min(48, max([4, *(len(k.what) for k in self.kernels)]))
+        lines.append(f"  {'%':>4}  {'op':<{op_width}}  {'shape':<{shape_width}}  {'what':<{what_width}}  source lines")
+        for k in self.kernels:
+            what = k.what if len(k.what) <= what_width else k.what[: what_width - 1] + "…"
+            lines.append(
+                f"  {k.node:>4}  {k.op:<{op_width}}  {shape_text(k.shape):<{shape_width}}  "
+                f"{what:<{what_width}}  {', '.join(k.sources)}"
+            )
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """The same report as plain data (dicts, lists, numbers, strings): `json.dumps` works on it."""
+        rewrite = json.loads(json.dumps(dataclasses.asdict(self.rewrite), default=str))
+        return {
+            "rewrite": rewrite,
+            "kernels": [
+                {"node": k.node, "op": k.op, "shape": list(k.shape), "what": k.what, "sources": list(k.sources)}
+                for k in self.kernels
+            ],
+            "graph": str(self.graph),
+            "fused_graph": str(self.fused_graph),
+        }
+
+    def to_dot(self) -> str:
+        """Graphviz DOT text of the fused step: one box per kernel, data edges between them."""
+        return step_dot(self.fused_graph)
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ",".join(map(str, shape)) + "]"
+
+
+def step_graph(graph: Graph) -> nx.DiGraph:
+    """The live part of `graph` as a networkx DiGraph; node attributes say how to draw it."""
+    drawn = nx.DiGraph()
+    live = graph.live_ids()
+    for node in graph:
+        if node.id not in live or node.op == "const":
+            continue
+        if node.op in ("input", "param", "state"):
+            label = f"{node.op} {node.attr('name')}\\n{shape_text(node.shape)}"
+            drawn.add_node(node.id, label=label, shape="ellipse", style="filled", fillcolor="#eeeeee")
+        else:
+            what = kernel_summary(node)
+            fused = node.op in ("pointwise", "fused_matmul", "fused_reduce")
+            label = f"%{node.id} {node.op}\\n{shape_text(node.shape)}" + (f"\\n{escape(what)}" if what else "")
+            drawn.add_node(
+                node.id,
+                label=label,
+                shape="box",
+                style="rounded,filled,bold" if fused else "rounded",
+                fillcolor="#d8ecff" if fused else "white",
+                tooltip=escape(", ".join(node.sources)),
+            )
+        for source in node.inputs:
+            if source in drawn:
+                drawn.add_edge(source, node.id)
+    for name, node_id in {**graph.outputs, **graph.updates}.items():
+        key = f"out:{name}"
+        drawn.add_node(key, label=escape(name), shape="plaintext")
+        drawn.add_edge(node_id, key, style="dashed")
+    return drawn
+
+
+def escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def step_dot(graph: Graph) -> str:
+    """DOT text for `step_graph(graph)`: fused kernels are filled, bold boxes."""
+    drawn = step_graph(graph)
+    lines = ["digraph step {", "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];']
+    for node, attrs in drawn.nodes(data=True):
+        fields = ", ".join(f'{key}="{value}"' for key, value in attrs.items())
+        lines.append(f'  "{node}" [{fields}];')
+    for source, target, attrs in drawn.edges(data=True):
+        fields = ", ".join(f'{key}="{value}"' for key, value in attrs.items())
+        lines.append(f'  "{source}" -> "{target}"' + (f" [{fields}]" if fields else "") + ";")
+    lines.append("}")
+    return "\n".join(lines)

@@ -1,0 +1,100 @@
+"""program.report(): the text a user reads, its JSON form, the DOT picture, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+
+import meganeura as mn
+import meganeura.functional as F
+from meganeura import nn, optim
+from meganeura.__main__ import main
+from meganeura.compiler import explain_only
+from meganeura.ir.ops import launches_kernel
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        hidden = F.relu(self.fc1(x))
+        return self.fc2(hidden)
+
+
+def compile_without_gpu():
+    """A training program traced and optimised in explain mode (nothing built on the GPU)."""
+    with explain_only() as programs:
+        program = mn.compile(
+            MLP(),
+            loss=lambda m, x, y: F.cross_entropy(m(x), y),
+            inputs={"x": mn.f32[8, 12], "y": mn.i32[8]},
+            optimizer=optim.AdamW(lr=1e-3),
+        )
+    assert programs == [program] and program.executable is None
+    return program
+
+
+def test_report_lists_rules_costs_and_kernels_with_source_lines():
+    program = compile_without_gpu()
+    report = program.report()
+    text = str(report)
+    kernel_count = sum(
+        1 for n in program.fused_graph if launches_kernel(n.op) and n.id in program.fused_graph.live_ids()
+    )
+    assert f"Kernels ({kernel_count})" in text
+    assert len(report.kernels) == kernel_count == report.rewrite.kernels_after
+    # The first Linear's kernel names this file's forward() lines.
+    first = report.kernels[0]
+    assert any(source.startswith("test_explain.py:") for source in first.sources)
+    for kernel in report.kernels:
+        assert f"{kernel.node:>4}  {kernel.op}" in text
+    assert "bytes" in text and "dispatches" in text
+
+
+def test_report_to_json_is_plain_data():
+    report = compile_without_gpu().report()
+    data = json.loads(json.dumps(report.to_json()))
+    assert len(data["kernels"]) == len(report.kernels)
+    assert data["rewrite"]["kernels_after"] == len(report.kernels)
+    assert {"node", "op", "shape", "what", "sources"} <= set(data["kernels"][0])
+    assert data["fused_graph"].splitlines()[0].startswith("%0 = ")
+
+
+def test_report_to_dot_draws_every_kernel():
+    program = compile_without_gpu()
+    dot = program.report().to_dot()
+    assert dot.startswith("digraph step {") and dot.rstrip().endswith("}")
+    for kernel in program.report().kernels:
+        assert f'"{kernel.node}" [' in dot
+    assert '"out:loss"' in dot
+
+
+def test_cli_explain_prints_reports_and_writes_dot(tmp_path, capsys):
+    script = tmp_path / "tiny_model.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            import meganeura as mn
+            import meganeura.functional as F
+            from meganeura import nn, optim
+
+            model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+            program = mn.compile(model, loss=lambda m, x, y: F.cross_entropy(m(x), y),
+                                 inputs={"x": mn.f32[4, 6], "y": mn.i32[4]}, optimizer=optim.SGD(lr=0.1))
+            program.train_step(x=np.zeros((4, 6), np.float32), y=np.zeros(4, np.int32))
+            raise SystemExit("explain must stop the script before it trains")
+            """
+        )
+    )
+    assert main(["explain", "--out", str(tmp_path / "out"), str(script)]) == 0
+    printed = capsys.readouterr().out
+    assert "=== program 0: training step" in printed
+    assert "Kernels (" in printed and "tiny_model.py:" in printed
+    assert (tmp_path / "out" / "tiny_model-0.dot").read_text().startswith("digraph step {")
+    if shutil.which("dot"):  # Graphviz installed: the picture is written too
+        assert (tmp_path / "out" / "tiny_model-0.svg").read_text().lstrip().startswith("<?xml")
