@@ -1,22 +1,26 @@
 // elementwise.wgsl: out[i] = f(inputs at i), one thread per output element.
 //
-// Serves the unary ops (neg, exp, log, sqrt, relu, sigmoid, tanh), the broadcasting binary
-// ops (add, sub, mul, div, greater) and broadcast_to (f = identity).
+// Serves the unary ops (neg, exp, log, sqrt, rsqrt, relu, sigmoid, tanh, silu), the
+// broadcasting binary ops (add, sub, mul, div, greater, equal, swiglu), broadcast_to
+// (f = identity), `pointwise` (f = its expression over $0, $1, …) and permute (a gather).
 // Bindings (group 0, generated from the KernelSpec): one read binding per input buffer
-// (x0, x1; scalar constants are inlined as literals and have none), then out (read_write).
+// (x0, x1, …; scalar constants are inlined as literals and have none), then out (read_write).
 // Grid: NUMEL / 256 workgroups of 256 threads, folded into (GRID_X, y) when there are more
 // than the per-dimension limit allows.
 //
 // Broadcasting is resolved by the generator: each input is read at an index expression of
 // `i` built from the output shape and the input's strides (0 along broadcast dims).
 //
-// Placeholders: BINDINGS, NUMEL, GRID_X, VALUE (the output expression, reading the inputs at
-// index expressions of `i`).
+// Placeholders: BINDINGS, NUMEL, GRID_X, FUNCTIONS (helper functions the expression calls),
+// READS (`let` statements loading the inputs at index expressions of `i`), VALUE (the output
+// expression).
 
 {{BINDINGS}}
 
 const NUMEL: u32 = {{NUMEL}}u;
 const GRID_X: u32 = {{GRID_X}}u;
+
+{{FUNCTIONS}}
 
 @compute @workgroup_size(256)
 fn elementwise(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -24,5 +28,6 @@ fn elementwise(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     if (i >= NUMEL) {
         return;
     }
+    {{READS}}
     out[i] = {{VALUE}};
 }

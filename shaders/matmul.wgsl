@@ -1,10 +1,14 @@
-// matmul.wgsl: out = act(op(A) · op(B) + bias), op(X) = X or Xᵀ (serves matmul and fused_matmul).
+// matmul.wgsl: out = epilogue(op(A) · op(B), extras…), op(X) = X or Xᵀ, batched over leading
+// dims (serves matmul and fused_matmul).
 //
 // Shapes: op(A) is [M, K] (A stored [M, K], or [K, M] when transposed), op(B) is [K, N]
-// (B stored [K, N], or [N, K] when transposed); out is [M, N], all row-major f32.
-// Bindings (group 0, generated from the KernelSpec): a (read), b (read), optional bias (read,
-// [N] / [1, N] / [M, N]), out (read_write).
-// Grid: (ceil(N / BN), ceil(M / BM), 1) workgroups of (WG_X, WG_Y) threads.
+// (B stored [K, N], or [N, K] when transposed); out is [M, N], all row-major f32. With batch
+// dims, A, B and out hold BATCH such matrices back to back (equal leading dims).
+// Bindings (group 0, generated from the KernelSpec): a (read), b (read), the epilogue's extra
+// inputs that are buffers (x0, x1, …, read; scalar constants are inlined), out (read_write).
+// Grid: (ceil(N / BN), y, z) workgroups of (WG_X, WG_Y) threads, where the TILES = BATCH ·
+// ceil(M / BM) (row tile, batch) pairs are numbered t = y + z · GRID_Y (folded into z only
+// when y would exceed the per-dimension limit); workgroups past TILES return at once.
 //
 // Each workgroup computes a BM × BN tile of out, walking K in steps of BK: both operand
 // tiles are staged in workgroup memory (zero-padded past the matrix edges, so sizes need not
@@ -15,16 +19,21 @@
 // generator (ACCUMULATORS, MULTIPLY, STORE): a dynamically indexed private array would
 // leave registers for local memory on some drivers.
 //
-// Placeholders: BINDINGS, M, N, K, WG_X, WG_Y, TM, NV, BK; A_INDEX (global index of op(A)[m, k]),
-// B_INDEX (of op(B)[k, n]); A_STAGE / B_STAGE (which tile coordinate varies fastest while
-// staging, chosen so consecutive threads read consecutive addresses); EPILOGUE (an f32
-// expression of `x`, the dot product, and `row`, `col`); ACCUMULATORS, MULTIPLY, STORE.
+// Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_Y, WG_X, WG_Y, TM, NV, BK; A_INDEX
+// (index of op(A)[m, k] within one matrix), B_INDEX (of op(B)[k, n]); A_STAGE / B_STAGE
+// (which tile coordinate varies fastest while staging, chosen so consecutive threads read
+// consecutive addresses); FUNCTIONS (helpers the epilogue calls), READS (`let` statements
+// loading the extras at `bat`, `row`, `col`), EPILOGUE (an f32 expression of `x`, the dot
+// product, and the READS); ACCUMULATORS, MULTIPLY, STORE.
 
 {{BINDINGS}}
 
 const M: u32 = {{M}}u;
 const N: u32 = {{N}}u;
 const K: u32 = {{K}}u;
+const TILES_M: u32 = {{TILES_M}}u;
+const TILES: u32 = {{TILES}}u;
+const GRID_Y: u32 = {{GRID_Y}}u;
 const WG_X: u32 = {{WG_X}}u;
 const WG_Y: u32 = {{WG_Y}}u;
 const TM: u32 = {{TM}}u;
@@ -38,32 +47,35 @@ const THREADS: u32 = WG_X * WG_Y;
 var<workgroup> tile_a: array<f32, BK * BM>;         // [k][m]
 var<workgroup> tile_b: array<vec4<f32>, BK * BN4>;  // [k][n / 4], component n % 4
 
-fn load_a(m: u32, k: u32) -> f32 {
+{{FUNCTIONS}}
+
+fn load_a(base: u32, m: u32, k: u32) -> f32 {
     if (m < M && k < K) {
-        return a[{{A_INDEX}}];
+        return a[base + {{A_INDEX}}];
     }
     return 0.0;
 }
 
-fn load_b(k: u32, n: u32) -> f32 {
+fn load_b(base: u32, k: u32, n: u32) -> f32 {
     if (k < K && n < N) {
-        return b[{{B_INDEX}}];
+        return b[base + {{B_INDEX}}];
     }
     return 0.0;
 }
 
-fn epilogue(x: f32, row: u32, col: u32) -> f32 {
+fn epilogue(x: f32, bat: u32, row: u32, col: u32) -> f32 {
+    {{READS}}
     return {{EPILOGUE}};
 }
 
-// Store one accumulator: out[row, col .. col + 3], inside the matrix.
-fn store4(row: u32, col: u32, v: vec4<f32>) {
+// Store one accumulator: out[bat, row, col .. col + 3], inside the matrix.
+fn store4(bat: u32, row: u32, col: u32, v: vec4<f32>) {
     if (row >= M) {
         return;
     }
     for (var c = 0u; c < 4u; c++) {
         if (col + c < N) {
-            out[row * N + col + c] = epilogue(v[c], row, col + c);
+            out[(bat * M + row) * N + col + c] = epilogue(v[c], bat, row, col + c);
         }
     }
 }
@@ -74,18 +86,26 @@ fn matmul(
     @builtin(local_invocation_id) local: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let row0 = wid.y * BM + local.y;  // this thread's first row; the others are WG_Y apart
+    let t = wid.y + wid.z * GRID_Y;
+    if (t >= TILES) {
+        return;  // uniform: the whole workgroup leaves
+    }
+    let tile_m = t % TILES_M;
+    let bat = t / TILES_M;
+    let a_base = bat * (M * K);
+    let b_base = bat * (K * N);
+    let row0 = tile_m * BM + local.y;  // this thread's first row; the others are WG_Y apart
     let col0 = wid.x * BN + 4u * local.x;  // its first column; the other vec4s are 4·WG_X apart
     {{ACCUMULATORS}}
 
     for (var k0 = 0u; k0 < K; k0 += BK) {
         for (var s = lid; s < BM * BK; s += THREADS) {
             {{A_STAGE}}
-            tile_a[k * BM + m] = load_a(wid.y * BM + m, k0 + k);
+            tile_a[k * BM + m] = load_a(a_base, tile_m * BM + m, k0 + k);
         }
         for (var s = lid; s < BK * BN; s += THREADS) {
             {{B_STAGE}}
-            tile_b[k * BN4 + n / 4u][n % 4u] = load_b(k0 + k, wid.x * BN + n);
+            tile_b[k * BN4 + n / 4u][n % 4u] = load_b(b_base, k0 + k, wid.x * BN + n);
         }
         workgroupBarrier();
         for (var k = 0u; k < BK; k++) {

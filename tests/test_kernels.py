@@ -1,6 +1,8 @@
 """Every WGSL kernel against the numpy interpreter, on one-op graphs run through an Executable on the
-default adapter (lavapipe in CI): sizes that do not divide the tiles, every transpose, every
-epilogue, broadcasting, reductions over several axis sets, cross-entropy and the optimizer updates."""
+default adapter (lavapipe in CI): sizes that do not divide the tiles, every transpose, batched
+matmuls, epilogue expressions with extras of every broadcast shape, every function of the
+expression language, pointwise expressions, permutes, sum/max/fused reductions over several axis
+sets, cross-entropy and the optimizer updates."""
 
 from __future__ import annotations
 
@@ -8,11 +10,12 @@ import numpy as np
 import pytest
 
 from meganeura import nn
-from meganeura.codegen import lower
+from meganeura.codegen import expressions, lower
 from meganeura.codegen.render import TemplateError, render
+from meganeura.ir.expr import BINARY_FUNCTIONS, UNARY_FUNCTIONS, parse
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
-from meganeura.ir.ops import infer_type, op_def
+from meganeura.ir.ops import OPS, infer_type, launches_kernel, op_def
 from meganeura.runtime import Executable, default_device
 
 RNG = np.random.default_rng(0)
@@ -79,41 +82,93 @@ def test_index_expressions_merge_contiguous_and_broadcast_dims():
 # -- matmul ---------------------------------------------------------------------------------------
 
 MATMUL_SHAPES = [(1, 1, 1), (7, 33, 65), (65, 130, 7), (130, 7, 33), (33, 65, 130)]
+TRANSPOSES = [(False, False), (False, True), (True, False), (True, True)]
 
 
-def operand_shapes(m: int, k: int, n: int, transpose_a: bool, transpose_b: bool):
-    return [(k, m) if transpose_a else (m, k), (n, k) if transpose_b else (k, n)]
+def operand_shapes(m: int, k: int, n: int, transpose_a: bool, transpose_b: bool, batch: tuple[int, ...] = ()):
+    return [(*batch, *((k, m) if transpose_a else (m, k))), (*batch, *((n, k) if transpose_b else (k, n)))]
 
 
-@pytest.mark.parametrize("transpose_b", [False, True], ids=["B", "Bt"])
-@pytest.mark.parametrize("transpose_a", [False, True], ids=["A", "At"])
+def transpose_id(flags) -> str:
+    return ("At" if flags[0] else "A") + ("Bt" if flags[1] else "B")
+
+
+@pytest.mark.parametrize("transposes", TRANSPOSES, ids=transpose_id)
 @pytest.mark.parametrize("mkn", MATMUL_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_matmul(mkn, transpose_a, transpose_b):
-    shapes = operand_shapes(*mkn, transpose_a, transpose_b)
-    graph = one_op("matmul", shapes, transpose_a=transpose_a, transpose_b=transpose_b)
+def test_matmul(mkn, transposes):
+    shapes = operand_shapes(*mkn, *transposes)
+    graph = one_op("matmul", shapes, transpose_a=transposes[0], transpose_b=transposes[1])
     check(graph, {"x0": normal(*shapes[0]), "x1": normal(*shapes[1])}, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("activation", ["none", "relu", "sigmoid", "tanh"])
-@pytest.mark.parametrize("bias", ["none", "N", "1N", "MN"])
-def test_fused_matmul_epilogue(bias, activation):
+@pytest.mark.parametrize("transposes", TRANSPOSES, ids=transpose_id)
+@pytest.mark.parametrize("batch", [(2,), (2, 3)], ids=lambda b: "x".join(map(str, b)))
+@pytest.mark.parametrize("mkn", [(7, 33, 65), (33, 5, 1)], ids=lambda s: "x".join(map(str, s)))
+def test_batched_matmul(mkn, batch, transposes):
+    shapes = operand_shapes(*mkn, *transposes, batch=batch)
+    graph = one_op("matmul", shapes, transpose_a=transposes[0], transpose_b=transposes[1])
+    executable = check(graph, {"x0": normal(*shapes[0]), "x1": normal(*shapes[1])}, rtol=1e-4, atol=1e-4)
+    spec = executable.kernels[0]
+    tiles_m = -(-mkn[0] // (spec.workgroup_size[1] * lower.matmul_tiling(mkn[0], mkn[2])["TM"]))
+    assert spec.grid[1:] == (tiles_m * int(np.prod(batch)), 1)  # the batch is in the grid
+
+
+def test_batched_matmul_grid_folds_into_z(monkeypatch):
+    monkeypatch.setattr(lower, "MAX_WORKGROUPS_PER_DIM", 4)
+    shapes = operand_shapes(20, 9, 5, False, True, batch=(3, 2)) + [(3, 1, 1, 5)]
+    graph = one_op("fused_matmul", shapes, transpose_b=True, epilogue="add($acc,$0)")
+    executable = check(graph, {f"x{i}": normal(*s) for i, s in enumerate(shapes)}, rtol=1e-4, atol=1e-4)
+    # 1 row tile x 6 batches = 6 (tile, batch) pairs over a 4 x 2 grid: two workgroups have nothing to do.
+    assert executable.kernels[0].grid == (1, 4, 2)
+
+
+# (epilogue, extra shapes as a function of (batch, m, n)): 0, 1 and 2 extras broadcast every way.
+EPILOGUES = [
+    ("$acc", lambda b, m, n: []),
+    ("relu(add($acc,$0))", lambda b, m, n: [(n,)]),
+    ("sigmoid(add($acc,$0))", lambda b, m, n: [(1, n)]),
+    ("mul($acc,greater($0,0.0))", lambda b, m, n: [(*b, m, n)]),  # a backward relu mask
+    ("tanh(add(mul($acc,$0),$1))", lambda b, m, n: [(), (m, 1)]),
+    ("swiglu($0,$acc)", lambda b, m, n: [(*b, m, n)]),
+    ("silu(sub($acc,mul($0,$1)))", lambda b, m, n: [(1, n), (*b[:1], *(1,) * len(b[1:]), m, n)]),
+    ("rsqrt(add(mul($acc,$acc),1.0))", lambda b, m, n: []),
+]
+
+
+@pytest.mark.parametrize("batch", [(), (2, 3)], ids=["2d", "batch2x3"])
+@pytest.mark.parametrize("epilogue, extras", EPILOGUES, ids=[e for e, _ in EPILOGUES])
+def test_fused_matmul_epilogue(epilogue, extras, batch):
     m, k, n = 33, 17, 65
-    transpose_a, transpose_b = activation in ("relu", "tanh"), bias in ("N", "MN")
-    shapes = operand_shapes(m, k, n, transpose_a, transpose_b)
-    shapes += {"none": [], "N": [(n,)], "1N": [(1, n)], "MN": [(m, n)]}[bias]
-    graph = one_op("fused_matmul", shapes, transpose_a=transpose_a, transpose_b=transpose_b, activation=activation)
+    transpose_a, transpose_b = "sigmoid" in epilogue or "tanh" in epilogue, "relu" in epilogue or "silu" in epilogue
+    shapes = operand_shapes(m, k, n, transpose_a, transpose_b, batch) + extras(batch, m, n)
+    graph = one_op("fused_matmul", shapes, transpose_a=transpose_a, transpose_b=transpose_b, epilogue=epilogue)
     inputs = {f"x{i}": normal(*shape, scale=2.0) for i, shape in enumerate(shapes)}
-    check(graph, inputs, rtol=1e-4, atol=1e-4)
+    executable = check(graph, inputs, rtol=1e-4, atol=1e-4)
+    assert len(executable.kernels[0].bindings) == len(shapes) + 1
+
+
+def test_fused_matmul_constants_are_inlined_and_unused_extras_unbound():
+    graph = Graph()
+    a, b = leaf(graph, "input", "a", (7, 5)), leaf(graph, "input", "b", (5, 9))
+    unused, bias = leaf(graph, "input", "unused", (9,)), leaf(graph, "input", "bias", (1, 9))
+    scale = emit(graph, "reshape", [const(graph, 0.5)], shape=(1, 1))
+    graph.outputs["out"] = emit(graph, "fused_matmul", [a, b, scale, unused, bias], epilogue="add(mul($acc,$0),$2)")
+    inputs = {"a": normal(7, 5), "b": normal(5, 9), "unused": normal(9), "bias": normal(1, 9)}
+    executable = check(graph, inputs, rtol=1e-5, atol=1e-5)
+    spec = executable.kernels[0]
+    assert [binding.name for binding in spec.bindings] == ["a", "b", "x0", "out"] and "(0.5f)" in spec.wgsl
 
 
 @pytest.mark.parametrize("tiling", [(16, 16, 4, 2, 16), (4, 8, 2, 2, 8), (8, 4, 3, 1, 4)], ids=str)
 def test_matmul_register_tilings(monkeypatch, tiling):
     """Tile shapes the test sizes would not pick (64×128, 2 vec4s, 3 rows per thread), on ragged sizes."""
     fixed = dict(zip(("WG_X", "WG_Y", "TM", "NV", "BK"), tiling, strict=True))
-    monkeypatch.setattr(lower, "matmul_tiling", lambda m, n: fixed)
-    for transpose_a, transpose_b in [(False, False), (True, True)]:
-        shapes = operand_shapes(37, 29, 45, transpose_a, transpose_b) + [(45,)]
-        graph = one_op("fused_matmul", shapes, transpose_a=transpose_a, transpose_b=transpose_b, activation="relu")
+    monkeypatch.setattr(lower, "matmul_tiling", lambda *_: fixed)
+    for (transpose_a, transpose_b), batch in [((False, False), ()), ((True, True), (2,))]:
+        shapes = operand_shapes(37, 29, 45, transpose_a, transpose_b, batch) + [(45,)]
+        graph = one_op(
+            "fused_matmul", shapes, transpose_a=transpose_a, transpose_b=transpose_b, epilogue="relu(add($acc,$0))"
+        )
         check(graph, {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}, rtol=1e-4, atol=1e-4)
 
 
@@ -125,16 +180,31 @@ def test_matmul_tiles_stay_within_workgroup_memory():
         assert tiling["WG_X"] * tiling["WG_Y"] <= 256
 
 
+# -- expressions ----------------------------------------------------------------------------------
+
+
+def test_expressions_have_one_wgsl_form_per_function_and_stay_linear():
+    assert set(expressions.UNARY_WGSL) == set(UNARY_FUNCTIONS)
+    assert set(expressions.BINARY_WGSL) == set(BINARY_FUNCTIONS)
+    value_of = {"0": "v0", "acc": "x"}.__getitem__
+    assert expressions.expr_to_wgsl(parse("relu(add($acc,$0))"), value_of) == "max((x + v0), 0.0)"
+    assert expressions.expr_to_wgsl(parse("mul($0,-2.5)"), value_of) == "(v0 * (-2.5f))"
+    nested = parse("silu(" * 12 + "$0" + ")" * 12)
+    assert expressions.expr_to_wgsl(nested, value_of).count("v0") == 1  # no argument is repeated
+    assert "fn mn_silu" in expressions.helper_functions([parse("swiglu($0,$1)")])
+    assert expressions.helper_functions([parse("tanh($0)"), 1.0]) == ""
+
+
 # -- elementwise ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op", ["neg", "exp", "log", "sqrt", "relu", "sigmoid", "tanh"])
+@pytest.mark.parametrize("op", UNARY_FUNCTIONS)
 def test_unary(op):
     x = normal(7, 33, scale=3.0)
-    if op in ("log", "sqrt"):
+    if op in ("log", "sqrt", "rsqrt"):
         x = np.abs(x) + 0.1
-    if op in ("sigmoid", "tanh"):
-        x[0, :4] = [-100.0, 100.0, -30.0, 30.0]  # saturates without NaN
+    if op in ("sigmoid", "tanh", "silu"):
+        x[0, :6] = [-100.0, 100.0, -30.0, 30.0, -1000.0, 1000.0]  # saturates without NaN
     check(one_op(op, [(7, 33)]), {"x0": x}, rtol=2e-6, atol=1e-6)
 
 
@@ -142,14 +212,16 @@ BROADCASTS = [((7, 33), (7, 33)), ((7, 33), (33,)), ((7, 1), (1, 33)), ((2, 3, 4
 
 
 @pytest.mark.parametrize("shapes", BROADCASTS, ids=lambda s: f"{list(s[0])}-{list(s[1])}")
-@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "greater"])
+@pytest.mark.parametrize("op", BINARY_FUNCTIONS)
 def test_binary_broadcasting(op, shapes):
     a, b = normal(*shapes[0]), normal(*shapes[1])
     if op == "div":
         b = np.abs(b) + 0.5
-    if op == "greater" and a.shape == b.shape:
-        a.flat[0] = b.flat[0]  # equal is not greater
-    check(one_op(op, list(shapes)), {"x0": a, "x1": b})
+    if op in ("greater", "equal"):  # ties: equal is not greater
+        a, b = np.round(a), np.round(b)
+    if op == "swiglu":
+        a.flat[:2] = [-100.0, 100.0][: a.size]
+    check(one_op(op, list(shapes)), {"x0": a, "x1": b}, rtol=2e-6, atol=1e-6)
 
 
 def test_scalar_constants_are_inlined_and_repeated_inputs_bound_once():
@@ -186,7 +258,63 @@ def test_large_grids_fold_into_two_dimensions(monkeypatch):
     check(one_op("cross_entropy_rows", [(7, 5), (7,)], ["f32", "i32"]), {"x0": normal(7, 5), "x1": np.arange(7) % 5})
 
 
-# -- sum ------------------------------------------------------------------------------------------
+# -- pointwise and permute ------------------------------------------------------------------------
+
+# (expression, input shapes, output shape): 0 to 4 inputs, broadcast every way, literals, helpers.
+POINTWISE = [
+    ("1.5", [], (3, 4)),
+    ("mul(sub($0,1.0),0.5)", [(7, 33)], (7, 33)),
+    ("sigmoid($0)", [(33,)], (7, 33)),
+    ("div(exp(sub($0,$1)),add($1,3.0))", [(7, 33), (7, 1)], (7, 33)),
+    ("swiglu(mul($0,$0),$1)", [(2, 1, 5), (3, 1)], (2, 3, 5)),
+    ("add(mul($0,greater($1,0.0)),mul($2,rsqrt(add(mul($1,$1),1e-05))))", [(65,), (1, 65), ()], (3, 65)),
+    ("tanh(add(add(mul($0,$1),$2),silu($3)))", [(2, 3, 4), (4,), (3, 1), (2, 1, 1)], (2, 3, 4)),
+    ("sub($0,equal($1,$2))", [(), (), ()], ()),
+]
+
+
+@pytest.mark.parametrize("expr, shapes, shape", POINTWISE, ids=[f"{len(s)}in-{e}" for e, s, _ in POINTWISE])
+def test_pointwise(expr, shapes, shape):
+    inputs = {f"x{i}": np.round(normal(*s, scale=2.0), 1) for i, s in enumerate(shapes)}  # rounded: some ties
+    executable = check(one_op("pointwise", shapes, expr=expr, shape=shape), inputs, rtol=1e-5, atol=1e-6)
+    assert len(executable.kernels[0].bindings) == len(shapes) + 1
+
+
+def test_pointwise_inlines_constants_and_folds_large_grids(monkeypatch):
+    monkeypatch.setattr(lower, "MAX_WORKGROUPS_PER_DIM", 3)
+    graph = Graph()
+    x = leaf(graph, "input", "x", (33, 65))
+    half = emit(graph, "reshape", [const(graph, 0.5)], shape=(1, 1))
+    graph.outputs["out"] = emit(graph, "pointwise", [x, half, x], expr="add(mul($0,$1),exp($2))", shape=(33, 65))
+    spec = check(graph, {"x": normal(33, 65)}).kernels[0]
+    assert spec.grid == (3, 3, 1) and [b.name for b in spec.bindings] == ["x0", "out"] and "(0.5f)" in spec.wgsl
+
+
+PERMUTES = [
+    ((7, 33), (1, 0)),
+    ((1, 65), (1, 0)),
+    ((2, 3, 4), (2, 0, 1)),
+    ((2, 3, 4), (0, 2, 1)),
+    ((2, 3, 4), (1, 0, 2)),
+    ((2, 3, 4, 5), (0, 2, 1, 3)),
+    ((2, 3, 4, 5), (3, 1, 2, 0)),
+    ((2, 1, 7, 5), (2, 3, 1, 0)),
+]
+
+
+@pytest.mark.parametrize("shape, perm", PERMUTES, ids=lambda v: "x".join(map(str, v)))
+def test_permute(shape, perm):
+    check(one_op("permute", [shape], perm=perm), {"x0": normal(*shape)}, rtol=0, atol=0)
+
+
+def test_permute_i32():
+    labels = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+    got = run_gpu(one_op("permute", [(2, 3, 4)], ["i32"], perm=(2, 0, 1)), {}).run({"x0": labels}, read=("out",))
+    assert got["out"].dtype == np.int32
+    np.testing.assert_array_equal(got["out"], labels.transpose(2, 0, 1))
+
+
+# -- reductions: sum, max, fused_reduce -----------------------------------------------------------
 
 SUMS = [
     ((7, 33), (0,)),
@@ -208,9 +336,58 @@ SUMS = [
 def test_sum(shape, axes, keepdim):
     executable = check(one_op("sum", [shape], axes=axes, keepdim=keepdim), {"x0": normal(*shape)}, 1e-5, 1e-4)
     if shape == (3, 1000):
-        assert executable.kernels[0].entry_point == "sum_tree"
+        assert executable.kernels[0].entry_point == "reduce_tree"
     if shape == (40, 300):
-        assert executable.kernels[0].entry_point == "sum_serial"
+        assert executable.kernels[0].entry_point == "reduce_serial"
+
+
+@pytest.mark.parametrize("shape, axes", SUMS, ids=lambda v: "x".join(map(str, v)) if v else "scalar")
+def test_max_with_ties(shape, axes):
+    x = np.round(normal(*shape, scale=2.0)) - 10.0  # integers, all negative: many ties, and 0 is no maximum
+    for keepdim in (False, True):
+        check(one_op("max", [shape], axes=axes, keepdim=keepdim), {"x0": x}, rtol=0, atol=0)
+
+
+RMS = ("mul($0,$0)", "rsqrt(add(mul($r,0.125),1e-05))")
+# (kind, prologue, epilogue, input shapes (the first is in_shape), axes)
+FUSED_REDUCES = [
+    ("sum", *RMS, [(7, 8)], (1,)),
+    ("sum", *RMS, [(3, 5, 8), (8,)], (0, 2)),
+    ("sum", "exp(sub($0,$1))", "log($r)", [(7, 33), (7, 1)], (1,)),  # log Σ exp(x − max)
+    ("sum", "mul(mul($0,$1),$2)", "mul($r,-0.5)", [(40, 300), (300,), ()], (0,)),
+    ("sum", "mul($0,$1)", "$r", [(3, 1000), (3, 1000)], (1,)),
+    ("sum", "1.0", "$r", [(2, 3, 4, 5)], (1, 3)),
+    ("max", "$0", "$r", [(2, 3, 4, 5)], (0, 2)),
+    ("max", "mul($0,$1)", "neg($r)", [(7, 33), (1, 33)], (0,)),
+    ("max", "add($0,$1)", "exp($r)", [(300, 5), (300, 1)], (0, 1)),
+    ("max", "swiglu($0,$1)", "sigmoid($r)", [(33, 300), (33, 300)], (1,)),
+    ("max", "$0", "$r", [()], ()),
+]
+
+
+@pytest.mark.parametrize("keepdim", [False, True], ids=["drop", "keep"])
+@pytest.mark.parametrize(
+    "kind, prologue, epilogue, shapes, axes",
+    FUSED_REDUCES,
+    ids=[f"{k}-{'x'.join(map(str, s[0]))}-{a}-{p}-{e}" for k, p, e, s, a in FUSED_REDUCES],
+)
+def test_fused_reduce(kind, prologue, epilogue, shapes, axes, keepdim):
+    attrs = {"kind": kind, "axes": axes, "keepdim": keepdim, "in_shape": shapes[0]}
+    graph = one_op("fused_reduce", shapes, prologue=prologue, epilogue=epilogue, **attrs)
+    inputs = {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}
+    if "exp(sub" in prologue:
+        inputs["x1"] = inputs["x0"].max(axis=1, keepdims=True)
+    check(graph, inputs, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_reduce_inlines_constants_and_reads_repeated_inputs_once():
+    graph = Graph()
+    x = leaf(graph, "input", "x", (7, 33))
+    scale = emit(graph, "reshape", [const(graph, 0.25)], shape=(1, 1))
+    attrs = {"kind": "sum", "axes": (1,), "keepdim": True, "in_shape": (7, 33)}
+    graph.outputs["out"] = emit(graph, "fused_reduce", [x, scale, x], prologue="mul(mul($0,$2),$1)", **attrs)
+    spec = check(graph, {"x": normal(7, 33)}, rtol=1e-5, atol=1e-5).kernels[0]
+    assert [b.name for b in spec.bindings] == ["x0", "out"] and "(0.25f)" in spec.wgsl
 
 
 # -- cross-entropy --------------------------------------------------------------------------------
@@ -306,6 +483,16 @@ def test_optimizer_out_of_place_with_scalar_operands():
     assert all(spec.inplace_input is None for spec in executable.kernels)
 
 
-def test_every_lowered_op_is_in_the_op_table():
+def test_every_lowered_op_is_in_the_op_table_and_every_kernel_op_is_lowered():
     for op in lower.LOWERINGS:
         assert op_def(op).name == op
+    assert {op for op in OPS if launches_kernel(op)} == set(lower.LOWERINGS)
+
+
+def test_fused_nodes_with_unknown_attributes_are_refused():
+    """The retired `activation` attribute must fail loudly, not lower to a plain matmul."""
+    graph = Graph()
+    a, b = leaf(graph, "input", "a", (4, 3)), leaf(graph, "input", "b", (3, 5))
+    node = graph.add("fused_matmul", (a, b), TensorType((4, 5)), {"activation": "relu", "transpose_a": False})
+    with pytest.raises(NotImplementedError, match=r"\['activation'\]"):
+        lower.lower_node(graph, node)

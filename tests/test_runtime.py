@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from meganeura import nn
+import meganeura.functional as F
+from meganeura import nn, optim
 from meganeura.codegen.buffers import plan_buffers
 from meganeura.codegen.lower import lower_graph
 from meganeura.ir.graph import Graph, TensorType
@@ -226,3 +227,65 @@ def test_device_description_and_adapter_override(monkeypatch):
     monkeypatch.setenv(device.ADAPTER_ENV, "no-such-adapter")
     with pytest.raises(RuntimeError, match="matches no adapter; available"):
         device.select_adapter()
+
+
+class TinyBlock(nn.Module):
+    """RMS norm, two-head self-attention and a SiLU-gated MLP: permutes, batched matmuls with
+    transposed operands, max/sum reductions, rsqrt and silu, forward and backward."""
+
+    def __init__(self, d: int = 8, heads: int = 2, hidden: int = 12, classes: int = 3) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v = (nn.Linear(d, d, bias=False) for _ in range(3))
+        self.o = nn.Linear(d, d)
+        self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d)
+        self.head = nn.Linear(d, classes)
+
+    @staticmethod
+    def rms(x):
+        return x * F.rsqrt(F.mean(x * x, dim=-1, keepdim=True) + 1e-5)
+
+    def forward(self, x):
+        batch, tokens, d = x.shape
+        dh = d // self.heads
+
+        def split(t):
+            return t.reshape(batch, tokens, self.heads, dh).permute(0, 2, 1, 3)
+
+        h = self.rms(x)
+        q, k, v = split(self.q(h)), split(self.k(h)), split(self.v(h))
+        attention = F.softmax((q @ k.transpose(-1, -2)) * (1.0 / dh**0.5), dim=-1)
+        mixed = (attention @ v).permute(0, 2, 1, 3).reshape(batch, tokens, d)
+        x = x + self.o(mixed)
+        h = self.rms(x)
+        x = x + self.down(F.silu(self.gate(h)) * self.up(h))
+        return self.head(F.mean(x, dim=1))
+
+
+def test_unfused_attention_block_trains_like_the_interpreter():
+    import meganeura as mn
+
+    mn.manual_seed(3)
+    model = TinyBlock()
+    program = mn.compile(
+        model,
+        loss=lambda model, x, y: F.cross_entropy(model(x), y),
+        inputs={"x": mn.f32[2, 5, 8], "y": mn.i32[2]},
+        optimizer=optim.Adam(lr=1e-2),
+        rewrite=False,
+    )
+    ops = {node.op for node in program.graph}
+    assert {"permute", "max", "rsqrt", "silu", "equal"} <= ops
+    assert any(node.op == "matmul" and len(node.shape) == 4 for node in program.graph)
+    x, y = RNG.normal(size=(2, 5, 8)).astype(np.float32), np.array([0, 2], np.int32)
+    params = dict(program.state_dict())
+    states = dict(program.traced.initial_states)
+    for _ in range(3):
+        expected = interpret(program.graph, {"x": x, "y": y}, params, states)
+        loss = program.train_step(x=x, y=y)
+        np.testing.assert_allclose(loss, float(expected.outputs["loss"]), rtol=1e-4, atol=1e-5)
+        for name, value in expected.updates.items():
+            (params if name in params else states)[name] = value
+    for name, value in program.state_dict().items():
+        np.testing.assert_allclose(value, params[name], rtol=1e-3, atol=1e-5, err_msg=name)

@@ -29,7 +29,7 @@ class KernelSpec:
     """
 
     node: int
-    label: str  # human-readable, e.g. "fused_matmul 32x64x128 +bias relu"
+    label: str  # human-readable, e.g. "fused_matmul 32x64x128 Bᵀ relu(add($acc,$0))"
     wgsl: str
     entry_point: str
     bindings: tuple[Binding, ...]

@@ -1,10 +1,12 @@
 """Lowering: one IR node to one KernelSpec (WGSL text, bindings, grid), by a table op → function.
 
 Each lowering function reads the node's shapes and attributes, bakes them into a template from
-`shaders/` and lists the buffers the kernel binds. Scalar constants (a `const` node, or a
-reshape of one) are inlined as WGSL literals where the kernel reads them elementwise, so they
-need no buffer; anywhere else they are bound like any other value and the buffer plan gives
-them a buffer holding the constant.
+`shaders/` and lists the buffers the kernel binds. Elementwise values (the unary and binary ops,
+`pointwise`, matmul epilogues, reduction prologues/epilogues) are expression trees turned into
+WGSL by `codegen/expressions.py`. Scalar constants (a `const` node, or a reshape of one) are
+inlined as WGSL literals where the kernel reads them elementwise, so they need no buffer;
+anywhere else they are bound like any other value and the buffer plan gives them a buffer
+holding the constant.
 """
 
 from __future__ import annotations
@@ -12,34 +14,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numpy as np
-
+from meganeura.codegen.expressions import (
+    BINARY_WGSL,
+    UNARY_WGSL,
+    expr_to_wgsl,
+    helper_functions,
+    literal,
+)
 from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.render import render
+from meganeura.ir.expr import Expr, variables
+from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops import launches_kernel, matmul_dims, normalize_axes
 
 MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimension
-
-UNARY_WGSL: dict[str, str] = {
-    "neg": "(-{x})",
-    "exp": "exp({x})",
-    "log": "log({x})",
-    "sqrt": "sqrt({x})",
-    "relu": "max({x}, 0.0)",
-    # exp(-x) overflows to inf for very negative x, and 1/(1+inf) is the right limit, 0.
-    "sigmoid": "(1.0 / (1.0 + exp(-({x}))))",
-    # Some drivers compute tanh from exp and return NaN for large |x|; tanh(±15) is ±1 in f32.
-    "tanh": "tanh(clamp({x}, -15.0, 15.0))",
-}
-
-BINARY_WGSL: dict[str, str] = {
-    "add": "({a} + {b})",
-    "sub": "({a} - {b})",
-    "mul": "({a} * {b})",
-    "div": "({a} / {b})",
-    "greater": "select(0.0, 1.0, {a} > {b})",
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,18 +50,6 @@ def constant_value(graph: Graph, node_id: int) -> float | int | None:
 
 def wgsl_type(dtype: str) -> str:
     return {"f32": "f32", "i32": "i32"}[dtype]
-
-
-def literal(value: float | int, dtype: str = "f32") -> str:
-    """`value` as a WGSL literal of `dtype`, parenthesised so it can stand anywhere in an expression."""
-    if dtype == "i32":
-        return f"({int(value)}i)"
-    value = float(np.float32(value))
-    if math.isnan(value):
-        return "bitcast<f32>(0x7fc00000u)"
-    if math.isinf(value):
-        return "bitcast<f32>(0x7f800000u)" if value > 0 else "bitcast<f32>(0xff800000u)"
-    return f"({value!r}f)"
 
 
 def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -133,15 +110,16 @@ def bindings_wgsl(graph: Graph, bindings: list[Binding]) -> str:
 
 
 class Operands:
-    """The inputs of an elementwise kernel: a binding per distinct buffer value, literals for constants."""
+    """The buffers a kernel reads elementwise: one read binding per distinct value, named `x0`, `x1`…
+    in order of first use, and literals instead of bindings for scalar constants."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.bindings: list[Binding] = []
         self.names: dict[int, str] = {}
 
-    def read(self, node_id: int, out_shape: tuple[int, ...]) -> str:
-        """A WGSL expression for input `node_id` at output element `i`, broadcast to `out_shape`."""
+    def read_at(self, node_id: int, index: str) -> str:
+        """A WGSL expression for input `node_id` at buffer index `index` (a literal for constants)."""
         node = self.graph[node_id]
         value = constant_value(self.graph, node_id)
         if value is not None:
@@ -149,12 +127,59 @@ class Operands:
         if node_id not in self.names:
             self.names[node_id] = f"x{len(self.bindings)}"
             self.bindings.append(Binding(self.names[node_id], node_id, "read"))
-        index = index_expr("i", out_shape, broadcast_strides(node.shape, out_shape))
         return f"{self.names[node_id]}[{index}]"
+
+    def read(self, node_id: int, out_shape: tuple[int, ...], var: str = "i") -> str:
+        """Input `node_id` at row-major output element `var`, broadcast to `out_shape`."""
+        if constant_value(self.graph, node_id) is not None:
+            return self.read_at(node_id, "")
+        node = self.graph[node_id]
+        return self.read_at(node_id, index_expr(var, out_shape, broadcast_strides(node.shape, out_shape)))
+
+
+def sum_terms(*terms: str) -> str:
+    """WGSL u32 sum of index terms, leaving out zeros."""
+    kept = [term for term in terms if term != "0u"]
+    return " + ".join(kept) or "0u"
+
+
+def expression_code(tree: Expr, read: Callable[[str], str]) -> tuple[str, str]:
+    """(`let` statements, f32 expression) computing `tree`, where `read(name)` is the WGSL of `$name`.
+
+    A buffer read becomes one `let` (so an input that the expression uses twice is loaded once);
+    literals and plain names are inlined.
+    """
+    names = sorted(variables(tree), key=lambda name: (not name.isdigit(), int(name) if name.isdigit() else 0, name))
+    lets, values = [], {}
+    for name in names:
+        text = read(name)
+        if "[" in text:
+            lets.append(f"let v_{name} = {text};")
+            text = f"v_{name}"
+        values[name] = text
+    return "\n    ".join(lets), expr_to_wgsl(tree, values.__getitem__)
 
 
 def output_binding(node: Node) -> Binding:
     return Binding("out", node.id, "read_write")
+
+
+# The attributes a fused node may carry: anything else (e.g. the retired `activation` of
+# fused_matmul) would be silently ignored by the kernel, so it is refused instead.
+FUSED_ATTRS = {
+    "fused_matmul": {"transpose_a", "transpose_b", "epilogue"},
+    "pointwise": {"expr", "shape"},
+    "fused_reduce": {"kind", "axes", "keepdim", "in_shape", "prologue", "epilogue"},
+}
+
+
+def check_fused_attrs(node: Node) -> None:
+    unknown = sorted(set(node.attr_dict) - FUSED_ATTRS.get(node.op, set(node.attr_dict)))
+    if unknown:
+        raise NotImplementedError(
+            f"{node.op} %{node.id} has attributes {unknown} that its kernel does not implement "
+            f"(it reads {sorted(FUSED_ATTRS[node.op])})"
+        )
 
 
 def shape_text(shape: tuple[int, ...]) -> str:
@@ -162,19 +187,49 @@ def shape_text(shape: tuple[int, ...]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Elementwise: unary, binary, broadcast_to
+# One thread per output element: unary, binary, broadcast_to, pointwise, permute
+
+VALUE_0: Expr = ("$", "0")
 
 
 def lower_elementwise(graph: Graph, node: Node) -> KernelSpec:
-    """One thread per output element; inputs broadcast by index expressions."""
-    operands = Operands(graph)
-    args = [operands.read(i, node.shape) for i in node.inputs]
+    """A unary or binary op, or broadcast_to: a one-function `pointwise` kernel."""
     if node.op in UNARY_WGSL:
-        value = UNARY_WGSL[node.op].format(x=args[0])
+        tree: Expr = (node.op, VALUE_0)
     elif node.op in BINARY_WGSL:
-        value = BINARY_WGSL[node.op].format(a=args[0], b=args[1])
-    else:  # broadcast_to
-        value = args[0]
+        tree = (node.op, VALUE_0, ("$", "1"))
+    else:  # broadcast_to (f32 or i32)
+        tree = VALUE_0
+    return thread_per_element(graph, node, tree, f"{node.op} {shape_text(node.shape)}")
+
+
+def lower_pointwise(graph: Graph, node: Node) -> KernelSpec:
+    """`pointwise`: one expression over inputs broadcast to the output shape."""
+    text = node.attr("expr")
+    return thread_per_element(graph, node, parse_expr(text), f"pointwise {shape_text(node.shape)} {text}")
+
+
+def thread_per_element(graph: Graph, node: Node, tree: Expr, label: str) -> KernelSpec:
+    """out[i] = tree($0, $1, … at i), the inputs broadcast to the output shape by index expressions."""
+    operands = Operands(graph)
+    reads, value = expression_code(tree, lambda name: operands.read(node.inputs[int(name)], node.shape))
+    return elementwise_kernel(graph, node, operands, reads, value, helper_functions([tree]), label)
+
+
+def lower_permute(graph: Graph, node: Node) -> KernelSpec:
+    """`permute` (any rank, any dtype): output element i reads the input at its permuted index."""
+    source = graph[node.inputs[0]]
+    perm = tuple(node.attr("perm"))
+    strides = row_major_strides(source.shape)
+    operands = Operands(graph)
+    value = operands.read_at(source.id, index_expr("i", node.shape, tuple(strides[p] for p in perm)))
+    label = f"permute {shape_text(source.shape)} perm={perm}"
+    return elementwise_kernel(graph, node, operands, "", value, "", label)
+
+
+def elementwise_kernel(
+    graph: Graph, node: Node, operands: Operands, reads: str, value: str, functions: str, label: str
+) -> KernelSpec:
     bindings = operands.bindings + [output_binding(node)]
     numel = node.type.numel
     grid = grid_for(-(-numel // 256))
@@ -184,10 +239,11 @@ def lower_elementwise(graph: Graph, node: Node) -> KernelSpec:
             "BINDINGS": bindings_wgsl(graph, bindings),
             "NUMEL": numel,
             "GRID_X": max(grid[0], 1),
+            "FUNCTIONS": functions,
+            "READS": reads,
             "VALUE": value,
         },
     )
-    label = f"{node.op} {shape_text(node.shape)}"
     return KernelSpec(node.id, label, wgsl, "elementwise", tuple(bindings), grid, (256, 1, 1))
 
 
@@ -195,13 +251,13 @@ def lower_elementwise(graph: Graph, node: Node) -> KernelSpec:
 # Matmul and fused_matmul
 
 
-def matmul_tiling(m: int, n: int) -> dict[str, int]:
+def matmul_tiling(m: int, n: int, batch: int = 1) -> dict[str, int]:
     """Workgroup shape and register tile: the smallest tile that covers small outputs, 64×64 for
     most, 64×128 when there are workgroups enough to fill a large GPU anyway (measured on an H200:
     13 TFLOP/s for 64×64 and 16 for 64×128 at 4096³; 64×64 wins at 1024³)."""
     bm = next((size for size in (8, 16, 32) if m <= size), 64)
     bn = next((size for size in (16, 32) if n <= size), 64)
-    if bm == 64 and -(-m // 64) * -(-n // 128) >= 512:
+    if bm == 64 and batch * -(-m // 64) * -(-n // 128) >= 512:
         bn = 128
     wg_y, tm = {8: (8, 1), 16: (8, 2), 32: (16, 2), 64: (16, 4)}[bm]
     wg_x, nv = {16: (4, 1), 32: (8, 1), 64: (16, 1), 128: (16, 2)}[bn]
@@ -215,7 +271,7 @@ def register_tile(tm: int, nv: int, wg_x: int, wg_y: int) -> dict[str, str]:
     loads = [f"let b_{j} = tile_b[b_row + {j * wg_x}u];" for j in range(nv)]
     loads += [f"let a_{i} = vec4<f32>(tile_a[a_row + {i * wg_y}u]);" for i in range(tm)]
     fmas = [f"acc_{i}_{j} = fma(a_{i}, b_{j}, acc_{i}_{j});" for i, j in pairs]
-    stores = [f"store4(row0 + {i * wg_y}u, col0 + {4 * j * wg_x}u, acc_{i}_{j});" for i, j in pairs]
+    stores = [f"store4(bat, row0 + {i * wg_y}u, col0 + {4 * j * wg_x}u, acc_{i}_{j});" for i, j in pairs]
     return {
         "ACCUMULATORS": "\n    ".join(declare),
         "MULTIPLY": "\n            ".join(loads + fmas),
@@ -224,22 +280,38 @@ def register_tile(tm: int, nv: int, wg_x: int, wg_y: int) -> dict[str, str]:
 
 
 def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
-    """Tiled, register-blocked matmul with transposes and a bias/activation epilogue."""
-    a, b = node.inputs[:2]
+    """Tiled, register-blocked, batched matmul with transposes and an epilogue expression.
+
+    `fused_matmul` inputs are (a, b, *extras); its `epilogue` reads `$acc` and the extras `$0…`,
+    each broadcast to the output [*batch, M, N] and indexed by the element's (bat, row, col).
+    """
+    a, b, *extras = node.inputs
     transpose_a = bool(node.attr("transpose_a", False))
     transpose_b = bool(node.attr("transpose_b", False))
-    m, k, n = matmul_dims([graph[a].type, graph[b].type], node.attr_dict, node.op)
-    bindings = [Binding("a", a, "read"), Binding("b", b, "read")]
-    x = "x"
-    if len(node.inputs) == 3:
-        bias = node.inputs[2]
-        bindings.append(Binding("bias", bias, "read"))
-        x = "(x + bias[row * N + col])" if graph[bias].shape == (m, n) and m > 1 else "(x + bias[col])"
-    activation = node.attr("activation", "none")
-    epilogue = x if activation == "none" else UNARY_WGSL[activation].format(x=x)
-    bindings.append(output_binding(node))
-    tiling = matmul_tiling(m, n)
+    batch, m, k, n = matmul_dims([graph[a].type, graph[b].type], node.attr_dict, node.op)
+    batches = math.prod(batch)
+    epilogue_text = node.attr("epilogue", "$acc") if node.op == "fused_matmul" else "$acc"
+    tree = parse_expr(epilogue_text)
+    operands = Operands(graph)
+
+    def read(name: str) -> str:
+        if name == "acc":
+            return "x"
+        extra = extras[int(name)]
+        strides = broadcast_strides(graph[extra].shape, node.shape)
+        index = sum_terms(
+            index_expr("bat", batch, strides[:-2]),
+            index_expr("row", (m,), strides[-2:-1]),
+            index_expr("col", (n,), strides[-1:]),
+        )
+        return operands.read_at(extra, index)
+
+    reads, epilogue = expression_code(tree, read)
+    bindings = [Binding("a", a, "read"), Binding("b", b, "read"), *operands.bindings, output_binding(node)]
+    tiling = matmul_tiling(m, n, batches)
     bm, bn = tiling["WG_Y"] * tiling["TM"], tiling["WG_X"] * tiling["NV"] * 4
+    tiles_m = -(-m // bm)
+    rows_grid = grid_for(tiles_m * batches)  # (row tile, batch) pairs, folded over y and z
     wgsl = render(
         "matmul",
         {
@@ -247,24 +319,32 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
             "M": m,
             "N": n,
             "K": k,
+            "TILES_M": tiles_m,
+            "TILES": tiles_m * batches,
+            "GRID_Y": max(rows_grid[0], 1),
             **tiling,
             # Stage along the operand's contiguous axis so neighbouring threads read neighbouring words.
             "A_INDEX": "k * M + m" if transpose_a else "m * K + k",
             "A_STAGE": "let k = s / BM; let m = s % BM;" if transpose_a else "let m = s / BK; let k = s % BK;",
             "B_INDEX": "n * K + k" if transpose_b else "k * N + n",
             "B_STAGE": "let n = s / BK; let k = s % BK;" if transpose_b else "let k = s / BN; let n = s % BN;",
+            "FUNCTIONS": helper_functions([tree]),
+            "READS": reads,
             "EPILOGUE": epilogue,
             **register_tile(tiling["TM"], tiling["NV"], tiling["WG_X"], tiling["WG_Y"]),
         },
     )
-    label = f"{node.op} {m}x{k}x{n}" + " Aᵀ" * transpose_a + " Bᵀ" * transpose_b
-    label += " +bias" * (len(node.inputs) == 3) + ("" if activation == "none" else f" {activation}")
-    grid = (-(-n // bn), -(-m // bm), 1)
+    label = f"{node.op} {shape_text(batch) + '×' if batch else ''}{m}x{k}x{n}"
+    label += " Aᵀ" * transpose_a + " Bᵀ" * transpose_b + ("" if epilogue_text == "$acc" else f" {epilogue_text}")
+    grid = (-(-n // bn), rows_grid[0], rows_grid[1])
     return KernelSpec(node.id, label, wgsl, "matmul", tuple(bindings), grid, (tiling["WG_X"], tiling["WG_Y"], 1))
 
 
 # ---------------------------------------------------------------------------------------------
-# Reductions
+# Reductions: sum, max, fused_reduce
+
+REDUCE_INIT = {"sum": "0.0", "max": literal(float("-inf"))}
+REDUCE_COMBINE = {"sum": "a + b", "max": "max(a, b)"}
 
 
 def reduce_plan(outs: int, r: int, innermost_reduced: bool) -> tuple[str, int]:
@@ -275,23 +355,38 @@ def reduce_plan(outs: int, r: int, innermost_reduced: bool) -> tuple[str, int]:
     wins for short reductions over many outputs, where neighbouring threads read neighbours.
     """
     if r > 64 and (innermost_reduced or outs < 1024):
-        return "sum_tree", 256 if r >= 256 else 128
-    return "sum_serial", 64
+        return "reduce_tree", 256 if r >= 256 else 128
+    return "reduce_serial", 64
 
 
-def lower_sum(graph: Graph, node: Node) -> KernelSpec:
-    """`sum` over any axes: kept dims index the output, reduced dims are summed."""
-    source = graph[node.inputs[0]]
-    shape = source.shape
-    axes = normalize_axes(node.attr("axes"), len(shape))
-    strides = row_major_strides(shape)
-    kept = [d for d in range(len(shape)) if d not in axes]
-    outs = math.prod(shape[d] for d in kept)
-    r = math.prod(shape[d] for d in axes)
-    innermost_reduced = bool(shape) and (len(shape) - 1) in axes
-    entry, wg = reduce_plan(outs, r, innermost_reduced)
-    grid = grid_for(outs if entry == "sum_tree" else -(-outs // wg))
-    bindings = [Binding("x", source.id, "read"), output_binding(node)]
+def lower_reduce(graph: Graph, node: Node) -> KernelSpec:
+    """`sum`, `max` or `fused_reduce` over any axes: kept dims index the output, reduced dims are
+    combined. `fused_reduce` reduces prologue($0, $1, … broadcast to in_shape) and writes epilogue($r)."""
+    if node.op == "fused_reduce":
+        kind, in_shape = node.attr("kind"), tuple(node.attr("in_shape"))
+        prologue_text, epilogue_text = node.attr("prologue", "$0"), node.attr("epilogue", "$r")
+    else:
+        kind, in_shape = node.op, graph[node.inputs[0]].shape
+        prologue_text, epilogue_text = "$0", "$r"
+    prologue, epilogue = parse_expr(prologue_text), parse_expr(epilogue_text)
+    axes = normalize_axes(node.attr("axes"), len(in_shape))
+    kept = [d for d in range(len(in_shape)) if d not in axes]
+    kept_sizes, reduced_sizes = tuple(in_shape[d] for d in kept), tuple(in_shape[d] for d in axes)
+    outs, r = math.prod(kept_sizes), math.prod(reduced_sizes)
+    operands = Operands(graph)
+
+    def read(name: str) -> str:
+        source = node.inputs[int(name)]
+        strides = broadcast_strides(graph[source].shape, in_shape)
+        base = index_expr("o", kept_sizes, tuple(strides[d] for d in kept))
+        offset = index_expr("r", reduced_sizes, tuple(strides[d] for d in axes))
+        return operands.read_at(source, sum_terms(base, offset))
+
+    reads, value = expression_code(prologue, read)
+    _, finish = expression_code(epilogue, lambda name: "value")
+    entry, wg = reduce_plan(outs, r, bool(in_shape) and (len(in_shape) - 1) in axes)
+    grid = grid_for(outs if entry == "reduce_tree" else -(-outs // wg))
+    bindings = operands.bindings + [output_binding(node)]
     wgsl = render(
         "reduce",
         {
@@ -300,12 +395,18 @@ def lower_sum(graph: Graph, node: Node) -> KernelSpec:
             "R": r,
             "WG": wg,
             "GRID_X": max(grid[0], 1),
-            "BASE": index_expr("o", tuple(shape[d] for d in kept), tuple(strides[d] for d in kept)),
-            "OFFSET": index_expr("r", tuple(shape[d] for d in axes), tuple(strides[d] for d in axes)),
+            "FUNCTIONS": helper_functions([prologue, epilogue]),
+            "READS": reads,
+            "PROLOGUE": value,
+            "INIT": REDUCE_INIT[kind],
+            "COMBINE": REDUCE_COMBINE[kind],
+            "EPILOGUE": finish,
         },
     )
     keep = ", keepdim" if node.attr("keepdim", False) else ""
-    label = f"sum {shape_text(shape)} axes={axes}{keep} ({entry})"
+    label = f"{kind} {shape_text(in_shape)} axes={axes}{keep} ({entry})"
+    if node.op == "fused_reduce":
+        label = f"fused_reduce {label} of {prologue_text} then {epilogue_text}"
     return KernelSpec(node.id, label, wgsl, entry, tuple(bindings), grid, (wg, 1, 1))
 
 
@@ -431,7 +532,11 @@ LOWERINGS: dict[str, Callable[..., KernelSpec]] = {
     **{op: lower_elementwise for op in (*UNARY_WGSL, *BINARY_WGSL, "broadcast_to")},
     "matmul": lower_matmul,
     "fused_matmul": lower_matmul,
-    "sum": lower_sum,
+    "pointwise": lower_pointwise,
+    "permute": lower_permute,
+    "sum": lower_reduce,
+    "max": lower_reduce,
+    "fused_reduce": lower_reduce,
     "cross_entropy_rows": lower_cross_entropy,
     "cross_entropy_rows_grad": lower_cross_entropy,
     **{op: lower_optimizer for op in OPTIMIZER_HYPERS},
@@ -442,6 +547,7 @@ def lower_node(graph: Graph, node_id: int, users: dict[int, list[int]] | None = 
     """The kernel that computes node `node_id` (pass `users` = graph.users() to save recomputing it)."""
     node = graph[node_id]
     lowering = LOWERINGS.get(node.op)
+    check_fused_attrs(node)
     if lowering is None:
         raise NotImplementedError(
             f"no GPU kernel for op {node.op!r} (node %{node_id}); the code generator lowers {sorted(LOWERINGS)}"

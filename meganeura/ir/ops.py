@@ -124,7 +124,7 @@ register("const", "leaf", 0, infer_const, lambda **attrs: np.asarray(attrs["valu
 
 
 # ---------------------------------------------------------------------------------------------
-# Elementwise ops. The WGSL code generator has one expression per name (UNARY_WGSL/BINARY_WGSL in codegen/lower.py).
+# Elementwise ops. The WGSL code generator has one expression per name (codegen/expressions.py).
 
 
 UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {name: NUMPY_FUNCTIONS[name] for name in UNARY_FUNCTIONS}
