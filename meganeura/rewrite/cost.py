@@ -1,17 +1,23 @@
 """The cost model that extraction minimises: bytes moved, matmul arithmetic, and a price per dispatch.
 
-A node that launches a kernel (see `launches_kernel`) costs
+A kernel costs
 
-    bytes read (each distinct operand once) + bytes written
-    + flops / FLOPS_PER_BYTE          (matmul and fused_matmul only: 2·M·K·N)
-    + DISPATCH_COST_BYTES             (one dispatch)
+    bytes read + bytes written + flops / FLOPS_PER_BYTE + DISPATCH_COST_BYTES
 
-all in bytes. Leaves, consts and reshapes are buffers or views: they cost nothing. The same
-function prices an IR node (the report's before/after figures) and an e-node (extraction), so
-the two always agree.
+all in bytes, where "bytes read" counts each DISTINCT tensor the kernel reads once (a kernel
+reading x twice, `mul(x, x)`, loads it once; the same tensor read by two kernels is paid by
+each), "bytes written" is its result, and flops are 2·M·K·N for a (fused) matmul, 0 otherwise.
+Leaves, constants and reshapes are buffers or views: they cost nothing. A plan's cost is the sum
+over the kernels it launches (each value it materialises is computed once: DAG cost).
+
+For a fused kernel the reads are the distinct tensors its body loads: a pointwise kernel that
+inlines a producer reads the producer's inputs instead of the producer's result; a matmul kernel
+reads A, B and the extra tensors of its epilogue. The same function prices an IR node (the
+report's before/after figures, `graph_cost`) and an extraction candidate (`extract.py`), so the
+two agree: the decoded node's inputs are exactly the candidate's distinct reads.
 
 Why bytes: elementwise kernels and epilogues are bound by memory traffic.
-Why flops for matmuls: fusing an activation into a matmul whose plain result is needed anyway
+Why flops for matmuls: fusing an epilogue into a matmul whose plain result is needed anyway
 recomputes the matmul. Priced by bytes alone, re-reading A and B looks cheap next to the
 elementwise traffic it saves, even for a 4096³ matmul; the arithmetic term makes recomputing
 cost what it does. FLOPS_PER_BYTE = 8: the WGSL SIMT GEMM reaches ~30 TFLOP/s on the H200, whose
@@ -19,6 +25,8 @@ memory moves ~4 TB/s (platform.md).
 Why a fixed dispatch price: one dispatch costs a few microseconds inside a pass (about 6 µs on
 an H200, 46 µs on lavapipe, see platform.md), the time to move tens of kilobytes or more; 64 KiB
 is a moderate middle that makes removing a kernel worth more than a small tensor's traffic.
+
+Extraction compares integer `units` (eighths of a byte) so that sums and differences are exact.
 """
 
 from __future__ import annotations
@@ -45,15 +53,23 @@ class Cost:
     def __add__(self, other: Cost) -> Cost:
         return Cost(self.bytes + other.bytes, self.flops + other.flops, self.dispatches + other.dispatches)
 
+    def __sub__(self, other: Cost) -> Cost:
+        return Cost(self.bytes - other.bytes, self.flops - other.flops, self.dispatches - other.dispatches)
+
     @property
     def scalar(self) -> float:
         """The single number extraction minimises, in bytes."""
         return self.bytes + self.flops / FLOPS_PER_BYTE + DISPATCH_COST_BYTES * self.dispatches
 
+    @property
+    def units(self) -> int:
+        """`scalar` in eighths of a byte, an exact integer."""
+        return 8 * self.bytes + self.flops * (8 // FLOPS_PER_BYTE) + 8 * DISPATCH_COST_BYTES * self.dispatches
+
 
 def matmul_flops(output: TensorType, a: TensorType) -> int:
-    """2·M·K·N for an [M, N] product whose first operand `a` holds M·K elements (transposed or not)."""
-    return 2 * a.numel * output.shape[1]
+    """2·(batch·M·K)·N for a product whose first operand `a` holds batch·M·K elements (transposed or not)."""
+    return 2 * a.numel * output.shape[-1]
 
 
 def kernel_cost(op: str, output: TensorType, operands: Sequence[TensorType]) -> Cost:
@@ -68,13 +84,18 @@ def kernel_cost(op: str, output: TensorType, operands: Sequence[TensorType]) -> 
     return Cost(sum(t.nbytes for t in operands) + output.nbytes, flops, 1)
 
 
+def node_cost(graph: Graph, node_id: int) -> Cost:
+    """The cost of one IR node of a graph."""
+    node = graph[node_id]
+    operands = [graph[i].type for i in dict.fromkeys(node.inputs)]
+    return kernel_cost(node.op, node.type, operands)
+
+
 def graph_cost(graph: Graph) -> Cost:
     """The total cost of the live nodes of an IR graph."""
     total = Cost()
     for node_id in sorted(graph.live_ids()):
-        node = graph[node_id]
-        operands = [graph[i].type for i in dict.fromkeys(node.inputs)]
-        total = total + kernel_cost(node.op, node.type, operands)
+        total = total + node_cost(graph, node_id)
     return total
 
 

@@ -1,113 +1,174 @@
-"""Extracted choice → a new IR Graph.
+"""The extracted plan → a new IR Graph.
 
-Each needed e-class becomes one IR node, built from its chosen e-node; nodes are numbered in a
-topological order that follows the original graph's order as closely as possible. Outputs and
-updates are remapped by name; every input/param/state leaf is kept with its attributes, used or
-not. A new node's `sources` are the user source lines of every original IR node it covers: the
-nodes of its own e-class, plus the nodes the plan no longer computes whose values flowed into it
-(the matmul and the add folded into a fused matmul).
+Each materialised e-class becomes one IR node, in rank order (a topological order that follows
+the original graph). How each chosen option reads back:
+- `Kernel` → `pointwise(inputs…, expr=…, shape=…)`, `$i` numbering the distinct tensors the
+  expanded body loads in first-use order; a body that is one elementwise op over loads only goes
+  back to that primitive op (`add %3 %4` reads better than `pointwise … {expr=add($0,$1)}`), and
+  a body that is a single load to `broadcast_to`;
+- `MatmulKernel` → `matmul` when the epilogue is `$acc`, else `fused_matmul(a, b, extras…,
+  epilogue=…)`;
+- `ReduceKernel` → `sum`/`max` when the prologue is a plain load and the epilogue `$r`, else
+  `fused_reduce`;
+- the other e-nodes → their own op, attributes read back from the e-node or the encoder's table.
+Every node's type is re-inferred with the op table and must equal its e-class's type (a rule that
+broke this would be unsound: decoding fails loudly).
+
+Outputs and updates are remapped by e-class; every input/param/state leaf is kept. A node's
+`sources` are the user source lines of every original IR node it covers: the nodes of its own
+e-class, plus the nodes the plan no longer materialises whose values flowed into it (the matmul
+and the add folded into a fused matmul, the chain inlined into a pointwise kernel).
 """
 
 from __future__ import annotations
 
-import heapq
+from dataclasses import dataclass
 from typing import Any
 
+from meganeura.ir.expr import format_expr
 from meganeura.ir.graph import Graph, TensorType
-from meganeura.ir.ops import infer_type
-from meganeura.rewrite.encode import Encoding, ref_name
-from meganeura.rewrite.extract import EGraphView, ENode
+from meganeura.ir.ops import infer_type, launches_kernel
+from meganeura.rewrite.encode import PwTree
+from meganeura.rewrite.extract import Extractor
 
-TYPED_OPS = {
-    "Term.matmul": "matmul",
-    "Term.fused_matmul": "fused_matmul",
-    "Term.add": "add",
-    "Term.relu": "relu",
-    "Term.sigmoid": "sigmoid",
-    "Term.tanh": "tanh",
+OPTIMIZER_ATTRS = {
+    "SgdStep": ("sgd_step", ("lr", "weight_decay")),
+    "MomentumBuffer": ("momentum_buffer", ("momentum", "weight_decay")),
+    "AdamMoment": ("adam_moment", ("beta", "order", "weight_decay")),
 }
-GENERIC_PREFIX = "Term.op"
-NO_BIAS_OP = "Term.no_bias"
 
 
-def ir_ids_per_class(encoding: Encoding, view: EGraphView) -> dict[str, list[int]]:
-    """For each e-class, the original IR node ids tagged into it, in graph order."""
-    result: dict[str, list[int]] = {}
-    for node_id in encoding.encoded_ids:
-        result.setdefault(view.class_of_ref[ref_name(node_id)], []).append(node_id)
-    return result
+def expr_of(tree: PwTree, loads: list[int]) -> Any:
+    """An `ir/expr.py` tree of a plan's Pw tree; each new loaded e-class is appended to `loads`."""
+    kind = tree[0]
+    if kind == "load":
+        if tree[1] not in loads:
+            loads.append(tree[1])
+        return ("$", str(loads.index(tree[1])))
+    if kind == "lit":
+        return float(tree[1])
+    if kind == "acc":
+        return ("$", "acc")
+    if kind == "r":
+        return ("$", "r")
+    return (tree[1], *(expr_of(child, loads) for child in tree[2:]))
 
 
-def class_order_key(ir_ids: dict[str, list[int]]):
-    """A sort key placing e-classes in original graph order (classes without IR nodes first)."""
-    return lambda eclass: (ir_ids[eclass][0] if eclass in ir_ids else -1, eclass)
+def single_op(tree: PwTree) -> bool:
+    """Whether a body is one elementwise op whose operands are all loads."""
+    return tree[0] in ("unary", "binary") and all(child[0] == "load" for child in tree[2:])
 
 
-def real_children(node: ENode, choice: dict[str, ENode]) -> list[str]:
-    """The node's child e-classes that become IR inputs (the `no_bias` placeholder does not)."""
-    return [child for child in node.children if child in choice and choice[child].op != NO_BIAS_OP]
+def tree_loads(tree: PwTree) -> set[int]:
+    if tree[0] == "load":
+        return {tree[1]}
+    if tree[0] in ("unary", "binary"):
+        return set().union(*(tree_loads(child) for child in tree[2:]))
+    return set()
 
 
-def topological_classes(choice: dict[str, ENode], order_key) -> list[str]:
-    """The chosen e-classes, children first, ties broken by the original graph order."""
-    pending = {eclass: len(set(real_children(node, choice))) for eclass, node in choice.items()}
-    parents: dict[str, list[str]] = {}
-    for eclass, node in choice.items():
-        for child in set(real_children(node, choice)):
-            parents.setdefault(child, []).append(eclass)
-    ready = [(order_key(eclass), eclass) for eclass, count in pending.items() if count == 0]
-    heapq.heapify(ready)
-    ordered = []
-    while ready:
-        _, eclass = heapq.heappop(ready)
-        ordered.append(eclass)
-        for parent in parents.get(eclass, ()):
-            pending[parent] -= 1
-            if pending[parent] == 0:
-                heapq.heappush(ready, (order_key(parent), parent))
-    if len(ordered) != len(choice):
-        raise RuntimeError("decode: the extracted choice has a cycle")
-    return ordered
+def original_op(extractor: Extractor, eclass: int, tree: PwTree):
+    """The e-class's own IR node when the kernel fused nothing into it: it reads the same tensors,
+    or more of them, all buffers the plan keeps anyway (adam_moment reads p even when its weight
+    decay is 0). Its op (adam_moment, sgd_step, sub…) reads better than a pointwise expression,
+    and the runtime updates optimizer ops in place.
+    """
+    loads = tree_loads(tree)
+    class_of_ir = extractor.view.class_of_ir
+    for node_id in extractor.ir_ids[eclass]:
+        node = extractor.graph[node_id]
+        if node.op in ("pointwise", "broadcast_to") or not launches_kernel(node.op):
+            continue
+        inputs = [class_of_ir[i] for i in node.inputs]
+        extra = set(inputs) - loads
+        if loads <= set(inputs) and all(c in extractor.current and extractor.leafish[c] for c in extra):
+            return node.op, inputs, node.attr_dict
+    return None
 
 
-def ir_op(node: ENode) -> str:
-    """The IR op an e-node stands for ("" for the `no_bias` placeholder)."""
-    if node.op.startswith(GENERIC_PREFIX):
-        return str(node.primitives[0])
-    return TYPED_OPS.get(node.op, "")
+def ir_node(extractor: Extractor, eclass: int) -> tuple[str, list[int], dict[str, Any]]:
+    """(op, input e-classes, attributes) of the IR node computing one materialised e-class."""
+    option = extractor.option(eclass)
+    node = option.node
+    op, prims, children = node.op, node.primitives, list(node.children)
+    shape = extractor.type[eclass].shape
+    if op.startswith("Op") and op[2:].isdigit():
+        return prims[0], children, dict(extractor.encoding.attrs_table[prims[1]])
+    if op == "Const":
+        for node_id in extractor.ir_ids[eclass]:
+            if extractor.graph[node_id].op == "const":
+                return "const", [], extractor.graph[node_id].attr_dict
+        return "const", [], {"value": prims[0]}
+    if op == "Reshape":
+        return "reshape", children, {"shape": prims[0]}
+    if op == "Permute":
+        return "permute", children, {"perm": prims[0]}
+    if op == "Matmul":
+        return "matmul", children, {"transpose_a": prims[0], "transpose_b": prims[1]}
+    if op == "Reduce":
+        return prims[0], children, {"axes": prims[1], "keepdim": prims[2]}
+    if op in ("Unary", "Binary"):
+        return prims[0], children, {}
+    if op in OPTIMIZER_ATTRS:
+        name, keys = OPTIMIZER_ATTRS[op]
+        return name, children, dict(zip(keys, prims, strict=True))
+    if op == "Kernel":
+        tree = extractor.tree(children[0], True)
+        if tree[0] == "load":
+            return "broadcast_to", [tree[1]], {"shape": shape}
+        original = original_op(extractor, eclass, tree)
+        if original is not None:
+            return original
+        if single_op(tree):
+            candidate = (tree[1], [child[1] for child in tree[2:]], {})
+            operand_types = [extractor.type[c] for c in candidate[1]]
+            if infer_type(candidate[0], operand_types, {}) == extractor.type[eclass]:
+                return candidate
+        loads: list[int] = []
+        text = format_expr(expr_of(tree, loads))
+        return "pointwise", loads, {"expr": text, "shape": shape}
+    if op == "MatmulKernel":
+        flags = {"transpose_a": prims[0], "transpose_b": prims[1]}
+        tree = extractor.tree(children[2], False)
+        if tree == ("acc",):
+            return "matmul", children[:2], flags
+        loads = []
+        text = format_expr(expr_of(tree, loads))
+        return "fused_matmul", [*children[:2], *loads], {**flags, "epilogue": text}
+    if op == "ReduceKernel":
+        kind, axes, keepdim, in_shape = prims
+        prologue = extractor.tree(children[0], False)
+        epilogue = extractor.tree(children[1], False)
+        if prologue[0] == "load" and epilogue == ("r",):
+            return kind, [prologue[1]], {"axes": axes, "keepdim": keepdim}
+        loads = []
+        prologue_text = format_expr(expr_of(prologue, loads))
+        attrs = {
+            "kind": kind,
+            "axes": axes,
+            "keepdim": keepdim,
+            "in_shape": in_shape,
+            "prologue": prologue_text,
+            "epilogue": format_expr(expr_of(epilogue, [])),
+        }
+        return "fused_reduce", loads, attrs
+    raise RuntimeError(f"decode: no IR op for e-node {op}")
 
 
-def op_and_attrs(node: ENode, encoding: Encoding) -> tuple[str, dict[str, Any]]:
-    """The IR op and attributes of a chosen e-node."""
-    op = ir_op(node)
-    if node.op.startswith(GENERIC_PREFIX):
-        return op, dict(encoding.attrs_by_text[str(node.primitives[1])])
-    if op == "matmul":
-        return op, {"transpose_a": node.primitives[0], "transpose_b": node.primitives[1]}
-    if op == "fused_matmul":
-        transpose_a, transpose_b, activation = node.primitives
-        return op, {"transpose_a": transpose_a, "transpose_b": transpose_b, "activation": activation}
-    return op, {}
-
-
-def covered_sources(
-    graph: Graph, encoding: Encoding, class_of_ir: dict[int, str], kept: set[str]
-) -> dict[str, list[str]]:
-    """For each kept e-class, the source lines of the original IR nodes it covers, in graph order."""
-    users = graph.users()
-    covered: dict[str, dict[int, None]] = {eclass: {} for eclass in kept}
-    for node_id in encoding.encoded_ids:
+def covered_nodes(extractor: Extractor, kept: set[int]) -> dict[int, list[int]]:
+    """For each kept e-class, the original IR nodes it computes (its own, and those absorbed into it)."""
+    users = extractor.graph.users()
+    class_of_ir = extractor.view.class_of_ir
+    covered: dict[int, list[int]] = {eclass: [] for eclass in kept}
+    for node_id in extractor.encoding.encoded_ids:
         for eclass in absorbing_classes(node_id, users, class_of_ir, kept):
-            covered[eclass][node_id] = None
-    return {
-        eclass: list(dict.fromkeys(line for i in sorted(ids) for line in graph[i].sources))
-        for eclass, ids in covered.items()
-    }
+            covered[eclass].append(node_id)
+    return covered
 
 
-def absorbing_classes(node_id: int, users: dict[int, list[int]], class_of_ir: dict[int, str], kept: set[str]):
+def absorbing_classes(node_id: int, users: dict[int, list[int]], class_of_ir: dict[int, int], kept: set[int]):
     """The kept e-classes that compute IR node `node_id`: its own, or else the nearest kept users'."""
-    found: set[str] = set()
+    found: set[int] = set()
     seen: set[int] = set()
     stack = [node_id]
     while stack:
@@ -123,35 +184,39 @@ def absorbing_classes(node_id: int, users: dict[int, list[int]], class_of_ir: di
     return found
 
 
-def decode(encoding: Encoding, view: EGraphView, choice: dict[str, ENode]) -> Graph:
-    """The IR graph of an extracted choice (which must cover the outputs, updates and leaves)."""
-    graph = encoding.graph
-    class_of_ir = {i: view.class_of_ref[ref_name(i)] for i in encoding.encoded_ids}
-    ir_ids = ir_ids_per_class(encoding, view)
-    kept = {eclass for eclass, node in choice.items() if node.op != NO_BIAS_OP}
-    sources = covered_sources(graph, encoding, class_of_ir, kept)
+@dataclass
+class Decoded:
+    """The rewritten graph, the IR node of each materialised e-class, and what each covers."""
+
+    graph: Graph
+    node_of_class: dict[int, int]
+    covered: dict[int, list[int]]  # e-class -> original IR node ids it computes
+
+
+def decode(extractor: Extractor) -> Decoded:
+    """The IR graph of an extractor's plan (which covers the outputs, updates and leaves)."""
+    graph = extractor.graph
+    order = extractor.materialised()
+    covered = covered_nodes(extractor, set(order))
     result = Graph()
-    new_id: dict[str, int] = {}
-    for eclass in topological_classes({e: n for e, n in choice.items() if e in kept}, class_order_key(ir_ids)):
-        node = choice[eclass]
-        op, attrs = op_and_attrs(node, encoding)
-        inputs = [new_id[child] for child in real_children(node, choice)]
-        operand_types = [result[i].type for i in inputs]
-        if eclass in ir_ids:
-            value_type = graph[ir_ids[eclass][0]].type
-            check_type(op, operand_types, attrs, value_type)
-        else:  # a class that only a rule created (no IR node of the input computes it)
-            value_type = infer_type(op, operand_types, attrs)
-        new_id[eclass] = result.add(op, inputs, value_type, attrs, tuple(sources[eclass]))
+    new_id: dict[int, int] = {}
+    for eclass in order:
+        op, inputs, attrs = ir_node(extractor, eclass)
+        expected = extractor.type[eclass]
+        if op in ("input", "param", "state"):
+            value_type = expected
+        else:
+            value_type = infer_type(op, [extractor.type[c] for c in inputs], attrs)
+            check_type(op, value_type, expected)
+        sources = dict.fromkeys(line for i in sorted(covered[eclass]) for line in graph[i].sources)
+        new_id[eclass] = result.add(op, [new_id[c] for c in inputs], value_type, attrs, tuple(sources))
+    class_of_ir = extractor.view.class_of_ir
     result.outputs = {name: new_id[class_of_ir[i]] for name, i in graph.outputs.items()}
     result.updates = {name: new_id[class_of_ir[i]] for name, i in graph.updates.items()}
-    return result
+    return Decoded(result, new_id, covered)
 
 
-def check_type(op: str, operands: list[TensorType], attrs: dict[str, Any], expected: TensorType) -> None:
+def check_type(op: str, actual: TensorType, expected: TensorType) -> None:
     """Fail loudly if a rewritten node's type differs from its e-class's original IR type."""
-    if op in ("input", "param", "state"):
-        return
-    actual = infer_type(op, operands, attrs)
     if actual != expected:
         raise RuntimeError(f"decode: {op} gives {actual} where the e-class holds {expected} (a rule is unsound)")

@@ -1,231 +1,606 @@
-"""DAG-aware extraction over the serialized e-graph: one e-node chosen per needed e-class.
+"""DAG-aware extraction: which value each e-class is computed by, and which kernels inline what.
 
-The e-graph is read from `egraph._serialize(split_primitive_outputs=False).to_json()` into an
-`EGraphView` (Term e-classes, their e-nodes with child e-classes and primitive arguments, the IR
-tags of each class). Extraction then minimises the DAG cost of the plan: the sum of the node
-costs of the distinct e-classes the roots reach, so a value used twice is paid once.
+A plan picks, for every Term e-class, one *option*: an e-node, and for a pointwise kernel
+(`Kernel`) also a mode:
+- stored: the kernel writes its result and the kernels that use it read (load) it;
+- inline: kernels whose body loads it recompute it instead (the `fuse_pointwise` equivalence);
+  it is written only if something else needs it (a root, a matmul operand, a reduction…).
+The plan then determines everything else:
+- a kernel's body (a Pw e-class) is expanded into an expression tree: below the root, a Pw
+  e-class holding `(Load s)` is inlined (expanded further) when s is in inline mode, read as a
+  tensor otherwise; other Pw e-classes are expanded through one fixed e-node per class (the
+  smallest, with the earliest loads: `PwInfo.inline_node`);
+- the materialised e-classes are those reached from the roots (outputs, updates, leaves) through
+  the tensors each materialised kernel reads;
+- the plan's cost is the sum of `cost.py`'s kernel cost over the materialised e-classes, each
+  paid once (DAG cost), with the reads of a kernel the distinct tensors of its expanded body.
 
-Two steps:
-1. greedy bottom-up DAG extraction: each e-class keeps its cheapest e-node, priced as the node's
-   own cost plus the costs of the distinct classes in its children's sub-DAGs (shared sub-DAGs
-   counted once), iterated to a fixed point;
-2. local improvement: try every alternative of every reached class against the exact cost of
-   the whole plan, and keep a switch when it lowers it. It runs from the greedy plan and from
-   the input graph's own plan (`starts`); the cheaper result wins. This is what keeps a matmul
-   unfused when its result is needed anyway elsewhere: greedy step 1 sees only the local
-   sub-DAG and would pay the matmul twice, and from the greedy plan two classes would have to
-   switch back at once.
+Acyclicity: each Term e-class has a rank, the smallest id of the IR nodes in it. An option is
+valid only if every tensor it reads or inlines has a smaller rank, so any plan of valid options
+is acyclic (the cycle t ≡ Kernel(F), F ∋ Load(t) is ruled out, as are the self-loops that
+identities leave, x ≡ x·1). Options are checked when the plan's cost is evaluated.
 
-Every choice is checked to be acyclic and complete for the classes the roots need.
+Search: start from the input graph's own plan (each IR node's own e-node, kernels stored), then
+local search: for each e-class in rank order, try each other option and keep it if the plan's
+cost drops. Ties are broken by a secondary count, the reads of tensors that a kernel computes
+rather than buffers or views (so that a matmul reads a weight rather than a transposed copy
+that another matmul still reads: the first switch frees nothing, the second frees the copy),
+then by the number of values kept (so that reshape(reshape(x)) becomes one view). Switches are
+evaluated incrementally: reference counts of readers decide which values are materialised, and
+a change of mode re-expands only the kernels that inlined or loaded that e-class. Passes
+repeat, each over the e-classes near the previous pass's accepted switches, until no switch
+helps (or `max_passes`). The result is always a complete, acyclic plan (the start is one, and
+every step keeps one; `Extractor.check` makes sure).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from egglog import EGraph
+from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.ops import launches_kernel
+from meganeura.rewrite.cost import Cost
+from meganeura.rewrite.encode import Encoding, PwTree, TermData
+from meganeura.rewrite.view import EGraphView, ENode
 
-REF_OP = "Term.ref"
-TERM_SORT_SUFFIX = ".Term"
-MAX_IMPROVEMENT_PASSES = 8
+INVALID = 10**30  # the units of an invalid option: a move that makes one is always undone
+FREE_OPS = ("Op0", "Const", "Reshape")  # buffers and views (Op0: input/param/state leaves)
+LIFTED_OPS = ("Unary", "Binary", "SgdStep", "MomentumBuffer", "AdamMoment")
+MAX_PASSES = 6
+NO_RANK = 1 << 62
 
 
 @dataclass(frozen=True)
-class ENode:
-    """One e-node: its constructor (`Term.matmul`…), child e-classes and primitive arguments."""
+class Option:
+    """One way to compute an e-class: an e-node, and (for a pointwise kernel) whether it is inlined."""
 
-    id: str
-    op: str
-    eclass: str
-    children: tuple[str, ...]  # Term e-classes, in argument order
-    primitives: tuple[object, ...]  # primitive argument values (str, bool, int), in argument order
+    node: ENode
+    inline: bool = False
+
+    @property
+    def launches(self) -> bool:
+        if self.node.op in FREE_OPS:
+            return False
+        return not (self.node.op == "Op1" and self.node.primitives[0] == "reshape")
 
 
 @dataclass
-class EGraphView:
-    """The Term part of a serialized e-graph: e-nodes per e-class and the IR tags of each class."""
+class PwInfo:
+    """One Pw e-class: the tensors it may load, its literal, and the e-node it is expanded through."""
 
-    nodes: dict[str, list[ENode]] = field(default_factory=dict)  # e-class -> extractable e-nodes
-    refs: dict[str, list[str]] = field(default_factory=dict)  # e-class -> IR tags ("n5") in it
-    class_of_ref: dict[str, str] = field(default_factory=dict)  # IR tag -> e-class
-
-    @property
-    def enode_count(self) -> int:
-        return sum(len(nodes) for nodes in self.nodes.values())
-
-    @property
-    def eclass_count(self) -> int:
-        return len(set(self.nodes) | set(self.refs))
+    loads: list[int] = field(default_factory=list)  # Term classes s with (Load s) here, by rank
+    literal: float | None = None
+    inline_node: ENode | None = None
 
 
-def primitive_value(op: str) -> object:
-    """The Python value of a serialized primitive node's op text (`"relu"`, `true`, `3`)."""
-    return json.loads(op)
+class Expansion(NamedTuple):
+    """What expanding a Pw body reads: distinct tensors, the largest rank touched, validity."""
+
+    loads: frozenset = frozenset()
+    max_rank: int = -1
+    ok: bool = True
 
 
-def read_egraph(egraph: EGraph) -> EGraphView:
-    """The Term e-classes of an e-graph, read from its serialized JSON."""
-    data = json.loads(egraph._serialize(split_primitive_outputs=False).to_json())
-    raw = data["nodes"]
-    view = EGraphView()
-    for node_id, node in raw.items():
-        sort = data["class_data"].get(node["eclass"], {}).get("type", "")
-        if not sort.endswith(TERM_SORT_SUFFIX):
-            continue  # primitives, and the rank/dim facts
-        children, primitives = [], []
-        for child in node["children"]:
-            child_node = raw[child]
-            if data["class_data"].get(child_node["eclass"], {}).get("type", "").endswith(TERM_SORT_SUFFIX):
-                children.append(child_node["eclass"])
-            else:
-                primitives.append(primitive_value(child_node["op"]))
-        eclass = node["eclass"]
-        if node["op"] == REF_OP:
-            tag = str(primitives[0])
-            view.refs.setdefault(eclass, []).append(tag)
-            view.class_of_ref[tag] = eclass
-            continue
-        view.nodes.setdefault(eclass, []).append(ENode(node_id, node["op"], eclass, tuple(children), tuple(primitives)))
-    return view
+EMPTY = Expansion()
+BAD = Expansion(ok=False)
 
 
-NodeCost = Callable[[ENode], float]
+def merge(parts: Iterable[Expansion]) -> Expansion:
+    loads: set[int] = set()
+    max_rank = -1
+    for part in parts:
+        if not part.ok:
+            return BAD
+        loads |= part.loads
+        max_rank = max(max_rank, part.max_rank)
+    return Expansion(frozenset(loads), max_rank)
 
 
-def reachable_classes(choice: dict[str, ENode], roots: Iterable[str]) -> set[str] | None:
-    """The e-classes a choice needs to compute the roots, or None if one of them has no choice."""
-    seen: set[str] = set()
-    stack = list(roots)
-    while stack:
-        eclass = stack.pop()
-        if eclass in seen:
-            continue
-        node = choice.get(eclass)
-        if node is None:
-            return None
-        seen.add(eclass)
-        stack.extend(node.children)
-    return seen
+class Evaluation(NamedTuple):
+    reads: frozenset
+    units: int
+    nonleaf_reads: int
+    valid: bool
 
 
-def is_acyclic(choice: dict[str, ENode], classes: set[str]) -> bool:
-    """Whether the chosen e-nodes of `classes` form a DAG (Kahn's algorithm)."""
-    pending = {eclass: len(set(choice[eclass].children)) for eclass in classes}
-    parents: dict[str, list[str]] = {}
-    for eclass in classes:
-        for child in set(choice[eclass].children):
-            parents.setdefault(child, []).append(eclass)
-    ready = [eclass for eclass, count in pending.items() if count == 0]
-    done = 0
-    while ready:
-        eclass = ready.pop()
-        done += 1
-        for parent in parents.get(eclass, ()):
-            pending[parent] -= 1
-            if pending[parent] == 0:
-                ready.append(parent)
-    return done == len(classes)
+class Extractor:
+    """The plan search over one saturated e-graph."""
 
+    def __init__(self, view: EGraphView, encoding: Encoding) -> None:
+        self.view = view
+        self.graph: Graph = encoding.graph
+        self.encoding = encoding
+        graph = self.graph
+        self.ir_ids: dict[int, list[int]] = {}
+        for node_id in encoding.encoded_ids:
+            self.ir_ids.setdefault(view.class_of_ir[node_id], []).append(node_id)
+        count = view.eclass_count
+        self.rank = [NO_RANK] * count
+        self.type: list[TensorType | None] = [None] * count
+        self.leafish = [False] * count
+        for eclass, ids in self.ir_ids.items():
+            self.rank[eclass] = ids[0]
+            self.type[eclass] = graph[ids[0]].type
+            # Tie-break (see `search`): reading a buffer or a view beats reading a computed copy.
+            self.leafish[eclass] = any(not launches_kernel(graph[i].op) for i in ids)
+        self.nbytes = [t.nbytes if t is not None else 0 for t in self.type]
+        self.dispatch_units = Cost(0, 0, 1).units
+        self.pw: dict[int, PwInfo] = {}
+        self.options: dict[int, list[Option]] = {}
+        self.read_pw_classes()
+        self.choose_inline_nodes()
+        self.build_options()
+        # plan state
+        self.choice: dict[int, int] = {}
+        self.refcount = [0] * count
+        self.current: dict[int, Evaluation] = {}  # materialised classes -> their evaluation
+        self.memo: dict[int, Expansion] = {}
+        self.dependents: dict[int, set[int]] = {}  # Pw class -> keys whose evaluation used its memo
+        self.mode_dependents: dict[int, set[int]] = {}  # Term class -> keys that consulted its mode
+        self.stack: set[int] = set()
+        self.total = 0
+        self.total2 = 0
+        self.roots: list[int] = []
+        self.touched: list[int] = []  # e-classes materialised or dropped by the current switch
 
-def plan_cost(
-    choice: dict[str, ENode], roots: Iterable[str], node_cost: NodeCost, check_cycles: bool = True
-) -> float | None:
-    """The DAG cost of a choice (each reached class paid once), or None if it has a gap or a cycle."""
-    classes = reachable_classes(choice, roots)
-    if classes is None or (check_cycles and not is_acyclic(choice, classes)):
-        return None
-    return sum(node_cost(choice[eclass]) for eclass in classes)
+    # -- e-graph facts ---------------------------------------------------------------------
 
+    def read_pw_classes(self) -> None:
+        for eclass, nodes in self.view.nodes.items():
+            if not self.view.is_pw[eclass]:
+                continue
+            info = self.pw.setdefault(eclass, PwInfo())
+            for node in nodes:
+                if node.op == "Load":
+                    if self.rank[node.children[0]] != NO_RANK:
+                        info.loads.append(node.children[0])
+                elif node.op == "Lit":
+                    info.literal = node.primitives[0]
+            info.loads.sort(key=lambda s: self.rank[s])
 
-def greedy_dag_choice(view: EGraphView, order: list[str], node_cost: NodeCost) -> dict[str, ENode]:
-    """Bottom-up greedy DAG extraction: per class, the node whose sub-DAG (shared parts once) is cheapest."""
-    best: dict[str, tuple[float, dict[str, float], ENode]] = {}
-    changed = True
-    while changed:
-        changed = False
-        for eclass in order:
-            for node in view.nodes.get(eclass, ()):
-                if any(child not in best for child in node.children):
-                    continue
-                subdag: dict[str, float] = {}
-                for child in node.children:
-                    subdag.update(best[child][1])
-                if eclass in subdag:
-                    continue  # this node reaches its own class: a cycle
-                subdag[eclass] = node_cost(node)
-                total = sum(subdag.values())
-                current = best.get(eclass)
-                if current is None or total < current[0]:
-                    best[eclass] = (total, subdag, node)
+    def child_key(self, pw_class: int, keys: dict[int, tuple[int, int]]) -> tuple[int, int]:
+        """(rank, size) of a Pw class below a root: the earliest tensor it may load, and its size
+        when fully inlined (so swiglu(g, u) beats mul(silu(g), u) when silu(g) is inlined)."""
+        info = self.pw[pw_class]
+        if info.literal is not None:
+            return (-1, 1)
+        inlined = keys.get(pw_class, (NO_RANK, 1))
+        if info.loads:
+            return (self.rank[info.loads[0]], inlined[1])
+        return inlined
+
+    def choose_inline_nodes(self) -> None:
+        """Per Pw class, the non-load e-node with the earliest loads, then the fewest nodes (a fixpoint)."""
+        keys: dict[int, tuple[int, int]] = {}
+        candidates = {
+            eclass: [n for n in self.view.nodes[eclass] if n.op != "Load"]
+            for eclass in self.pw
+            if self.view.nodes.get(eclass)
+        }
+        for _ in range(64):
+            changed = False
+            for eclass, nodes in candidates.items():
+                best = keys.get(eclass)
+                chosen = None
+                for node in nodes:
+                    rank, size = -1, 1
+                    for child in node.children:
+                        child_rank, child_size = self.child_key(child, keys)
+                        rank, size = max(rank, child_rank), size + child_size
+                    if rank >= NO_RANK:
+                        continue
+                    if best is None or (rank, size) < best:
+                        best, chosen = (rank, size), node
+                if chosen is not None:
+                    keys[eclass] = best
+                    self.pw[eclass].inline_node = chosen
                     changed = True
-    return {eclass: entry[2] for eclass, entry in best.items()}
-
-
-def improve_choice(
-    view: EGraphView, choice: dict[str, ENode], roots: list[str], node_cost: NodeCost
-) -> dict[str, ENode]:
-    """Switch single classes to other alternatives while the whole plan's DAG cost drops."""
-    choice = dict(choice)
-    cost = plan_cost(choice, roots, node_cost)
-    if cost is None:
-        raise RuntimeError("extraction: a starting choice is cyclic or incomplete")
-    alternatives = {eclass: nodes for eclass, nodes in view.nodes.items() if len(nodes) > 1}
-    for _ in range(MAX_IMPROVEMENT_PASSES):
-        improved = False
-        # Switching a class the plan does not reach cannot change its cost.
-        for eclass in sorted((reachable_classes(choice, roots) or set()) & alternatives.keys()):
-            for node in alternatives[eclass]:
-                if node is choice.get(eclass):
-                    continue
-                trial = {**choice, eclass: node}
-                # Screen on cost first; check cycles only for a switch worth taking.
-                trial_cost = plan_cost(trial, roots, node_cost, check_cycles=False)
-                if trial_cost is not None and trial_cost < cost and plan_cost(trial, roots, node_cost) is not None:
-                    choice, cost, improved = trial, trial_cost, True
-        if not improved:
-            break
-    return choice
-
-
-def extract(
-    view: EGraphView,
-    roots: list[str],
-    order: list[str],
-    node_cost: NodeCost,
-    starts: Iterable[dict[str, ENode]] = (),
-) -> dict[str, ENode]:
-    """The cheapest plan found for `roots`: one e-node per needed e-class, acyclic and complete.
-
-    `order` lists the e-classes bottom-up (children before parents, e.g. IR order): greedy
-    extraction converges in one pass when it is followed. Each of `starts` (e.g. the input
-    graph's own plan) is improved too and competes with the greedy plan: single switches can
-    get stuck where two classes must change together (a fused add whose matmul is needed
-    elsewhere must go back to add(matmul) before its relu can), and the input plan has no such
-    trap for them.
-    """
-    greedy = greedy_dag_choice(view, order, node_cost)
-    missing = [root for root in roots if root not in greedy]
-    if missing:
-        raise RuntimeError(f"extraction: no acyclic term for e-classes {missing}")
-    candidates = [improve_choice(view, start, roots, node_cost) for start in (greedy, *starts)]
-    choice = min(candidates, key=lambda candidate: plan_cost(candidate, roots, node_cost))
-    needed = reachable_classes(choice, roots)
-    assert needed is not None and is_acyclic(choice, needed)
-    return {eclass: choice[eclass] for eclass in needed}
-
-
-def choice_from_signatures(
-    view: EGraphView, signatures: dict[str, tuple[str, tuple[str, ...], tuple]]
-) -> dict[str, ENode]:
-    """The choice picking, in each listed e-class, the e-node with the given (op, child classes, primitives)."""
-    choice = {}
-    for eclass, (op, children, primitives) in signatures.items():
-        for node in view.nodes.get(eclass, ()):
-            if node.op == op and node.children == children and node.primitives == primitives:
-                choice[eclass] = node
+            if not changed:
                 break
+
+    def build_options(self) -> None:
+        view = self.view
+        for eclass, nodes in view.nodes.items():
+            if view.is_pw[eclass] or self.rank[eclass] == NO_RANK:
+                continue
+            has_kernel = any(n.op == "Kernel" for n in nodes)
+            options = []
+            for node in nodes:
+                if node.op in LIFTED_OPS and has_kernel:
+                    continue  # the kernel's stored mode computes the same thing
+                if node.op == "Op1" and node.primitives[0] == "broadcast_to" and has_kernel:
+                    continue
+                if node.op in ("Matmul", "Reduce") and self.twin(node) is not None:
+                    continue  # the kernel twin with a trivial epilogue computes the same thing
+                options.append(Option(node))
+                if node.op == "Kernel":
+                    options.append(Option(node, inline=True))
+            self.options[eclass] = options
+
+    def twin(self, node: ENode) -> ENode | None:
+        """The kernel e-node with a trivial epilogue (and prologue) of a Matmul or Reduce e-node."""
+        view = self.view
+        if node.op == "Matmul":
+            acc = view.find("Acc", (), ())
+            key = ("MatmulKernel", (*node.children, acc), node.primitives)
         else:
-            raise RuntimeError(f"extraction: e-class {eclass} lost its input e-node {op}{children}")
+            load = view.find("Load", node.children, ())
+            r = view.find("R", (), ())
+            source = self.type[node.children[0]]
+            if source is None:
+                return None
+            key = ("ReduceKernel", (load, r), (*node.primitives, source.shape))
+        eclass = view.find(*key)
+        return ENode(key[0], eclass, key[1], key[2]) if eclass == node.eclass else None
+
+    # -- expansion of kernel bodies -------------------------------------------------------------
+
+    def inline_mode(self, s: int) -> bool:
+        index = self.choice.get(s)
+        return index is not None and self.options[s][index].inline
+
+    def root(self, pw_class: int) -> Expansion:
+        """Expand a Pw class through its inline node (as a kernel body, or an inlined producer)."""
+        found = self.memo.get(pw_class)
+        if found is not None:
+            return found
+        info = self.pw.get(pw_class)
+        if info is None or pw_class in self.stack:
+            return BAD
+        node = info.inline_node
+        if node is None:  # only loads (a broadcast kernel's body): read the earliest
+            if not info.loads:
+                return BAD
+            s = info.loads[0]
+            result = self.memo[pw_class] = Expansion(frozenset((s,)), self.rank[s])
+            return result
+        self.stack.add(pw_class)
+        result = merge(self.child(child, pw_class) for child in node.children)
+        self.stack.discard(pw_class)
+        self.memo[pw_class] = result
+        return result
+
+    def child(self, pw_class: int, parent: int) -> Expansion:
+        """Expand a Pw class below the root of a body: a literal, a load, or an inlined producer."""
+        info = self.pw.get(pw_class)
+        if info is None:
+            return BAD
+        if info.literal is not None:
+            return EMPTY
+        if info.loads:
+            for s in info.loads:
+                self.mode_dependents.setdefault(s, set()).add(parent)
+            for s in info.loads:
+                if self.inline_mode(s):
+                    self.dependents.setdefault(pw_class, set()).add(parent)
+                    inner = self.root(pw_class)
+                    if not inner.ok:
+                        return BAD
+                    return Expansion(inner.loads, max(inner.max_rank, self.rank[s]))
+            s = info.loads[0]
+            return Expansion(frozenset((s,)), self.rank[s])
+        self.dependents.setdefault(pw_class, set()).add(parent)
+        return self.root(pw_class)
+
+    # -- evaluating options ------------------------------------------------------------------------
+
+    def evaluate(self, eclass: int) -> Evaluation:
+        """The reads and cost of the e-class's chosen option."""
+        option = self.options[eclass][self.choice[eclass]]
+        node = option.node
+        rank = self.rank[eclass]
+        op = node.op
+        if op == "Kernel":
+            self.dependents.setdefault(node.children[0], set()).add(eclass)
+            expansion = self.root(node.children[0])
+            terms: tuple[int, ...] = ()
+        elif op == "MatmulKernel":
+            expansion = self.child(node.children[2], eclass)
+            terms = node.children[:2]
+        elif op == "ReduceKernel":
+            expansion = merge((self.child(node.children[0], eclass), self.child(node.children[1], eclass)))
+            terms = ()
+        else:
+            expansion = EMPTY
+            terms = node.children
+        if not expansion.ok or expansion.max_rank >= rank or any(self.rank[t] >= rank for t in terms):
+            return Evaluation(frozenset(), INVALID, 0, False)
+        reads = expansion.loads.union(terms) if terms else expansion.loads
+        if not option.launches:
+            return Evaluation(reads, 0, 0, True)
+        nbytes = self.nbytes
+        units = self.dispatch_units + 8 * (nbytes[eclass] + sum([nbytes[s] for s in reads]))
+        if op in ("MatmulKernel", "Matmul"):
+            out = self.type[eclass]
+            units += Cost(0, 2 * self.type[node.children[0]].numel * out.shape[-1], 0).units
+        leafish = self.leafish
+        return Evaluation(reads, units, sum([1 for s in reads if not leafish[s]]), True)
+
+    # -- plan state: reference counts --------------------------------------------------------------
+
+    def incref(self, eclass: int) -> None:
+        stack = [eclass]
+        while stack:
+            s = stack.pop()
+            self.refcount[s] += 1
+            if self.refcount[s] == 1:
+                self.touched.append(s)
+                evaluation = self.evaluate(s)
+                self.current[s] = evaluation
+                self.total += evaluation.units
+                self.total2 += evaluation.nonleaf_reads
+                stack.extend(evaluation.reads)
+
+    def decref(self, eclass: int) -> None:
+        stack = [eclass]
+        while stack:
+            s = stack.pop()
+            self.refcount[s] -= 1
+            if self.refcount[s] == 0:
+                self.touched.append(s)
+                evaluation = self.current.pop(s)
+                self.total -= evaluation.units
+                self.total2 -= evaluation.nonleaf_reads
+                stack.extend(evaluation.reads)
+
+    def invalidate(self, keys: Iterable[int]) -> set[int]:
+        """Drop the memos that depend on `keys`; the Term classes whose evaluation must be redone."""
+        affected: set[int] = set()
+        queue = list(keys)
+        seen: set[int] = set()
+        while queue:
+            key = queue.pop()
+            if key in seen:
+                continue
+            seen.add(key)
+            if self.view.is_pw[key]:
+                self.memo.pop(key, None)
+                queue.extend(self.dependents.pop(key, ()))
+            else:
+                affected.add(key)
+        return affected
+
+    def set_option(self, eclass: int, index: int) -> None:
+        """Switch an e-class to another option, updating the materialised set and the totals."""
+        old = self.options[eclass][self.choice[eclass]]
+        self.choice[eclass] = index
+        affected = {eclass}
+        if old.inline != self.options[eclass][index].inline:
+            affected |= self.invalidate(self.mode_dependents.pop(eclass, ()))
+        increments: list[int] = []
+        decrements: list[int] = []
+        self.touched.extend(affected)
+        for key in affected:
+            before = self.current.get(key)
+            if before is None:
+                continue
+            after = self.evaluate(key)
+            self.current[key] = after
+            self.total += after.units - before.units
+            self.total2 += after.nonleaf_reads - before.nonleaf_reads
+            increments.extend(after.reads - before.reads)
+            decrements.extend(before.reads - after.reads)
+        for s in increments:
+            self.incref(s)
+        for s in decrements:
+            self.decref(s)
+
+    # -- search --------------------------------------------------------------------------------------
+
+    def objective(self) -> tuple[int, int, int]:
+        """What the search minimises: cost, then reads of computed tensors, then values kept."""
+        return (self.total, self.total2, len(self.current))
+
+    def start(self, roots: list[int], choice: dict[int, int]) -> None:
+        self.choice = dict(choice)
+        self.roots = roots
+        for root in roots:
+            self.incref(root)
+
+    def search(self, max_passes: int = MAX_PASSES, deadline: float | None = None) -> int:
+        """Local search over single switches; returns the number of passes run.
+
+        The first pass tries every e-class with alternatives, in rank order; later passes only
+        the e-classes near an accepted switch (those it touched, and the ones reading them).
+        """
+        candidates = [c for c, opts in self.options.items() if len(opts) > 1]
+        readers = self.readers()
+        worklist = set(candidates)
+        passes = 0
+        while worklist and passes < max_passes:
+            passes += 1
+            touched: set[int] = set()
+            for eclass in sorted(worklist, key=lambda c: self.rank[c]):
+                if len(self.options[eclass]) < 2:
+                    continue
+                if self.refcount[eclass] == 0 and not self.mode_dependents.get(eclass):
+                    continue  # neither computed nor inlined anywhere: its choice changes nothing
+                current = self.choice[eclass]
+                for index in range(len(self.options[eclass])):
+                    if index == self.choice[eclass]:
+                        continue
+                    before = self.objective()
+                    self.touched = []
+                    self.set_option(eclass, index)
+                    if self.objective() < before:
+                        current = index
+                        touched.add(eclass)
+                        touched.update(self.touched)
+                    else:
+                        self.set_option(eclass, current)
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            worklist = set()
+            for eclass in touched:
+                worklist.add(eclass)
+                worklist.update(readers.get(eclass, ()))
+        return passes
+
+    def readers(self) -> dict[int, set[int]]:
+        """For each Term e-class, the e-classes with an option reading it (directly or through a
+        body's load) — the ones whose best option may change when it changes."""
+        loaded_in: dict[int, set[int]] = {}
+        for pw_class, info in self.pw.items():
+            for s in info.loads:
+                loaded_in.setdefault(pw_class, set()).add(s)
+        parents_of_pw: dict[int, set[int]] = {}
+        for eclass, nodes in self.view.nodes.items():
+            if self.view.is_pw[eclass]:
+                for node in nodes:
+                    for child in node.children:
+                        parents_of_pw.setdefault(child, set()).add(eclass)
+        result: dict[int, set[int]] = {}
+        for eclass, options in self.options.items():
+            for option in options:
+                for child in option.node.children:
+                    if not self.view.is_pw[child]:
+                        result.setdefault(child, set()).add(eclass)
+                        continue
+                    # the loads of the body, and one level of inlining below it
+                    for pw in (child, *(c for n in self.view.nodes.get(child, ()) for c in n.children)):
+                        for s in loaded_in.get(pw, ()):
+                            result.setdefault(s, set()).add(eclass)
+        return result
+
+    # -- the chosen plan ------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Fail loudly unless the plan computes every root with valid options (acyclic, complete)."""
+        missing = [root for root in self.roots if root not in self.current]
+        invalid = [c for c, evaluation in self.current.items() if not evaluation.valid]
+        if missing or invalid:
+            raise RuntimeError(f"extraction: plan misses roots {missing} or has invalid options at {invalid}")
+
+    def materialised(self) -> list[int]:
+        """The e-classes the plan computes, in rank order (a topological order)."""
+        return sorted(self.current, key=lambda c: self.rank[c])
+
+    def option(self, eclass: int) -> Option:
+        return self.options[eclass][self.choice[eclass]]
+
+    def tree(self, pw_class: int, is_root: bool) -> PwTree:
+        """The expression tree the plan computes for a Pw class (leaves: ("load", Term class)…)."""
+        info = self.pw[pw_class]
+        if not is_root:
+            if info.literal is not None:
+                return ("lit", info.literal)
+            if info.loads:
+                if not any(self.inline_mode(s) for s in info.loads):
+                    return ("load", info.loads[0])
+        node = info.inline_node
+        if node is None:
+            return ("load", info.loads[0])
+        if node.op == "Lit":
+            return ("lit", node.primitives[0])
+        if node.op == "Acc":
+            return ("acc",)
+        if node.op == "R":
+            return ("r",)
+        children = tuple(self.tree(child, False) for child in node.children)
+        kind = "unary" if node.op == "PUnary" else "binary"
+        return (kind, node.primitives[0], *children)
+
+    def events(self, pw_class: int, is_root: bool):
+        """The expansion of a Pw class as events, for the report: ("inline", s) for each producer
+        inlined, ("load", s), ("lit", Pw class), ("node", Pw class, e-node) for each e-node used."""
+        info = self.pw[pw_class]
+        if not is_root:
+            if info.literal is not None:
+                yield ("lit", pw_class)
+                return
+            if info.loads:
+                inlined = [s for s in info.loads if self.inline_mode(s)]
+                if not inlined:
+                    yield ("load", info.loads[0])
+                    return
+                yield ("inline", inlined[0])
+        node = info.inline_node
+        if node is None:
+            yield ("load", info.loads[0])
+            return
+        yield ("node", pw_class, node)
+        for child in node.children:
+            yield from self.events(child, False)
+
+
+def input_choice(extractor: Extractor, view: EGraphView, encoding: Encoding) -> dict[int, int]:
+    """The input graph's own plan: each IR node's own e-node (kernels stored).
+
+    Elementwise ops map to their lifted kernel, matmuls and reductions to their kernel twins.
+    A class whose own e-node is not an option (or not a valid one) takes its cheapest valid one.
+    """
+    choice: dict[int, int] = {}
+    for node_id in encoding.encoded_ids:
+        eclass = view.class_of_ir[node_id]
+        if eclass in choice:
+            continue
+        options = extractor.options[eclass]
+        wanted = own_node(encoding.terms[node_id], view)
+        if wanted is not None and wanted.op in ("Matmul", "Reduce"):
+            wanted = extractor.twin(wanted) or wanted
+        index = next((i for i, o in enumerate(options) if o.node == wanted and not o.inline), None)
+        if index is None:  # an elementwise op (or optimizer update): its lifted kernel, stored
+            index = next((i for i, o in enumerate(options) if o.node.op == "Kernel" and not o.inline), 0)
+        choice[eclass] = index
+    # Validity (ranks) of the input plan's options: repair the rare class merged into an earlier one.
+    for eclass in sorted(choice, key=lambda c: extractor.rank[c]):
+        extractor.choice = choice
+        if not extractor.evaluate(eclass).valid:
+            for index in range(len(extractor.options[eclass])):
+                choice[eclass] = index
+                if extractor.evaluate(eclass).valid:
+                    break
+    extractor.memo.clear()
+    extractor.dependents.clear()
+    extractor.mode_dependents.clear()
     return choice
+
+
+def own_node(term: TermData, view: EGraphView) -> ENode | None:
+    """The e-node of an encoded term (children resolved to e-classes), or None if absent."""
+    constructor, args = term
+    children: list[int] = []
+    primitives: list = []
+    for arg in args:
+        if isinstance(arg, tuple) and len(arg) == 2 and arg[0] == "T":
+            children.append(view.class_of_ir[arg[1]])
+        elif isinstance(arg, tuple) and len(arg) == 2 and arg[0] == "P":
+            pw = pw_class_of(arg[1], view)
+            if pw is None:
+                return None
+            children.append(pw)
+        else:
+            primitives.append(arg)
+    if constructor in ("Unary", "Binary"):  # the lifted kernel is the option
+        return None
+    key = (constructor, tuple(children), tuple(primitives))
+    eclass = view.find(*key)
+    return None if eclass is None else ENode(constructor, eclass, *key[1:])
+
+
+def pw_class_of(tree: PwTree, view: EGraphView) -> int | None:
+    kind = tree[0]
+    if kind == "load":
+        return view.find("Load", (view.class_of_ir[tree[1]],), ())
+    if kind == "lit":
+        return view.find("Lit", (), (tree[1],))
+    if kind == "acc":
+        return view.find("Acc", (), ())
+    if kind == "r":
+        return view.find("R", (), ())
+    children = [pw_class_of(child, view) for child in tree[2:]]
+    if any(child is None for child in children):
+        return None
+    return view.find("PUnary" if kind == "unary" else "PBinary", tuple(children), (tree[1],))
+
+
+def extract(view: EGraphView, encoding: Encoding, roots: list[int], max_passes: int = MAX_PASSES) -> Extractor:
+    """The searched plan for `roots` (Term e-classes), as an Extractor holding it."""
+    extractor = Extractor(view, encoding)
+    choice = input_choice(extractor, view, encoding)
+    extractor.start(roots, choice)
+    extractor.search(max_passes)
+    return extractor

@@ -2,32 +2,32 @@
 
 from __future__ import annotations
 
-import functools
 import time
-from collections import Counter
-
-from egglog import Ruleset
 
 from meganeura.ir.graph import Graph
-from meganeura.rewrite.cost import graph_cost, kernel_cost, kernel_count
-from meganeura.rewrite.decode import NO_BIAS_OP, class_order_key, decode, ir_ids_per_class, ir_op, real_children
-from meganeura.rewrite.encode import LEAF_KINDS, Encoding, encode, ref_name
-from meganeura.rewrite.extract import EGraphView, ENode, NodeCost, choice_from_signatures, extract, read_egraph
+from meganeura.rewrite.attribution import family_savings, rule_uses
+from meganeura.rewrite.cost import graph_cost, kernel_count
+from meganeura.rewrite.decode import decode
+from meganeura.rewrite.encode import LEAF_KINDS, encode
+from meganeura.rewrite.extract import MAX_PASSES, Extractor, input_choice
 from meganeura.rewrite.report import RewriteReport, RuleStats
-from meganeura.rewrite.rules import RULE_NAMES, fusion_ruleset, rules_used_by
-from meganeura.rewrite.saturate import saturate
+from meganeura.rewrite.rules import all_rules
+from meganeura.rewrite.saturate import DEFAULT_BUDGET, SCHEDULE, Budget, saturate
+from meganeura.rewrite.view import read_egraph
 
 
-@functools.cache
-def default_ruleset() -> Ruleset:
-    """The rules `optimize` runs, built once per process."""
-    return fusion_ruleset()
-
-
-def optimize(graph: Graph, enabled: bool = True) -> tuple[Graph, RewriteReport]:
+def optimize(
+    graph: Graph,
+    enabled: bool = True,
+    budget: Budget = DEFAULT_BUDGET,
+    schedule: tuple[tuple[str, ...], ...] = SCHEDULE,
+    max_passes: int = MAX_PASSES,
+) -> tuple[Graph, RewriteReport]:
     """The graph rewritten by the e-graph (fusions chosen by the cost model), and a report of it.
 
-    With `enabled=False` the e-graph is skipped: the result is `graph.pruned()`.
+    With `enabled=False` the e-graph is skipped: the result is `graph.pruned()`. `budget` limits
+    saturation, `schedule` lists the phases of rulesets to run (e.g. `(("algebra",),)` for the
+    algebra family alone), `max_passes` the local-search passes of extraction.
     """
     if not enabled:
         pruned = graph.pruned()
@@ -38,31 +38,35 @@ def optimize(graph: Graph, enabled: bool = True) -> tuple[Graph, RewriteReport]:
     started = time.perf_counter()
     encoding = encode(graph)
     encoded = time.perf_counter()
-    saturation = saturate(encoding.egraph, default_ruleset())
+    saturation = saturate(encoding.egraph, budget, schedule)
     saturated = time.perf_counter()
     view = read_egraph(encoding.egraph)
-    ir_ids = ir_ids_per_class(encoding, view)
-    choice = extract(
-        view,
-        root_classes(encoding, view),
-        sorted(view.nodes, key=class_order_key(ir_ids)),
-        enode_cost(encoding, view, ir_ids),
-        starts=[input_choice(encoding, view)],
-    )
-    rewritten = decode(encoding, view, choice)
+    extractor = Extractor(view, encoding)
+    extractor.start(root_classes(graph, view.class_of_ir), input_choice(extractor, view, encoding))
+    passes = extractor.search(max_passes)
+    extractor.check()
+    decoded = decode(extractor)
+    rewritten = decoded.graph
     extracted = time.perf_counter()
+    uses = rule_uses(extractor, decoded)
+    rules = [RuleStats(r.name, saturation.matches.get(r.name, 0), uses.get(r.name, 0), r.family) for r in all_rules()]
     report = RewriteReport(
         True,
-        rules=rule_stats(saturation.matches, count_rule_uses(choice, ir_ids, encoding)),
+        rules=rules,
+        families=family_savings(extractor, decoded),
         kernels_before=kernel_count(graph),
         kernels_after=kernel_count(rewritten),
         cost_before=graph_cost(graph),
         cost_after=graph_cost(rewritten),
-        enodes=view.enode_count,
+        ir_nodes=len(encoding.encoded_ids),
+        cse_merged=encoding.duplicates,
+        enodes=saturation.enodes,
         eclasses=view.eclass_count,
         iterations=saturation.iterations,
         saturated=saturation.saturated,
-        budget_hit=saturation.budget_hit,
+        budget_hit=not saturation.saturated,
+        budget=saturation.budget_hit,
+        search_passes=passes,
         encode_s=encoded - started,
         saturate_s=saturated - encoded,
         extract_s=extracted - saturated,
@@ -70,56 +74,8 @@ def optimize(graph: Graph, enabled: bool = True) -> tuple[Graph, RewriteReport]:
     return rewritten, report
 
 
-def root_classes(encoding: Encoding, view: EGraphView) -> list[str]:
+def root_classes(graph: Graph, class_of_ir: dict[int, int]) -> list[int]:
     """The e-classes the new graph must compute: outputs, updates, and every input/param/state leaf."""
-    graph = encoding.graph
-    leaves = [node_id for node_id in encoding.encoded_ids if graph[node_id].op in LEAF_KINDS]
+    leaves = [n.id for n in graph if n.op in LEAF_KINDS]
     node_ids = [*graph.outputs.values(), *graph.updates.values(), *leaves]
-    return list(dict.fromkeys(view.class_of_ref[ref_name(i)] for i in node_ids))
-
-
-def input_choice(encoding: Encoding, view: EGraphView) -> dict[str, ENode]:
-    """The plan of the input graph itself: each IR node's own e-node."""
-    no_bias = [c for c, nodes in view.nodes.items() if any(n.op == NO_BIAS_OP for n in nodes)]
-    signatures = {}
-    for node_id, (op, inputs, primitives) in encoding.signatures.items():
-        children = tuple(no_bias[0] if i is None else view.class_of_ref[ref_name(i)] for i in inputs)
-        signatures[view.class_of_ref[ref_name(node_id)]] = (op, children, primitives)
-    for eclass in no_bias:
-        signatures[eclass] = (NO_BIAS_OP, (), ())
-    return choice_from_signatures(view, signatures)
-
-
-def enode_cost(encoding: Encoding, view: EGraphView, ir_ids: dict[str, list[int]]) -> NodeCost:
-    """The cost model on e-nodes: the kernel cost of the IR node each would decode to (cached)."""
-    graph = encoding.graph
-    cache: dict[str, float] = {}
-
-    def cost(node: ENode) -> float:
-        if node.id not in cache:
-            if node.op == NO_BIAS_OP:
-                cache[node.id] = 0.0
-            else:
-                children = [c for c in dict.fromkeys(node.children) if c in ir_ids]
-                operands = [graph[ir_ids[c][0]].type for c in children]
-                cache[node.id] = float(kernel_cost(ir_op(node), graph[ir_ids[node.eclass][0]].type, operands).scalar)
-        return cache[node.id]
-
-    return cost
-
-
-def count_rule_uses(choice: dict[str, ENode], ir_ids: dict[str, list[int]], encoding: Encoding) -> Counter:
-    """Per named rule, how many chosen e-nodes carry its rewrite (nodes already in the input excluded)."""
-    uses: Counter = Counter()
-    for eclass, node in choice.items():
-        originals = {encoding.graph[i].op for i in ir_ids.get(eclass, ())}
-        if "fused_matmul" in originals:
-            continue
-        has_bias = len(real_children(node, choice)) == 3
-        uses.update(rules_used_by(node.op, node.primitives, has_bias))
-    return uses
-
-
-def rule_stats(matches: Counter, uses: Counter) -> list[RuleStats]:
-    """One RuleStats per named rule, in the rule set's order."""
-    return [RuleStats(name, matches.get(name, 0), uses.get(name, 0)) for name in RULE_NAMES]
+    return list(dict.fromkeys(class_of_ir[i] for i in node_ids))

@@ -1,8 +1,11 @@
-"""RewriteReport: what the e-graph stage did, as data and as a readable table.
+"""RewriteReport: what the e-graph stage did, as plain data and as a readable table.
 
-Per named rule: how often egglog matched it and how many of its results the extracted plan
-uses; kernels, cost (bytes, dispatches) before and after; e-graph size; timings; whether the
-saturation budget was hit.
+Per named rule: its family, how often egglog matched it, and how many of its results the
+extracted plan uses (`attribution.rule_uses` says what counts as a use for each rule). Per
+family: the bytes, flops and dispatches the plan saves thanks to it (`attribution.py` explains
+how the saving is split between families; the parts add up to the total). Kernels and cost
+(bytes, dispatches) before and after; e-graph size; timings; whether the saturation budget was
+hit (and which limit).
 """
 
 from __future__ import annotations
@@ -19,6 +22,15 @@ class RuleStats:
     name: str
     matches: int = 0
     uses: int = 0
+    family: str = ""
+
+
+@dataclass
+class FamilyStats:
+    """What one rule family saves in the chosen plan (positive: less traffic, fewer kernels)."""
+
+    family: str
+    saved: Cost = field(default_factory=Cost)
 
 
 @dataclass
@@ -27,18 +39,23 @@ class RewriteReport:
 
     enabled: bool
     rules: list[RuleStats] = field(default_factory=list)
+    families: list[FamilyStats] = field(default_factory=list)
     kernels_before: int = 0
     kernels_after: int = 0
     cost_before: Cost = field(default_factory=Cost)
     cost_after: Cost = field(default_factory=Cost)
-    enodes: int = 0
+    ir_nodes: int = 0
+    cse_merged: int = 0  # IR nodes that hash-consing put in the e-class of an identical earlier node
+    enodes: int = 0  # rows of the e-graph's tables (e-nodes and facts)
     eclasses: int = 0
     iterations: int = 0
     saturated: bool = False
     budget_hit: bool = False
+    budget: str = ""  # which limit stopped saturation: "iterations", "e-nodes" or "time"
+    search_passes: int = 0
     encode_s: float = 0.0
     saturate_s: float = 0.0
-    extract_s: float = 0.0  # serialize, extract and decode
+    extract_s: float = 0.0  # read the e-graph, extract and decode
 
     def rule(self, name: str) -> RuleStats:
         """The stats of one named rule (KeyError if the rule is unknown)."""
@@ -46,6 +63,13 @@ class RewriteReport:
             if stats.name == name:
                 return stats
         raise KeyError(f"no rule named {name!r}; rules: {[s.name for s in self.rules]}")
+
+    def family(self, name: str) -> FamilyStats:
+        """The savings of one rule family (KeyError if unknown)."""
+        for stats in self.families:
+            if stats.family == name:
+                return stats
+        raise KeyError(f"no family named {name!r}; families: {[s.family for s in self.families]}")
 
     @property
     def total_s(self) -> float:
@@ -59,16 +83,25 @@ class RewriteReport:
             lines.append(f"  cost: {format_cost(self.cost_before)}")
             return "\n".join(lines)
         width = max([len("rule"), *(len(s.name) for s in self.rules)])
-        lines.append(f"  {'rule':<{width}}  {'matches':>7}  {'used':>4}")
-        lines.extend(f"  {s.name:<{width}}  {s.matches:>7}  {s.uses:>4}" for s in self.rules)
+        lines.append(f"  {'family':<10}  {'rule':<{width}}  {'matches':>7}  {'used':>5}")
+        lines.extend(f"  {s.family:<10}  {s.name:<{width}}  {s.matches:>7}  {s.uses:>5}" for s in self.rules)
+        lines.append("  saved per family:")
+        for stats in self.families:
+            saved = stats.saved
+            lines.append(
+                f"    {stats.family:<10}  {saved.bytes:>14,} bytes  {saved.dispatches:>6} dispatches"
+                f"  {saved.flops:>14,} matmul flops"
+            )
         lines.append(f"  kernels: {self.kernels_before} -> {self.kernels_after}")
         lines.append(f"  cost: {format_cost(self.cost_before)} -> {format_cost(self.cost_after)}")
-        state = "saturated" if self.saturated else "budget hit, not saturated" if self.budget_hit else "stopped"
+        state = "saturated" if self.saturated else f"budget hit ({self.budget}), not saturated"
         lines.append(
-            f"  e-graph: {self.enodes} e-nodes, {self.eclasses} e-classes, {self.iterations} iterations ({state})"
+            f"  e-graph: {self.ir_nodes} IR nodes ({self.cse_merged} merged as duplicates), {self.enodes} e-nodes,"
+            f" {self.eclasses} e-classes, {self.iterations} iterations ({state})"
         )
         lines.append(
             f"  time: encode {ms(self.encode_s)}, saturate {ms(self.saturate_s)}, extract {ms(self.extract_s)}"
+            f" ({self.search_passes} search passes), total {ms(self.total_s)}"
         )
         return "\n".join(lines)
 

@@ -1,95 +1,68 @@
-"""The matmul fusion rules: a bias add and an activation folded into `fused_matmul`.
+"""Named rewrite rules, grouped in families, and the egglog program text that declares them.
 
-Each named rule (`RULE_NAMES`) is one or more egglog rules, named `<rule>:<variant>` so that
-egglog's run report (`num_matches_per_rule`) can be summed back per named rule by `rule_family`.
-Rules only add alternatives to an e-class (`union`); extraction with the cost model decides
-whether the plan uses them. All guards are conditions inside the egglog rules, on the shape
-facts `rank`/`dim` set by the encoder.
+A `Rule` is one named rewrite with one or more egglog variants (operand orders, ranks…). Its
+egglog rules are named `<name>#<variant index>`, so that egglog's run report
+(`num_matches_per_rule`) sums back per named rule (`rule_of`). Each family is an egglog ruleset
+named after it; `saturate.py` schedules them.
 
-- `matmul_bias`: add(matmul(a, b), bias) and add(bias, matmul(a, b)) → fused_matmul(a, b, bias,
-  activation="none"), when bias is [N] or [1, N] with N the matmul's output columns (so the sum
-  has the matmul's shape).
-- `matmul_epilogue_<act>` (relu, sigmoid, tanh): act(matmul(a, b)) → fused_matmul(a, b,
-  activation=act) and act(fused_matmul(…, activation="none")) → fused_matmul(…, activation=act).
+Rules only add alternatives to existing e-classes (`union`); extraction with the cost model
+decides which ones the plan uses. Guards are conditions inside the egglog rules (on the `shape`
+facts and on attributes). A rule that removes a redundant node (x·1, a reshape to the same shape,
+a constant expression) also `subsume`s the node it replaces, so that no other rule matches it
+again (it would only create cycles such as x ≡ x·1).
+
+The families, one module each: `algebra`, `pointwise`, `matmul`, `reductions`.
 """
 
 from __future__ import annotations
 
-from egglog import Bool, Ruleset, String, eq, i64, rule, ruleset, union, vars_
-
-from meganeura.rewrite.encode import ACTIVATIONS, UNARY_CONSTRUCTORS, Term, dim, rank
-
-MATMUL_BIAS = "matmul_bias"
-RULE_NAMES = (MATMUL_BIAS, *(f"matmul_epilogue_{act}" for act in ACTIVATIONS))
+from dataclasses import dataclass
 
 
-def rule_family(egglog_rule_name: str) -> str:
-    """The named rule an egglog rule belongs to (`matmul_bias:add_left_vector` → `matmul_bias`)."""
-    return egglog_rule_name.split(":", 1)[0]
+@dataclass(frozen=True)
+class Rule:
+    """One named rewrite rule: its family, what it does, and its egglog rule(s)."""
+
+    name: str
+    family: str
+    doc: str
+    variants: tuple[str, ...]  # each `(rule (query…) (actions…))` without :ruleset/:name
+
+    def egglog_names(self) -> list[str]:
+        return [f"{self.name}#{index}" for index in range(len(self.variants))]
+
+    def program(self) -> str:
+        """The egglog commands declaring this rule's variants in its family's ruleset."""
+        return "\n".join(
+            f'{variant[:-1]} :ruleset {self.family} :name "{name}")'
+            for variant, name in zip(self.variants, self.egglog_names(), strict=True)
+        )
 
 
-def matmul_bias_rules() -> list:
-    """`matmul_bias`: both operand orders of the add, for a [N] and a [1, N] bias."""
-    a, b, bias, total = vars_("a b bias total", Term)
-    transpose_a, transpose_b = vars_("transpose_a transpose_b", Bool)
-    product = Term.matmul(a, b, transpose_a, transpose_b)
-    fused = Term.fused_matmul(a, b, bias, transpose_a, transpose_b, String("none"))
-    # The matmul's own columns, not the sum's: a [M,1] product plus an [N] bias broadcasts up to
-    # [M,N], which a fused matmul (output [M,1]) cannot compute.
-    columns = dim(product, i64(1))
-    bias_shapes = {
-        "vector": (rank(bias) == i64(1), dim(bias, i64(0)) == columns),
-        "row": (rank(bias) == i64(2), dim(bias, i64(0)) == i64(1), dim(bias, i64(1)) == columns),
-    }
-    orders = {"add_left": Term.add(product, bias), "add_right": Term.add(bias, product)}
-    rules = []
-    for order, pattern in orders.items():
-        for shape, guards in bias_shapes.items():
-            rules.append(
-                rule(eq(total).to(pattern), *guards, name=f"{MATMUL_BIAS}:{order}_{shape}").then(
-                    union(total).with_(fused)
-                )
-            )
-    return rules
+def rule(query: str | list[str], actions: str | list[str]) -> str:
+    """`(rule (query…) (actions…))` from lists of egglog facts and actions."""
+    query = [query] if isinstance(query, str) else query
+    actions = [actions] if isinstance(actions, str) else actions
+    return f"(rule ({' '.join(query)}) ({' '.join(actions)}))"
 
 
-def matmul_epilogue_rules(activation: str) -> list:
-    """`matmul_epilogue_<activation>`: the activation of a plain or unactivated fused matmul."""
-    a, b, bias, result = vars_("a b bias result", Term)
-    transpose_a, transpose_b = vars_("transpose_a transpose_b", Bool)
-    apply = UNARY_CONSTRUCTORS[activation]
-    name = f"matmul_epilogue_{activation}"
-    plain = Term.matmul(a, b, transpose_a, transpose_b)
-    unactivated = Term.fused_matmul(a, b, bias, transpose_a, transpose_b, String("none"))
-    return [
-        rule(eq(result).to(apply(plain)), name=f"{name}:matmul").then(
-            union(result).with_(Term.fused_matmul(a, b, Term.no_bias(), transpose_a, transpose_b, activation))
-        ),
-        rule(eq(result).to(apply(unactivated)), name=f"{name}:fused_matmul").then(
-            union(result).with_(Term.fused_matmul(a, b, bias, transpose_a, transpose_b, activation))
-        ),
-    ]
+def rule_of(egglog_rule_name: str) -> str:
+    """The named rule an egglog rule belongs to (`fold_transpose_a#2` → `fold_transpose_a`)."""
+    return egglog_rule_name.split("#", 1)[0]
 
 
-def fusion_ruleset() -> Ruleset:
-    """The ruleset holding every rule of this module."""
-    rules = ruleset(name="matmul_fusion")
-    rules.register(*matmul_bias_rules())
-    for activation in ACTIVATIONS:
-        rules.register(*matmul_epilogue_rules(activation))
-    return rules
+def all_rules() -> list[Rule]:
+    """Every rule, family by family, in the order the report lists them."""
+    from meganeura.rewrite import algebra, matmul, pointwise, reductions
+
+    return [*algebra.RULES, *pointwise.RULES, *matmul.RULES, *reductions.RULES]
 
 
-def rules_used_by(op: str, primitives: tuple, has_bias: bool) -> list[str]:
-    """The named rules whose rewrite a fused_matmul e-node (not in the input graph) carries.
+FAMILIES = ("algebra", "pointwise", "matmul", "reductions")
 
-    A fused matmul with a bias carries `matmul_bias`; one with an activation carries that
-    activation's epilogue rule (fc1's relu(matmul + bias) carries both).
-    """
-    if op != "Term.fused_matmul":
-        return []
-    activation = primitives[2]
-    used = [MATMUL_BIAS] if has_bias else []
-    if activation != "none":
-        used.append(f"matmul_epilogue_{activation}")
-    return used
+
+def rules_program(rules: list[Rule]) -> str:
+    """The egglog text declaring the family rulesets and every rule."""
+    lines = [f"(ruleset {family})" for family in FAMILIES]
+    lines.extend(r.program() for r in rules)
+    return "\n".join(lines)

@@ -1,0 +1,247 @@
+"""The pointwise family: lifting, inlining (fuse_pointwise), silu/swiglu, the optimizer updates.
+Each rule on random shapes and values keeps what the graph computes and fires; intermediates
+that are outputs or read elsewhere are still produced."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from test_rewrite_support import (
+    PROPERTY,
+    check_rewrite,
+    const,
+    dims,
+    kernels,
+    leaf,
+    live_nodes,
+    node,
+    ops,
+    seeds,
+)
+
+from meganeura.ir.expr import UNARY_FUNCTIONS, parse
+from meganeura.ir.graph import Graph
+
+shapes = st.lists(dims, min_size=0, max_size=3).map(tuple)
+SAFE_UNARY = ("neg", "exp", "relu", "sigmoid", "tanh", "silu")  # defined on any input
+POSITIVE_UNARY = ("log", "sqrt", "rsqrt")
+SAFE_BINARY = ("add", "sub", "mul", "greater", "equal", "swiglu")
+
+
+def broadcastable(shape: tuple[int, ...], pick: int) -> tuple[int, ...]:
+    """A shape that broadcasts into `shape`: a suffix of it with some dims set to 1."""
+    suffix = shape[len(shape) - pick % (len(shape) + 1) :] if shape else ()
+    return tuple(1 if (pick >> i) & 1 else d for i, d in enumerate(suffix))
+
+
+@PROPERTY
+@given(fn=st.sampled_from(UNARY_FUNCTIONS), shape=shapes, seed=seeds)
+def test_lift_unary(fn, shape, seed):
+    graph = Graph()
+    x = leaf(graph, "x", shape)
+    graph.outputs["y"] = node(graph, "mul", (node(graph, fn, (x,)), x))
+    fused, report = check_rewrite(graph, "lift_unary", seed, positive=fn in POSITIVE_UNARY)
+    assert kernels(fused) == 1 and report.rule("lift_unary").uses == 1
+
+
+@PROPERTY
+@given(fn=st.sampled_from(SAFE_BINARY + ("div",)), shape=shapes, pick=st.integers(0, 15), seed=seeds)
+def test_lift_binary(fn, shape, pick, seed):
+    graph = Graph()
+    x, y = leaf(graph, "x", shape), leaf(graph, "y", broadcastable(shape, pick))
+    graph.outputs["y"] = node(graph, "exp", (node(graph, fn, (x, y)),))
+    fused, report = check_rewrite(graph, "lift_binary", seed, positive=fn == "div")
+    assert kernels(fused) == 1 and report.rule("lift_binary").uses == 1
+
+
+@PROPERTY
+@given(shape=st.lists(dims, min_size=1, max_size=3).map(tuple), pick=st.integers(0, 15), seed=seeds)
+def test_lift_broadcast(shape, pick, seed):
+    graph = Graph()
+    x, y = leaf(graph, "x", broadcastable(shape, pick)), leaf(graph, "y", shape)
+    expanded = node(graph, "broadcast_to", (x,), shape=shape)
+    graph.outputs["y"] = node(graph, "mul", (expanded, y))
+    fused, report = check_rewrite(graph, "lift_broadcast", seed)
+    assert "broadcast_to" not in ops(fused) and kernels(fused) == 1
+
+
+@PROPERTY
+@given(value=st.floats(-3, 3, width=32).filter(lambda v: v != 1.0), shape=shapes, seed=seeds)
+def test_const_literal(value, shape, seed):
+    graph = Graph()
+    x = leaf(graph, "x", shape)
+    graph.outputs["y"] = node(graph, "tanh", (node(graph, "mul", (x, const(graph, value))),))
+    fused, report = check_rewrite(graph, "const_literal", seed)
+    (kernel,) = live_nodes(fused, "pointwise")
+    assert kernel.inputs == (fused.nodes[0].id,)  # x only: the constant is a literal
+    assert report.rule("const_literal").uses == 1
+
+
+def test_reshaped_constant_is_a_literal_too():
+    graph = Graph()
+    x = leaf(graph, "x", (2, 3, 4))
+    scale = node(graph, "reshape", (const(graph, 0.25),), shape=(1, 1, 1))
+    graph.outputs["y"] = node(graph, "mul", (scale, node(graph, "tanh", (x,))))
+    fused, _ = check_rewrite(graph, "const_literal")
+    (kernel,) = live_nodes(fused, "pointwise")
+    assert kernel.attr("expr") == "mul(0.25,tanh($0))" and len(kernel.inputs) == 1
+
+
+CHAIN_OPS = ("add", "sub", "mul", "relu", "tanh", "sigmoid", "neg", "greater", "swiglu")
+
+
+@PROPERTY
+@given(
+    shape=st.lists(dims, min_size=1, max_size=3).map(tuple),
+    steps=st.lists(st.tuples(st.sampled_from(CHAIN_OPS), st.integers(0, 15)), min_size=2, max_size=6),
+    seed=seeds,
+)
+def test_fuse_pointwise_chain_is_one_kernel(shape, steps, seed):
+    graph = Graph()
+    value = leaf(graph, "x", shape)
+    for index, (fn, pick) in enumerate(steps):
+        if fn in ("add", "sub", "mul", "greater", "swiglu"):
+            other = leaf(graph, f"y{index}", broadcastable(shape, pick))
+            value = node(graph, fn, (value, other) if pick % 2 else (other, value))
+        else:
+            value = node(graph, fn, (value,))
+    graph.outputs["y"] = value
+    fused, report = check_rewrite(graph, "fuse_pointwise", seed)
+    assert kernels(fused) == 1
+    assert report.rule("fuse_pointwise").uses == len(steps) - 1
+
+
+def test_chain_intermediate_that_is_an_output_is_still_produced():
+    graph = Graph()
+    x, b = leaf(graph, "x", (4, 6)), leaf(graph, "b", (6,))
+    pre = node(graph, "add", (x, b))
+    graph.outputs["pre"] = pre
+    graph.outputs["y"] = node(graph, "tanh", (node(graph, "relu", (pre,)),))
+    fused, _ = check_rewrite(graph, "fuse_pointwise")
+    assert fused[fused.outputs["pre"]].op == "add"
+    assert kernels(fused) == 2  # pre, and tanh(relu(pre)) reading it
+
+
+def test_value_read_by_a_matmul_and_a_pointwise_op_is_computed_once():
+    graph = Graph()
+    x, w = leaf(graph, "x", (4, 6)), leaf(graph, "w", (6, 3))
+    hidden = node(graph, "exp", (x,))
+    product = node(graph, "matmul", (hidden, w), transpose_a=False, transpose_b=False)
+    graph.outputs["y"] = node(
+        graph,
+        "add",
+        (
+            node(graph, "sum", (product,), axes=(1,), keepdim=False),
+            node(graph, "sum", (hidden,), axes=(1,), keepdim=False),
+        ),
+    )
+    fused, _ = check_rewrite(graph)
+    assert ops(fused).count("exp") == 1  # the matmul needs it stored; the sum reads it
+
+
+@PROPERTY
+@given(shape=shapes, sigmoid_first=st.booleans(), seed=seeds)
+def test_silu(shape, sigmoid_first, seed):
+    graph = Graph()
+    x = leaf(graph, "x", shape)
+    s = node(graph, "sigmoid", (x,))
+    graph.outputs["y"] = node(graph, "mul", (s, x) if sigmoid_first else (x, s))
+    fused, report = check_rewrite(graph, "silu", seed)
+    assert ops(fused) == ["input", "silu"] and report.rule("silu").uses == 1
+
+
+def test_silu_needs_the_same_value_twice():
+    graph = Graph()
+    x, z = leaf(graph, "x", (3,)), leaf(graph, "z", (3,))
+    graph.outputs["y"] = node(graph, "mul", (x, node(graph, "sigmoid", (z,))))
+    _, report = check_rewrite(graph)
+    assert report.rule("silu").matches == 0
+
+
+@PROPERTY
+@given(
+    shape=st.lists(dims, min_size=1, max_size=3).map(tuple),
+    pick=st.integers(0, 15),
+    silu_first=st.booleans(),
+    seed=seeds,
+)
+def test_swiglu(shape, pick, silu_first, seed):
+    graph = Graph()
+    g, u = leaf(graph, "g", shape), leaf(graph, "u", broadcastable(shape, pick))
+    s = node(graph, "silu", (g,))
+    graph.outputs["y"] = node(graph, "mul", (s, u) if silu_first else (u, s))
+    fused, report = check_rewrite(graph, "swiglu", seed)
+    assert ops(fused)[-1] == "swiglu" and report.rule("swiglu").uses == 1
+
+
+def test_swiglu_keeps_a_silu_that_is_also_an_output():
+    graph = Graph()
+    g, u = leaf(graph, "g", (2, 3)), leaf(graph, "u", (2, 3))
+    s = node(graph, "silu", (g,))
+    graph.outputs["gate"] = s
+    graph.outputs["y"] = node(graph, "mul", (s, u))
+    fused, _ = check_rewrite(graph, "swiglu")
+    assert fused[fused.outputs["gate"]].op == "silu"
+
+
+weight_decays = st.sampled_from([0.0, 0.0, 0.05])
+
+
+@PROPERTY
+@given(shape=st.lists(dims, min_size=1, max_size=2).map(tuple), lr=st.floats(0.001, 1.0), wd=weight_decays, seed=seeds)
+def test_lift_sgd_step(shape, lr, wd, seed):
+    graph = Graph()
+    p, g = leaf(graph, "p", shape, "param"), leaf(graph, "g", shape)
+    graph.updates["p"] = node(graph, "sgd_step", (p, node(graph, "tanh", (g,))), lr=lr, weight_decay=wd)
+    fused, report = check_rewrite(graph, "lift_sgd_step", seed)
+    assert kernels(fused) == 1 and report.rule("lift_sgd_step").uses == 1
+
+
+@PROPERTY
+@given(
+    shape=st.lists(dims, min_size=1, max_size=2).map(tuple), momentum=st.floats(0.0, 0.99), wd=weight_decays, seed=seeds
+)
+def test_lift_momentum_buffer(shape, momentum, wd, seed):
+    graph = Graph()
+    p, buf, g = leaf(graph, "p", shape, "param"), leaf(graph, "buf", shape, "state"), leaf(graph, "g", shape)
+    graph.updates["buf"] = node(
+        graph, "momentum_buffer", (buf, node(graph, "exp", (g,)), p), momentum=momentum, weight_decay=wd
+    )
+    fused, report = check_rewrite(graph, "lift_momentum_buffer", seed)
+    assert kernels(fused) == 1 and report.rule("lift_momentum_buffer").uses == 1
+
+
+@PROPERTY
+@given(
+    shape=st.lists(dims, min_size=1, max_size=2).map(tuple),
+    beta=st.floats(0.5, 0.999),
+    order=st.sampled_from([1, 2]),
+    wd=weight_decays,
+    seed=seeds,
+)
+def test_lift_adam_moment(shape, beta, order, wd, seed):
+    graph = Graph()
+    p, m, g = leaf(graph, "p", shape, "param"), leaf(graph, "m", shape, "state"), leaf(graph, "g", shape)
+    graph.updates["m"] = node(
+        graph, "adam_moment", (m, node(graph, "neg", (g,)), p), beta=beta, order=order, weight_decay=wd
+    )
+    fused, report = check_rewrite(graph, "lift_adam_moment", seed)
+    assert kernels(fused) == 1 and report.rule("lift_adam_moment").uses == 1
+    (kernel,) = live_nodes(fused, "pointwise")
+    assert "neg(" in kernel.attr("expr")  # the gradient's neg is inlined into the moment kernel
+    assert parse(kernel.attr("expr"))[0] == "add"
+
+
+def test_adam_moments_that_share_a_gradient_leave_it_stored():
+    graph = Graph()
+    p, m, v, g = (
+        leaf(graph, "p", (5,), "param"),
+        leaf(graph, "m", (5,), "state"),
+        leaf(graph, "v", (5,), "state"),
+        leaf(graph, "g", (5,)),
+    )
+    grad = node(graph, "exp", (g,))
+    graph.updates["m"] = node(graph, "adam_moment", (m, grad, p), beta=0.9, order=1, weight_decay=0.0)
+    graph.updates["v"] = node(graph, "adam_moment", (v, grad, p), beta=0.999, order=2, weight_decay=0.0)
+    fused, _ = check_rewrite(graph, "lift_adam_moment")
+    assert kernels(fused) == 2  # exp is cheap enough to recompute in both moment kernels
