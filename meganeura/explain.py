@@ -101,8 +101,9 @@ class StepReport:
         }
 
     def to_dot(self) -> str:
-        """Graphviz DOT text of the fused step: one box per kernel, data edges between them."""
-        return step_dot(self.fused_graph)
+        """Graphviz DOT text of the traced step with each kernel of the plan outlined as a cluster
+        around the IR nodes it covers (a fused kernel's cluster holds several nodes)."""
+        return step_dot(self.graph, kernel_groups(self.fused_graph, getattr(self.rewrite, "covers", {})))
 
 
 def shape_text(shape: tuple[int, ...]) -> str:
@@ -141,19 +142,51 @@ def step_graph(graph: Graph) -> nx.DiGraph:
     return drawn
 
 
+def kernel_groups(fused_graph: Graph, covers: dict[int, list[int]]) -> dict[str, list[int]]:
+    """Cluster label → the original IR nodes that one kernel of the plan computes."""
+    groups: dict[str, list[int]] = {}
+    for node in fused_graph:
+        if launches_kernel(node.op) and covers.get(node.id):
+            what = kernel_summary(node)
+            groups[f"kernel %{node.id} {node.op}" + (f": {what}" if what else "")] = covers[node.id]
+    return groups
+
+
 def escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def step_dot(graph: Graph) -> str:
-    """DOT text for `step_graph(graph)`: fused kernels are filled, bold boxes."""
+def step_dot(graph: Graph, groups: dict[str, list[int]] | None = None) -> str:
+    """DOT text for `step_graph(graph)`; each group (a kernel of the plan) is an outlined cluster."""
     drawn = step_graph(graph)
     lines = ["digraph step {", "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];']
+    placed: set = set()
+    for index, (label, members) in enumerate((groups or {}).items()):
+        inside = [m for m in members if m in drawn and m not in placed and graph[m].op not in LEAVES]
+        if not inside:
+            continue
+        fused = len(inside) > 1
+        lines.append(f"  subgraph cluster_{index} {{")
+        lines.append(
+            f'    label="{escape(label)}"; fontsize=9; style="{"bold,rounded" if fused else "dashed,rounded"}";'
+        )
+        lines.append(f'    color="{"#1f6fd0" if fused else "#bbbbbb"}";')
+        lines.extend(f"    {node_line(m, drawn.nodes[m])}" for m in inside)
+        lines.append("  }")
+        placed.update(inside)
     for node, attrs in drawn.nodes(data=True):
-        fields = ", ".join(f'{key}="{value}"' for key, value in attrs.items())
-        lines.append(f'  "{node}" [{fields}];')
+        if node not in placed:
+            lines.append(f"  {node_line(node, attrs)}")
     for source, target, attrs in drawn.edges(data=True):
         fields = ", ".join(f'{key}="{value}"' for key, value in attrs.items())
         lines.append(f'  "{source}" -> "{target}"' + (f" [{fields}]" if fields else "") + ";")
     lines.append("}")
     return "\n".join(lines)
+
+
+LEAVES = ("input", "param", "state", "const")
+
+
+def node_line(node, attrs: dict) -> str:
+    fields = ", ".join(f'{key}="{value}"' for key, value in attrs.items())
+    return f'"{node}" [{fields}];'

@@ -64,12 +64,20 @@ def test_report_to_json_is_plain_data():
     assert data["fused_graph"].splitlines()[0].startswith("%0 = ")
 
 
-def test_report_to_dot_draws_every_kernel():
+def test_report_to_dot_outlines_every_kernel_around_the_nodes_it_covers():
     program = compile_without_gpu()
-    dot = program.report().to_dot()
+    report = program.report()
+    dot = report.to_dot()
     assert dot.startswith("digraph step {") and dot.rstrip().endswith("}")
-    for kernel in program.report().kernels:
-        assert f'"{kernel.node}" [' in dot
+    for kernel in report.kernels:  # one cluster per kernel of the plan
+        assert f'label="kernel %{kernel.node} {kernel.op}' in dot
+    # The first Linear's matmul, bias add and relu are drawn inside one (bold) cluster.
+    first = dot.split("subgraph cluster_")[1]
+    assert "bold" in first and "matmul" in first and " add" in first and "relu" in first
+    live = program.graph.live_ids()
+    for node in program.graph:
+        if node.id in live and node.op != "const":
+            assert f'"{node.id}" [' in dot  # every traced value is drawn
     assert '"out:loss"' in dot
 
 

@@ -70,6 +70,11 @@ def optimize(
         encode_s=encoded - started,
         saturate_s=saturated - encoded,
         extract_s=extracted - saturated,
+        covers={
+            decoded.node_of_class[eclass]: sorted(ids)
+            for eclass, ids in decoded.covered.items()
+            if eclass in decoded.node_of_class
+        },
     )
     return rewritten, report
 

@@ -56,6 +56,9 @@ class RewriteReport:
     encode_s: float = 0.0
     saturate_s: float = 0.0
     extract_s: float = 0.0  # read the e-graph, extract and decode
+    # For each node of the rewritten graph, the ids of the original IR nodes it computes (what a
+    # fused kernel covers); empty when the e-graph was skipped.
+    covers: dict[int, list[int]] = field(default_factory=dict)
 
     def rule(self, name: str) -> RuleStats:
         """The stats of one named rule (KeyError if the rule is unknown)."""
