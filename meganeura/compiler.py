@@ -135,10 +135,10 @@ def check_input_specs(inputs: dict[str, InputSpec]) -> None:
 
 
 def label_bounds(graph: Graph) -> dict[str, int]:
-    """Class counts of i32 inputs used directly as cross-entropy labels (checked on every step)."""
+    """Class counts of i32 inputs used directly as class labels (checked on every step)."""
     bounds = {}
     for node in graph:
-        if node.op == "cross_entropy_rows":
+        if node.op in ("cross_entropy_rows", "pick"):
             labels = graph[node.inputs[1]]
             if labels.op == "input":
                 bounds[labels.attr("name")] = graph[node.inputs[0]].shape[1]

@@ -12,7 +12,7 @@ from meganeura.ir.trace import Tensor, lift, user_source_line
 
 __all__ = [
     "add", "amax", "broadcast_to", "cross_entropy", "exp", "linear", "log", "log_softmax", "matmul", "mean", "mse_loss",
-    "permute", "relu", "reshape", "rsqrt", "sigmoid", "silu", "softmax", "sqrt", "sum", "tanh", "transpose",
+    "nll_loss", "permute", "relu", "reshape", "rsqrt", "sigmoid", "silu", "softmax", "sqrt", "sum", "tanh", "transpose",
     "transpose2d",
 ]  # fmt: skip
 
@@ -163,18 +163,25 @@ def amax(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     return x.tracer.emit("max", [x], axes=axes, keepdim=keepdim)
 
 
-def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """x − log Σ exp(x) along `dim`, computed stably (the maximum is subtracted first)."""
+def row_op(op: str, x: Tensor, dim: int) -> Tensor:
     x = lift(x)
-    shifted = x - amax(x, dim, keepdim=True)
-    return shifted - log(sum(exp(shifted), dim, keepdim=True))
+    try:
+        (axis,) = normalize_axes(int(dim), x.ndim, op)
+    except ShapeError as error:
+        raise ShapeError(f"{user_source_line()}: {error}") from None
+    return x.tracer.emit(op, [x], axis=axis)
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """x − log Σ exp(x) along `dim`, computed stably (the maximum is subtracted first): one op,
+    one kernel (a workgroup per row)."""
+    return row_op("log_softmax", x, dim)
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """exp(x) / Σ exp(x) along `dim`, computed stably (the maximum is subtracted first)."""
-    x = lift(x)
-    e = exp(x - amax(x, dim, keepdim=True))
-    return e / sum(e, dim, keepdim=True)
+    """exp(x) / Σ exp(x) along `dim`, computed stably (the maximum is subtracted first): one op,
+    one kernel (a workgroup per row)."""
+    return row_op("softmax", x, dim)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -185,14 +192,39 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return y
 
 
+def check_class_scores(name: str, scores: Tensor, target: Tensor, what: str) -> None:
+    """Scores [batch, classes] (f32) and i32 class indices [batch], or a ShapeError naming the user's line."""
+    if scores.ndim != 2 or scores.dtype != "f32":
+        raise ShapeError(f"{user_source_line()}: {name}: expected f32 {what} [batch, classes], got {scores.type}")
+    if target.dtype != "i32" or target.shape != scores.shape[:1]:
+        raise ShapeError(
+            f"{user_source_line()}: {name}: expected i32 class labels [{scores.shape[0]}] for {what} "
+            f"{scores.type}, got {target.type}"
+        )
+
+
+def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """Negative log-likelihood of log-probabilities [batch, classes] at i32 class indices [batch],
+    like torch.nn.functional.nll_loss: −input[i, target[i]], then reduced.
+
+    reduction is "mean" (over the batch, PyTorch's default), "sum" or "none".
+    """
+    input, target = lift(input), lift(target)
+    check_class_scores("nll_loss", input, target, "log-probabilities")
+    rows = -input.tracer.emit("pick", [input, target])
+    return reduce_loss(rows, reduction, "nll_loss")
+
+
 def cross_entropy(logits: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """Softmax cross-entropy of logits [batch, classes] with i32 class indices [batch].
+    """Softmax cross-entropy of logits [batch, classes] with i32 class indices [batch]:
+    nll_loss(log_softmax(logits, 1), target), traced as written (the e-graph's reductions rules
+    turn it, and its gradient, into the fused cross_entropy_rows kernels).
 
     reduction is "mean" (PyTorch's default), "sum" or "none".
     """
     logits, target = lift(logits), lift(target)
-    rows = logits.tracer.emit("cross_entropy_rows", [logits, target])
-    return reduce_loss(rows, reduction, "cross_entropy")
+    check_class_scores("cross_entropy", logits, target, "logits")
+    return nll_loss(log_softmax(logits, 1), target, reduction)
 
 
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:

@@ -208,6 +208,43 @@ def test_softmax_and_log_softmax_gradients(dim):
     assert gradcheck(lambda x: F.log_softmax(x, dim), [(3, 5)], rng) < 1e-6
 
 
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_softmax_and_log_softmax_gradients_along_each_axis_of_a_3d_tensor(dim):
+    rng = np.random.default_rng(16)
+    assert gradcheck(lambda x: F.softmax(x, dim), [(2, 3, 4)], rng) < 1e-6
+    assert gradcheck(lambda x: F.log_softmax(x, dim), [(2, 3, 4)], rng) < 1e-6
+
+
+def test_nll_loss_pick_and_scatter_rows_gradients_mid_chain():
+    rng = np.random.default_rng(17)
+    labels = np.array([0, 2, 4, 1, 2], dtype=np.int32)
+    for reduction in ("mean", "sum", "none"):
+        err = gradcheck(lambda z, labels, r=reduction: F.nll_loss(z, labels, r), [(5, 5)], rng, labels=labels)
+        assert err < 1e-6, reduction
+    scatter = lambda g, labels: g.tracer.emit("scatter_rows", [g, labels], classes=6)  # noqa: E731
+    assert gradcheck(scatter, [(5,)], rng, labels=labels) < 1e-6
+
+
+def test_cross_entropy_and_nll_loss_follow_pytorch():
+    """F.cross_entropy = F.nll_loss(F.log_softmax(z, 1)); "mean" averages over the batch."""
+    z = np.array([[1.0, 2.0, 3.0], [1000.0, 1000.0, 0.0], [-5.0, 0.0, 5.0], [0.5, 0.5, 0.5]])
+    y = np.array([2, 0, 0, 1], dtype=np.int32)
+    shifted = z - z.max(1, keepdims=True)
+    rows = -(shifted - np.log(np.exp(shifted).sum(1, keepdims=True)))[np.arange(4), y]
+    picked = z[np.arange(4), y]  # nll_loss(−z) = −(−z)[i, y[i]]
+    expected = {"mean": (rows.mean(), picked.mean()), "sum": (rows.sum(), picked.sum()), "none": (rows, picked)}
+    for reduction, (ce, nll) in expected.items():
+        tracer = Tracer()
+        with tracing(tracer):
+            logits = tracer.leaf("input", "z", TensorType((4, 3)))
+            labels = tracer.leaf("input", "y", TensorType((4,), "i32"))
+            tracer.graph.outputs["ce"] = F.cross_entropy(logits, labels, reduction).node
+            tracer.graph.outputs["nll"] = F.nll_loss(-logits, labels, reduction).node
+        out = interpret(tracer.graph, {"z": z, "y": y}, dtype=np.float64).outputs
+        np.testing.assert_allclose(out["ce"], ce, rtol=1e-12)
+        np.testing.assert_allclose(out["nll"], nll, rtol=1e-12)
+
+
 def test_softmax_matches_a_direct_formula():
     tracer = Tracer()
     with tracing(tracer):

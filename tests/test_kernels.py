@@ -2,7 +2,8 @@
 default adapter (lavapipe in CI): sizes that do not divide the tiles, every transpose, batched
 matmuls, epilogue expressions with extras of every broadcast shape, every function of the
 expression language, pointwise expressions, permutes, sum/max/fused reductions over several axis
-sets, cross-entropy and the optimizer updates."""
+sets, cross-entropy, softmax/log_softmax and their gradients along any axis, pick/scatter_rows,
+and the optimizer updates."""
 
 from __future__ import annotations
 
@@ -256,6 +257,7 @@ def test_large_grids_fold_into_two_dimensions(monkeypatch):
     check(one_op("sum", [(7, 1, 9)], axes=(1,), keepdim=False), {"x0": normal(7, 1, 9)})
     check(one_op("sum", [(7, 300)], axes=(1,), keepdim=True), {"x0": normal(7, 300)})
     check(one_op("cross_entropy_rows", [(7, 5), (7,)], ["f32", "i32"]), {"x0": normal(7, 5), "x1": np.arange(7) % 5})
+    assert check(one_op("softmax", [(2, 7, 5)], axis=1), {"x0": normal(2, 7, 5)}).kernels[0].grid == (3, 4, 1)
 
 
 # -- pointwise and permute ------------------------------------------------------------------------
@@ -416,6 +418,60 @@ def test_cross_entropy_grad_with_a_constant_incoming_gradient():
     graph.outputs["out"] = emit(graph, "cross_entropy_rows_grad", [logits, labels, scale])
     executable = check(graph, {"z": normal(1, 7), "y": np.array([6], np.int32)})
     assert [b.name for b in executable.kernels[0].bindings] == ["logits", "labels", "out"]
+
+
+# -- softmax family and label indexing ------------------------------------------------------------
+
+ROW_SHAPES = [((1, 3), 1), ((5, 10), 1), ((33, 300), 1), ((4,), 0), ((3, 7, 5), 1), ((3, 7, 5), 0), ((2, 3, 33), -1)]
+
+
+def row_id(case) -> str:
+    return "x".join(map(str, case)) if isinstance(case, tuple) else str(case)
+
+
+@pytest.mark.parametrize("shape, axis", ROW_SHAPES, ids=row_id)
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_and_log_softmax_along_any_axis(op, shape, axis):
+    x = normal(*shape, scale=30.0)  # large logits: only a max-shifted softmax survives
+    x.flat[0] = 90.0  # exp(90) overflows f32
+    check(one_op(op, [shape], axis=axis), {"x0": x}, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, axis", ROW_SHAPES, ids=row_id)
+@pytest.mark.parametrize("op", ["softmax_grad", "log_softmax_grad"])
+def test_softmax_gradients_along_any_axis(op, shape, axis):
+    logits = normal(*shape, scale=3.0)
+    y = op_def("softmax" if op == "softmax_grad" else "log_softmax").evaluate(logits, axis)
+    graph = one_op(op, [shape, shape], axis=axis)
+    check(graph, {"x0": y.astype(np.float32), "x1": normal(*shape)}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows, classes", [(1, 3), (5, 10), (33, 300)])
+def test_pick_and_scatter_rows(rows, classes):
+    labels = RNG.integers(0, classes, size=rows).astype(np.int32)
+    check(one_op("pick", [(rows, classes), (rows,)], ["f32", "i32"]), {"x0": normal(rows, classes), "x1": labels})
+    graph = one_op("scatter_rows", [(rows,), (rows,)], ["f32", "i32"], classes=classes)
+    check(graph, {"x0": normal(rows), "x1": labels})
+
+
+def test_pick_and_scatter_rows_give_nan_for_bad_labels():
+    labels = np.array([0, -1, 4, 3], np.int32)  # 4 classes: -1 and 4 are outside
+    pick = one_op("pick", [(4, 4), (4,)], ["f32", "i32"])
+    picked = run_gpu(pick, {}).run({"x0": normal(4, 4), "x1": labels}, read=("out",))["out"]
+    assert np.isnan(picked).tolist() == [False, True, True, False]
+    graph = one_op("scatter_rows", [(4,), (4,)], ["f32", "i32"], classes=4)
+    scattered = run_gpu(graph, {}).run({"x0": normal(4), "x1": labels}, read=("out",))["out"]
+    assert np.isnan(scattered).all(axis=1).tolist() == [False, True, True, False]
+    check(graph, {"x0": normal(4), "x1": labels})  # the interpreter agrees (NaN rows too)
+
+
+def test_scatter_rows_inlines_a_constant_gradient():
+    graph = Graph()
+    labels = leaf(graph, "input", "y", (1,), "i32")
+    g = emit(graph, "reshape", [const(graph, 0.5)], shape=(1,))
+    graph.outputs["out"] = emit(graph, "scatter_rows", [g, labels], classes=5)
+    spec = check(graph, {"y": np.array([3], np.int32)}).kernels[0]
+    assert [b.value for b in spec.bindings] == [labels, graph.outputs["out"]] and "(0.5f)" in spec.wgsl
 
 
 # -- optimizer updates ----------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def test_mlp_backward_relu_mask_joins_the_dx_matmul():
 def test_mlp_kernels_drop_and_results_stay_the_same():
     graph, inputs, params, states = mlp_step()
     fused, report = optimize(graph)
-    assert report.kernels_before == kernels(graph) == 35
+    assert report.kernels_before == kernels(graph) == 39  # cross-entropy traced as nll_loss(log_softmax)
     assert report.kernels_after == kernels(fused) <= 25
     assert report.cost_after.dispatches == report.kernels_after
     assert report.cost_after.bytes < report.cost_before.bytes

@@ -1,24 +1,34 @@
 """The reductions family: sum/max become reduction kernels whose prologue inlines what feeds them
-(fuse_pointwise) and whose epilogue folds elementwise ops with literals (mean, rsqrt(mean+eps))."""
+(fuse_pointwise) and whose epilogue folds elementwise ops with literals (mean, rsqrt(mean+eps));
+nll_loss(log_softmax) and its gradient become the fused cross-entropy kernels."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_rewrite_support import (
     PROPERTY,
+    assert_same_results,
     check_rewrite,
     const,
     dims,
     kernels,
     leaf,
     live_nodes,
+    mlp_step,
     node,
     ops,
     seeds,
 )
 
-from meganeura.ir.graph import Graph
+import meganeura.functional as F
+from meganeura.ir.autodiff import gradients
+from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.interpret import interpret
+from meganeura.ir.trace import Tracer, tracing
+from meganeura.rewrite import optimize
 
 shapes = st.lists(dims, min_size=1, max_size=3).map(tuple)
 
@@ -118,3 +128,120 @@ def test_reduction_read_elsewhere_is_still_produced():
     fused, _ = check_rewrite(graph, "reduce_epilogue_unary")
     assert fused[fused.outputs["total"]].op == "sum"
     assert kernels(fused) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax + cross-entropy: nll_loss(log_softmax(x, 1), y) and its gradient → the fused kernels
+
+CE_KERNELS = ("cross_entropy_rows", "cross_entropy_rows_grad")
+DECOMPOSED = ("log_softmax", "pick", "scatter_rows", "log_softmax_grad")
+batches, class_counts = st.integers(1, 6), st.integers(1, 9)
+scales = st.sampled_from([0.1, 1.0, 30.0])  # 30: logits whose exp overflows without the max shift
+
+
+def labels_leaf(graph: Graph, batch: int) -> int:
+    return node(graph, "input", name="y", shape=(batch,), dtype="i32")
+
+
+def ce_values(batch: int, classes: int, scale: float, seed: int, **shapes) -> dict[str, np.ndarray]:
+    """Logits x [batch, classes] (times `scale`), valid labels y, and normal f32 inputs of `shapes`."""
+    rng = np.random.default_rng(seed)
+    values = {"x": (scale * rng.normal(size=(batch, classes))).astype(np.float32)}
+    values["y"] = rng.integers(0, classes, batch).astype(np.int32)
+    values.update({name: rng.normal(size=shape).astype(np.float32) for name, shape in shapes.items()})
+    return values
+
+
+def ce_ops(graph: Graph) -> list[str]:
+    return [op for op in ops(graph) if op in CE_KERNELS + DECOMPOSED]
+
+
+@PROPERTY
+@given(batch=batches, classes=class_counts, scale=scales, seed=seeds)
+def test_cross_entropy_forward(batch, classes, scale, seed):
+    graph = Graph()
+    x, y = leaf(graph, "x", (batch, classes)), labels_leaf(graph, batch)
+    log_probs = node(graph, "log_softmax", (x,), axis=1)
+    graph.outputs["rows"] = node(graph, "neg", (node(graph, "pick", (log_probs, y)),))
+    fused, report = optimize(graph)
+    assert report.rule("cross_entropy_forward").matches == 1 and report.rule("cross_entropy_forward").uses == 1
+    assert ops(fused)[-1] == "cross_entropy_rows" and kernels(fused) == 1
+    assert_same_results(graph, fused, ce_values(batch, classes, scale, seed), tol=1e-4)
+
+
+@PROPERTY
+@given(batch=batches, classes=class_counts, scale=scales, seed=seeds)
+def test_cross_entropy_backward(batch, classes, scale, seed):
+    graph = Graph()
+    x, y, h = leaf(graph, "x", (batch, classes)), labels_leaf(graph, batch), leaf(graph, "h", (batch,))
+    log_probs = node(graph, "log_softmax", (x,), axis=1)
+    onehot = node(graph, "scatter_rows", (node(graph, "neg", (h,)), y), classes=classes)
+    graph.outputs["dx"] = node(graph, "log_softmax_grad", (log_probs, onehot), axis=1)
+    fused, report = optimize(graph)
+    assert report.rule("cross_entropy_backward").matches == 1 and report.rule("cross_entropy_backward").uses == 1
+    assert ops(fused)[-1] == "cross_entropy_rows_grad" and kernels(fused) == 1
+    assert_same_results(graph, fused, ce_values(batch, classes, scale, seed, h=(batch,)), tol=1e-4)
+
+
+@PROPERTY
+@given(batch=batches, classes=class_counts, reduction=st.sampled_from(["mean", "sum", "none"]), seed=seeds)
+def test_traced_cross_entropy_and_its_gradient_become_the_fused_kernels(batch, classes, reduction, seed):
+    """F.cross_entropy as traced (nll_loss of log_softmax) and autodiff's gradient of it; "none"
+    rows weighted by an input, so the gradient reaching the rows is not a constant."""
+    tracer = Tracer()
+    with tracing(tracer):
+        x = tracer.leaf("param", "x", TensorType((batch, classes)))
+        y = tracer.leaf("input", "y", TensorType((batch,), "i32"))
+        loss = F.cross_entropy(x, y, reduction)
+        if reduction == "none":
+            loss = F.sum(loss * tracer.leaf("input", "w", TensorType((batch,))))
+    graph = tracer.graph
+    graph.outputs["loss"] = loss.node
+    graph.outputs["dx"] = gradients(graph, loss.node, [x.node])[x.node]
+    assert set(DECOMPOSED) <= set(ops(graph))
+    fused, report = optimize(graph)
+    assert ce_ops(fused) == list(CE_KERNELS)
+    assert report.rule("cross_entropy_forward").uses == report.rule("cross_entropy_backward").uses == 1
+    values = ce_values(batch, classes, 3.0, seed, w=(batch,))
+    x_value = values.pop("x")
+    expected, actual = (interpret(g, values, {"x": x_value}).outputs for g in (graph, fused))
+    for name in ("loss", "dx"):
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_log_softmax_over_the_batch_axis_is_not_fused():
+    graph = Graph()
+    x, y, h = leaf(graph, "x", (4, 3)), labels_leaf(graph, 4), leaf(graph, "h", (4,))
+    log_probs = node(graph, "log_softmax", (x,), axis=0)  # over the batch: not cross-entropy
+    graph.outputs["rows"] = node(graph, "neg", (node(graph, "pick", (log_probs, y)),))
+    onehot = node(graph, "scatter_rows", (node(graph, "neg", (h,)), y), classes=3)
+    graph.outputs["dx"] = node(graph, "log_softmax_grad", (log_probs, onehot), axis=0)
+    fused, report = optimize(graph)
+    assert report.rule("cross_entropy_forward").matches == report.rule("cross_entropy_backward").matches == 0
+    assert ce_ops(fused) == list(DECOMPOSED)
+    assert_same_results(graph, fused, ce_values(4, 3, 1.0, 0, h=(4,)))
+
+
+@pytest.mark.parametrize("kept", ["log_probs", "picked"])
+def test_cross_entropy_intermediates_that_are_outputs_are_still_produced(kept):
+    graph = Graph()
+    x, y = leaf(graph, "x", (5, 7)), labels_leaf(graph, 5)
+    log_probs = node(graph, "log_softmax", (x,), axis=1)
+    picked = node(graph, "pick", (log_probs, y))
+    graph.outputs["loss"] = node(graph, "sum", (node(graph, "neg", (picked,)),), axes=(0,), keepdim=False)
+    graph.outputs[kept] = log_probs if kept == "log_probs" else picked
+    fused, report = optimize(graph)
+    assert report.rule("cross_entropy_forward").matches == 1
+    assert fused[fused.outputs[kept]].op == ("log_softmax" if kept == "log_probs" else "pick")
+    assert_same_results(graph, fused, ce_values(5, 7, 1.0, 0))
+
+
+def test_mlp_training_step_ends_with_the_two_cross_entropy_kernels():
+    graph, inputs, params, states = mlp_step()
+    fused, report = optimize(graph)
+    assert ce_ops(fused) == list(CE_KERNELS)
+    reductions = next(family for family in report.families if family.family == "reductions")
+    assert reductions.saved.dispatches >= 4  # log_softmax, pick, neg, scatter_rows → 2 kernels (+ the mean)
+    assert_same_results(graph, fused, inputs, params, states)
+    unfused, _ = optimize(graph, enabled=False)
+    assert ce_ops(unfused) == list(DECOMPOSED)  # rewrite=False runs the primitives

@@ -448,6 +448,56 @@ def lower_cross_entropy(graph: Graph, node: Node) -> KernelSpec:
 
 
 # ---------------------------------------------------------------------------------------------
+# Softmax family along one axis (a workgroup per row), and label indexing (a thread per element)
+
+ROW_OPS = ("softmax", "log_softmax", "softmax_grad", "log_softmax_grad")
+
+
+def lower_rows(graph: Graph, node: Node) -> KernelSpec:
+    """softmax, log_softmax or a gradient of one along any axis: rows are strided, never transposed."""
+    shape = node.shape
+    (axis,) = normalize_axes(node.attr("axis"), len(shape))
+    classes, inner = shape[axis], math.prod(shape[axis + 1 :])
+    rows = node.type.numel // max(classes, 1)
+    names = ("y", "g") if node.op.endswith("_grad") else ("x",)
+    bindings = [Binding(name, value, "read") for name, value in zip(names, node.inputs, strict=True)]
+    bindings.append(output_binding(node))
+    wg = min(256, max(32, 1 << (classes - 1).bit_length()))
+    grid = grid_for(rows)
+    values = {"BINDINGS": bindings_wgsl(graph, bindings), "ROWS": rows, "C": classes, "INNER": inner}
+    flags = {op.upper(): op == node.op for op in ROW_OPS}
+    flags["FORWARD"] = not node.op.endswith("_grad")
+    wgsl = render("softmax", {**values, "WG": wg, "GRID_X": max(grid[0], 1), **flags})
+    label = f"{node.op} {shape_text(shape)} axis={axis}"
+    return KernelSpec(node.id, label, wgsl, node.op, tuple(bindings), grid, (wg, 1, 1))
+
+
+NAN = literal(float("nan"))
+
+
+def lower_pick(graph: Graph, node: Node) -> KernelSpec:
+    """pick: out[i] = x[i, labels[i]] (NaN for a label outside [0, classes))."""
+    x, labels = node.inputs
+    classes = graph[x].shape[1]
+    operands = Operands(graph)
+    value = operands.read_at(x, f"i * {classes}u + min(u32(label), {classes - 1}u)")
+    reads = f"let label = {operands.read_at(labels, 'i')};"
+    value = f"select({NAN}, {value}, label >= 0i && label < {classes}i)"
+    return elementwise_kernel(graph, node, operands, reads, value, "", f"pick {shape_text(graph[x].shape)}")
+
+
+def lower_scatter_rows(graph: Graph, node: Node) -> KernelSpec:
+    """scatter_rows: out[i, c] = g[i] where c == labels[i], else 0 (a row of NaN for a bad label)."""
+    g, labels = node.inputs
+    classes = node.shape[1]
+    operands = Operands(graph)
+    reads = f"let row = i / {classes}u;\n    let label = {operands.read_at(labels, 'row')};"
+    hit = f"select(0.0, {operands.read_at(g, 'row')}, i32(i % {classes}u) == label)"
+    value = f"select({NAN}, {hit}, label >= 0i && label < {classes}i)"
+    return elementwise_kernel(graph, node, operands, reads, value, "", f"scatter_rows {shape_text(node.shape)}")
+
+
+# ---------------------------------------------------------------------------------------------
 # Optimizer updates
 
 
@@ -539,6 +589,9 @@ LOWERINGS: dict[str, Callable[..., KernelSpec]] = {
     "fused_reduce": lower_reduce,
     "cross_entropy_rows": lower_cross_entropy,
     "cross_entropy_rows_grad": lower_cross_entropy,
+    **{op: lower_rows for op in ROW_OPS},
+    "pick": lower_pick,
+    "scatter_rows": lower_scatter_rows,
     **{op: lower_optimizer for op in OPTIMIZER_HYPERS},
 }
 

@@ -231,6 +231,29 @@ def _ce_rows(b, node, g):
     return [b.emit("cross_entropy_rows_grad", [logits, labels, g]), None]
 
 
+# Softmax's gradients read the forward's output (not its input), one op each: the row sums
+# they need (Σ g·y, Σ g) stay inside their kernel.
+@vjp("softmax")
+def _softmax(b, node, g):
+    return [b.emit("softmax_grad", [node.id, g], axis=node.attr("axis"))]
+
+
+@vjp("log_softmax")
+def _log_softmax(b, node, g):
+    return [b.emit("log_softmax_grad", [node.id, g], axis=node.attr("axis"))]
+
+
+@vjp("pick")
+def _pick(b, node, g):
+    x, labels = node.inputs
+    return [b.emit("scatter_rows", [g, labels], classes=b.shape(x)[1]), None]
+
+
+@vjp("scatter_rows")
+def _scatter_rows(b, node, g):
+    return [b.emit("pick", [g, node.inputs[1]]), None]
+
+
 def gradients(graph: Graph, loss: int, wrt: list[int]) -> dict[int, int | None]:
     """Append the backward pass of scalar `loss` to `graph`; return {node id in wrt: its grad node}.
 

@@ -13,6 +13,8 @@ Ops are grouped by kind:
   expression), pointwise (one expression over broadcast inputs), fused_reduce (a reduction
   with prologue and epilogue expressions);
 - losses: cross_entropy_rows and its gradient;
+- rows: softmax, log_softmax and their gradients along one axis; pick and scatter_rows (label
+  indexing for nll_loss, and its gradient);
 - optimizer updates: sgd_step, momentum_buffer, adam_moment, adam_step.
 """
 
@@ -39,7 +41,7 @@ class OpDef:
     """What one op means: how many inputs, the result type, and how numpy computes it."""
 
     name: str
-    kind: str  # "leaf", "unary", "binary", "shape", "matmul", "loss", "optimizer"
+    kind: str  # "leaf", "unary", "binary", "shape", "matmul", "loss", "rows", "optimizer"
     arity: int | None  # None: variable
     infer: Callable[[list[TensorType], dict[str, Any]], TensorType]
     evaluate: Callable[..., np.ndarray]
@@ -377,6 +379,111 @@ def evaluate_ce_rows_grad(logits, labels, grad):
 
 register("cross_entropy_rows", "loss", 2, infer_ce_rows, evaluate_ce_rows)
 register("cross_entropy_rows_grad", "loss", 3, infer_ce_rows_grad, evaluate_ce_rows_grad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax along one axis, its gradient, and label indexing. Each row (the values along `axis`
+# for fixed other indices) is one workgroup's work on the device (shaders/softmax.wgsl): the
+# reductions inside (max, Σ) never leave the kernel and need no ones-matrix or broadcast copy.
+# `pick`/`scatter_rows` are nll_loss's indexing and its gradient; the reductions rules turn
+# pick(log_softmax(x)) and its gradient into the fused cross_entropy_rows kernels.
+
+
+def infer_row_op(name):
+    def infer(types, attrs) -> TensorType:
+        require_float(types, name)
+        if types[0].rank == 0 or not isinstance(attrs["axis"], int):
+            raise ShapeError(f"{name}: expected a tensor with at least one dim and an int axis, got {types[0]}")
+        normalize_axes(attrs["axis"], types[0].rank, name)
+        for t in types[1:]:
+            if t.shape != types[0].shape:
+                raise ShapeError(f"{name}: operands {types[0]} and {t} differ in shape")
+        return types[0]
+
+    return infer
+
+
+def stable_exp(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """(exp(x − max), Σ exp(x − max)) along `axis`, keeping dims: the max-shifted softmax pieces."""
+    shifted = np.exp(x - x.max(axis=axis, keepdims=True))
+    return shifted, shifted.sum(axis=axis, keepdims=True)
+
+
+def evaluate_softmax(x, axis):
+    """exp(x − max) / Σ exp(x − max) along `axis`."""
+    numerator, total = stable_exp(x, axis)
+    return numerator / total
+
+
+def evaluate_log_softmax(x, axis):
+    """x − max − log Σ exp(x − max) along `axis`."""
+    _, total = stable_exp(x, axis)
+    return x - x.max(axis=axis, keepdims=True) - np.log(total)
+
+
+def evaluate_softmax_grad(y, g, axis):
+    """The VJP of y = softmax(x): y·(g − Σ g·y) along `axis`."""
+    return y * (g - (g * y).sum(axis=axis, keepdims=True))
+
+
+def evaluate_log_softmax_grad(y, g, axis):
+    """The VJP of y = log_softmax(x): g − exp(y)·Σ g along `axis`."""
+    return g - np.exp(y) * g.sum(axis=axis, keepdims=True)
+
+
+for _name, _fn in (
+    ("softmax", evaluate_softmax),
+    ("log_softmax", evaluate_log_softmax),
+    ("softmax_grad", evaluate_softmax_grad),
+    ("log_softmax_grad", evaluate_log_softmax_grad),
+):
+    register(_name, "rows", 2 if _name.endswith("_grad") else 1, infer_row_op(_name), _fn)
+
+
+def check_labels(op: str, labels: TensorType, rows: int, what: str) -> None:
+    if labels.dtype != "i32" or labels.shape != (rows,):
+        raise ShapeError(f"{op}: expected i32 class labels [{rows}] for {what}, got {labels}")
+
+
+def infer_pick(types, attrs) -> TensorType:
+    x, labels = types
+    if x.rank != 2 or x.dtype != "f32":
+        raise ShapeError(f"pick: expected f32 values [batch, classes], got {x}")
+    check_labels("pick", labels, x.shape[0], f"values {x}")
+    return TensorType(x.shape[:1], "f32")
+
+
+def valid_labels(labels: np.ndarray, classes: int) -> np.ndarray:
+    return (labels >= 0) & (labels < classes)
+
+
+def evaluate_pick(x, labels):
+    """x[row, labels[row]] for each row (NaN where a label is outside [0, classes), as on the device)."""
+    labels = labels.astype(np.int64)
+    valid = valid_labels(labels, x.shape[1])
+    picked = x[np.arange(x.shape[0]), np.where(valid, labels, 0)]
+    return np.where(valid, picked, np.nan).astype(x.dtype)
+
+
+def infer_scatter_rows(types, attrs) -> TensorType:
+    g, labels = types
+    require_float([g], "scatter_rows")
+    classes = attrs["classes"]
+    if g.rank != 1 or not isinstance(classes, int) or classes < 1:
+        raise ShapeError(f"scatter_rows: expected f32 values [batch] and classes >= 1, got {g} and {classes!r}")
+    check_labels("scatter_rows", labels, g.shape[0], f"values {g}")
+    return TensorType((g.shape[0], classes), "f32")
+
+
+def evaluate_scatter_rows(g, labels, classes):
+    """out[row, c] = g[row] if c == labels[row] else 0: pick's VJP (a row of NaN for a bad label)."""
+    labels = labels.astype(np.int64)
+    out = (np.arange(classes)[None, :] == labels[:, None]) * g[:, None]
+    return np.where(valid_labels(labels, classes)[:, None], out, np.nan).astype(g.dtype)
+
+
+register("pick", "rows", 2, infer_pick, evaluate_pick)
+register("scatter_rows", "rows", 2, infer_scatter_rows, evaluate_scatter_rows)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -205,6 +205,11 @@ class Tensor:
 
         return functional.softmax(self, dim)
 
+    def log_softmax(self, dim: int = -1) -> Tensor:
+        from meganeura import functional
+
+        return functional.log_softmax(self, dim)
+
     def rsqrt(self):
         return self.tracer.emit("rsqrt", [self])
 

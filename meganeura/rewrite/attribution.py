@@ -12,6 +12,8 @@ rule by rule (`rule_uses`):
   of the plan (a matmul kernel with an epilogue other than `$acc`);
 - `reduce_epilogue_unary`/`_literal`: the ops on the path from the epilogue's root to `$r` in
   the plan's fused reductions;
+- `cross_entropy_forward`/`_backward`: the plan's cross_entropy_rows(_grad) kernels that compute
+  an IR node of another op (the neg of nll_loss, the log_softmax_grad of its gradient);
 - `fold_transpose_a`/`_b`, `transpose_product`: matmuls of the plan that read an operand through
   the folded transpose (or compute a transposed product), compared with the IR matmul they cover;
 - `compose_permutes`, `merge_reshapes`: permutes/reshapes of the plan that read a different
@@ -27,16 +29,18 @@ first IR node of each e-class, plus the cost of any further IR node merged into 
 (duplicates and identities), which counts for algebra. Then, per e-class:
 - computed by the plan: (input cost − plan cost) goes to the family of the plan's e-node — a
   pointwise kernel to pointwise, a matmul kernel with an epilogue to matmul, a reduction with an
-  epilogue to reductions (with only a fused prologue to pointwise), anything else (a matmul with
-  folded transposes…) to algebra. This difference is negative when a kernel reads more to fuse
-  more; the kernels it made unnecessary carry the matching gain:
+  epilogue or a fused cross-entropy kernel to reductions (a reduction with only a fused prologue
+  to pointwise), anything else (a matmul with folded transposes…) to algebra. This difference
+  is negative when a kernel reads more to fuse more; the kernels it made unnecessary carry the
+  matching gain:
 - not computed by the plan: its whole input cost goes to the family that made it unnecessary:
   algebra for permutes, reshapes, constant expressions; otherwise the family of the kernel that
   absorbed it (the nearest computed consumer): a matmul or reduction absorbed into a kernel goes
   where that kernel's own difference goes (a transposed product computed directly: algebra; an
   epilogue: matmul or reductions); inside a matmul or reduction kernel, the elementwise nodes
   downstream of the matmul/reduction are its epilogue (matmul/reductions) and the others were
-  inlined into it (pointwise).
+  inlined into it (pointwise); what a fused cross-entropy kernel absorbs (the log-probabilities,
+  pick, the one-hot scatter) goes to reductions.
 Dispatches and flops are split the same way, so each family's line says how many kernels it
 removed and what traffic it saved net of the extra reads its fused kernels make.
 """
@@ -53,7 +57,7 @@ from meganeura.rewrite.decode import Decoded
 from meganeura.rewrite.extract import Extractor
 from meganeura.rewrite.report import FamilyStats
 from meganeura.rewrite.rules import FAMILIES
-from meganeura.rewrite.schema import swap_last_two
+from meganeura.rewrite.schema import ROW_CONSTRUCTORS, swap_last_two
 
 LIFTS = {
     "lift_broadcast": ("broadcast_to",),
@@ -62,6 +66,10 @@ LIFTS = {
     "lift_adam_moment": ("adam_moment",),
     "lift_matmul": ("matmul", "fused_matmul"),
     "lift_reduce": ("sum", "max", "fused_reduce"),
+}
+CROSS_ENTROPY_RULES = {  # the fused cross-entropy e-nodes -> the rule that puts them in a class
+    "CrossEntropyRows": "cross_entropy_forward",
+    "CrossEntropyRowsGrad": "cross_entropy_backward",
 }
 IDENTITIES = {  # rule -> (op, position of the constant, constant)
     "mul_one": (("mul", 1, 1.0), ("mul", 0, 1.0)),
@@ -137,6 +145,8 @@ def rule_uses(extractor: Extractor, decoded: Decoded) -> Counter:
         if node.op in ("Matmul", "MatmulKernel"):
             uses.update(transpose_uses(extractor, eclass, covered, node))
         rep = graph[extractor.ir_ids[eclass][0]]
+        if node.op in CROSS_ENTROPY_RULES and rep.op != ROW_CONSTRUCTORS[node.op][0]:
+            uses[CROSS_ENTROPY_RULES[node.op]] += 1
         if node.op == "Permute" and rep.op == "permute" and class_of_ir[rep.inputs[0]] != node.children[0]:
             uses["compose_permutes"] += 1
         if node.op == "Reshape" and rep.op == "reshape" and class_of_ir[rep.inputs[0]] != node.children[0]:
@@ -226,6 +236,8 @@ def family_of_kept(extractor: Extractor, eclass: int) -> str:
         return "algebra" if extractor.tree(node.children[2], False) == ("acc",) else "matmul"
     if node.op == "ReduceKernel":
         return "pointwise" if extractor.tree(node.children[1], False) == ("r",) else "reductions"
+    if node.op in CROSS_ENTROPY_RULES:
+        return "reductions"
     return "algebra"
 
 
@@ -247,6 +259,8 @@ def family_of_eliminated(extractor: Extractor, eclass: int, absorbing: dict[int,
         return family if downstream_of(graph, rep.id, anchors, kernel, extractor, absorbing) else "pointwise"
     if node.op == "Kernel":
         return "pointwise"
+    if node.op in CROSS_ENTROPY_RULES:
+        return "reductions"
     return "algebra"
 
 

@@ -30,6 +30,7 @@ from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.ops import infer_type, launches_kernel
 from meganeura.rewrite.encode import PwTree
 from meganeura.rewrite.extract import Extractor
+from meganeura.rewrite.schema import ROW_CONSTRUCTORS
 
 OPTIMIZER_ATTRS = {
     "SgdStep": ("sgd_step", ("lr", "weight_decay")),
@@ -111,6 +112,9 @@ def ir_node(extractor: Extractor, eclass: int) -> tuple[str, list[int], dict[str
         return prims[0], children, {}
     if op in OPTIMIZER_ATTRS:
         name, keys = OPTIMIZER_ATTRS[op]
+        return name, children, dict(zip(keys, prims, strict=True))
+    if op in ROW_CONSTRUCTORS:
+        name, _, keys = ROW_CONSTRUCTORS[op]
         return name, children, dict(zip(keys, prims, strict=True))
     if op == "Kernel":
         tree = extractor.tree(children[0], True)

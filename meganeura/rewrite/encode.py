@@ -39,7 +39,17 @@ from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops import normalize_axes
 from meganeura.rewrite.algebra import permutation_facts
-from meganeura.rewrite.schema import MAX_GENERIC_ARITY, SCHEMA, TERM_CONSTRUCTORS, boolean, f64, ints, ref, string
+from meganeura.rewrite.schema import (
+    MAX_GENERIC_ARITY,
+    ROW_CONSTRUCTORS,
+    SCHEMA,
+    TERM_CONSTRUCTORS,
+    boolean,
+    f64,
+    ints,
+    ref,
+    string,
+)
 
 LEAF_KINDS = ("input", "param", "state")
 
@@ -125,6 +135,12 @@ def typed_term(node: Node, graph: Graph) -> TermData | None:
             "AdamMoment",
             (*children, float(attrs["beta"]), int(attrs["order"]), float(attrs.get("weight_decay", 0.0))),
         )
+    for constructor, (row_op, _, keys) in ROW_CONSTRUCTORS.items():
+        if op == row_op and only_attrs(node, keys) and all(type(attrs.get(key)) is int for key in keys):
+            values = {key: attrs[key] for key in keys}
+            if "axis" in values:
+                values["axis"] %= max(node.type.rank, 1)
+            return (constructor, (*children, *values.values()))
     return fused_term(node)
 
 

@@ -12,10 +12,25 @@ rsqrt(mean(x²) + eps) of RMSNorm.
 Guard: the kernel has the reduction's output shape. The epilogue of `fused_reduce` reads only
 `$r` (no other tensors), hence literals only.
 
-Not done: softmax + cross-entropy (forward and backward) as one kernel: `F.cross_entropy` still
-emits the fused `cross_entropy_rows` op, and softmax's max/sub/exp/sum/div chain needs a
-reduction whose prologue reads another reduction's result ($r of the max inside the sum's
-prologue, an "online softmax" kernel) — an IR op with two chained reductions.
+Softmax + cross-entropy. `F.cross_entropy` traces as the user would write it,
+nll_loss(log_softmax(x, 1), y) = neg(pick(log_softmax(x, 1), y)), and autodiff gives its gradient
+as log_softmax_grad(log_softmax(x, 1), scatter_rows(neg(h), y, C), 1) (h: the gradient of the
+loss rows; pick's VJP is scatter_rows, neg's is neg). Two rules fuse them into the
+cross-entropy kernels, which never write the [B, C] log-probabilities nor the one-hot scatter:
+
+- `cross_entropy_forward`: neg(pick(log_softmax(x, 1), y)) → cross_entropy_rows(x, y);
+- `cross_entropy_backward`: log_softmax_grad(log_softmax(x, 1), scatter_rows(neg(h), y, C), 1)
+  → cross_entropy_rows_grad(x, y, h), since g − softmax(x)·Σg with g = −h·onehot(y) is
+  (softmax(x) − onehot(y))·h.
+
+Guards: the log_softmax is over axis 1 of a [B, C] tensor, the class axis (pick and
+cross_entropy_rows take [B, C] values and [B] labels, so axis 1 is also the only one for which
+the rules are sound; log_softmax over the batch axis never matches), and the log_softmax_grad is
+over the same axis. Shapes agree by the op table: pick's labels are [B], scatter_rows's output is
+the log_softmax_grad's [B, C], and neg keeps h's shape [B]. Labels need not be the forward's:
+each identity holds for any labels (a bad label gives NaN rows on both sides). Both rules only add
+an alternative: when the log-probabilities are needed anyway (an output, or read by another op)
+the plan still computes them, and cost decides which kernels to run.
 """
 
 from __future__ import annotations
@@ -66,4 +81,33 @@ REDUCE_EPILOGUE_LITERAL = Rule(
     ),
 )
 
-RULES = [LIFT_REDUCE, REDUCE_EPILOGUE_UNARY, REDUCE_EPILOGUE_LITERAL]
+CROSS_ENTROPY_FORWARD = Rule(
+    "cross_entropy_forward",
+    FAMILY,
+    "neg(pick(log_softmax(x, 1), y)) → cross_entropy_rows(x, y): nll_loss of log_softmax in one kernel",
+    (
+        rule(
+            ['(= t (Unary "neg" p))', "(= p (Pick l y))", "(= l (LogSoftmax x 1))"],
+            "(union t (CrossEntropyRows x y))",
+        ),
+    ),
+)
+
+CROSS_ENTROPY_BACKWARD = Rule(
+    "cross_entropy_backward",
+    FAMILY,
+    "log_softmax_grad(log_softmax(x, 1), scatter_rows(neg(h), y, C), 1) → cross_entropy_rows_grad(x, y, h)",
+    (
+        rule(
+            [
+                "(= t (LogSoftmaxGrad l s 1))",
+                "(= l (LogSoftmax x 1))",
+                "(= s (ScatterRows n y c))",
+                '(= n (Unary "neg" h))',
+            ],
+            "(union t (CrossEntropyRowsGrad x y h))",
+        ),
+    ),
+)
+
+RULES = [LIFT_REDUCE, REDUCE_EPILOGUE_UNARY, REDUCE_EPILOGUE_LITERAL, CROSS_ENTROPY_FORWARD, CROSS_ENTROPY_BACKWARD]

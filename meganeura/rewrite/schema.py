@@ -17,6 +17,8 @@ extracted). Constructors:
     (Permute x "1,0") (Reshape x "4,5")
     (Reduce kind "0,1" keepdim x)      sum/max over axes
     (SgdStep p d lr wd) (MomentumBuffer buf g p momentum wd) (AdamMoment m g p beta order wd)
+    (LogSoftmax x axis) (LogSoftmaxGrad y g axis) (Pick x labels) (ScatterRows g labels classes)
+    (CrossEntropyRows logits labels) (CrossEntropyRowsGrad logits labels g)    (`ROW_CONSTRUCTORS`)
     (OpN op attrs x0 … xN-1)           any other op (N ≤ 6); `attrs` indexes Encoding.attrs_table
     (Kernel body "4,5")                a pointwise kernel of that shape
     (MatmulKernel a b ta tb epilogue)  a matmul whose result goes through an epilogue
@@ -54,6 +56,18 @@ from collections.abc import Iterable
 
 MAX_GENERIC_ARITY = 6
 
+# IR ops of the softmax/cross-entropy family that the reductions rules match, typed so that the
+# rules can guard on their int attributes: constructor -> (op, tensor operands, int attributes),
+# the attributes after the operands: (LogSoftmax x axis), (ScatterRows g labels classes).
+ROW_CONSTRUCTORS: dict[str, tuple[str, int, tuple[str, ...]]] = {
+    "LogSoftmax": ("log_softmax", 1, ("axis",)),
+    "LogSoftmaxGrad": ("log_softmax_grad", 2, ("axis",)),
+    "Pick": ("pick", 2, ()),
+    "ScatterRows": ("scatter_rows", 2, ("classes",)),
+    "CrossEntropyRows": ("cross_entropy_rows", 2, ()),
+    "CrossEntropyRowsGrad": ("cross_entropy_rows_grad", 3, ()),
+}
+
 # Term constructors and their argument sorts, in order (the encoder writes one fact table each).
 TERM_CONSTRUCTORS: dict[str, tuple[str, ...]] = {
     "Ref": ("i64",),
@@ -67,6 +81,7 @@ TERM_CONSTRUCTORS: dict[str, tuple[str, ...]] = {
     "SgdStep": ("Term", "Term", "f64", "f64"),
     "MomentumBuffer": ("Term", "Term", "Term", "f64", "f64"),
     "AdamMoment": ("Term", "Term", "Term", "f64", "i64", "f64"),
+    **{name: ("Term",) * arity + ("i64",) * len(keys) for name, (_, arity, keys) in ROW_CONSTRUCTORS.items()},
     **{f"Op{n}": ("String", "i64", *("Term",) * n) for n in range(MAX_GENERIC_ARITY + 1)},
     "Kernel": ("Pw", "String"),
     "MatmulKernel": ("Term", "Term", "bool", "bool", "Pw"),
