@@ -22,7 +22,8 @@ def kernel_summary(node: Node) -> str:
     if node.op == "pointwise":
         return node.attr("expr")
     if node.op == "fused_matmul":
-        return f"epilogue {node.attr('epilogue')}" + transposes(node)
+        prologue = f"prologue {node.attr('prologue')}, " if node.attr("prologue") else ""
+        return f"{prologue}epilogue {node.attr('epilogue')}" + transposes(node)
     if node.op == "matmul":
         return transposes(node).strip()
     if node.op == "fused_reduce":

@@ -7,13 +7,15 @@ Each function emits IR through the active trace; Python numbers are lifted to co
 
 from __future__ import annotations
 
+import numpy as np
+
 from meganeura.ir.ops import ShapeError, normalize_axes
 from meganeura.ir.trace import Tensor, lift, user_source_line
 
 __all__ = [
     "add", "amax", "broadcast_to", "cross_entropy", "exp", "linear", "log", "log_softmax", "matmul", "mean", "mse_loss",
-    "nll_loss", "permute", "relu", "reshape", "rsqrt", "sigmoid", "silu", "softmax", "sqrt", "sum", "tanh", "transpose",
-    "transpose2d",
+    "nll_loss", "permute", "relu", "reshape", "rms_norm", "rsqrt", "sigmoid", "silu", "softmax", "sqrt", "sum", "tanh",
+    "transpose", "transpose2d",
 ]  # fmt: skip
 
 
@@ -201,6 +203,26 @@ def check_class_scores(name: str, scores: Tensor, target: Tensor, what: str) -> 
             f"{user_source_line()}: {name}: expected i32 class labels [{scores.shape[0]}] for {what} "
             f"{scores.type}, got {target.type}"
         )
+
+
+def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
+    """x / √(mean(x²) + eps) over the trailing `normalized_shape` dims, times `weight` (torch's
+    F.rms_norm; eps=None means torch.finfo(float32).eps).
+
+    Traced decomposed, x · rsqrt(mean(x², dims) + eps) · weight, so that the e-graph can fuse it:
+    the row scale into one reduction kernel, the products into the next matmul's operand load.
+    """
+    x = lift(x)
+    shape = (int(normalized_shape),) if isinstance(normalized_shape, int) else tuple(int(d) for d in normalized_shape)
+    if not shape or len(shape) > x.ndim or x.shape[x.ndim - len(shape) :] != shape:
+        raise ShapeError(f"{user_source_line()}: rms_norm: normalized_shape {list(shape)} does not end {x.type}")
+    weight = None if weight is None else lift(weight)
+    if weight is not None and weight.shape != shape:
+        raise ShapeError(f"{user_source_line()}: rms_norm: weight {weight.type} does not match {list(shape)}")
+    eps = float(np.finfo(np.float32).eps) if eps is None else float(eps)
+    dims = tuple(range(x.ndim - len(shape), x.ndim))
+    y = x * rsqrt(mean(x * x, dims, keepdim=True) + eps)
+    return y if weight is None else y * weight
 
 
 def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:

@@ -186,6 +186,25 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+class RMSNorm(Module):
+    """x / √(mean(x²) + eps) · weight over the trailing `normalized_shape` dims (torch.nn.RMSNorm:
+    weight initialised to ones, eps=None means torch.finfo(float32).eps)."""
+
+    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True) -> None:
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape = tuple(int(d) for d in shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        self.weight = Parameter(np.ones(self.normalized_shape, dtype=np.float32)) if elementwise_affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
 class ReLU(Module):
     """max(x, 0) as a module."""
 

@@ -1,20 +1,23 @@
-// matmul.wgsl: out = epilogue(op(A) · op(B), extras…), op(X) = X or Xᵀ, batched over leading
-// dims (serves matmul and fused_matmul).
+// matmul.wgsl: out = epilogue(op(prologue(A)) · op(B), extras…), op(X) = X or Xᵀ, batched over
+// leading dims (serves matmul and fused_matmul).
 //
 // Shapes: op(A) is [M, K] (A stored [M, K], or [K, M] when transposed), op(B) is [K, N]
 // (B stored [K, N], or [N, K] when transposed); out is [M, N], all row-major f32. With batch
 // dims, A, B and out hold BATCH such matrices back to back (equal leading dims).
-// Bindings (group 0, generated from the KernelSpec): a (read), b (read), the epilogue's extra
-// inputs that are buffers (x0, x1, …, read; scalar constants are inlined), out (read_write).
+// Bindings (group 0, generated from the KernelSpec): a (read), b (read), the prologue's and
+// epilogue's extra inputs that are buffers (x0, x1, …, read; scalar constants are inlined), out
+// (read_write).
 // Grid: (ceil(N / BN), y, z) workgroups of (WG_X, WG_Y) threads, where the TILES = BATCH ·
 // ceil(M / BM) (row tile, batch) pairs are numbered t = y + z · GRID_Y (folded into z only
 // when y would exceed the per-dimension limit); workgroups past TILES return at once.
 //
 // Each workgroup computes a BM × BN tile of out, walking K in steps of BK: both operand
 // tiles are staged in workgroup memory (zero-padded past the matrix edges, so sizes need not
-// divide the tile), then every thread accumulates TM rows × NV vec4 columns in registers.
-// A thread's rows are WG_Y apart and its vec4 columns WG_X apart, so neighbouring threads read
-// neighbouring workgroup words (no bank conflicts) and store neighbouring vec4s of out.
+// divide the tile; A's elements go through the prologue on the way, so a normalised or scaled
+// A is never written to memory), then every thread accumulates TM rows × NV vec4 columns in
+// registers. A thread's rows are WG_Y apart and its vec4 columns WG_X apart, so neighbouring
+// threads read neighbouring workgroup words (no bank conflicts) and store neighbouring vec4s of
+// out.
 // The accumulators are separate named variables and the inner product is unrolled by the
 // generator (ACCUMULATORS, MULTIPLY, STORE): a dynamically indexed private array would
 // leave registers for local memory on some drivers.
@@ -22,9 +25,11 @@
 // Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_Y, WG_X, WG_Y, TM, NV, BK; A_INDEX
 // (index of op(A)[m, k] within one matrix), B_INDEX (of op(B)[k, n]); A_STAGE / B_STAGE
 // (which tile coordinate varies fastest while staging, chosen so consecutive threads read
-// consecutive addresses); FUNCTIONS (helpers the epilogue calls), READS (`let` statements
-// loading the extras at `bat`, `row`, `col`), EPILOGUE (an f32 expression of `x`, the dot
-// product, and the READS); ACCUMULATORS, MULTIPLY, STORE.
+// consecutive addresses); FUNCTIONS (helpers the prologue and epilogue call), A_READS (`let`
+// statements loading the prologue's extras at `bat` and A's stored coordinates), PROLOGUE (an
+// f32 expression of `x`, the stored A element, and the A_READS; `x` when there is none), READS
+// (`let` statements loading the epilogue's extras at `bat`, `row`, `col`), EPILOGUE (an f32
+// expression of `x`, the dot product, and the READS); ACCUMULATORS, MULTIPLY, STORE.
 
 {{BINDINGS}}
 
@@ -49,11 +54,17 @@ var<workgroup> tile_b: array<vec4<f32>, BK * BN4>;  // [k][n / 4], component n %
 
 {{FUNCTIONS}}
 
-fn load_a(base: u32, m: u32, k: u32) -> f32 {
+// op(A)[m, k] of batch `bat` through the prologue; 0 outside the matrix (padding, not prologue(0)).
+fn load_a(base: u32, bat: u32, m: u32, k: u32) -> f32 {
     if (m < M && k < K) {
-        return a[base + {{A_INDEX}}];
+        return prologue(a[base + {{A_INDEX}}], bat, m, k);
     }
     return 0.0;
+}
+
+fn prologue(x: f32, bat: u32, m: u32, k: u32) -> f32 {
+    {{A_READS}}
+    return {{PROLOGUE}};
 }
 
 fn load_b(base: u32, k: u32, n: u32) -> f32 {
@@ -101,7 +112,7 @@ fn matmul(
     for (var k0 = 0u; k0 < K; k0 += BK) {
         for (var s = lid; s < BM * BK; s += THREADS) {
             {{A_STAGE}}
-            tile_a[k * BM + m] = load_a(a_base, tile_m * BM + m, k0 + k);
+            tile_a[k * BM + m] = load_a(a_base, bat, tile_m * BM + m, k0 + k);
         }
         for (var s = lid; s < BK * BN; s += THREADS) {
             {{B_STAGE}}

@@ -264,3 +264,12 @@ def test_expand_gradient():
     rng = np.random.default_rng(15)
     assert gradcheck(lambda x: x.expand(2, 3, 4), [(3, 1)], rng) < 1e-6
     assert gradcheck(lambda x: F.broadcast_to(x, (2, 3, 4)), [(4,)], rng) < 1e-6
+
+
+@pytest.mark.parametrize("shapes", [((3, 4), (4,)), ((2, 3, 4), (3, 4))], ids=str)
+def test_rms_norm_gradient(shapes):
+    """x · rsqrt(mean(x², trailing dims) + eps) · weight, traced decomposed, mid-chain."""
+    x_shape, w_shape = shapes
+    rng = np.random.default_rng(16)
+    assert gradcheck(lambda x, w: F.rms_norm(x, w_shape, w, eps=1e-5), [x_shape, w_shape], rng) < 1e-6
+    assert gradcheck(lambda x: F.rms_norm(x, x_shape[-1]), [x_shape], rng) < 1e-6

@@ -160,6 +160,76 @@ def test_fused_matmul_constants_are_inlined_and_unused_extras_unbound():
     assert [binding.name for binding in spec.bindings] == ["a", "b", "x0", "out"] and "(0.5f)" in spec.wgsl
 
 
+# A prologue runs on A's stored elements while they are staged (RMSNorm folded into the matmul):
+# its extras broadcast to A's STORED shape, so one value per row of op(A) is [M, 1] for a plain A
+# and [1, M] (or [M]) for a transposed one, stored [K, M].
+PROLOGUE_SHAPES = [((1, 1, 1), ()), ((7, 33, 65), ()), ((65, 130, 7), ()), ((33, 17, 20), (2,)), ((5, 70, 9), (2, 3))]
+
+
+def rms_extras(batch: tuple[int, ...], m: int, k: int, transpose_a: bool) -> list[tuple[int, ...]]:
+    """[per-row scale of op(A), per-K weight] in A's stored layout."""
+    return [(*batch, 1, m), (k, 1)] if transpose_a else [(*batch, m, 1), (k,)]
+
+
+@pytest.mark.parametrize("transposes", TRANSPOSES, ids=transpose_id)
+@pytest.mark.parametrize("mkn, batch", PROLOGUE_SHAPES, ids=lambda v: "x".join(map(str, v)) or "2d")
+def test_fused_matmul_rms_prologue(mkn, batch, transposes):
+    m, k, n = mkn
+    shapes = operand_shapes(*mkn, *transposes, batch) + [(n,)] + rms_extras(batch, m, k, transposes[0])
+    graph = one_op(
+        "fused_matmul",
+        shapes,
+        transpose_a=transposes[0],
+        transpose_b=transposes[1],
+        epilogue="add($acc,$0)",
+        prologue="mul(mul($a,$1),$2)",
+    )
+    executable = check(graph, {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}, rtol=1e-4, atol=1e-4)
+    assert "A=mul(mul($a,$1),$2)" in executable.kernels[0].label
+
+
+@pytest.mark.parametrize(
+    "prologue, epilogue, extras",
+    [
+        ("silu($a)", "$acc", ()),
+        ("mul($a,$a)", "relu($acc)", ()),
+        ("add($a,$0)", "$acc", ("full",)),  # a second A-shaped input
+        ("mul($a,$0)", "mul($acc,$0)", ("scalar",)),  # one extra read at both ends
+        ("sub($a,$0)", "add($acc,$0)", ("const",)),  # a scalar constant, inlined at both ends
+    ],
+)
+@pytest.mark.parametrize("transpose_a", [False, True], ids=["A", "At"])
+def test_fused_matmul_prologue_expressions(prologue, epilogue, extras, transpose_a):
+    graph = Graph()
+    m, k, n = 9, 21, 6
+    a_shape = (k, m) if transpose_a else (m, k)
+    a, b = leaf(graph, "input", "a", a_shape), leaf(graph, "input", "b", (k, n))
+    values = {"a": normal(*a_shape), "b": normal(k, n), "full": normal(*a_shape), "scalar": normal(1, 1)}
+    made = {
+        "full": lambda: leaf(graph, "input", "full", a_shape),
+        "scalar": lambda: leaf(graph, "input", "scalar", (1, 1)),
+        "const": lambda: const(graph, 0.25),
+    }
+    inputs = [a, b, *(made[name]() for name in extras)]
+    graph.outputs["out"] = emit(
+        graph, "fused_matmul", inputs, transpose_a=transpose_a, prologue=prologue, epilogue=epilogue
+    )
+    executable = check(graph, {name: values[name] for name in ("a", "b", *extras) if name in values}, 1e-4, 1e-4)
+    assert len(executable.kernels[0].bindings) == 3 + (extras in (("full",), ("scalar",)))
+
+
+def test_fused_matmul_prologue_shapes_are_checked():
+    a, b = TensorType((4, 3)), TensorType((3, 5))
+    with pytest.raises(ValueError, match="prologue input \\$0"):
+        infer_type("fused_matmul", [a, b, TensorType((5,))], {"prologue": "mul($a,$0)"})
+    with pytest.raises(ValueError, match="epilogue input \\$0"):
+        infer_type("fused_matmul", [a, b, TensorType((3,))], {"prologue": "mul($a,$0)", "epilogue": "add($acc,$0)"})
+    with pytest.raises(ValueError, match="acc"):
+        infer_type("fused_matmul", [a, b], {"prologue": "mul($a,$acc)"})
+    # an extra only the prologue reads need not fit the output: [3] is a per-K weight of A [4, 3]
+    assert infer_type("fused_matmul", [a, b, TensorType((3,))], {"prologue": "mul($a,$0)"}).shape == (4, 5)
+
+
 @pytest.mark.parametrize("tiling", [(16, 16, 4, 2, 16), (4, 8, 2, 2, 8), (8, 4, 3, 1, 4)], ids=str)
 def test_matmul_register_tilings(monkeypatch, tiling):
     """Tile shapes the test sizes would not pick (64×128, 2 vec4s, 3 rows per thread), on ragged sizes."""

@@ -4,11 +4,13 @@ graph computes; the guard (no enlarging operand) and the cost (no recomputed mat
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_rewrite_support import (
     PROPERTY,
     check_rewrite,
+    const,
     dims,
     kernels,
     leaf,
@@ -22,6 +24,7 @@ from test_rewrite_support import (
 
 from meganeura.ir.expr import parse
 from meganeura.ir.graph import Graph
+from meganeura.rewrite import matmul as matmul_family
 
 batches = st.lists(dims, min_size=0, max_size=1).map(tuple)
 flags = st.tuples(st.booleans(), st.booleans())
@@ -125,3 +128,89 @@ def test_epilogue_of_both_operands_of_a_binary_op_reading_the_product():
     fused, _ = check_rewrite(graph, "matmul_epilogue")
     (kernel,) = live_nodes(fused, "fused_matmul")
     assert kernel.attr("epilogue") == "silu($acc)" and kernels(fused) == 1
+
+
+# -- matmul_prologue: an elementwise producer of A computed while A is loaded -------------------
+
+
+def producer_of_a(graph: Graph, x: int, batch: tuple[int, ...], kind: str) -> int:
+    """An elementwise value of x's shape (A's stored shape) that reads x."""
+    rows, cols = graph[x].shape[-2:]
+    if kind == "rms":  # x · r · w: a per-row scale and a per-column weight, as RMSNorm gives
+        scaled = node(graph, "mul", (x, leaf(graph, "r", (*batch, rows, 1))))
+        return node(graph, "mul", (scaled, leaf(graph, "w", (cols,))))
+    if kind == "full":  # another tensor of A's shape
+        return node(graph, "sub", (x, leaf(graph, "other", graph[x].shape)))
+    if kind == "literal":
+        return node(graph, "mul", (x, const(graph, 0.5)))
+    return node(graph, kind, (x,))
+
+
+@pytest.mark.parametrize("kind", ["rms", "full", "literal", "exp", "silu"])
+@PROPERTY
+@given(batch=batches, mkn=st.tuples(dims, dims, dims), flag=flags, bias=st.booleans(), seed=seeds)
+def test_matmul_prologue(kind, batch, mkn, flag, bias, seed):
+    graph = Graph()
+    x, b = operands(graph, batch, *mkn, *flag)
+    value = matmul(graph, producer_of_a(graph, x, batch, kind), b, *flag)
+    if bias:
+        value = node(graph, "add", (value, leaf(graph, "bias", (mkn[2],))))
+    graph.outputs["y"] = value
+    fused, report = check_rewrite(graph, "matmul_prologue", seed)
+    (kernel,) = live_nodes(fused, "fused_matmul")
+    assert kernels(fused) == 1 and report.rule("matmul_prologue").uses == 1
+    assert kernel.inputs[0] == x and kernel.attr("prologue") not in (None, "$a")  # A is never written
+    assert kernel.attr("transpose_a") is flag[0] and kernel.attr("transpose_b") is flag[1]
+    assert (kernel.attr("epilogue") != "$acc") is bias
+
+
+def test_prologue_needs_a_load_of_the_full_shape_of_a():
+    # An outer product [4,1]·[3] has A's shape but reads no tensor of it: nothing can be `$a`.
+    graph = Graph()
+    column, row, b = leaf(graph, "column", (4, 1)), leaf(graph, "row", (3,)), leaf(graph, "b", (3, 5))
+    graph.outputs["y"] = matmul(graph, node(graph, "mul", (column, row)), b)
+    fused, report = check_rewrite(graph, "matmul_prologue")
+    assert report.rule("matmul_prologue").uses == 0 and ops(fused).count("mul") == 1
+
+
+def test_reshape_between_the_producer_and_the_matmul_blocks_the_prologue():
+    # exp(x) [2,3,4] reshaped to rows [6,4]: the kernel's shape is not A's, so the guard fails.
+    graph = Graph()
+    x, b = leaf(graph, "x", (2, 3, 4)), leaf(graph, "b", (4, 5))
+    rows = node(graph, "reshape", (node(graph, "exp", (x,)),), shape=(6, 4))
+    graph.outputs["y"] = matmul(graph, rows, b)
+    fused, report = check_rewrite(graph)
+    assert report.rule("matmul_prologue").matches == 0 and ops(fused).count("exp") == 1
+
+
+def test_a_that_is_also_an_output_is_stored_and_read():
+    graph = Graph()
+    x, b = operands(graph, (), 6, 7, 5, False, False)
+    a = producer_of_a(graph, x, (), "rms")
+    graph.outputs["a"] = a
+    graph.outputs["y"] = matmul(graph, a, b)
+    fused, report = check_rewrite(graph, "matmul_prologue")
+    assert report.rule("matmul_prologue").uses == 0
+    assert fused[fused.outputs["y"]].op == "matmul" and fused[fused.outputs["y"]].inputs[0] == fused.outputs["a"]
+
+
+@pytest.mark.parametrize("mkn, recomputed", [((64, 32, 16), True), ((128, 64, 64), False)], ids=str)
+def test_prologue_rule_never_makes_the_plan_costlier(monkeypatch, mkn, recomputed):
+    # A = x·c + y·s (rotary-like) is read by y = A·Wᵀ and, as autodiff writes it, by dW = (Aᵀ·g)ᵀ.
+    # Recomputing A in both matmuls' prologues costs a permute of dW; storing A lets dW = gᵀ·A read it.
+    # Which wins depends on the sizes; reaching the stored plan from the recomputed one takes the
+    # extractor's compound move (A back to stored, and dW switched to read it), not single switches.
+    m, k, n = mkn
+    graph = Graph()
+    x, y, c, s = leaf(graph, "x", (m, k)), leaf(graph, "y", (m, k)), leaf(graph, "c", (k,)), leaf(graph, "s", (k,))
+    w, g = leaf(graph, "w", (n, k)), leaf(graph, "g", (m, n))
+    a = node(graph, "add", (node(graph, "mul", (x, c)), node(graph, "mul", (y, s))))
+    graph.outputs["y"] = matmul(graph, a, w, transpose_b=True)
+    graph.outputs["dw"] = node(graph, "permute", (matmul(graph, a, g, transpose_a=True),), perm=(1, 0))
+    fused, report = check_rewrite(graph, "matmul_prologue")
+    assert (report.rule("matmul_prologue").uses == 2) is recomputed
+    assert ("permute" in ops(fused)) is recomputed and kernels(fused) == 3
+    monkeypatch.setattr(matmul_family, "RULES", [r for r in matmul_family.RULES if r.name != "matmul_prologue"])
+    _, without = check_rewrite(graph)
+    assert report.cost_after.units <= without.cost_after.units
+    assert (report.cost_after.units < without.cost_after.units) is recomputed

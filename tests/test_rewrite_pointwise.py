@@ -124,15 +124,16 @@ def test_chain_intermediate_that_is_an_output_is_still_produced():
 
 def test_value_read_by_a_matmul_and_a_pointwise_op_is_computed_once():
     graph = Graph()
-    x, w = leaf(graph, "x", (4, 6)), leaf(graph, "w", (6, 3))
+    x, w = leaf(graph, "x", (4, 6)), leaf(graph, "w", (3, 4))
     hidden = node(graph, "exp", (x,))
-    product = node(graph, "matmul", (hidden, w), transpose_a=False, transpose_b=False)
+    # B operand: a matmul reads B as stored (an A operand could be recomputed in its prologue)
+    product = node(graph, "matmul", (w, hidden), transpose_a=False, transpose_b=False)
     graph.outputs["y"] = node(
         graph,
         "add",
         (
-            node(graph, "sum", (product,), axes=(1,), keepdim=False),
-            node(graph, "sum", (hidden,), axes=(1,), keepdim=False),
+            node(graph, "sum", (product,), axes=(0,), keepdim=False),
+            node(graph, "sum", (hidden,), axes=(0,), keepdim=False),
         ),
     )
     fused, _ = check_rewrite(graph)

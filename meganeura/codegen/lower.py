@@ -167,7 +167,7 @@ def output_binding(node: Node) -> Binding:
 # The attributes a fused node may carry: anything else (e.g. the retired `activation` of
 # fused_matmul) would be silently ignored by the kernel, so it is refused instead.
 FUSED_ATTRS = {
-    "fused_matmul": {"transpose_a", "transpose_b", "epilogue"},
+    "fused_matmul": {"transpose_a", "transpose_b", "epilogue", "prologue"},
     "pointwise": {"expr", "shape"},
     "fused_reduce": {"kind", "axes", "keepdim", "in_shape", "prologue", "epilogue"},
 }
@@ -280,10 +280,13 @@ def register_tile(tm: int, nv: int, wg_x: int, wg_y: int) -> dict[str, str]:
 
 
 def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
-    """Tiled, register-blocked, batched matmul with transposes and an epilogue expression.
+    """Tiled, register-blocked, batched matmul with transposes, a prologue and an epilogue expression.
 
     `fused_matmul` inputs are (a, b, *extras); its `epilogue` reads `$acc` and the extras `$0…`,
     each broadcast to the output [*batch, M, N] and indexed by the element's (bat, row, col).
+    Its `prologue` reads `$a`, the stored element of A, and extras broadcast to A's stored shape,
+    indexed by the element's stored coordinates (row k, column m when A is transposed); it runs
+    while A's tile is staged, so the A the product uses is never written.
     """
     a, b, *extras = node.inputs
     transpose_a = bool(node.attr("transpose_a", False))
@@ -291,7 +294,9 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
     batch, m, k, n = matmul_dims([graph[a].type, graph[b].type], node.attr_dict, node.op)
     batches = math.prod(batch)
     epilogue_text = node.attr("epilogue", "$acc") if node.op == "fused_matmul" else "$acc"
+    prologue_text = node.attr("prologue", "$a") if node.op == "fused_matmul" else "$a"
     tree = parse_expr(epilogue_text)
+    prologue_tree = parse_expr(prologue_text)
     operands = Operands(graph)
 
     def read(name: str) -> str:
@@ -306,7 +311,23 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
         )
         return operands.read_at(extra, index)
 
+    stored_rows, stored_cols = ("k", "m") if transpose_a else ("m", "k")
+    a_shape = graph[a].shape
+
+    def read_for_a(name: str) -> str:
+        if name == "a":
+            return "x"
+        extra = extras[int(name)]
+        strides = broadcast_strides(graph[extra].shape, a_shape)
+        index = sum_terms(
+            index_expr("bat", batch, strides[:-2]),
+            index_expr(stored_rows, a_shape[-2:-1], strides[-2:-1]),
+            index_expr(stored_cols, a_shape[-1:], strides[-1:]),
+        )
+        return operands.read_at(extra, index)
+
     reads, epilogue = expression_code(tree, read)
+    a_reads, prologue = expression_code(prologue_tree, read_for_a)
     bindings = [Binding("a", a, "read"), Binding("b", b, "read"), *operands.bindings, output_binding(node)]
     tiling = matmul_tiling(m, n, batches)
     bm, bn = tiling["WG_Y"] * tiling["TM"], tiling["WG_X"] * tiling["NV"] * 4
@@ -328,7 +349,9 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
             "A_STAGE": "let k = s / BM; let m = s % BM;" if transpose_a else "let m = s / BK; let k = s % BK;",
             "B_INDEX": "n * K + k" if transpose_b else "k * N + n",
             "B_STAGE": "let n = s / BK; let k = s % BK;" if transpose_b else "let k = s / BN; let n = s % BN;",
-            "FUNCTIONS": helper_functions([tree]),
+            "FUNCTIONS": helper_functions([tree, prologue_tree]),
+            "A_READS": a_reads,
+            "PROLOGUE": prologue,
             "READS": reads,
             "EPILOGUE": epilogue,
             **register_tile(tiling["TM"], tiling["NV"], tiling["WG_X"], tiling["WG_Y"]),
@@ -336,6 +359,7 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
     )
     label = f"{node.op} {shape_text(batch) + '×' if batch else ''}{m}x{k}x{n}"
     label += " Aᵀ" * transpose_a + " Bᵀ" * transpose_b + ("" if epilogue_text == "$acc" else f" {epilogue_text}")
+    label += "" if prologue_text == "$a" else f" A={prologue_text}"
     grid = (-(-n // bn), rows_grid[0], rows_grid[1])
     return KernelSpec(node.id, label, wgsl, "matmul", tuple(bindings), grid, (tiling["WG_X"], tiling["WG_Y"], 1))
 

@@ -10,8 +10,9 @@ Ops are grouped by kind:
 - shape and reduction: reshape, broadcast_to, permute, sum, max;
 - matmul (batched over leading dims, optionally transposed operands);
 - fused kernels, produced only by the e-graph: fused_matmul (a matmul with an epilogue
-  expression), pointwise (one expression over broadcast inputs), fused_reduce (a reduction
-  with prologue and epilogue expressions);
+  expression, and optionally a prologue expression applied to A as it is loaded), pointwise
+  (one expression over broadcast inputs), fused_reduce (a reduction with prologue and epilogue
+  expressions);
 - losses: cross_entropy_rows and its gradient;
 - rows: softmax, log_softmax and their gradients along one axis; pick and scatter_rows (label
   indexing for nll_loss, and its gradient);
@@ -268,15 +269,41 @@ def infer_fused_matmul(types, attrs) -> TensorType:
     batch, m, _, n = matmul_dims(types, attrs, "fused_matmul")
     out = TensorType((*batch, m, n), "f32")
     extras = types[2:]
+    names = set(map(str, range(len(extras))))
+    prologue_text, epilogue_text = attrs.get("prologue", "$a"), attrs.get("epilogue", "$acc")
+    check_expr("fused_matmul", prologue_text, {"a", *names})
+    check_expr("fused_matmul", epilogue_text, {"acc", *names})
+    in_prologue = variables(parse_expr(prologue_text))
+    in_epilogue = variables(parse_expr(epilogue_text))
     for index, extra in enumerate(extras):
-        if broadcast_shapes(extra.shape, out.shape, "fused_matmul") != out.shape:
+        name = str(index)
+        if name in in_prologue and not broadcasts_to(extra.shape, types[0].shape):
+            raise ShapeError(f"fused_matmul: prologue input ${index} {extra} does not broadcast to A {types[0]}")
+        if (name in in_epilogue or name not in in_prologue) and not broadcasts_to(extra.shape, out.shape):
             raise ShapeError(f"fused_matmul: epilogue input ${index} {extra} does not broadcast to {out}")
-    check_expr("fused_matmul", attrs.get("epilogue", "$acc"), {"acc", *map(str, range(len(extras)))})
     return out
 
 
-def evaluate_fused_matmul(a, b, *extras, transpose_a=False, transpose_b=False, epilogue="$acc"):
-    """epilogue(A·B, extras…): the matmul and its epilogue, as one kernel computes it."""
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    try:
+        return broadcast_shapes(shape, target) == target
+    except ShapeError:
+        return False
+
+
+def evaluate_fused_matmul(a, b, *extras, transpose_a=False, transpose_b=False, epilogue="$acc", prologue="$a"):
+    """epilogue(prologue(A, extras…) · B, extras…): the matmul with its prologue and epilogue, as one
+    kernel computes it.
+
+    The prologue reads `$a`, the element of A as stored (before any transpose), and extras
+    broadcast to A's stored shape; it is applied while A is loaded, so its result is never
+    written. The epilogue reads `$acc`, the dot product, and extras broadcast to the output.
+    Both number the extras (inputs[2:]) the same way, `$0`, `$1`…; an extra that only the
+    prologue reads need not broadcast to the output.
+    """
+    if prologue != "$a":
+        values = {"a": a, **{str(i): x for i, x in enumerate(extras)}}
+        a = np.broadcast_to(evaluate_expr(prologue, values, a.dtype), a.shape)
     acc = evaluate_matmul(a, b, transpose_a, transpose_b)
     values = {"acc": acc, **{str(i): x for i, x in enumerate(extras)}}
     return np.broadcast_to(evaluate_expr(epilogue, values, acc.dtype), acc.shape)

@@ -10,6 +10,8 @@ rule by rule (`rule_uses`):
   the plan's bodies whose Pw e-class also holds the product form the rule matched;
 - `matmul_epilogue` (and its helpers `matmul_mentions`, `matmul_substitute`): the fused matmuls
   of the plan (a matmul kernel with an epilogue other than `$acc`);
+- `matmul_prologue`: the matmuls of the plan that compute their A operand in a prologue (a
+  `MatmulPrologue` e-node whose A is stored is an ordinary matmul kernel, no use);
 - `reduce_epilogue_unary`/`_literal`: the ops on the path from the epilogue's root to `$r` in
   the plan's fused reductions;
 - `cross_entropy_forward`/`_backward`: the plan's cross_entropy_rows(_grad) kernels that compute
@@ -38,8 +40,9 @@ first IR node of each e-class, plus the cost of any further IR node merged into 
   absorbed it (the nearest computed consumer): a matmul or reduction absorbed into a kernel goes
   where that kernel's own difference goes (a transposed product computed directly: algebra; an
   epilogue: matmul or reductions); inside a matmul or reduction kernel, the elementwise nodes
-  downstream of the matmul/reduction are its epilogue (matmul/reductions) and the others were
-  inlined into it (pointwise); what a fused cross-entropy kernel absorbs (the log-probabilities,
+  downstream of the matmul/reduction are its epilogue (matmul/reductions), the A operand that a
+  prologue recomputes is the prologue's (matmul), and the others were inlined into it
+  (pointwise); what a fused cross-entropy kernel absorbs (the log-probabilities,
   pick, the one-hot scatter) goes to reductions.
 Dispatches and flops are split the same way, so each family's line says how many kernels it
 removed and what traffic it saved net of the extra reads its fused kernels make.
@@ -67,6 +70,7 @@ LIFTS = {
     "lift_matmul": ("matmul", "fused_matmul"),
     "lift_reduce": ("sum", "max", "fused_reduce"),
 }
+FUSING_KERNELS = ("Kernel", "MatmulKernel", "MatmulPrologue", "ReduceKernel")
 CROSS_ENTROPY_RULES = {  # the fused cross-entropy e-nodes -> the rule that puts them in a class
     "CrossEntropyRows": "cross_entropy_forward",
     "CrossEntropyRowsGrad": "cross_entropy_backward",
@@ -114,7 +118,7 @@ def rule_uses(extractor: Extractor, decoded: Decoded) -> Counter:
     literals: set[int] = set()
     for eclass, covered in decoded.covered.items():
         launching = [i for i in covered if launches_kernel(graph[i].op) and graph[i].op != "permute"]
-        if len(launching) > 1 and extractor.option(eclass).node.op in ("Kernel", "MatmulKernel", "ReduceKernel"):
+        if len(launching) > 1 and extractor.option(eclass).node.op in FUSING_KERNELS:
             fused_nodes.update(launching)
         option = extractor.option(eclass)
         node = option.node
@@ -123,6 +127,14 @@ def rule_uses(extractor: Extractor, decoded: Decoded) -> Counter:
             bodies.append((node.children[0], True))
         elif node.op == "MatmulKernel":
             bodies.append((node.children[2], False))
+            if extractor.tree(node.children[2], False) != ("acc",):
+                for name in ("matmul_epilogue", "matmul_mentions", "matmul_substitute"):
+                    uses[name] += 1
+        elif node.op == "MatmulPrologue":
+            bodies.append((node.children[2], False))
+            if extractor.prologue_tree(node)[0] != "load":
+                bodies.append((node.children[0], False))
+                uses["matmul_prologue"] += 1
             if extractor.tree(node.children[2], False) != ("acc",):
                 for name in ("matmul_epilogue", "matmul_mentions", "matmul_substitute"):
                     uses[name] += 1
@@ -142,7 +154,7 @@ def rule_uses(extractor: Extractor, decoded: Decoded) -> Counter:
                     name = {"silu": "silu", "swiglu": "swiglu"}.get(enode.primitives[0] if enode.primitives else "")
                     if name and any(n.op == "PBinary" and n.primitives[0] == "mul" for n in pw_nodes.get(pw_class, ())):
                         uses[name] += 1
-        if node.op in ("Matmul", "MatmulKernel"):
+        if node.op in ("Matmul", "MatmulKernel", "MatmulPrologue"):
             uses.update(transpose_uses(extractor, eclass, covered, node))
         rep = graph[extractor.ir_ids[eclass][0]]
         if node.op in CROSS_ENTROPY_RULES and rep.op != ROW_CONSTRUCTORS[node.op][0]:
@@ -177,10 +189,17 @@ def transpose_uses(extractor: Extractor, eclass: int, covered: list[int], node) 
         uses["transpose_product"] += 1
         a0, b0, ta0, tb0 = b0, a0, not tb0, not ta0
     a, b = node.children[:2]
+    if node.op == "MatmulPrologue":  # the A operand is the tensor whose producer the prologue computes
+        a, b = prologue_source(extractor, node), node.children[1]
     for name, original, chosen in (("fold_transpose_a", a0, a), ("fold_transpose_b", b0, b)):
         if original != chosen and is_transpose_of(extractor, original, chosen):
             uses[name] += 1
     return uses
+
+
+def prologue_source(extractor: Extractor, node) -> int | None:
+    """The A operand whose producer a `MatmulPrologue` e-node computes (the class its body loads)."""
+    return extractor.prologue_operand(extractor.pw[node.children[0]].loads, node.primitives[0])
 
 
 def is_transpose_of(extractor: Extractor, eclass: int, source: int) -> bool:
@@ -232,7 +251,9 @@ def family_of_kept(extractor: Extractor, eclass: int) -> str:
     node = extractor.option(eclass).node
     if node.op == "Kernel":
         return "pointwise"
-    if node.op == "MatmulKernel":
+    if node.op == "MatmulPrologue" and extractor.prologue_tree(node)[0] != "load":
+        return "matmul"
+    if node.op in ("MatmulKernel", "MatmulPrologue"):
         return "algebra" if extractor.tree(node.children[2], False) == ("acc",) else "matmul"
     if node.op == "ReduceKernel":
         return "pointwise" if extractor.tree(node.children[1], False) == ("r",) else "reductions"
@@ -253,9 +274,11 @@ def family_of_eliminated(extractor: Extractor, eclass: int, absorbing: dict[int,
     node = extractor.option(kernel).node
     if rep.op in ("matmul", "fused_matmul", "sum", "max", "fused_reduce"):
         return family_of_kept(extractor, kernel)
-    if node.op in ("MatmulKernel", "ReduceKernel"):
-        family = "matmul" if node.op == "MatmulKernel" else "reductions"
-        anchors = ("matmul", "fused_matmul") if node.op == "MatmulKernel" else ("sum", "max", "fused_reduce")
+    if node.op == "MatmulPrologue" and eclass == prologue_source(extractor, node):
+        return "matmul"
+    if node.op in ("MatmulKernel", "MatmulPrologue", "ReduceKernel"):
+        family = "reductions" if node.op == "ReduceKernel" else "matmul"
+        anchors = ("sum", "max", "fused_reduce") if node.op == "ReduceKernel" else ("matmul", "fused_matmul")
         return family if downstream_of(graph, rep.id, anchors, kernel, extractor, absorbing) else "pointwise"
     if node.op == "Kernel":
         return "pointwise"

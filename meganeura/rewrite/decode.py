@@ -8,6 +8,10 @@ the original graph). How each chosen option reads back:
   a body that is a single load to `broadcast_to`;
 - `MatmulKernel` → `matmul` when the epilogue is `$acc`, else `fused_matmul(a, b, extras…,
   epilogue=…)`;
+- `MatmulPrologue` → `fused_matmul(x, b, extras…, epilogue=…, prologue=…)`: x is the prologue's
+  earliest load of A's full stored shape (`$a`); the extras are the epilogue's loads, then those
+  only the prologue reads, numbered `$0…` in that order for both expressions. A prologue that
+  only reads A (A stored) goes back to `matmul`/`fused_matmul` without one;
 - `ReduceKernel` → `sum`/`max` when the prologue is a plain load and the epilogue `$r`, else
   `fused_reduce`;
 - the other e-nodes → their own op, attributes read back from the e-node or the encoder's table.
@@ -29,7 +33,7 @@ from meganeura.ir.expr import format_expr
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.ops import infer_type, launches_kernel
 from meganeura.rewrite.encode import PwTree
-from meganeura.rewrite.extract import Extractor
+from meganeura.rewrite.extract import Extractor, tree_loads
 from meganeura.rewrite.schema import ROW_CONSTRUCTORS
 
 OPTIMIZER_ATTRS = {
@@ -39,10 +43,13 @@ OPTIMIZER_ATTRS = {
 }
 
 
-def expr_of(tree: PwTree, loads: list[int]) -> Any:
-    """An `ir/expr.py` tree of a plan's Pw tree; each new loaded e-class is appended to `loads`."""
+def expr_of(tree: PwTree, loads: list[int], named: dict[int, str] | None = None) -> Any:
+    """An `ir/expr.py` tree of a plan's Pw tree; each new loaded e-class is appended to `loads`
+    (except those `named` maps to a `$` name of their own)."""
     kind = tree[0]
     if kind == "load":
+        if named and tree[1] in named:
+            return ("$", named[tree[1]])
         if tree[1] not in loads:
             loads.append(tree[1])
         return ("$", str(loads.index(tree[1])))
@@ -52,20 +59,12 @@ def expr_of(tree: PwTree, loads: list[int]) -> Any:
         return ("$", "acc")
     if kind == "r":
         return ("$", "r")
-    return (tree[1], *(expr_of(child, loads) for child in tree[2:]))
+    return (tree[1], *(expr_of(child, loads, named) for child in tree[2:]))
 
 
 def single_op(tree: PwTree) -> bool:
     """Whether a body is one elementwise op whose operands are all loads."""
     return tree[0] in ("unary", "binary") and all(child[0] == "load" for child in tree[2:])
-
-
-def tree_loads(tree: PwTree) -> set[int]:
-    if tree[0] == "load":
-        return {tree[1]}
-    if tree[0] in ("unary", "binary"):
-        return set().union(*(tree_loads(child) for child in tree[2:]))
-    return set()
 
 
 def original_op(extractor: Extractor, eclass: int, tree: PwTree):
@@ -139,6 +138,19 @@ def ir_node(extractor: Extractor, eclass: int) -> tuple[str, list[int], dict[str
         loads = []
         text = format_expr(expr_of(tree, loads))
         return "fused_matmul", [*children[:2], *loads], {**flags, "epilogue": text}
+    if op == "MatmulPrologue":
+        a_shape, ta, tb = prims
+        prologue = extractor.prologue_tree(node)
+        a = extractor.prologue_operand(tree_loads(prologue), a_shape)
+        loads = []
+        attrs = {"transpose_a": ta, "transpose_b": tb}
+        attrs["epilogue"] = format_expr(expr_of(extractor.tree(children[2], False), loads))
+        attrs["prologue"] = format_expr(expr_of(prologue, loads, {a: "a"}))
+        if attrs["prologue"] == "$a":  # A itself: an ordinary matmul kernel
+            del attrs["prologue"]
+            if attrs["epilogue"] == "$acc":
+                return "matmul", [a, children[1]], {"transpose_a": ta, "transpose_b": tb}
+        return "fused_matmul", [a, children[1], *loads], attrs
     if op == "ReduceKernel":
         kind, axes, keepdim, in_shape = prims
         prologue = extractor.tree(children[0], False)

@@ -141,14 +141,14 @@ def typed_term(node: Node, graph: Graph) -> TermData | None:
             if "axis" in values:
                 values["axis"] %= max(node.type.rank, 1)
             return (constructor, (*children, *values.values()))
-    return fused_term(node)
+    return fused_term(node, graph)
 
 
 def numbers(attrs: dict[str, Any], *names: str) -> bool:
     return all(is_number(attrs.get(name, 0.0)) and math.isfinite(float(attrs.get(name, 0.0))) for name in names)
 
 
-def fused_term(node: Node) -> TermData | None:
+def fused_term(node: Node, graph: Graph) -> TermData | None:
     """The kernel term of a fused op already in the graph (pointwise, fused_matmul, fused_reduce)."""
     attrs = node.attr_dict
     loads = {str(index): ("load", i) for index, i in enumerate(node.inputs)}
@@ -160,6 +160,13 @@ def fused_term(node: Node) -> TermData | None:
         a, b = node.inputs[:2]
         flags = (bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")))
         return ("MatmulKernel", (("T", a), ("T", b), *flags, ("P", epilogue)))
+    if node.op == "fused_matmul" and only_attrs(node, ("transpose_a", "transpose_b", "epilogue", "prologue")):
+        extras = {str(index): ("load", i) for index, i in enumerate(node.inputs[2:])}
+        epilogue = pw_from_expr(parse_expr(attrs.get("epilogue", "$acc")), {**extras, "acc": ("acc",)})
+        a, b = node.inputs[:2]
+        prologue = pw_from_expr(parse_expr(attrs["prologue"]), {**extras, "a": ("load", a)})
+        flags = (bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")))
+        return ("MatmulPrologue", (("P", prologue), graph[a].shape, ("T", b), *flags, ("P", epilogue)))
     if node.op == "fused_reduce" and only_attrs(node, ("kind", "axes", "keepdim", "in_shape", "prologue", "epilogue")):
         in_shape = tuple(attrs["in_shape"])
         prologue = pw_from_expr(parse_expr(attrs.get("prologue", "$0")), loads)

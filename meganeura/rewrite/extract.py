@@ -10,6 +10,13 @@ The plan then determines everything else:
   e-class holding `(Load s)` is inlined (expanded further) when s is in inline mode, read as a
   tensor otherwise; other Pw e-classes are expanded through one fixed e-node per class (the
   smallest, with the earliest loads: `PwInfo.inline_node`);
+- a matmul's A operand is read like a load too when the matmul kernel has a prologue form
+  (`MatmulPrologue`, whose prologue class holds `(Load A)`): A in inline mode is recomputed in the
+  prologue (`Extractor.prologue_tree`), so one switch of A's mode moves every such matmul reading
+  A to recomputing it, and A's kernel is dropped when nothing else needs it; A stored is read as
+  is. The `MatmulKernel` twin of a `MatmulPrologue` is no option of its own (it reads A the same
+  way as the stored mode). A recomputed A must still have a load of A's full stored shape (the
+  matmul's A input, `$a`); an outer-product body has none, and the matmul then reads A stored;
 - the materialised e-classes are those reached from the roots (outputs, updates, leaves) through
   the tensors each materialised kernel reads;
 - the plan's cost is the sum of `cost.py`'s kernel cost over the materialised e-classes, each
@@ -25,12 +32,20 @@ local search: for each e-class in rank order, try each other option and keep it 
 cost drops. Ties are broken by a secondary count, the reads of tensors that a kernel computes
 rather than buffers or views (so that a matmul reads a weight rather than a transposed copy
 that another matmul still reads: the first switch frees nothing, the second frees the copy),
-then by the number of values kept (so that reshape(reshape(x)) becomes one view). Switches are
-evaluated incrementally: reference counts of readers decide which values are materialised, and
-a change of mode re-expands only the kernels that inlined or loaded that e-class. Passes
-repeat, each over the e-classes near the previous pass's accepted switches, until no switch
-helps (or `max_passes`). The result is always a complete, acyclic plan (the start is one, and
-every step keeps one; `Extractor.check` makes sure).
+then by the number of values kept (so that reshape(reshape(x)) becomes one view), then by the
+elementwise work, expression ops × the elements each is computed for (so that rsqrt of a row's
+mean is computed once per row, in the reduction's epilogue, rather than for every element of a
+consumer that could inline it for the same traffic: a matmul prologue). When no single switch
+of a kernel's e-class helps, one compound move is tried, once per e-class: its mode toggled
+(stored ↔ inline) and then each e-class reading it switched to its best option given that
+(`switch_and_repair`), kept only if the plan's cost drops. Switching A back to stored from the
+prologues of its matmuls pays only together with its weight gradient reading A directly instead
+of a transposed product and a permute. Switches are evaluated incrementally: reference counts
+of readers decide which values are materialised, and a change of mode re-expands only the
+kernels that inlined or loaded that e-class. Passes repeat, each over the e-classes near the
+previous pass's accepted switches, until no switch helps (or `max_passes`). The result is
+always a complete, acyclic plan (the start is one, and every step keeps one; `Extractor.check`
+makes sure).
 """
 
 from __future__ import annotations
@@ -77,11 +92,13 @@ class PwInfo:
 
 
 class Expansion(NamedTuple):
-    """What expanding a Pw body reads: distinct tensors, the largest rank touched, validity."""
+    """What expanding a Pw body reads: distinct tensors, the largest rank touched, validity, and
+    its size in expression ops (loads and literals are free)."""
 
     loads: frozenset = frozenset()
     max_rank: int = -1
     ok: bool = True
+    ops: int = 0
 
 
 EMPTY = Expansion()
@@ -91,12 +108,14 @@ BAD = Expansion(ok=False)
 def merge(parts: Iterable[Expansion]) -> Expansion:
     loads: set[int] = set()
     max_rank = -1
+    ops = 0
     for part in parts:
         if not part.ok:
             return BAD
         loads |= part.loads
         max_rank = max(max_rank, part.max_rank)
-    return Expansion(frozenset(loads), max_rank)
+        ops += part.ops
+    return Expansion(frozenset(loads), max_rank, True, ops)
 
 
 class Evaluation(NamedTuple):
@@ -104,6 +123,7 @@ class Evaluation(NamedTuple):
     units: int
     nonleaf_reads: int
     valid: bool
+    work: int = 0  # elementwise work: expression ops × elements (a tie-break, see `search`)
 
 
 class Extractor:
@@ -143,6 +163,7 @@ class Extractor:
         self.stack: set[int] = set()
         self.total = 0
         self.total2 = 0
+        self.total3 = 0
         self.roots: list[int] = []
         self.touched: list[int] = []  # e-classes materialised or dropped by the current switch
 
@@ -215,6 +236,8 @@ class Extractor:
                     continue
                 if node.op in ("Matmul", "Reduce") and self.twin(node) is not None:
                     continue  # the kernel twin with a trivial epilogue computes the same thing
+                if node.op == "MatmulKernel" and self.prologue_twin(node) is not None:
+                    continue  # its prologue form reads A the same way while A is stored
                 options.append(Option(node))
                 if node.op == "Kernel":
                     options.append(Option(node, inline=True))
@@ -234,6 +257,16 @@ class Extractor:
                 return None
             key = ("ReduceKernel", (load, r), (*node.primitives, source.shape))
         eclass = view.find(*key)
+        return ENode(key[0], eclass, key[1], key[2]) if eclass == node.eclass else None
+
+    def prologue_twin(self, node: ENode) -> ENode | None:
+        """The `MatmulPrologue` e-node of a `MatmulKernel` whose prologue is the load of its A operand."""
+        a, b, epilogue = node.children
+        load = self.view.find("Load", (a,), ())
+        if load is None or self.type[a] is None:
+            return None
+        key = ("MatmulPrologue", (load, b, epilogue), (self.type[a].shape, *node.primitives))
+        eclass = self.view.find(*key)
         return ENode(key[0], eclass, key[1], key[2]) if eclass == node.eclass else None
 
     # -- expansion of kernel bodies -------------------------------------------------------------
@@ -259,6 +292,8 @@ class Extractor:
             return result
         self.stack.add(pw_class)
         result = merge(self.child(child, pw_class) for child in node.children)
+        if result.ok and node.op in ("PUnary", "PBinary"):
+            result = result._replace(ops=result.ops + 1)
         self.stack.discard(pw_class)
         self.memo[pw_class] = result
         return result
@@ -279,7 +314,7 @@ class Extractor:
                     inner = self.root(pw_class)
                     if not inner.ok:
                         return BAD
-                    return Expansion(inner.loads, max(inner.max_rank, self.rank[s]))
+                    return Expansion(inner.loads, max(inner.max_rank, self.rank[s]), True, inner.ops)
             s = info.loads[0]
             return Expansion(frozenset((s,)), self.rank[s])
         self.dependents.setdefault(pw_class, set()).add(parent)
@@ -293,19 +328,30 @@ class Extractor:
         node = option.node
         rank = self.rank[eclass]
         op = node.op
+        out_numel = self.type[eclass].numel if self.type[eclass] is not None else 0
         if op == "Kernel":
             self.dependents.setdefault(node.children[0], set()).add(eclass)
             expansion = self.root(node.children[0])
             terms: tuple[int, ...] = ()
+            work = expansion.ops * out_numel
         elif op == "MatmulKernel":
             expansion = self.child(node.children[2], eclass)
             terms = node.children[:2]
+            work = expansion.ops * out_numel
         elif op == "ReduceKernel":
-            expansion = merge((self.child(node.children[0], eclass), self.child(node.children[1], eclass)))
+            prologue, epilogue = self.child(node.children[0], eclass), self.child(node.children[1], eclass)
+            expansion = merge((prologue, epilogue))
             terms = ()
+            work = prologue.ops * TensorType(node.primitives[3]).numel + epilogue.ops * out_numel
+        elif op == "MatmulPrologue":
+            loaded, finish = self.prologue_expansion(node, eclass), self.child(node.children[2], eclass)
+            expansion = merge((loaded, finish))
+            terms = (node.children[1],)
+            work = loaded.ops * TensorType(node.primitives[0]).numel + finish.ops * out_numel
         else:
             expansion = EMPTY
             terms = node.children
+            work = 0
         if not expansion.ok or expansion.max_rank >= rank or any(self.rank[t] >= rank for t in terms):
             return Evaluation(frozenset(), INVALID, 0, False)
         reads = expansion.loads.union(terms) if terms else expansion.loads
@@ -316,8 +362,34 @@ class Extractor:
         if op in ("MatmulKernel", "Matmul"):
             out = self.type[eclass]
             units += Cost(0, 2 * self.type[node.children[0]].numel * out.shape[-1], 0).units
+        elif op == "MatmulPrologue":
+            out = self.type[eclass]
+            units += Cost(0, 2 * TensorType(node.primitives[0]).numel * out.shape[-1], 0).units
         leafish = self.leafish
-        return Evaluation(reads, units, sum([1 for s in reads if not leafish[s]]), True)
+        return Evaluation(reads, units, sum([1 for s in reads if not leafish[s]]), True, work)
+
+    def prologue_operand(self, loads: Iterable[int], a_shape: tuple[int, ...]) -> int | None:
+        """The tensor a prologue reads as the matmul's A input (`$a`): the earliest of its loads
+        with A's full stored shape, or None when it has none (then it is no valid prologue)."""
+        full = [s for s in loads if self.type[s].shape == tuple(a_shape)]
+        return min(full, key=lambda s: self.rank[s]) if full else None
+
+    def prologue_expansion(self, node: ENode, parent: int) -> Expansion:
+        """What the A operand of a `MatmulPrologue` reads: A's producer, recomputed when A is in
+        inline mode and the recomputation loads a tensor of A's shape, else A as stored."""
+        loaded = self.child(node.children[0], parent)
+        if not loaded.ok or self.prologue_operand(loaded.loads, node.primitives[0]) is not None:
+            return loaded
+        a = self.prologue_operand(self.pw[node.children[0]].loads, node.primitives[0])
+        return BAD if a is None else Expansion(frozenset((a,)), self.rank[a])
+
+    def prologue_tree(self, node: ENode) -> PwTree:
+        """The expression tree the plan computes A with in a `MatmulPrologue` (see `prologue_expansion`)."""
+        tree = self.tree(node.children[0], False)
+        loads = set(tree_loads(tree))
+        if self.prologue_operand(loads, node.primitives[0]) is None:
+            return ("load", self.prologue_operand(self.pw[node.children[0]].loads, node.primitives[0]))
+        return tree
 
     # -- plan state: reference counts --------------------------------------------------------------
 
@@ -332,6 +404,7 @@ class Extractor:
                 self.current[s] = evaluation
                 self.total += evaluation.units
                 self.total2 += evaluation.nonleaf_reads
+                self.total3 += evaluation.work
                 stack.extend(evaluation.reads)
 
     def decref(self, eclass: int) -> None:
@@ -344,6 +417,7 @@ class Extractor:
                 evaluation = self.current.pop(s)
                 self.total -= evaluation.units
                 self.total2 -= evaluation.nonleaf_reads
+                self.total3 -= evaluation.work
                 stack.extend(evaluation.reads)
 
     def invalidate(self, keys: Iterable[int]) -> set[int]:
@@ -381,6 +455,7 @@ class Extractor:
             self.current[key] = after
             self.total += after.units - before.units
             self.total2 += after.nonleaf_reads - before.nonleaf_reads
+            self.total3 += after.work - before.work
             increments.extend(after.reads - before.reads)
             decrements.extend(before.reads - after.reads)
         for s in increments:
@@ -390,9 +465,10 @@ class Extractor:
 
     # -- search --------------------------------------------------------------------------------------
 
-    def objective(self) -> tuple[int, int, int]:
-        """What the search minimises: cost, then reads of computed tensors, then values kept."""
-        return (self.total, self.total2, len(self.current))
+    def objective(self) -> tuple[int, int, int, int]:
+        """What the search minimises: cost, then reads of computed tensors, then values kept, then
+        elementwise work."""
+        return (self.total, self.total2, len(self.current), self.total3)
 
     def start(self, roots: list[int], choice: dict[int, int]) -> None:
         self.choice = dict(choice)
@@ -410,6 +486,7 @@ class Extractor:
         readers = self.readers()
         worklist = set(candidates)
         passes = 0
+        compounds_tried: set[int] = set()
         while worklist and passes < max_passes:
             passes += 1
             touched: set[int] = set()
@@ -418,7 +495,7 @@ class Extractor:
                     continue
                 if self.refcount[eclass] == 0 and not self.mode_dependents.get(eclass):
                     continue  # neither computed nor inlined anywhere: its choice changes nothing
-                current = self.choice[eclass]
+                current = start = self.choice[eclass]
                 for index in range(len(self.options[eclass])):
                     if index == self.choice[eclass]:
                         continue
@@ -431,6 +508,14 @@ class Extractor:
                         touched.update(self.touched)
                     else:
                         self.set_option(eclass, current)
+                toggle = self.mode_twin(eclass)
+                if current == start and toggle is not None and eclass not in compounds_tried:
+                    compounds_tried.add(eclass)
+                    self.touched = []
+                    changed = self.switch_and_repair(eclass, toggle, readers.get(eclass, set()))
+                    if changed:
+                        touched.update(changed)
+                        touched.update(self.touched)
             if deadline is not None and time.perf_counter() > deadline:
                 break
             worklist = set()
@@ -438,6 +523,49 @@ class Extractor:
                 worklist.add(eclass)
                 worklist.update(readers.get(eclass, ()))
         return passes
+
+    def mode_twin(self, eclass: int) -> int | None:
+        """The index of the chosen kernel's other mode (stored ↔ inline), if it is a kernel."""
+        option = self.options[eclass][self.choice[eclass]]
+        if option.node.op != "Kernel":
+            return None
+        twin = Option(option.node, not option.inline)
+        return next((i for i, o in enumerate(self.options[eclass]) if o == twin), None)
+
+    def switch_and_repair(self, eclass: int, index: int, readers: set[int]) -> list[int]:
+        """A compound move: switch `eclass` (a kernel's mode), then each class reading it to its best
+        option given that; kept if the plan gets cheaper (the classes changed are returned), else
+        undone. A matmul that recomputes A in its prologue while A's mode is inline may make a
+        switch of A back to stored pay only together with a switch of A's other readers (a weight
+        gradient that reads A as B, instead of a transposed product and a permute)."""
+        repairable = [
+            reader
+            for reader in sorted(readers - {eclass}, key=lambda c: self.rank[c])
+            if len(self.options[reader]) > 1 and (self.refcount[reader] or self.mode_dependents.get(reader))
+        ]
+        if not repairable:
+            return []
+        before = self.objective()
+        undo = [(eclass, self.choice[eclass])]
+        self.set_option(eclass, index)
+        for reader in repairable:
+            start = best_index = self.choice[reader]
+            best = self.objective()
+            for candidate in range(len(self.options[reader])):
+                if candidate == best_index:
+                    continue
+                self.set_option(reader, candidate)
+                if self.objective() < best:
+                    best, best_index = self.objective(), candidate
+                else:
+                    self.set_option(reader, best_index)
+            if best_index != start:
+                undo.append((reader, start))
+        if self.objective() < before:
+            return [c for c, _ in undo]
+        for changed, previous in reversed(undo):
+            self.set_option(changed, previous)
+        return []
 
     def readers(self) -> dict[int, set[int]]:
         """For each Term e-class, the e-classes with an option reading it (directly or through a
@@ -526,6 +654,15 @@ class Extractor:
             yield from self.events(child, False)
 
 
+def tree_loads(tree: PwTree) -> set[int]:
+    """The Term classes a plan's expression tree loads."""
+    if tree[0] == "load":
+        return {tree[1]}
+    if tree[0] in ("unary", "binary"):
+        return set().union(*(tree_loads(child) for child in tree[2:]))
+    return set()
+
+
 def input_choice(extractor: Extractor, view: EGraphView, encoding: Encoding) -> dict[int, int]:
     """The input graph's own plan: each IR node's own e-node (kernels stored).
 
@@ -541,6 +678,8 @@ def input_choice(extractor: Extractor, view: EGraphView, encoding: Encoding) -> 
         wanted = own_node(encoding.terms[node_id], view)
         if wanted is not None and wanted.op in ("Matmul", "Reduce"):
             wanted = extractor.twin(wanted) or wanted
+        if wanted is not None and wanted.op == "MatmulKernel":
+            wanted = extractor.prologue_twin(wanted) or wanted
         index = next((i for i, o in enumerate(options) if o.node == wanted and not o.inline), None)
         if index is None:  # an elementwise op (or optimizer update): its lifted kernel, stored
             index = next((i for i, o in enumerate(options) if o.node.op == "Kernel" and not o.inline), 0)

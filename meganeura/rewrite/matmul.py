@@ -1,4 +1,5 @@
-"""The matmul family: matmuls become kernels with an epilogue, and elementwise consumers fold in.
+"""The matmul family: matmuls become kernels with an epilogue, elementwise consumers fold in, and
+an elementwise producer of operand A folds into A's load (a prologue).
 
 `lift_matmul`: matmul(a, b, ta, tb) ≡ (MatmulKernel a b ta tb (Acc)), the epilogue `$acc`.
 
@@ -21,9 +22,23 @@ The substitution is spelled out by two helper rules:
   (only below children that mention t; where both operands of a binary op mention t, the
   variants replacing one side only are kept too: they still read t and are sound).
 
-Not done: RMSNorm folded into the matmul's A-operand load (the seed kernel `matmul_rms_norm`).
-It needs a matmul *prologue* in the IR (fused_matmul reading A through an expression of per-row
-values: A'[i,k] = A[i,k]·r[i]·w[k]).
+`matmul_prologue`: the mirror image, on the A operand: (MatmulKernel a b ta tb E), a ≡ (Kernel F s),
+(shape a) = s → (MatmulPrologue F s b ta tb E), a matmul kernel that computes A's elements with F
+while it stages them, so that A is never written (IR: `fused_matmul(x, b, extras…,
+prologue=…)`, the prologue an expression of `$a`, the element of x, and extras broadcast to A's
+stored shape). RMSNorm → Linear: the reductions family makes r = rsqrt(mean(x²) + eps) one
+[M, 1] kernel, and x·r·w (F, inlined by `fuse_pointwise`) becomes the prologue, as in the seed
+kernel `matmul_rms_norm`. It applies after `matmul_epilogue` too (it matches every matmul kernel
+of the class), so one kernel can have both ends. Whether the plan uses it is the cost model's
+call: extraction always inlines F into the prologue (recomputing A from F's inputs, reading them
+instead of A), and keeps A stored where something else needs it (a graph output, the B operand of
+the weight gradient in training) and reading A is cheaper than recomputing it.
+
+Guard: F has A's stored shape (`s` is both the kernel's shape and `(shape a)`); extraction
+further requires one of F's loads to have that full shape (it becomes `$a`, the matmul's A
+input), so a broadcast-only body (an outer product) is never a prologue. A reshape between the
+kernel and the matmul (Linear on a 3-D input flattens it to rows) blocks the rule: F's loads
+broadcast to the kernel's shape, not to the reshaped one.
 """
 
 from __future__ import annotations
@@ -79,4 +94,16 @@ MATMUL_SUBSTITUTE = Rule(
     ),
 )
 
-RULES = [LIFT_MATMUL, MATMUL_EPILOGUE, MATMUL_MENTIONS, MATMUL_SUBSTITUTE]
+MATMUL_PROLOGUE = Rule(
+    "matmul_prologue",
+    FAMILY,
+    "a pointwise kernel producing a matmul's A operand (of A's shape) becomes the matmul's prologue",
+    (
+        rule(
+            ["(= t (MatmulKernel a b ta tb e))", "(= a (Kernel f s))", "(= s (shape a))"],
+            "(union t (MatmulPrologue f s b ta tb e))",
+        ),
+    ),
+)
+
+RULES = [LIFT_MATMUL, MATMUL_EPILOGUE, MATMUL_MENTIONS, MATMUL_SUBSTITUTE, MATMUL_PROLOGUE]

@@ -22,6 +22,8 @@ extracted). Constructors:
     (OpN op attrs x0 … xN-1)           any other op (N ≤ 6); `attrs` indexes Encoding.attrs_table
     (Kernel body "4,5")                a pointwise kernel of that shape
     (MatmulKernel a b ta tb epilogue)  a matmul whose result goes through an epilogue
+    (MatmulPrologue p "M,K" b ta tb epilogue)  the same with A computed while it is loaded: A is
+                                       the Pw body p over A's stored shape "M,K" (a prologue)
     (ReduceKernel kind axes keepdim "in_shape" prologue epilogue)
 
 `Pw`: the body of a kernel, an elementwise expression (the `Pw` nodes mirror `ir/expr.py`):
@@ -85,6 +87,7 @@ TERM_CONSTRUCTORS: dict[str, tuple[str, ...]] = {
     **{f"Op{n}": ("String", "i64", *("Term",) * n) for n in range(MAX_GENERIC_ARITY + 1)},
     "Kernel": ("Pw", "String"),
     "MatmulKernel": ("Term", "Term", "bool", "bool", "Pw"),
+    "MatmulPrologue": ("Pw", "String", "Term", "bool", "bool", "Pw"),
     "ReduceKernel": ("String", "String", "bool", "String", "Pw", "Pw"),
 }
 PW_CONSTRUCTORS: dict[str, tuple[str, ...]] = {

@@ -25,6 +25,7 @@ _TEXT_TUPLE_ARGS = {  # constructor -> primitive positions whose String is an in
     "Reduce": (1,),
     "Kernel": (0,),
     "ReduceKernel": (1, 3),
+    "MatmulPrologue": (0,),
 }
 
 
