@@ -126,7 +126,12 @@ def transpose2d(x: Tensor) -> Tensor:
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b like torch.matmul: over the last two dims, batched over equal leading dims; a with
-    more dims than a 2-D b is flattened to rows first."""
+    more dims than a 2-D b is flattened to rows first.
+
+    The IR's matmul also takes a 2-D operand shared by a batch directly, but tracing [batch,
+    seq, features] @ W that way lets the matmul epilogue rules see whole residual streams, and
+    the e-graph then grows past its budget on deep models; flattening keeps them apart for now.
+    """
     a, b = lift(a), lift(b)
     if a.ndim > 2 and b.ndim == 2:
         lead = a.shape[:-1]

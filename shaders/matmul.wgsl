@@ -3,7 +3,7 @@
 //
 // Shapes: op(A) is [M, K] (A stored [M, K], or [K, M] when transposed), op(B) is [K, N]
 // (B stored [K, N], or [N, K] when transposed); out is [M, N], all row-major f32. With batch
-// dims, A, B and out hold BATCH such matrices back to back (equal leading dims).
+// dims, A, B and out hold BATCH such matrices back to back; a 2-D A or B is shared by all of them.
 // Bindings (group 0, generated from the KernelSpec): a (read), b (read), the prologue's and
 // epilogue's extra inputs that are buffers (x0, x1, …, read; scalar constants are inlined), out
 // (read_write).
@@ -22,7 +22,9 @@
 // generator (ACCUMULATORS, MULTIPLY, STORE): a dynamically indexed private array would
 // leave registers for local memory on some drivers.
 //
-// Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_Y, WG_X, WG_Y, TM, NV, BK; A_INDEX
+// Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_Y, WG_X, WG_Y, TM, NV, BK;
+// A_BATCH_STRIDE / B_BATCH_STRIDE (elements between an operand's matrices; 0u for a 2-D operand
+// shared by the whole batch); A_INDEX
 // (index of op(A)[m, k] within one matrix), B_INDEX (of op(B)[k, n]); A_STAGE / B_STAGE
 // (which tile coordinate varies fastest while staging, chosen so consecutive threads read
 // consecutive addresses); FUNCTIONS (helpers the prologue and epilogue call), A_READS (`let`
@@ -103,8 +105,8 @@ fn matmul(
     }
     let tile_m = t % TILES_M;
     let bat = t / TILES_M;
-    let a_base = bat * (M * K);
-    let b_base = bat * (K * N);
+    let a_base = bat * {{A_BATCH_STRIDE}};
+    let b_base = bat * {{B_BATCH_STRIDE}};
     let row0 = tile_m * BM + local.y;  // this thread's first row; the others are WG_Y apart
     let col0 = wid.x * BN + 4u * local.x;  // its first column; the other vec4s are 4·WG_X apart
     {{ACCUMULATORS}}

@@ -273,3 +273,20 @@ def test_rms_norm_gradient(shapes):
     rng = np.random.default_rng(16)
     assert gradcheck(lambda x, w: F.rms_norm(x, w_shape, w, eps=1e-5), [x_shape, w_shape], rng) < 1e-6
     assert gradcheck(lambda x: F.rms_norm(x, x_shape[-1]), [x_shape], rng) < 1e-6
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_matmul_with_a_shared_2d_operand_gradients(ta, tb):
+    rng = np.random.default_rng(16)
+    m, k, n = 3, 4, 5
+    a3 = (2, k, m) if ta else (2, m, k)
+    b2 = (n, k) if tb else (k, n)
+
+    def op(a, b):
+        return a.tracer.emit("matmul", [a, b], transpose_a=ta, transpose_b=tb)
+
+    assert gradcheck(op, [a3, b2], rng) < 1e-6  # B shared by the batch of A
+    a2 = (k, m) if ta else (m, k)
+    b3 = (2, n, k) if tb else (2, k, n)
+    assert gradcheck(op, [a2, b3], rng) < 1e-6  # A shared by the batch of B

@@ -114,6 +114,19 @@ def test_batched_matmul(mkn, batch, transposes):
     assert spec.grid[1:] == (tiles_m * int(np.prod(batch)), 1)  # the batch is in the grid
 
 
+@pytest.mark.parametrize("transposes", [(False, False), (False, True), (True, False), (True, True)], ids=str)
+@pytest.mark.parametrize("shared", ["a", "b"])
+def test_matmul_with_a_2d_operand_shared_by_the_batch(shared, transposes):
+    m, k, n, batch = 7, 33, 10, (2, 3)
+    a_shape, b_shape = operand_shapes(m, k, n, *transposes, batch=batch)
+    shapes = [a_shape[-2:], b_shape] if shared == "a" else [a_shape, b_shape[-2:]]
+    graph = one_op("fused_matmul", shapes + [(n,)], transpose_a=transposes[0], transpose_b=transposes[1],
+                   epilogue="add($acc,$0)", prologue="mul($a,2.0)")  # fmt: skip
+    inputs = {f"x{i}": normal(*shape) for i, shape in enumerate(shapes + [(n,)])}
+    executable = check(graph, inputs, rtol=1e-4, atol=1e-4)
+    assert executable.graph[len(shapes) + 1].shape == (*batch, m, n)
+
+
 def test_batched_matmul_grid_folds_into_z(monkeypatch):
     monkeypatch.setattr(lower, "MAX_WORKGROUPS_PER_DIM", 4)
     shapes = operand_shapes(20, 9, 5, False, True, batch=(3, 2)) + [(3, 1, 1, 5)]
@@ -593,8 +606,10 @@ def test_optimizer_updates_in_place_over_two_steps(op, attrs):
         result = interpret(graph, inputs, expected_params, expected_states, dtype=np.float64)
         for name, value in result.updates.items():
             (expected_params if name in expected_params else expected_states)[name] = value
+    # float32 on the device against a float64 reference: Adam's m̂/(√v̂+ε) amplifies rounding in
+    # v by up to ~1/ε, so parameters get an absolute tolerance of 1e-3 of a 0.01 step.
     for name, value in expected_params.items():
-        np.testing.assert_allclose(parameters[name].numpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(parameters[name].numpy(), value, rtol=1e-5, atol=1e-5, err_msg=name)
     for name, value in expected_states.items():
         np.testing.assert_allclose(executable.read_state(name), value, rtol=1e-5, atol=1e-6, err_msg=name)
 

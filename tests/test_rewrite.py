@@ -203,6 +203,36 @@ def test_enode_budget_stops_saturation():
     assert_same_results(graph, fused, inputs, params, states)
 
 
+class ResidualBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.RMSNorm(16)
+        self.up = nn.Linear(16, 32)
+        self.down = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return x + self.down(F.silu(self.up(self.norm(x))))
+
+
+def test_budget_hit_in_the_middle_of_matmul_epilogue_rules_still_gives_a_valid_plan():
+    # Saturation stopped between a rule that creates `Replace` helpers and the rules that expand
+    # them used to leave e-classes without any extractable e-node, and extraction crashed.
+    model = nn.Sequential(ResidualBlock(), ResidualBlock(), nn.Linear(16, 5))
+    inputs = {"x": mn.f32[8, 16], "y": mn.i32[8]}
+    graph = trace_step(model, lambda m, x, y: F.cross_entropy(m(x), y), inputs, optim.Adam()).graph
+    rng = np.random.default_rng(0)
+    values = {"x": rng.normal(size=(8, 16)).astype(np.float32), "y": rng.integers(0, 5, 8).astype(np.int32)}
+    params = {name: p.numpy() for name, p in model.named_parameters()}
+    states = {n.attr("name"): np.zeros(n.shape, np.float32) for n in graph if n.op == "state"}
+    hits = 0
+    for limit in range(300, 1500, 100):
+        fused, report = optimize(graph, budget=Budget(max_enodes=limit))
+        hits += report.budget_hit
+        assert report.budget == ("e-nodes" if report.budget_hit else ""), limit
+        assert_same_results(graph, fused, values, params, states, tol=1e-4)
+    assert hits >= 5
+
+
 def test_schedule_with_algebra_alone_folds_transposes_but_fuses_nothing():
     graph, inputs, params, states = mlp_step()
     fused, report = optimize(graph, schedule=(("algebra",),))

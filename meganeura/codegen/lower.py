@@ -313,6 +313,7 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
 
     stored_rows, stored_cols = ("k", "m") if transpose_a else ("m", "k")
     a_shape = graph[a].shape
+    a_batch = a_shape[:-2]  # () when A is 2-D and shared by every matrix of the batch
 
     def read_for_a(name: str) -> str:
         if name == "a":
@@ -320,7 +321,7 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
         extra = extras[int(name)]
         strides = broadcast_strides(graph[extra].shape, a_shape)
         index = sum_terms(
-            index_expr("bat", batch, strides[:-2]),
+            index_expr("bat", a_batch, strides[:-2]),
             index_expr(stored_rows, a_shape[-2:-1], strides[-2:-1]),
             index_expr(stored_cols, a_shape[-1:], strides[-1:]),
         )
@@ -345,6 +346,9 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
             "GRID_Y": max(rows_grid[0], 1),
             **tiling,
             # Stage along the operand's contiguous axis so neighbouring threads read neighbouring words.
+            # A 2-D operand beside a batched one is shared: the same matrix for every batch.
+            "A_BATCH_STRIDE": "(M * K)" if len(a_batch) else "0u",
+            "B_BATCH_STRIDE": "(K * N)" if len(graph[b].shape) > 2 else "0u",
             "A_INDEX": "k * M + m" if transpose_a else "m * K + k",
             "A_STAGE": "let k = s / BM; let m = s % BM;" if transpose_a else "let m = s / BK; let k = s % BK;",
             "B_INDEX": "n * K + k" if transpose_b else "k * N + n",

@@ -206,17 +206,37 @@ def _permute(b, node, g):
 
 
 def matmul_input_grads(b: GradBuilder, a: int, w: int, g: int, ta: bool, tb: bool) -> list[int]:
-    """Gradients of C = op(A)·op(B) as matmuls with transposed operands (no transpose copies)."""
+    """Gradients of C = op(A)·op(B) as matmuls with transposed operands (no transpose copies).
+
+    A 2-D operand shared by a batched one gets the batch summed: for a weight W of
+    x [batch, seq, in] · W, dW is one matmul over the flattened rows of x and g.
+    """
     # dA = g·op(B)ᵀ (transposed back if A was used transposed); dB likewise.
     if ta:
         grad_a = b.emit("matmul", [w, g], transpose_a=tb, transpose_b=True)
     else:
         grad_a = b.emit("matmul", [g, w], transpose_a=False, transpose_b=not tb)
-    if tb:
+    shared_b = len(b.shape(w)) == 2 and len(b.shape(a)) > 2
+    if shared_b and not ta:
+        rows = b.emit("reshape", [a], shape=(flat_rows(b.shape(a)), b.shape(a)[-1]))
+        grads = b.emit("reshape", [g], shape=(flat_rows(b.shape(g)), b.shape(g)[-1]))
+        if tb:
+            grad_b = b.emit("matmul", [grads, rows], transpose_a=True, transpose_b=False)
+        else:
+            grad_b = b.emit("matmul", [rows, grads], transpose_a=True, transpose_b=False)
+    elif tb:
         grad_b = b.emit("matmul", [g, a], transpose_a=True, transpose_b=ta)
     else:
         grad_b = b.emit("matmul", [a, g], transpose_a=not ta, transpose_b=False)
-    return [grad_a, grad_b]
+    return [b.unbroadcast(grad_a, b.shape(a)), b.unbroadcast(grad_b, b.shape(w))]
+
+
+def flat_rows(shape: tuple[int, ...]) -> int:
+    """The number of rows of `shape` seen as a 2-D matrix [rows, last dim]."""
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return rows
 
 
 @vjp("matmul")

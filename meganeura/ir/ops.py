@@ -223,12 +223,16 @@ register("permute", "shape", 1, infer_permute, lambda x, perm: np.transpose(x, p
 
 
 def matmul_dims(types, attrs, op="matmul") -> tuple[tuple[int, ...], int, int, int]:
-    """(batch dims, M, K, N) of a (possibly transposed) matmul, checking that the operands fit."""
+    """(batch dims, M, K, N) of a (possibly transposed) matmul, checking that the operands fit.
+
+    Both operands have the same leading (batch) dims, or one of them is 2-D and shared by every
+    matrix of the other (a Linear applied to [batch, seq, features] is one matmul).
+    """
     a, b = types[0], types[1]
     require_float([a, b], op)
-    if a.rank < 2 or a.rank != b.rank:
-        raise ShapeError(f"{op}: expected operands of the same rank >= 2, got {a} and {b}")
-    if a.shape[:-2] != b.shape[:-2]:
+    if a.rank < 2 or b.rank < 2:
+        raise ShapeError(f"{op}: expected operands of rank >= 2, got {a} and {b}")
+    if a.rank > 2 and b.rank > 2 and a.shape[:-2] != b.shape[:-2]:
         raise ShapeError(f"{op}: batch dimensions differ: {a} and {b}")
     m, k = (a.shape[-1], a.shape[-2]) if attrs.get("transpose_a") else a.shape[-2:]
     k2, n = (b.shape[-1], b.shape[-2]) if attrs.get("transpose_b") else b.shape[-2:]
@@ -237,7 +241,7 @@ def matmul_dims(types, attrs, op="matmul") -> tuple[tuple[int, ...], int, int, i
             f"{op}: inner dimensions differ: {a}{'ᵀ' if attrs.get('transpose_a') else ''} "
             f"@ {b}{'ᵀ' if attrs.get('transpose_b') else ''} ({k} vs {k2})"
         )
-    return a.shape[:-2], m, k, n
+    return a.shape[:-2] or b.shape[:-2], m, k, n
 
 
 def infer_matmul(types, attrs) -> TensorType:

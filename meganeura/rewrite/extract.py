@@ -185,7 +185,9 @@ class Extractor:
     def child_key(self, pw_class: int, keys: dict[int, tuple[int, int]]) -> tuple[int, int]:
         """(rank, size) of a Pw class below a root: the earliest tensor it may load, and its size
         when fully inlined (so swiglu(g, u) beats mul(silu(g), u) when silu(g) is inlined)."""
-        info = self.pw[pw_class]
+        info = self.pw.get(pw_class)
+        if info is None:  # no extractable e-node (e.g. a `Replace` a stopped saturation left): unusable
+            return (NO_RANK, 1)
         if info.literal is not None:
             return (-1, 1)
         inlined = keys.get(pw_class, (NO_RANK, 1))
