@@ -20,23 +20,7 @@ const C: u32 = {{C}}u;
 const WG: u32 = {{WG}}u;
 const GRID_X: u32 = {{GRID_X}}u;
 
-var<workgroup> scratch: array<f32, WG>;
-
-// Tree-combine every thread's `value` (max or sum); all threads get the result.
-fn combine(value: f32, lid: u32, take_max: bool) -> f32 {
-    scratch[lid] = value;
-    workgroupBarrier();
-    for (var half = WG / 2u; half > 0u; half >>= 1u) {
-        if (lid < half) {
-            let other = scratch[lid + half];
-            scratch[lid] = select(scratch[lid] + other, max(scratch[lid], other), take_max);
-        }
-        workgroupBarrier();
-    }
-    let result = scratch[0];
-    workgroupBarrier();  // scratch is reused by the next combine
-    return result;
-}
+//#include workgroup_combine
 
 fn row_max(row: u32, lid: u32) -> f32 {
     var best = -3.4028234663852886e38;

@@ -12,7 +12,7 @@ import pytest
 
 from meganeura import nn
 from meganeura.codegen import expressions, lower
-from meganeura.codegen.render import TemplateError, render
+from meganeura.codegen.render import TemplateError, load_template, render
 from meganeura.ir.expr import BINARY_FUNCTIONS, UNARY_FUNCTIONS, parse
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
@@ -64,6 +64,12 @@ def check(graph: Graph, inputs: dict, rtol: float = 1e-5, atol: float = 1e-5) ->
 
 
 # -- templates ------------------------------------------------------------------------------------
+
+
+def test_shared_snippets_are_included_once_per_kernel():
+    for template in ("cross_entropy", "softmax"):
+        text = load_template(template)
+        assert "//#include" not in text and text.count("fn combine(") == 1, template
 
 
 def test_render_fails_loudly_on_missing_values():

@@ -4,6 +4,8 @@ A template is WGSL with two kinds of holes, both filled by `render`:
 - `{{NAME}}` placeholders, replaced by text (sizes, index expressions, binding declarations);
 - blocks between `//#if NAME` and `//#endif` lines (with an optional `//#else`), kept when
   NAME is true. They are WGSL comments, so a template still reads as WGSL.
+A line `//#include NAME` is replaced by the text of `shaders/NAME.wgsl`, so that helper functions
+several kernel families share (a workgroup reduction) are written once.
 A placeholder or flag left unfilled is an error: a half-specialised kernel must never reach
 the shader compiler, where the message would point at generated text instead of the cause.
 """
@@ -18,6 +20,7 @@ SHADER_DIR = Path(__file__).resolve().parents[2] / "shaders"
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 DIRECTIVE = re.compile(r"^\s*//#(if|else|endif)\b\s*([A-Za-z_][A-Za-z0-9_]*)?\s*$")
+INCLUDE = re.compile(r"^[ \t]*//#include[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*$", re.MULTILINE)
 
 
 class TemplateError(ValueError):
@@ -30,7 +33,7 @@ def load_template(name: str) -> str:
     path = SHADER_DIR / f"{name}.wgsl"
     if not path.is_file():
         raise TemplateError(f"no WGSL template {name!r}: expected the file {path}")
-    return path.read_text()
+    return INCLUDE.sub(lambda match: load_template(match.group(1)), path.read_text())
 
 
 def select_blocks(text: str, flags: dict[str, bool], template: str) -> str:
