@@ -185,6 +185,7 @@ class Program:
         )
 
     def require_executable(self):
+        """The GPU executable; in explain mode (none was built) stop the user's script instead."""
         if self.executable is None:
             raise StopExplain()
         return self.executable
