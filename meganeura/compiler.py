@@ -69,7 +69,7 @@ class TracedStep:
     graph: Graph
     parameters: dict[str, nn.Parameter]
     initial_states: dict[str, np.ndarray]
-    label_bounds: dict[str, int]  # i32 input name -> number of classes it indexes
+    label_bounds: dict[str, tuple[int, str]]  # i32 input -> (rows it may index, what it is used as)
 
 
 def trace_step(
@@ -134,14 +134,22 @@ def check_input_specs(inputs: dict[str, InputSpec]) -> None:
             raise TypeError(f"input {name!r}: expected a spec such as mn.f32[32, 64], got {spec!r}")
 
 
-def label_bounds(graph: Graph) -> dict[str, int]:
-    """Class counts of i32 inputs used directly as class labels (checked on every step)."""
-    bounds = {}
+def label_bounds(graph: Graph) -> dict[str, tuple[int, str]]:
+    """For each i32 input used directly as indices (class labels, embedding ids): the number of
+    rows it may index (the smallest over its uses) and what it is used as. Checked on every step."""
+    bounds: dict[str, tuple[int, str]] = {}
     for node in graph:
         if node.op in ("cross_entropy_rows", "pick"):
-            labels = graph[node.inputs[1]]
-            if labels.op == "input":
-                bounds[labels.attr("name")] = graph[node.inputs[0]].shape[1]
+            index, limit, what = node.inputs[1], graph[node.inputs[0]].shape[1], "class labels"
+        elif node.op == "gather":
+            index, limit, what = node.inputs[1], graph[node.inputs[0]].shape[0], "embedding ids"
+        else:
+            continue
+        if graph[index].op == "input":
+            name = graph[index].attr("name")
+            bound, uses = bounds.get(name, (limit, what))
+            uses = uses if what in uses else f"{uses} and {what}"
+            bounds[name] = (min(bound, limit), uses)
     return bounds
 
 
@@ -220,13 +228,13 @@ class Program:
         checked = {}
         for name, spec in self.inputs.items():
             checked[name] = coerce_input(name, arrays[name], spec)
-            bound = self.traced.label_bounds.get(name)
-            if bound is not None:
-                labels = checked[name]
-                if labels.size and (labels.min() < 0 or labels.max() >= bound):
+            if name in self.traced.label_bounds:
+                bound, what = self.traced.label_bounds[name]
+                values = checked[name]
+                if values.size and (values.min() < 0 or values.max() >= bound):
                     raise ValueError(
-                        f"input {name!r}: class labels must lie in [0, {bound}), got values in "
-                        f"[{labels.min()}, {labels.max()}]"
+                        f"input {name!r}: {what} must lie in [0, {bound}), got values in "
+                        f"[{values.min()}, {values.max()}]"
                     )
         return checked
 

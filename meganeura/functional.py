@@ -7,15 +7,18 @@ Each function emits IR through the active trace; Python numbers are lifted to co
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from meganeura.ir.ops import ShapeError, normalize_axes
 from meganeura.ir.trace import Tensor, lift, user_source_line
 
 __all__ = [
-    "add", "amax", "broadcast_to", "cross_entropy", "exp", "linear", "log", "log_softmax", "matmul", "mean", "mse_loss",
-    "nll_loss", "permute", "relu", "reshape", "rms_norm", "rsqrt", "sigmoid", "silu", "softmax", "sqrt", "sum", "tanh",
-    "transpose", "transpose2d",
+    "add", "amax", "broadcast_to", "cross_entropy", "erf", "exp", "gelu", "layer_norm", "linear", "log", "log_softmax",
+    "matmul", "mean", "mse_loss", "nll_loss", "permute", "relu", "reshape", "rms_norm", "rsqrt", "sigmoid", "silu",
+    "softmax", "sqrt", "sum", "tanh", "transpose", "transpose2d",
+    "cat", "embedding", "getitem",
 ]  # fmt: skip
 
 
@@ -52,6 +55,28 @@ def log(x: Tensor) -> Tensor:
 def sqrt(x: Tensor) -> Tensor:
     """Square root, elementwise."""
     return unary("sqrt", x)
+
+
+def erf(x: Tensor) -> Tensor:
+    """The error function 2/√π ∫₀ˣ exp(−t²) dt, elementwise (torch.erf)."""
+    return unary("erf", x)
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """x·Φ(x), elementwise, with PyTorch's two definitions (torch.nn.functional.gelu):
+    approximate="none": x·½·(1 + erf(x/√2)); approximate="tanh": x·½·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+
+    Traced as that expression of elementwise ops, so the pointwise rules fuse it (and its
+    gradient, which autodiff derives from the same ops) into one kernel.
+    """
+    x = lift(x)
+    if approximate == "none":
+        inner = erf(x * (1.0 / math.sqrt(2.0)))
+    elif approximate == "tanh":
+        inner = tanh((x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi))
+    else:
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return x * 0.5 * (inner + 1.0)
 
 
 def add(x: Tensor, y: Tensor) -> Tensor:
@@ -230,6 +255,31 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
     return y if weight is None else y * weight
 
 
+def layer_norm(
+    x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
+    """(x − mean) / √(var + eps) · weight + bias over the trailing `normalized_shape` dims, with the
+    biased variance (torch.nn.functional.layer_norm).
+
+    Traced decomposed, like `rms_norm`: the mean, the centred x, its mean square, rsqrt.
+    """
+    x = lift(x)
+    shape = (int(normalized_shape),) if isinstance(normalized_shape, int) else tuple(int(d) for d in normalized_shape)
+    if not shape or len(shape) > x.ndim or x.shape[x.ndim - len(shape) :] != shape:
+        raise ShapeError(f"{user_source_line()}: layer_norm: normalized_shape {list(shape)} does not end {x.type}")
+    weight = None if weight is None else lift(weight)
+    bias = None if bias is None else lift(bias)
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None and value.shape != shape:
+            raise ShapeError(f"{user_source_line()}: layer_norm: {name} {value.type} does not match {list(shape)}")
+    dims = tuple(range(x.ndim - len(shape), x.ndim))
+    centred = x - mean(x, dims, keepdim=True)
+    y = centred * rsqrt(mean(centred * centred, dims, keepdim=True) + float(eps))
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
+
+
 def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """Negative log-likelihood of log-probabilities [batch, classes] at i32 class indices [batch],
     like torch.nn.functional.nll_loss: −input[i, target[i]], then reduced.
@@ -271,3 +321,80 @@ def reduce_loss(values: Tensor, reduction: str, name: str) -> Tensor:
     if reduction == "none":
         return values
     raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def embedding(input: Tensor, weight: Tensor) -> Tensor:
+    """Rows of `weight` [num_embeddings, embedding_dim] at i32 indices `input` of any shape:
+    the result is [*input.shape, embedding_dim] (torch.nn.functional.embedding). The gradient is
+    a scatter-add of the incoming rows into [num_embeddings, embedding_dim]."""
+    input, weight = lift(input), lift(weight)
+    if input.dtype != "i32":
+        raise ShapeError(f"{user_source_line()}: embedding: expected i32 indices, got {input.type}")
+    return weight.tracer.emit("gather", [weight, input])
+
+
+def cat(tensors, dim: int = 0) -> Tensor:
+    """The tensors joined along `dim` (torch.cat): every other dim must match.
+
+    One `concat` node takes at most 6 inputs (the e-graph's generic encoding); longer lists are
+    joined in groups of 6.
+    """
+    tensors = [lift(t) for t in tensors]
+    if not tensors:
+        raise ShapeError(f"{user_source_line()}: cat: expected a non-empty list of tensors")
+    if len(tensors) == 1:
+        return tensors[0]
+    try:
+        (axis,) = normalize_axes(int(dim), tensors[0].ndim, "cat")
+    except ShapeError as error:
+        raise ShapeError(f"{user_source_line()}: {error}") from None
+    while len(tensors) > 6:
+        tensors = [cat(tensors[i : i + 6], axis) for i in range(0, len(tensors), 6)]
+    return tensors[0].tracer.emit("concat", tensors, axis=axis)
+
+
+def getitem(x: Tensor, key) -> Tensor:
+    """x[key] for ints (negative ones count from the end; each drops its dim), slices with a
+    positive step, `...` and None (a new dim of size 1), as torch indexing: one `slice` node,
+    then a reshape when dims are dropped or added."""
+    x = lift(x)
+    key = key if isinstance(key, tuple) else (key,)
+    if any(k is Ellipsis for k in key):
+        if [k is Ellipsis for k in key].count(True) > 1:
+            raise IndexError(f"{user_source_line()}: an index can only have a single ellipsis ('...')")
+        at = next(i for i, k in enumerate(key) if k is Ellipsis)
+        used = len([k for k in key if k is not None]) - 1
+        key = key[:at] + (slice(None),) * max(x.ndim - used, 0) + key[at + 1 :]
+    if len([k for k in key if k is not None]) > x.ndim:
+        raise IndexError(f"{user_source_line()}: too many indices for a tensor of shape {list(x.shape)}: {key}")
+    starts, stops, steps, shape = [], [], [], []
+    dim = 0
+    for k in key:
+        if k is None:
+            shape.append(1)
+            continue
+        size = x.shape[dim]
+        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            index = int(k)
+            if not -size <= index < size:
+                raise IndexError(
+                    f"{user_source_line()}: index {index} is out of range for dim {dim} of size {size} ({x.type})"
+                )
+            index %= size
+            starts.append(index), stops.append(index + 1), steps.append(1)
+        elif isinstance(k, slice):
+            if k.step is not None and int(k.step) <= 0:
+                raise ValueError(f"{user_source_line()}: slice step must be positive, got {k.step}")
+            start, stop, step = k.indices(size)
+            stop = max(stop, start)
+            starts.append(start), stops.append(stop), steps.append(step)
+            shape.append(-(-(stop - start) // step))
+        else:
+            raise TypeError(f"{user_source_line()}: unsupported index {k!r}: use ints, slices, '...' or None")
+        dim += 1
+    for d in range(dim, x.ndim):
+        starts.append(0), stops.append(x.shape[d]), steps.append(1)
+        shape.append(x.shape[d])
+    if any((a, b, s) != (0, n, 1) for a, b, s, n in zip(starts, stops, steps, x.shape, strict=True)):
+        x = x.tracer.emit("slice", [x], starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
+    return reshape(x, tuple(shape))

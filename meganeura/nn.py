@@ -205,6 +205,60 @@ class RMSNorm(Module):
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
 
+class LayerNorm(Module):
+    """(x − mean) / √(var + eps) · weight + bias over the trailing `normalized_shape` dims
+    (torch.nn.LayerNorm: weight initialised to ones, bias to zeros; the biased variance)."""
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True) -> None:
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape = tuple(int(d) for d in shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        affine = elementwise_affine
+        self.weight = Parameter(np.ones(self.normalized_shape, dtype=np.float32)) if affine else None
+        self.bias = Parameter(np.zeros(self.normalized_shape, dtype=np.float32)) if affine and bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class GELU(Module):
+    """x·Φ(x) as a module (torch.nn.GELU; approximate="none" or "tanh")."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.gelu(x, approximate=self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class Embedding(Module):
+    """A lookup table: rows of weight [num_embeddings, embedding_dim] at i32 indices of any shape
+    (torch.nn.Embedding, weight initialised N(0, 1))."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+        super().__init__()
+        self.num_embeddings = int(num_embeddings)
+        self.embedding_dim = int(embedding_dim)
+        self.weight = Parameter(_rng.standard_normal((self.num_embeddings, self.embedding_dim)).astype(np.float32))
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.embedding(input, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
 class ReLU(Module):
     """max(x, 0) as a module."""
 

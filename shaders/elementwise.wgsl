@@ -2,7 +2,9 @@
 //
 // Serves the unary ops (neg, exp, log, sqrt, rsqrt, relu, sigmoid, tanh, silu), the
 // broadcasting binary ops (add, sub, mul, div, greater, equal, swiglu), broadcast_to
-// (f = identity), `pointwise` (f = its expression over $0, $1, …) and permute (a gather).
+// (f = identity), `pointwise` (f = its expression over $0, $1, …) and permute (a gather);
+// also the indexing ops (pick, scatter_rows, gather, scatter_add, slice, slice_grad, concat),
+// whose READS compute their index arithmetic (scatter_add's is a loop over the ids).
 // Bindings (group 0, generated from the KernelSpec): one read binding per input buffer
 // (x0, x1, …; scalar constants are inlined as literals and have none), then out (read_write).
 // Grid: NUMEL / 256 workgroups of 256 threads, folded into (GRID_X, y) when there are more

@@ -31,6 +31,7 @@ UNARY_WGSL: dict[str, str] = {
     # Some drivers compute tanh from exp and return NaN for large |x|; tanh(±15) is ±1 in f32.
     "tanh": "tanh(clamp({x}, -15.0, 15.0))",
     "silu": "mn_silu({x})",
+    "erf": "mn_erf({x})",
 }
 
 BINARY_WGSL: dict[str, str] = {
@@ -47,8 +48,30 @@ BINARY_WGSL: dict[str, str] = {
 HELPERS: dict[str, str] = {
     # x·sigmoid(x) with the sigmoid above: 0 (not NaN) for very negative x, x for very positive x.
     "mn_silu": "fn mn_silu(x: f32) -> f32 {\n    return x * (1.0 / (1.0 + exp(-x)));\n}",
+    # erf in f32 to about 1 ulp (N. Juffa's minimax erff: within 6.5e-8 absolute, 1.2e-7 relative):
+    # an odd polynomial for |x| < 0.9277, 1 − exp(polynomial) beyond (exp underflows to give ±1).
+    "mn_erf": """fn mn_erf(x: f32) -> f32 {
+    let t = abs(x);
+    let s = x * x;
+    if (t > 0.927734375) {
+        var r = fma(fma(-1.72853470e-5, t, 3.83197126e-4), s, fma(-3.88396438e-3, t, 2.42546219e-2));
+        r = fma(r, t, -1.06777877e-1);
+        r = fma(r, t, -6.34846687e-1);
+        r = fma(r, t, -1.28717512e-1);
+        r = fma(r, t, -t);
+        let e = 1.0 - exp(r);
+        return select(-e, e, x >= 0.0);
+    }
+    var r = -5.96761703e-4;
+    r = fma(r, s, 4.99119423e-3);
+    r = fma(r, s, -2.67681349e-2);
+    r = fma(r, s, 1.12819925e-1);
+    r = fma(r, s, -3.76125336e-1);
+    r = fma(r, s, 1.28379166e-1);
+    return fma(r, x, x);
+}""",
 }
-USES_HELPER: dict[str, str] = {"silu": "mn_silu", "swiglu": "mn_silu"}
+USES_HELPER: dict[str, str] = {"silu": "mn_silu", "swiglu": "mn_silu", "erf": "mn_erf"}
 
 assert set(UNARY_WGSL) == set(UNARY_FUNCTIONS) and set(BINARY_WGSL) == set(BINARY_FUNCTIONS)
 

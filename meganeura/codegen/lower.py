@@ -525,6 +525,107 @@ def lower_scatter_rows(graph: Graph, node: Node) -> KernelSpec:
     return elementwise_kernel(graph, node, operands, reads, value, "", f"scatter_rows {shape_text(node.shape)}")
 
 
+def lower_gather(graph: Graph, node: Node) -> KernelSpec:
+    """gather (embedding lookup): out[j, c] = table[ids[j], c] (NaN for an id outside [0, num))."""
+    table, ids = node.inputs
+    num, dim = graph[table].shape
+    operands = Operands(graph)
+    reads = f"let row = i / {dim}u;\n    let sel = {operands.read_at(ids, 'row')};"
+    value = operands.read_at(table, f"min(u32(sel), {num - 1}u) * {dim}u + i % {dim}u")
+    value = f"select({NAN}, {value}, sel >= 0i && sel < {num}i)"
+    return elementwise_kernel(graph, node, operands, reads, value, "", f"gather {shape_text(node.shape)}")
+
+
+def lower_scatter_add(graph: Graph, node: Node) -> KernelSpec:
+    """scatter_add (gather's gradient), deterministic and without atomics: one thread per (row,
+    column) of the [num, dim] table scans all n ids and sums, in order, the gradient rows whose
+    id selects its row. It reads n·num·dim ids (from cache: every thread reads the same ones) and
+    n·dim gradient values in all, so it costs O(n·num) per column: cheap for a small vocabulary
+    (a character LM), quadratic-ish for large vocabularies × long batches (a sort by id, then a
+    segmented sum, would be the next step)."""
+    g, ids = node.inputs
+    dim = node.shape[1]
+    n = graph[ids].type.numel
+    operands = Operands(graph)
+    ids_at, g_at = operands.read_at(ids, "j"), operands.read_at(g, f"j * {dim}u + col")
+    reads = (
+        f"let row = i32(i / {dim}u);\n    let col = i % {dim}u;\n    var total = 0.0;\n"
+        f"    for (var j = 0u; j < {n}u; j++) {{\n"
+        f"        if ({ids_at} == row) {{\n            total += {g_at};\n        }}\n    }}"
+    )
+    label = f"scatter_add {shape_text(graph[g].shape)} -> {shape_text(node.shape)}"
+    return elementwise_kernel(graph, node, operands, reads, "total", "", label)
+
+
+def lower_slice(graph: Graph, node: Node) -> KernelSpec:
+    """slice (any rank, any dtype): output element i reads the input at start + coordinate·step per dim."""
+    source = graph[node.inputs[0]]
+    starts, steps = node.attr("starts"), node.attr("steps")
+    strides = row_major_strides(source.shape)
+    offset = sum(a * s for a, s in zip(starts, strides, strict=True))
+    operands = Operands(graph)
+    stepped = tuple(s * t for s, t in zip(strides, steps, strict=True))
+    index = sum_terms(index_expr("i", node.shape, stepped), f"{offset}u")
+    value = operands.read_at(source.id, index)
+    spans = ",".join(f"{a}:{b}:{s}" for a, b, s in zip(starts, node.attr("stops"), steps, strict=True))
+    return elementwise_kernel(graph, node, operands, "", value, "", f"slice {shape_text(source.shape)}[{spans}]")
+
+
+def lower_slice_grad(graph: Graph, node: Node) -> KernelSpec:
+    """slice_grad: a thread per element of the sliced tensor's shape writes g there when the
+    element lies on the slice, else 0."""
+    g = node.inputs[0]
+    starts, stops, steps = node.attr("starts"), node.attr("stops"), node.attr("steps")
+    shape, g_strides = node.shape, row_major_strides(graph[g].shape)
+    operands = Operands(graph)
+    lines, conditions, terms, inner = [], [], [], 1
+    for d in range(len(shape) - 1, -1, -1):
+        size, start, stop, step = shape[d], starts[d], stops[d], steps[d]
+        if (start, stop, step) == (0, size, 1) and size == 1:
+            continue
+        coord = "i" if inner == 1 else f"(i / {inner}u)"
+        lines.append(f"let c{d} = {coord if d == 0 else f'({coord} % {size}u)'};")
+        if (start, stop, step) != (0, size, 1):
+            conditions.append(f"c{d} >= {start}u && c{d} < {stop}u")
+            if step != 1:
+                conditions.append(f"(c{d} - {start}u) % {step}u == 0u")
+        position = f"c{d}" if start == 0 else f"(c{d} - {start}u)"
+        position = position if step == 1 else f"({position} / {step}u)"
+        terms.append(position if g_strides[d] == 1 else f"{position} * {g_strides[d]}u")
+        inner *= size
+    index = " + ".join(reversed(terms)) or "0u"
+    lines.append(f"let on_slice = {' && '.join(conditions) or 'true'};")
+    lines.append(f"var value = 0.0;\n    if (on_slice) {{\n        value = {operands.read_at(g, index)};\n    }}")
+    spans = ",".join(f"{a}:{b}:{s}" for a, b, s in zip(starts, stops, steps, strict=True))
+    label = f"slice_grad {shape_text(shape)}[{spans}]"
+    return elementwise_kernel(graph, node, operands, "\n    ".join(lines), "value", "", label)
+
+
+def lower_concat(graph: Graph, node: Node) -> KernelSpec:
+    """concat (any dtype) along `axis`: output element i reads the input its axis coordinate falls in."""
+    axis, shape = node.attr("axis"), node.shape
+    inner, total = math.prod(shape[axis + 1 :]), shape[axis]
+    operands = Operands(graph)
+    lines = [
+        f"let a = (i / {inner}u) % {total}u;",
+        f"let outer = i / {inner * total}u;",
+        f"let inner = i % {inner}u;",
+        f"var value: {wgsl_type(node.dtype)};",
+    ]
+    offset = 0
+    for position, x in enumerate(node.inputs):
+        size = graph[x].shape[axis]
+        index = f"outer * {size * inner}u + (a - {offset}u) * {inner}u + inner"
+        read = f"value = {operands.read_at(x, index)};"
+        if position == len(node.inputs) - 1:
+            lines.append(f"{'else ' if position else ''}{{\n        {read}\n    }}")
+        else:
+            lines.append(f"{'else ' if position else ''}if (a < {offset + size}u) {{\n        {read}\n    }}")
+        offset += size
+    label = f"concat {' '.join(shape_text(graph[x].shape) for x in node.inputs)} axis={axis}"
+    return elementwise_kernel(graph, node, operands, "\n    ".join(lines), "value", "", label)
+
+
 # ---------------------------------------------------------------------------------------------
 # Optimizer updates
 
@@ -620,6 +721,11 @@ LOWERINGS: dict[str, Callable[..., KernelSpec]] = {
     **{op: lower_rows for op in ROW_OPS},
     "pick": lower_pick,
     "scatter_rows": lower_scatter_rows,
+    "gather": lower_gather,
+    "scatter_add": lower_scatter_add,
+    "slice": lower_slice,
+    "slice_grad": lower_slice_grad,
+    "concat": lower_concat,
     **{op: lower_optimizer for op in OPTIMIZER_HYPERS},
 }
 

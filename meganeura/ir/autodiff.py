@@ -8,6 +8,7 @@ the middle of a chain, which is where the tests check it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from meganeura.ir.graph import Graph, Node, TensorType
@@ -164,6 +165,14 @@ def _tanh(b, node, g):
     return [b.emit("mul", [g, b.emit("sub", [b.const(1.0), square])])]
 
 
+@vjp("erf")
+def _erf(b, node, g):
+    # d/dx erf(x) = 2/√π · exp(−x²)
+    x = node.inputs[0]
+    density = b.emit("exp", [b.emit("neg", [b.emit("mul", [x, x])])])
+    return [b.emit("mul", [g, b.emit("mul", [density, b.const(2.0 / math.sqrt(math.pi))])])]
+
+
 @vjp("reshape")
 def _reshape(b, node, g):
     return [b.emit("reshape", [g], shape=b.shape(node.inputs[0]))]
@@ -272,6 +281,45 @@ def _pick(b, node, g):
 @vjp("scatter_rows")
 def _scatter_rows(b, node, g):
     return [b.emit("pick", [g, node.inputs[1]]), None]
+
+
+@vjp("gather")
+def _gather(b, node, g):
+    table, ids = node.inputs
+    return [b.emit("scatter_add", [g, ids], num=b.shape(table)[0]), None]
+
+
+@vjp("scatter_add")
+def _scatter_add(b, node, g):
+    return [b.emit("gather", [g, node.inputs[1]]), None]
+
+
+def slice_attrs(node: Node) -> dict:
+    return {key: node.attr(key) for key in ("starts", "stops", "steps")}
+
+
+@vjp("slice")
+def _slice(b, node, g):
+    return [b.emit("slice_grad", [g], shape=b.shape(node.inputs[0]), **slice_attrs(node))]
+
+
+@vjp("slice_grad")
+def _slice_grad(b, node, g):
+    return [b.emit("slice", [g], **slice_attrs(node))]
+
+
+@vjp("concat")
+def _concat(b, node, g):
+    """Each input's gradient is its slice of g along the concatenated axis."""
+    axis, shape = node.attr("axis"), b.shape(node.id)
+    grads, offset = [], 0
+    for x in node.inputs:
+        size = b.shape(x)[axis]
+        starts = tuple(offset if d == axis else 0 for d in range(len(shape)))
+        stops = tuple(offset + size if d == axis else n for d, n in enumerate(shape))
+        grads.append(b.emit("slice", [g], starts=starts, stops=stops, steps=(1,) * len(shape)))
+        offset += size
+    return grads
 
 
 def gradients(graph: Graph, loss: int, wrt: list[int]) -> dict[int, int | None]:

@@ -19,13 +19,14 @@ array([2., 4.])
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
 
 Expr = tuple | float  # ("fn", arg...) | ("$", name) | a float literal
 
-UNARY_FUNCTIONS = ("neg", "exp", "log", "sqrt", "rsqrt", "relu", "sigmoid", "tanh", "silu")
+UNARY_FUNCTIONS = ("neg", "exp", "log", "sqrt", "rsqrt", "relu", "sigmoid", "tanh", "silu", "erf")
 BINARY_FUNCTIONS = ("add", "sub", "mul", "div", "greater", "equal", "swiglu")
 
 _TOKEN = re.compile(r"\s*(?:(\$[A-Za-z0-9_]+)|([A-Za-z_][A-Za-z0-9_]*)|([-+0-9.eE]+|nan|inf)|(.))")
@@ -102,6 +103,16 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (np.tanh(0.5 * x) + 1.0)
 
 
+# The error function in double precision (math.erf, a few ulps): the oracle the WGSL kernel's
+# polynomial approximation is tested against, so it must not share that approximation.
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    return _erf(x).astype(x.dtype if x.dtype.kind == "f" else np.float64, copy=False)
+
+
 NUMPY_FUNCTIONS = {
     "neg": np.negative,
     "exp": np.exp,
@@ -112,6 +123,7 @@ NUMPY_FUNCTIONS = {
     "sigmoid": sigmoid,
     "tanh": np.tanh,
     "silu": lambda x: x * sigmoid(x),
+    "erf": erf,
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,

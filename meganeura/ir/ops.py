@@ -16,6 +16,8 @@ Ops are grouped by kind:
 - losses: cross_entropy_rows and its gradient;
 - rows: softmax, log_softmax and their gradients along one axis; pick and scatter_rows (label
   indexing for nll_loss, and its gradient);
+- indexing: gather and scatter_add (embedding lookup and its gradient), slice and slice_grad,
+  concat;
 - optimizer updates: sgd_step, momentum_buffer, adam_moment, adam_step.
 """
 
@@ -515,6 +517,118 @@ def evaluate_scatter_rows(g, labels, classes):
 
 register("pick", "rows", 2, infer_pick, evaluate_pick)
 register("scatter_rows", "rows", 2, infer_scatter_rows, evaluate_scatter_rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Indexing: embedding lookup (gather) and its gradient (scatter_add), slices and concatenation.
+# `gather`/`scatter_add` follow pick/scatter_rows: an id outside [0, num) gives a row of NaN
+# forward and contributes nothing backward. `slice` keeps per-dim start/stop/step (normalised:
+# 0 <= start <= stop <= dim, step >= 1); `slice_grad` writes a slice's gradient into zeros of the
+# sliced tensor's shape; `concat` joins any number of tensors along one axis.
+
+
+def infer_gather(types, attrs) -> TensorType:
+    table, ids = types
+    if table.rank != 2 or table.dtype != "f32":
+        raise ShapeError(f"embedding: expected an f32 weight [num_embeddings, embedding_dim], got {table}")
+    if ids.dtype != "i32":
+        raise ShapeError(f"embedding: expected i32 indices, got {ids}")
+    return TensorType((*ids.shape, table.shape[1]), "f32")
+
+
+def evaluate_gather(table, ids):
+    """table[ids] (a row of NaN where an id is outside [0, num), as on the device)."""
+    ids = ids.astype(np.int64)
+    valid = valid_labels(ids, table.shape[0])
+    rows = table[np.where(valid, ids, 0)]
+    return np.where(valid[..., None], rows, np.nan).astype(table.dtype)
+
+
+def infer_scatter_add(types, attrs) -> TensorType:
+    g, ids = types
+    require_float([g], "scatter_add")
+    num = attrs["num"]
+    if ids.dtype != "i32" or g.rank != ids.rank + 1 or g.shape[:-1] != ids.shape:
+        raise ShapeError(f"scatter_add: expected values [..., dim] for i32 indices [...], got {g} and {ids}")
+    if not isinstance(num, int) or num < 1:
+        raise ShapeError(f"scatter_add: expected num >= 1, got {num!r}")
+    return TensorType((num, g.shape[-1]), "f32")
+
+
+def evaluate_scatter_add(g, ids, num):
+    """out[r, c] = Σ g[j, c] over the j with ids[j] == r: gather's VJP (ids outside [0, num) are skipped)."""
+    ids = ids.astype(np.int64).reshape(-1)
+    rows = g.reshape(ids.size, g.shape[-1])
+    valid = valid_labels(ids, num)
+    out = np.zeros((num, g.shape[-1]), dtype=g.dtype)
+    np.add.at(out, ids[valid], rows[valid])
+    return out
+
+
+register("gather", "rows", 2, infer_gather, evaluate_gather)
+register("scatter_add", "rows", 2, infer_scatter_add, evaluate_scatter_add)
+
+
+def slice_shape(shape: tuple[int, ...], attrs, op: str) -> tuple[int, ...]:
+    """The shape of `shape` sliced by attrs starts/stops/steps (checked to be normalised)."""
+    starts, stops, steps = (tuple(attrs[key]) for key in ("starts", "stops", "steps"))
+    if not len(starts) == len(stops) == len(steps) == len(shape):
+        raise ShapeError(f"{op}: expected one start, stop and step per dim of {list(shape)}")
+    out = []
+    for d, start, stop, step in zip(shape, starts, stops, steps, strict=True):
+        if not (isinstance(step, int) and step >= 1 and 0 <= start <= stop <= d):
+            raise ShapeError(f"{op}: bad slice {start}:{stop}:{step} of a dim of size {d}")
+        out.append(-(-(stop - start) // step))
+    return tuple(out)
+
+
+def slices_of(starts, stops, steps) -> tuple[slice, ...]:
+    return tuple(slice(a, b, s) for a, b, s in zip(starts, stops, steps, strict=True))
+
+
+def infer_slice(types, attrs) -> TensorType:
+    return TensorType(slice_shape(types[0].shape, attrs, "slice"), types[0].dtype)
+
+
+def infer_slice_grad(types, attrs) -> TensorType:
+    shape = tuple(attrs["shape"])
+    require_float(types, "slice_grad")
+    if slice_shape(shape, attrs, "slice_grad") != types[0].shape:
+        raise ShapeError(f"slice_grad: gradient {types[0]} does not match the slice of {list(shape)}")
+    return TensorType(shape, "f32")
+
+
+def evaluate_slice(x, starts, stops, steps):
+    """x[start:stop:step, …] per dim."""
+    return x[slices_of(starts, stops, steps)].copy()
+
+
+def evaluate_slice_grad(g, shape, starts, stops, steps):
+    """Zeros of `shape` with g written at the slice: slice's VJP."""
+    out = np.zeros(tuple(shape), dtype=g.dtype)
+    out[slices_of(starts, stops, steps)] = g
+    return out
+
+
+register("slice", "shape", 1, infer_slice, evaluate_slice)
+register("slice_grad", "shape", 1, infer_slice_grad, evaluate_slice_grad)
+
+
+def infer_concat(types, attrs) -> TensorType:
+    if not types:
+        raise ShapeError("cat: expected at least one tensor")
+    first, axis = types[0], attrs["axis"]
+    if first.rank == 0 or not isinstance(axis, int) or not 0 <= axis < first.rank:
+        raise ShapeError(f"cat: expected tensors with at least one dim and a dim in range, got {first} and {axis!r}")
+    for t in types[1:]:
+        others_differ = t.shape[:axis] + t.shape[axis + 1 :] != first.shape[:axis] + first.shape[axis + 1 :]
+        if t.rank != first.rank or t.dtype != first.dtype or others_differ:
+            raise ShapeError(f"cat: {t} does not match {first} outside dim {axis}")
+    total = sum(t.shape[axis] for t in types)
+    return TensorType((*first.shape[:axis], total, *first.shape[axis + 1 :]), first.dtype)
+
+
+register("concat", "shape", None, infer_concat, lambda *xs, axis: np.concatenate(xs, axis=axis))
 
 
 # ---------------------------------------------------------------------------------------------

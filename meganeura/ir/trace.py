@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from meganeura.ir.graph import Graph, TensorType
-from meganeura.ir.ops import ShapeError, infer_type
+from meganeura.ir.ops import ShapeError, infer_type, normalize_axes
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -163,6 +163,12 @@ class Tensor:
     def __gt__(self, other):
         return self.tracer.emit("greater", [self, self._lift(other)])
 
+    def __getitem__(self, key) -> Tensor:
+        """Indexing with ints, slices (positive step), `...` and None, like torch (see F.getitem)."""
+        from meganeura import functional
+
+        return functional.getitem(self, key)
+
     def __bool__(self):
         raise TypeError("a traced Tensor has no truth value: its value is only known when the step runs")
 
@@ -254,6 +260,63 @@ class Tensor:
         return functional.reshape(self, shape)
 
     view = reshape
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        """A dim of size 1 inserted at `dim` (a reshape), like torch.Tensor.unsqueeze."""
+        from meganeura import functional
+
+        if not -self.ndim - 1 <= dim <= self.ndim:
+            raise ShapeError(f"{user_source_line()}: unsqueeze: dim {dim} is out of range for {self.type}")
+        dim %= self.ndim + 1
+        return functional.reshape(self, self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def squeeze(self, dim=None) -> Tensor:
+        """The dims of size 1 among `dim` (an int, a tuple, or None for all) removed (a reshape);
+        a named dim of another size is kept, like torch.Tensor.squeeze."""
+        from meganeura import functional
+
+        try:
+            dims = normalize_axes(dim, self.ndim, "squeeze")
+        except ShapeError as error:
+            raise ShapeError(f"{user_source_line()}: {error}") from None
+        shape = tuple(d for i, d in enumerate(self.shape) if i not in dims or d != 1)
+        return functional.reshape(self, shape)
+
+    def contiguous(self) -> Tensor:
+        """The tensor itself: traced tensors are always laid out densely."""
+        return self
+
+    def float(self) -> Tensor:
+        """The tensor as f32 (torch.Tensor.float): the identity on f32; i32 values cannot be cast yet."""
+        if self.dtype != "f32":
+            raise ShapeError(f"{user_source_line()}: float(): casting {self.type} to f32 is not supported")
+        return self
+
+    def erf(self) -> Tensor:
+        return self.tracer.emit("erf", [self])
+
+    def pow(self, exponent) -> Tensor:
+        """x ** exponent for the exponents a model uses: 1, 2 and 3 as products (x·x for 2),
+        0.5 as sqrt, −0.5 as rsqrt, −1 as 1/x."""
+        if isinstance(exponent, (int, float, np.integer, np.floating)) and not isinstance(exponent, bool):
+            e = float(exponent)
+            if e == 1.0:
+                return self
+            if e == 2.0:
+                return self * self
+            if e == 3.0:
+                return self * self * self
+            if e == 0.5:
+                return self.sqrt()
+            if e == -0.5:
+                return self.rsqrt()
+            if e == -1.0:
+                return 1.0 / self
+        raise NotImplementedError(
+            f"{user_source_line()}: pow: exponent {exponent!r} is not supported (1, 2, 3, 0.5, -0.5 or -1)"
+        )
+
+    __pow__ = pow
 
 
 def lift(value: Any, tracer: Tracer | None = None) -> Tensor:
