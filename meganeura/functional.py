@@ -18,7 +18,7 @@ __all__ = [
     "add", "amax", "broadcast_to", "cross_entropy", "erf", "exp", "gelu", "layer_norm", "linear", "log", "log_softmax",
     "matmul", "mean", "mse_loss", "nll_loss", "permute", "relu", "reshape", "rms_norm", "rsqrt", "sigmoid", "silu",
     "softmax", "sqrt", "sum", "tanh", "transpose", "transpose2d",
-    "cat", "embedding", "getitem",
+    "cat", "embedding", "getitem", "scaled_dot_product_attention",
 ]  # fmt: skip
 
 
@@ -398,3 +398,45 @@ def getitem(x: Tensor, key) -> Tensor:
     if any((a, b, s) != (0, n, 1) for a, b, s, n in zip(starts, stops, steps, x.shape, strict=True)):
         x = x.tracer.emit("slice", [x], starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
     return reshape(x, tuple(shape))
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask=None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """softmax(query·keyᵀ·scale [+ causal mask])·value, with PyTorch's signature and layout:
+    query [batch, heads, seq_q, head_dim], key and value [batch, kv_heads, seq_kv, head_dim].
+
+    One fused op (`attention`): the forward kernel runs an online softmax and never writes the
+    scores; the backward recomputes them from the row log-sum-exp. scale=None means
+    1/√head_dim; is_causal hides key j > query i (top-left aligned, as torch). With
+    enable_gqa=True, kv_heads may divide heads (grouped-query attention). Not supported:
+    attn_mask tensors and dropout_p > 0 (NotImplementedError).
+    """
+    query, key, value = lift(query), lift(key), lift(value)
+    where = user_source_line()
+    if attn_mask is not None:
+        raise NotImplementedError(f"{where}: scaled_dot_product_attention: attn_mask is not supported; use is_causal")
+    if dropout_p:
+        raise NotImplementedError(f"{where}: scaled_dot_product_attention: dropout_p > 0 is not supported")
+    if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
+        raise ShapeError(
+            f"{where}: scaled_dot_product_attention: expected 4-D query, key and value "
+            f"[batch, heads, seq, head_dim], got {query.type}, {key.type} and {value.type}"
+        )
+    if value.shape != key.shape:
+        raise ShapeError(f"{where}: scaled_dot_product_attention: value {value.type} must match key {key.type}")
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if heads != kv_heads and not enable_gqa:
+        raise ShapeError(
+            f"{where}: scaled_dot_product_attention: query has {heads} heads and key/value {kv_heads}; "
+            "pass enable_gqa=True for grouped-query attention"
+        )
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    return query.tracer.emit("attention", [query, key, value], causal=bool(is_causal), scale=scale)

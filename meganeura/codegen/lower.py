@@ -627,6 +627,61 @@ def lower_concat(graph: Graph, node: Node) -> KernelSpec:
 
 
 # ---------------------------------------------------------------------------------------------
+# Attention: a workgroup per query row (forward, LSE, dQ) or per key row (dK, dV)
+
+ATTENTION_BINDINGS = {
+    "attention": ("q", "k", "v"),
+    "attention_lse": ("q", "k"),
+    "attention_grad_q": ("q", "k", "v", "o", "lse", "d_o"),
+    "attention_grad_k": ("q", "k", "v", "o", "lse", "d_o"),
+    "attention_grad_v": ("q", "k", None, None, "lse", "d_o"),
+}
+
+
+def lower_attention(graph: Graph, node: Node) -> KernelSpec:
+    """attention, attention_lse, attention_grad_q/k/v (shaders/attention.wgsl): WG threads (a power
+    of two, at least head_dim) per row, one element of the row's head_dim vector each; keys or query
+    rows are walked in tiles of WG."""
+    q, k = node.inputs[:2]
+    b, h, sq, d = graph[q].shape
+    _, hkv, skv, _ = graph[k].shape
+    if d > 256:
+        raise NotImplementedError(f"{node.op} %{node.id}: head_dim {d} > 256 is not supported by the attention kernel")
+    names = ATTENTION_BINDINGS[node.op]
+    bindings = [Binding(name, value, "read") for name, value in zip(names, node.inputs, strict=False) if name]
+    bindings.append(output_binding(node))
+    per_key = node.op in ("attention_grad_k", "attention_grad_v")
+    rows = b * hkv * skv if per_key else b * h * sq
+    wg = max(32, 1 << (d - 1).bit_length())
+    grid = grid_for(rows)
+    flags = {
+        "CAUSAL": bool(node.attr("causal")),
+        "FORWARD": node.op in ("attention", "attention_lse"),
+        "ATTENTION": node.op == "attention",
+        "LSE": node.op == "attention_lse",
+        "GRAD_Q": node.op == "attention_grad_q",
+        "GRAD_KV": per_key,
+        "GRAD_K": node.op == "attention_grad_k",
+        "GRAD_V": node.op == "attention_grad_v",
+    }
+    sizes = {"ROWS": rows, "H": h, "HKV": hkv, "SQ": sq, "SKV": skv, "D": d, "WG": wg}
+    wgsl = render(
+        "attention",
+        {
+            "BINDINGS": bindings_wgsl(graph, bindings),
+            **sizes,
+            "GRID_X": max(grid[0], 1),
+            "SCALE": literal(float(node.attr("scale"))),
+            **flags,
+        },
+    )
+    entry = "attention_grad_kv" if per_key else ("attention" if flags["FORWARD"] else node.op)
+    causal = " causal" if flags["CAUSAL"] else ""
+    label = f"{node.op} q {shape_text(graph[q].shape)} kv {shape_text(graph[k].shape)}{causal}"
+    return KernelSpec(node.id, label, wgsl, entry, tuple(bindings), grid, (wg, 1, 1))
+
+
+# ---------------------------------------------------------------------------------------------
 # Optimizer updates
 
 
@@ -726,6 +781,7 @@ LOWERINGS: dict[str, Callable[..., KernelSpec]] = {
     "slice": lower_slice,
     "slice_grad": lower_slice_grad,
     "concat": lower_concat,
+    **{op: lower_attention for op in ATTENTION_BINDINGS},
     **{op: lower_optimizer for op in OPTIMIZER_HYPERS},
 }
 

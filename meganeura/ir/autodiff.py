@@ -322,6 +322,17 @@ def _concat(b, node, g):
     return grads
 
 
+@vjp("attention")
+def _attention(b, node, g):
+    """Flash-style backward: the row log-sum-exp is recomputed by its own op (the forward keeps
+    no P), and each of dQ, dK, dV is one op that rebuilds P = exp(q·kᵀ·scale − lse) from it."""
+    q, k, v = node.inputs
+    attrs = {"causal": node.attr("causal"), "scale": node.attr("scale")}
+    lse = b.emit("attention_lse", [q, k], **attrs)
+    operands = [q, k, v, node.id, lse, g]
+    return [b.emit(f"attention_grad_{which}", operands, **attrs) for which in ("q", "k", "v")]
+
+
 def gradients(graph: Graph, loss: int, wrt: list[int]) -> dict[int, int | None]:
     """Append the backward pass of scalar `loss` to `graph`; return {node id in wrt: its grad node}.
 

@@ -18,6 +18,8 @@ Ops are grouped by kind:
   indexing for nll_loss, and its gradient);
 - indexing: gather and scatter_add (embedding lookup and its gradient), slice and slice_grad,
   concat;
+- attention: attention (fused softmax(q·kᵀ·scale)·v with grouped KV heads and a causal mask),
+  attention_lse and the backward ops attention_grad_q/k/v;
 - optimizer updates: sgd_step, momentum_buffer, adam_moment, adam_step.
 """
 
@@ -44,7 +46,7 @@ class OpDef:
     """What one op means: how many inputs, the result type, and how numpy computes it."""
 
     name: str
-    kind: str  # "leaf", "unary", "binary", "shape", "matmul", "loss", "rows", "optimizer"
+    kind: str  # "leaf", "unary", "binary", "shape", "matmul", "loss", "rows", "attention", "optimizer"
     arity: int | None  # None: variable
     infer: Callable[[list[TensorType], dict[str, Any]], TensorType]
     evaluate: Callable[..., np.ndarray]
@@ -672,6 +674,118 @@ register("sgd_step", "optimizer", 2, infer_same_as_first, evaluate_sgd_step)
 register("momentum_buffer", "optimizer", 3, infer_same_as_first, evaluate_momentum_buffer)
 register("adam_moment", "optimizer", 3, infer_same_as_first, evaluate_adam_moment)
 register("adam_step", "optimizer", 4, infer_same_as_first, evaluate_adam_step)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention, PyTorch's layout: q [B, H, Sq, D], k and v [B, H_kv, Skv, D] with H % H_kv == 0
+# (grouped KV heads: query head h reads KV head h // (H / H_kv)). `causal` masks key j > query i
+# (top-left aligned, as torch's is_causal). `attention` is softmax(q·kᵀ·scale)·v; `attention_lse`
+# its row log-sum-exp [B, H, Sq], which the backward ops read to recompute P = exp(q·kᵀ·scale − lse)
+# instead of keeping it. attention_grad_q/k/v take (q, k, v, o, lse, do), o the forward's output
+# and do its incoming gradient; dK and dV sum over the query heads of a group.
+
+
+def attention_dims(types, op: str) -> tuple[int, int, int, int, int, int]:
+    """(B, H, H_kv, Sq, Skv, D) of attention operands q, k[, v], checking that they fit."""
+    require_float(types, op)
+    q, k = types[0], types[1]
+    if q.rank != 4 or k.rank != 4:
+        raise ShapeError(f"{op}: expected q and k of rank 4 [batch, heads, seq, head_dim], got {q} and {k}")
+    b, h, sq, d = q.shape
+    kb, hkv, skv, kd = k.shape
+    if kb != b or kd != d or hkv < 1 or h % hkv:
+        raise ShapeError(f"{op}: k {k} does not fit q {q} (same batch and head_dim, heads dividing {h})")
+    for t in types[2:3]:
+        if t.shape != k.shape:
+            raise ShapeError(f"{op}: v {t} differs from k {k}")
+    return b, h, hkv, sq, skv, d
+
+
+def infer_attention(types, attrs) -> TensorType:
+    attention_dims(types, "attention")
+    return types[0]
+
+
+def infer_attention_lse(types, attrs) -> TensorType:
+    b, h, _, sq, _, _ = attention_dims(types, "attention_lse")
+    return TensorType((b, h, sq), "f32")
+
+
+def infer_attention_grad(which: str):
+    def infer(types, attrs) -> TensorType:
+        name = f"attention_grad_{which}"
+        b, h, _, sq, _, _ = attention_dims(types[:3], name)
+        o, lse, do = types[3:]
+        if o.shape != types[0].shape or do.shape != types[0].shape or lse.shape != (b, h, sq):
+            raise ShapeError(f"{name}: o {o}, lse {lse} and do {do} do not fit q {types[0]}")
+        return types[0] if which == "q" else types[1]
+
+    return infer
+
+
+def attention_scores(q, k, causal, scale):
+    """q·kᵀ·scale per query head ([B, H, Sq, Skv]), −inf where the causal mask hides a key."""
+    group = q.shape[1] // k.shape[1]
+    scores = (q @ np.swapaxes(np.repeat(k, group, axis=1), -1, -2)) * q.dtype.type(scale)
+    if causal:
+        hidden = np.arange(k.shape[2])[None, :] > np.arange(q.shape[2])[:, None]
+        scores = np.where(hidden, -np.inf, scores)
+    return scores
+
+
+def evaluate_attention_lse(q, k, causal=False, scale=1.0):
+    """log Σ_j exp(q·kⱼ·scale) per query row (over the unmasked keys)."""
+    scores = attention_scores(q, k, causal, scale)
+    peak = scores.max(axis=-1, keepdims=True)
+    return (peak + np.log(np.exp(scores - peak).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def evaluate_attention(q, k, v, causal=False, scale=1.0):
+    """softmax(q·kᵀ·scale, masked)·v."""
+    probs = np.exp(attention_scores(q, k, causal, scale) - evaluate_attention_lse(q, k, causal, scale)[..., None])
+    return probs @ np.repeat(v, q.shape[1] // k.shape[1], axis=1)
+
+
+def sum_groups(x, kv_heads):
+    """[B, H, S, D] summed over the query heads of each KV head: [B, H_kv, S, D]."""
+    b, h, s, d = x.shape
+    return x.reshape(b, kv_heads, h // kv_heads, s, d).sum(axis=2)
+
+
+def attention_backward(q, k, v, o, lse, do, causal, scale):
+    """(P, dS) per query head, P recomputed from q, k and lse: dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O))."""
+    group = q.shape[1] // k.shape[1]
+    probs = np.exp(attention_scores(q, k, causal, scale) - lse[..., None])
+    dp = do @ np.swapaxes(np.repeat(v, group, axis=1), -1, -2)
+    return probs, probs * (dp - (do * o).sum(axis=-1, keepdims=True))
+
+
+def evaluate_attention_grad_q(q, k, v, o, lse, do, causal=False, scale=1.0):
+    """dQ = dS·K·scale."""
+    _, ds = attention_backward(q, k, v, o, lse, do, causal, scale)
+    return ds @ np.repeat(k, q.shape[1] // k.shape[1], axis=1) * q.dtype.type(scale)
+
+
+def evaluate_attention_grad_k(q, k, v, o, lse, do, causal=False, scale=1.0):
+    """dK = Σ_group dSᵀ·Q·scale."""
+    _, ds = attention_backward(q, k, v, o, lse, do, causal, scale)
+    return sum_groups(np.swapaxes(ds, -1, -2) @ q, k.shape[1]) * q.dtype.type(scale)
+
+
+def evaluate_attention_grad_v(q, k, v, o, lse, do, causal=False, scale=1.0):
+    """dV = Σ_group Pᵀ·dO."""
+    probs, _ = attention_backward(q, k, v, o, lse, do, causal, scale)
+    return sum_groups(np.swapaxes(probs, -1, -2) @ do, k.shape[1])
+
+
+register("attention", "attention", 3, infer_attention, evaluate_attention)
+register("attention_lse", "attention", 2, infer_attention_lse, evaluate_attention_lse)
+for _which, _fn in (
+    ("q", evaluate_attention_grad_q),
+    ("k", evaluate_attention_grad_k),
+    ("v", evaluate_attention_grad_v),
+):
+    register(f"attention_grad_{_which}", "attention", 6, infer_attention_grad(_which), _fn)
 
 
 def infer_type(op: str, types: list[TensorType], attrs: dict[str, Any]) -> TensorType:

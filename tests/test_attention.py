@@ -1,0 +1,193 @@
+"""Fused attention (F.scaled_dot_product_attention): the ops' numpy semantics against a plain
+softmax reference, their gradients against finite differences mid-chain, the WGSL kernels against
+the interpreter on the default adapter, and a tiny GQA model training on the GPU like the
+interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_autodiff import gradcheck
+from test_kernels import check, emit, leaf
+
+import meganeura as mn
+import meganeura.functional as F
+from meganeura import nn, optim
+from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.interpret import interpret
+from meganeura.ir.ops import ShapeError, evaluate_attention, evaluate_attention_lse
+from meganeura.ir.trace import Tracer, tracing
+
+RNG = np.random.default_rng(7)
+
+
+def reference(q, k, v, causal, scale):
+    """The textbook form: explicit mask, softmax, repeated KV heads."""
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    if causal:
+        s = s + np.triu(np.full(s.shape[-2:], -1e30), 1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
+    return (p / p.sum(-1, keepdims=True)) @ v, lse
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2), (4, 1)])
+@pytest.mark.parametrize("seqs", [(5, 5), (3, 6), (6, 3)])
+def test_attention_semantics(causal, heads, seqs):
+    (h, hkv), (sq, skv) = heads, seqs
+    q, k, v = RNG.normal(size=(2, h, sq, 4)), RNG.normal(size=(2, hkv, skv, 4)), RNG.normal(size=(2, hkv, skv, 4))
+    out, lse = reference(q, k, v, causal, 0.4)
+    np.testing.assert_allclose(evaluate_attention(q, k, v, causal, 0.4), out, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(evaluate_attention_lse(q, k, causal, 0.4), lse, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(
+    "shapes",
+    [((1, 2, 3, 2), (1, 2, 3, 2)), ((1, 4, 3, 2), (1, 2, 5, 2)), ((2, 2, 5, 3), (2, 1, 3, 3))],
+    ids=["mha", "gqa-4/2-sq3-skv5", "gqa-2/1-sq5-skv3"],
+)
+def test_attention_gradients_mid_chain(causal, shapes):
+    q_shape, kv_shape = shapes
+
+    def op(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+    assert gradcheck(op, [q_shape, kv_shape, kv_shape], np.random.default_rng(1)) < 1e-6
+
+
+def test_attention_gradients_with_an_explicit_scale():
+    def op(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, scale=0.9, is_causal=True)
+
+    assert gradcheck(op, [(1, 1, 4, 3)] * 3, np.random.default_rng(2)) < 1e-6
+
+
+def trace_sdpa(q_shape, kv_shape, **kwargs):
+    tracer = Tracer()
+    with tracing(tracer):
+        q = tracer.leaf("input", "q", TensorType(q_shape))
+        k = tracer.leaf("input", "k", TensorType(kv_shape))
+        v = tracer.leaf("input", "v", TensorType(kv_shape))
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+def test_sdpa_defaults_and_refusals():
+    out = trace_sdpa((1, 2, 3, 16), (1, 2, 5, 16))
+    node = out.tracer.graph[out.node]
+    assert node.op == "attention" and node.attr("scale") == 0.25 and node.attr("causal") is False
+    assert out.shape == (1, 2, 3, 16)
+    with pytest.raises(ShapeError, match="enable_gqa=True"):
+        trace_sdpa((1, 4, 3, 8), (1, 2, 3, 8))
+    with pytest.raises(ShapeError, match="heads dividing"):
+        trace_sdpa((1, 4, 3, 8), (1, 3, 3, 8), enable_gqa=True)
+    with pytest.raises(NotImplementedError, match="attn_mask"):
+        trace_sdpa((1, 2, 3, 8), (1, 2, 3, 8), attn_mask=np.zeros((3, 3)))
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        trace_sdpa((1, 2, 3, 8), (1, 2, 3, 8), dropout_p=0.1)
+    with pytest.raises(ShapeError, match="4-D"):
+        trace_sdpa((2, 3, 8), (2, 3, 8))
+
+
+# -- kernels against the interpreter --------------------------------------------------------------
+
+
+def attention_graph(q_shape, kv_shape, causal, scale):
+    """Every attention op on the same inputs: o, lse and the three gradients (o and lse computed
+    on the device too, as the backward pass reads them)."""
+    graph = Graph()
+    q, k, v = (leaf(graph, "input", n, s) for n, s in (("q", q_shape), ("k", kv_shape), ("v", kv_shape)))
+    d_o = leaf(graph, "input", "do", q_shape)
+    attrs = {"causal": causal, "scale": scale}
+    o = emit(graph, "attention", [q, k, v], **attrs)
+    lse = emit(graph, "attention_lse", [q, k], **attrs)
+    graph.outputs.update(o=o, lse=lse)
+    for which in "qkv":
+        graph.outputs[f"d{which}"] = emit(graph, f"attention_grad_{which}", [q, k, v, o, lse, d_o], **attrs)
+    return graph
+
+
+def shape_id(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+KERNEL_CASES = [
+    ((1, 4, 1, 8), (1, 2, 1, 8)),  # Sq = Skv = 1
+    ((1, 4, 7, 8), (1, 1, 7, 8)),  # GQA 4/1
+    ((2, 4, 7, 16), (2, 2, 7, 16)),  # GQA 4/2
+    ((1, 4, 33, 16), (1, 2, 33, 16)),  # longer than a tile (WG = 32)
+    ((1, 2, 33, 8), (1, 2, 7, 8)),  # Sq > Skv
+    ((1, 2, 7, 8), (1, 1, 33, 8)),  # Sq < Skv
+    ((1, 2, 5, 48), (1, 1, 9, 48)),  # head_dim not a power of two, WG = 64
+]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shapes", KERNEL_CASES, ids=lambda s: f"q{shape_id(s[0])}-kv{shape_id(s[1])}")
+def test_attention_kernels(causal, shapes):
+    q_shape, kv_shape = shapes
+    graph = attention_graph(q_shape, kv_shape, causal, 1.0 / np.sqrt(q_shape[-1]))
+    rng = np.random.default_rng(3)
+    inputs = {
+        name: rng.normal(size=shape).astype(np.float32)
+        for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
+    }
+    check(graph, inputs, rtol=1e-4, atol=2e-5)
+
+
+# -- a tiny GQA model trains on the GPU like the interpreter ----------------------------------------
+
+SEQ, EMBED, HEADS, KV_HEADS, HEAD_DIM, CLASSES = 7, 16, 4, 2, 8, 5
+
+
+class TinyAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj = nn.Linear(EMBED, HEADS * HEAD_DIM, bias=False)
+        self.k_proj = nn.Linear(EMBED, KV_HEADS * HEAD_DIM, bias=False)
+        self.v_proj = nn.Linear(EMBED, KV_HEADS * HEAD_DIM, bias=False)
+        self.o_proj = nn.Linear(HEADS * HEAD_DIM, CLASSES)
+
+    def forward(self, x):
+        batch, seq, _ = x.shape
+        q = self.q_proj(x).reshape(batch, seq, HEADS, HEAD_DIM).transpose(1, 2)
+        k = self.k_proj(x).reshape(batch, seq, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        v = self.v_proj(x).reshape(batch, seq, KV_HEADS, HEAD_DIM).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        y = y.transpose(1, 2).reshape(batch * seq, HEADS * HEAD_DIM)
+        return self.o_proj(y)
+
+
+@pytest.mark.parametrize("rewrite", [True, False], ids=["fused", "unfused"])
+def test_tiny_gqa_model_trains_on_the_gpu_like_the_interpreter(rewrite):
+    mn.manual_seed(0)
+    batch = 2
+    program = mn.compile(
+        TinyAttention(),
+        loss=lambda model, x, y: F.cross_entropy(model(x), y),
+        inputs={"x": mn.f32[batch, SEQ, EMBED], "y": mn.i32[batch * SEQ]},
+        optimizer=optim.Adam(lr=1e-2),
+        rewrite=rewrite,
+    )
+    wanted = {"attention", "attention_lse", "attention_grad_q", "attention_grad_k", "attention_grad_v"}
+    live = program.fused_graph.live_ids()
+    assert wanted <= {node.op for node in program.fused_graph if node.id in live}  # through the e-graph and back
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(batch, SEQ, EMBED)).astype(np.float32)
+    y = rng.integers(0, CLASSES, size=batch * SEQ).astype(np.int32)
+    params = dict(program.state_dict())
+    states = dict(program.traced.initial_states)
+    expected = []
+    for _ in range(3):
+        result = interpret(program.graph, {"x": x, "y": y}, params, states)
+        expected.append(float(result.outputs["loss"]))
+        for name, value in result.updates.items():
+            (params if name in params else states)[name] = value
+    losses = [program.train_step(x=x, y=y) for _ in range(3)]
+    np.testing.assert_allclose(losses, expected, rtol=1e-4, atol=1e-5)
+    assert losses[-1] < losses[0]
+    for name, value in program.state_dict().items():
+        np.testing.assert_allclose(value, params[name], rtol=1e-3, atol=1e-5, err_msg=name)
