@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support import assert_steps_follow_interpreter
 from test_autodiff import gradcheck
 from test_kernels import check, emit, leaf
 
@@ -14,7 +15,6 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.ir.graph import Graph, TensorType
-from meganeura.ir.interpret import interpret
 from meganeura.ir.ops import ShapeError, evaluate_attention, evaluate_attention_lse
 from meganeura.ir.trace import Tracer, tracing
 
@@ -178,16 +178,5 @@ def test_tiny_gqa_model_trains_on_the_gpu_like_the_interpreter(rewrite):
     rng = np.random.default_rng(5)
     x = rng.normal(size=(batch, SEQ, EMBED)).astype(np.float32)
     y = rng.integers(0, CLASSES, size=batch * SEQ).astype(np.int32)
-    params = dict(program.state_dict())
-    states = dict(program.traced.initial_states)
-    expected = []
-    for _ in range(3):
-        result = interpret(program.graph, {"x": x, "y": y}, params, states)
-        expected.append(float(result.outputs["loss"]))
-        for name, value in result.updates.items():
-            (params if name in params else states)[name] = value
-    losses = [program.train_step(x=x, y=y) for _ in range(3)]
-    np.testing.assert_allclose(losses, expected, rtol=1e-4, atol=1e-5)
+    losses = assert_steps_follow_interpreter(program, [{"x": x, "y": y}] * 3)
     assert losses[-1] < losses[0]
-    for name, value in program.state_dict().items():
-        np.testing.assert_allclose(value, params[name], rtol=1e-3, atol=1e-5, err_msg=name)

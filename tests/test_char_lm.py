@@ -10,9 +10,9 @@ import os
 
 import numpy as np
 import pytest
+from support import interpreter_steps
 
 import meganeura as mn
-from meganeura.ir.interpret import interpret
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "char_lm.py")
 spec = importlib.util.spec_from_file_location("char_lm", EXAMPLE)
@@ -26,19 +26,6 @@ TEXT = "def f(x):\n    return x * 2\n\nclass A:\n    pass\n" * 20
 def tiny_model(vocab_size: int, seed: int = 0):
     mn.manual_seed(seed)
     return char_lm.CharLlama(vocab_size, dim=DIM, layers=LAYERS, heads=4, kv_heads=2)
-
-
-def interpreter_steps(program, batches):
-    """The same steps on the numpy interpreter (the traced, unfused graph): losses and parameters."""
-    params = program.state_dict()
-    states = dict(program.traced.initial_states)
-    losses = []
-    for inputs in batches:
-        result = interpret(program.graph, inputs, params, states)
-        losses.append(float(result.outputs["loss"]))
-        for name, value in result.updates.items():
-            (params if name in params else states)[name] = value
-    return losses, params
 
 
 def test_data_functions():

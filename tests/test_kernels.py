@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support import const, emit, leaf
 
 from meganeura import nn
 from meganeura.codegen import expressions, lower
@@ -20,18 +21,6 @@ from meganeura.ir.ops import OPS, infer_type, launches_kernel, op_def
 from meganeura.runtime import Executable, default_device
 
 RNG = np.random.default_rng(0)
-
-
-def leaf(graph: Graph, kind: str, name: str, shape: tuple[int, ...], dtype: str = "f32") -> int:
-    return graph.add(kind, (), TensorType(tuple(shape), dtype), {"name": name, "shape": tuple(shape), "dtype": dtype})
-
-
-def const(graph: Graph, value: float) -> int:
-    return graph.add("const", (), TensorType((), "f32"), {"value": value})
-
-
-def emit(graph: Graph, op: str, inputs: list[int], **attrs) -> int:
-    return graph.add(op, inputs, infer_type(op, [graph[i].type for i in inputs], attrs), attrs)
 
 
 def one_op(op: str, shapes: list[tuple[int, ...]], dtypes: list[str] | None = None, **attrs) -> Graph:

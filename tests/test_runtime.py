@@ -5,29 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support import assert_steps_follow_interpreter, const, emit, leaf
 
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen.buffers import plan_buffers
 from meganeura.codegen.lower import lower_graph
-from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.graph import Graph
 from meganeura.ir.interpret import interpret
-from meganeura.ir.ops import infer_type
 from meganeura.runtime import Executable, default_device, device
 
 RNG = np.random.default_rng(1)
-
-
-def leaf(graph: Graph, kind: str, name: str, shape: tuple[int, ...], dtype: str = "f32") -> int:
-    return graph.add(kind, (), TensorType(tuple(shape), dtype), {"name": name, "shape": tuple(shape), "dtype": dtype})
-
-
-def const(graph: Graph, value: float) -> int:
-    return graph.add("const", (), TensorType((), "f32"), {"value": value})
-
-
-def emit(graph: Graph, op: str, inputs: list[int], **attrs) -> int:
-    return graph.add(op, inputs, infer_type(op, [graph[i].type for i in inputs], attrs), attrs)
 
 
 def normal(*shape: int) -> np.ndarray:
@@ -279,13 +267,4 @@ def test_unfused_attention_block_trains_like_the_interpreter():
     assert {"permute", "softmax", "softmax_grad", "rsqrt", "silu", "log_softmax", "pick", "scatter_rows"} <= ops
     assert any(node.op == "matmul" and len(node.shape) == 4 for node in program.graph)
     x, y = RNG.normal(size=(2, 5, 8)).astype(np.float32), np.array([0, 2], np.int32)
-    params = dict(program.state_dict())
-    states = dict(program.traced.initial_states)
-    for _ in range(3):
-        expected = interpret(program.graph, {"x": x, "y": y}, params, states)
-        loss = program.train_step(x=x, y=y)
-        np.testing.assert_allclose(loss, float(expected.outputs["loss"]), rtol=1e-4, atol=1e-5)
-        for name, value in expected.updates.items():
-            (params if name in params else states)[name] = value
-    for name, value in program.state_dict().items():
-        np.testing.assert_allclose(value, params[name], rtol=1e-3, atol=1e-5, err_msg=name)
+    assert_steps_follow_interpreter(program, [{"x": x, "y": y}] * 3)

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from support import assert_steps_follow_interpreter
 from test_autodiff import gradcheck
 from test_kernels import check, one_op
 
@@ -199,16 +200,7 @@ def test_three_training_steps_of_a_layer_norm_gelu_block_follow_the_interpreter(
     )
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(8, 12)).astype(np.float32), rng.integers(0, 5, 8).astype(np.int32)
-    params = program.state_dict()
-    states = dict(program.traced.initial_states)
-    for _ in range(3):
-        expected = interpret(program.graph, {"x": x, "y": y}, params, states)
-        loss = program.train_step(x=x, y=y)
-        np.testing.assert_allclose(loss, float(expected.outputs["loss"]), rtol=1e-4, atol=1e-5)
-        for name, value in expected.updates.items():
-            (params if name in params else states)[name] = value
-    for name, value in program.state_dict().items():
-        np.testing.assert_allclose(value, params[name], rtol=1e-3, atol=1e-5, err_msg=name)
+    assert_steps_follow_interpreter(program, [{"x": x, "y": y}] * 3)
 
 
 # -- Tensor methods --------------------------------------------------------------------------------
