@@ -8,7 +8,8 @@ The model is written the way a PyTorch user writes a Llama by hand (SmolLM2's la
 down): token embedding, pre-norm decoder layers of RMSNorm → causal self-attention with grouped
 KV heads and rotary embeddings → RMSNorm → SwiGLU MLP, a final RMSNorm and an LM head tied to
 the embedding (as SmolLM2 does). Attention is written out — softmax(q·kᵀ·scale + mask)·v with
-the causal mask an additive f32 input, KV heads repeated with expand/reshape — and so is RoPE,
+the additive causal mask `mn.causal_mask(seq)`, KV heads repeated with expand/reshape (the
+e-graph's recognition rules turn it into the fused attention op before autodiff) — and so is RoPE,
 in the half-split form of HF transformers, q·cos + rotate_half(q)·sin with rotate_half built
 from slices and mn.cat; the e-graph decides what to fuse.
 
@@ -77,7 +78,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(heads * self.head_dim, dim, bias=False)
 
-    def forward(self, x, cos, sin, mask):
+    def forward(self, x, cos, sin):
         batch, seq, _ = x.shape
         q = self.q_proj(x).view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -85,7 +86,7 @@ class Attention(nn.Module):
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         k = repeat_kv(k, self.heads // self.kv_heads)
         v = repeat_kv(v, self.heads // self.kv_heads)
-        scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(self.head_dim)) + mask
+        scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(self.head_dim)) + mn.causal_mask(seq)
         out = F.softmax(scores, dim=-1) @ v  # [batch, heads, seq, head_dim]
         out = out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim)
         return self.o_proj(out)
@@ -114,13 +115,13 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(dim, eps=eps)
         self.mlp = MLP(dim, mlp_hidden)
 
-    def forward(self, x, cos, sin, mask):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class CharLlama(nn.Module):
-    """Token ids [batch, seq] (+ RoPE tables and the causal mask) → logits [batch·seq, vocab].
+    """Token ids [batch, seq] (+ the RoPE tables) → logits [batch·seq, vocab].
 
     The LM head is tied to the embedding (logits = h · embed_tokens.weightᵀ), as in SmolLM2.
     """
@@ -154,17 +155,17 @@ class CharLlama(nn.Module):
     def head_dim(self) -> int:
         return self.dim // self.heads
 
-    def forward(self, tokens, cos, sin, mask):
+    def forward(self, tokens, cos, sin):
         x = self.embed_tokens(tokens)  # [batch, seq, dim]
         for layer in self.layers:
-            x = layer(x, cos, sin, mask)
+            x = layer(x, cos, sin)
         h = self.norm(x).reshape(-1, self.dim)
         return F.linear(h, self.embed_tokens.weight)  # tied head
 
 
-def lm_loss(model, tokens, targets, cos, sin, mask):
+def lm_loss(model, tokens, targets, cos, sin):
     """Next-character cross-entropy (nats per character), averaged over batch and positions."""
-    return F.cross_entropy(model(tokens, cos, sin, mask), targets)
+    return F.cross_entropy(model(tokens, cos, sin), targets)
 
 
 def rope_tables(seq: int, head_dim: int, theta: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
@@ -175,24 +176,18 @@ def rope_tables(seq: int, head_dim: int, theta: float = 10000.0) -> tuple[np.nda
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
-def causal_mask(seq: int) -> np.ndarray:
-    """[seq, seq]: 0 where a position may attend (itself and earlier), a large negative number above."""
-    return np.triu(np.full((seq, seq), -1e9, dtype=np.float32), k=1)
-
-
 def model_inputs(model: CharLlama, batch: int, seq: int) -> dict:
     """The input specs of the inference program (tokens and the fixed tables)."""
     return {
         "tokens": mn.i32[batch, seq],
         "cos": mn.f32[seq, model.head_dim],
         "sin": mn.f32[seq, model.head_dim],
-        "mask": mn.f32[seq, seq],
     }
 
 
 def fixed_inputs(model: CharLlama, seq: int) -> dict[str, np.ndarray]:
     cos, sin = rope_tables(seq, model.head_dim)
-    return {"cos": cos, "sin": sin, "mask": causal_mask(seq)}
+    return {"cos": cos, "sin": sin}
 
 
 def compile_training(model: CharLlama, batch: int, seq: int, lr: float, rewrite: bool = True) -> mn.Program:

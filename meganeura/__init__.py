@@ -9,13 +9,13 @@
 
 from meganeura import functional, nn, optim
 from meganeura.compiler import InputSpec, Program, compile, f32, i32
-from meganeura.functional import cat
+from meganeura.functional import cat, causal_mask
 from meganeura.ir.ops import ShapeError
 from meganeura.ir.trace import Tensor
 from meganeura.nn import manual_seed
 
 __all__ = [
     "compile", "Program", "InputSpec", "f32", "i32", "Tensor", "ShapeError", "manual_seed",
-    "functional", "nn", "optim", "cat",
+    "functional", "nn", "optim", "cat", "causal_mask",
 ]  # fmt: skip
 __version__ = "0.1.0"

@@ -70,6 +70,7 @@ class TracedStep:
     parameters: dict[str, nn.Parameter]
     initial_states: dict[str, np.ndarray]
     label_bounds: dict[str, tuple[int, str]]  # i32 input -> (rows it may index, what it is used as)
+    recognition: Any = None  # the RewriteReport of the recognition pass on the forward graph, if it ran
 
 
 def trace_step(
@@ -77,8 +78,14 @@ def trace_step(
     loss: Callable[..., Tensor] | None,
     inputs: dict[str, InputSpec],
     optimizer: Optimizer | None,
+    recognize: bool = True,
 ) -> TracedStep:
-    """Run the user's model (and loss) on symbolic inputs; append autodiff and the optimizer."""
+    """Run the user's model (and loss) on symbolic inputs; append autodiff and the optimizer.
+
+    With `recognize`, the forward graph first goes through the e-graph's recognition rules
+    (`rewrite/recognition.py`: hand-written attention → the fused `attention` op), so that
+    autodiff differentiates the fused op; this pass only runs when the forward has a softmax.
+    """
     check_input_specs(inputs)
     tracer = Tracer()
     parameters = dict(model.named_parameters())
@@ -99,6 +106,12 @@ def trace_step(
                 if not isinstance(item, Tensor):
                     raise TypeError(f"the model must return Tensors, got {type(item).__name__} at position {index}")
                 graph.outputs["output" if len(values) == 1 else f"output{index}"] = item.node
+    recognition = None
+    if recognize and any(node.op == "softmax" for node in graph):
+        graph, recognition = recognize_forward(graph)
+        tracer.graph = graph
+        param_ids = {node.attr("name"): node.id for node in graph if node.op == "param"}
+        tracer.parameter_nodes = {id(p): param_ids[name] for name, p in parameters.items() if name in param_ids}
     if loss is not None:
         if optimizer is None:
             raise ValueError("compile(loss=...) trains the model: pass optimizer=, e.g. optim.Adam(lr=1e-3)")
@@ -111,7 +124,17 @@ def trace_step(
         builder.sources = (user_source_line(),)
         initial_states = optimizer.build_updates(builder, trainable)
     graph = graph.pruned()
-    return TracedStep(graph, parameters, initial_states, label_bounds(graph))
+    return TracedStep(graph, parameters, initial_states, label_bounds(graph), recognition)
+
+
+def recognize_forward(graph: Graph):
+    """The forward graph with the recognition rules applied (extraction chooses), and the report."""
+    from meganeura import rewrite as rewrite_stage
+
+    recognized, report = rewrite_stage.optimize(graph, schedule=(("recognition",),))
+    if not any(stats.uses for stats in report.rules if stats.family == "recognition"):
+        return graph, report  # nothing recognised: keep the traced graph as it is
+    return recognized, report
 
 
 def call_user(fn: Callable, model: nn.Module | None, symbols: dict[str, Tensor], what: str):
@@ -183,6 +206,8 @@ class Program:
         self.traced = traced
         self.graph = traced.graph
         self.fused_graph, self.rewrite_report = rewrite_stage.optimize(traced.graph, enabled=rewrite)
+        if traced.recognition is not None and rewrite:
+            self.rewrite_report.merge_recognition(traced.recognition)
         self.is_training = "loss" in self.graph.outputs
         if _EXPLAIN:
             _EXPLAIN[-1].append(self)
@@ -284,5 +309,5 @@ def compile(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"compile() expects an nn.Module, got {type(model).__name__}")
-    traced = trace_step(model, loss, inputs or {}, optimizer)
+    traced = trace_step(model, loss, inputs or {}, optimizer, recognize=rewrite)
     return Program(traced, inputs or {}, rewrite=rewrite)

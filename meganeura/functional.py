@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from meganeura.ir.ops import ShapeError, normalize_axes
-from meganeura.ir.trace import Tensor, lift, user_source_line
+from meganeura.ir.trace import Tensor, active_tracer, lift, user_source_line
 
 __all__ = [
     "add", "amax", "broadcast_to", "cross_entropy", "erf", "exp", "gelu", "layer_norm", "linear", "log", "log_softmax",
@@ -398,6 +398,15 @@ def getitem(x: Tensor, key) -> Tensor:
     if any((a, b, s) != (0, n, 1) for a, b, s, n in zip(starts, stops, steps, x.shape, strict=True)):
         x = x.tracer.emit("slice", [x], starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
     return reshape(x, tuple(shape))
+
+
+def causal_mask(rows: int, cols: int | None = None) -> Tensor:
+    """An additive causal mask, f32 [rows, cols] (cols defaults to rows): 0 where key j ≤ query i,
+    a large negative number (−1e9) above the diagonal, as a hand-written
+    `softmax(q @ k.transpose(-2, -1) * scale + mn.causal_mask(seq)) @ v` adds it. Computed on the
+    GPU (no input to feed); the e-graph recognises that pattern as fused causal attention."""
+    cols = rows if cols is None else cols
+    return active_tracer().emit("causal_mask", [], rows=int(rows), cols=int(cols))
 
 
 def scaled_dot_product_attention(

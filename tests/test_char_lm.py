@@ -1,7 +1,7 @@
 """Smoke test of examples/char_lm.py: a tiny Llama-style character model (embedding, RMSNorm,
-causal GQA attention with RoPE written out, SwiGLU, tied head) trains on the GPU step for step
-like the numpy interpreter, with and without the e-graph's fusions, and samples characters of
-its vocabulary."""
+causal GQA attention with RoPE written out (recognised as the fused attention op), SwiGLU, tied
+head) trains on the GPU step for step like the numpy interpreter, with and without the e-graph's
+fusions, and samples characters of its vocabulary."""
 
 from __future__ import annotations
 
@@ -53,8 +53,11 @@ def test_five_gpu_steps_follow_the_interpreter_and_sampling_uses_the_vocabulary(
     losses = [program.train_step(**inputs) for inputs in batches]
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-4, atol=1e-5)
     assert losses[-1] < losses[0]
+    # AdamW's first steps move each weight by about lr·g/(|g| + eps): for the few near-zero
+    # gradients, f32 rounding (the fused attention's backward sums in another order) shows as a
+    # few 1e-4 of a 1e-2 step.
     for name, value in program.state_dict().items():
-        np.testing.assert_allclose(value, expected_params[name], rtol=1e-3, atol=1e-4, err_msg=name)
+        np.testing.assert_allclose(value, expected_params[name], rtol=1e-3, atol=3e-4, err_msg=name)
     if not rewrite:
         return
     assert program.report().rewrite.rule("swiglu").uses > 0  # silu(gate(x)) · up(x), as written

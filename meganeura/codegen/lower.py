@@ -26,7 +26,7 @@ from meganeura.codegen.render import render
 from meganeura.ir.expr import Expr, variables
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
-from meganeura.ir.ops import launches_kernel, matmul_dims, normalize_axes
+from meganeura.ir.ops import CAUSAL_MASK_VALUE, launches_kernel, matmul_dims, normalize_axes
 
 MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimension
 
@@ -557,6 +557,14 @@ def lower_scatter_add(graph: Graph, node: Node) -> KernelSpec:
     return elementwise_kernel(graph, node, operands, reads, "total", "", label)
 
 
+def lower_causal_mask(graph: Graph, node: Node) -> KernelSpec:
+    """causal_mask [rows, cols]: 0 where col ≤ row, CAUSAL_MASK_VALUE above the diagonal."""
+    rows, cols = node.shape
+    reads = f"let row = i / {cols}u;\n    let col = i % {cols}u;"
+    value = f"select(0.0, {CAUSAL_MASK_VALUE:.1f}, col > row)"
+    return elementwise_kernel(graph, node, Operands(graph), reads, value, "", f"causal_mask [{rows},{cols}]")
+
+
 def lower_slice(graph: Graph, node: Node) -> KernelSpec:
     """slice (any rank, any dtype): output element i reads the input at start + coordinate·step per dim."""
     source = graph[node.inputs[0]]
@@ -779,6 +787,7 @@ LOWERINGS: dict[str, Callable[..., KernelSpec]] = {
     "gather": lower_gather,
     "scatter_add": lower_scatter_add,
     "slice": lower_slice,
+    "causal_mask": lower_causal_mask,
     "slice_grad": lower_slice_grad,
     "concat": lower_concat,
     **{op: lower_attention for op in ATTENTION_BINDINGS},

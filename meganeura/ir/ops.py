@@ -5,7 +5,8 @@ Everything that knows "what an op means" reads this table: tracing checks shapes
 encoder look ops up by name. Gradients live in `autodiff.py`.
 
 Ops are grouped by kind:
-- leaves: input, param, state (persistent buffers), const (a scalar);
+- leaves: input, param, state (persistent buffers), const (a scalar), causal_mask (an additive
+  causal mask computed by a kernel);
 - elementwise: unary and broadcasting binary ops (the functions of `expr.py`);
 - shape and reduction: reshape, broadcast_to, permute, sum, max;
 - matmul (batched over leading dims, optionally transposed operands);
@@ -128,6 +129,26 @@ def infer_const(types, attrs) -> TensorType:
 
 
 register("const", "leaf", 0, infer_const, lambda **attrs: np.asarray(attrs["value"]))
+
+# causal_mask(rows, cols): an additive f32 [rows, cols] mask, 0 where key j ≤ query i and
+# CAUSAL_MASK_VALUE above the diagonal (top-left aligned, as `attention`'s causal flag). No
+# operands; a kernel computes it from the index. The recognition rules match it (attention).
+CAUSAL_MASK_VALUE = -1e9
+
+
+def infer_causal_mask(types, attrs) -> TensorType:
+    rows, cols = attrs["rows"], attrs["cols"]
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in (rows, cols)):
+        raise ShapeError(f"causal_mask: expected positive integer sizes, got {rows} and {cols}")
+    return TensorType((rows, cols), "f32")
+
+
+def evaluate_causal_mask(rows, cols):
+    hidden = np.arange(cols)[None, :] > np.arange(rows)[:, None]
+    return np.where(hidden, np.float32(CAUSAL_MASK_VALUE), np.float32(0.0)).astype(np.float32)
+
+
+register("causal_mask", "leaf", 0, infer_causal_mask, evaluate_causal_mask)
 
 
 # ---------------------------------------------------------------------------------------------

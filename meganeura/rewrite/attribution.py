@@ -159,6 +159,8 @@ def rule_uses(extractor: Extractor, decoded: Decoded) -> Counter:
         rep = graph[extractor.ir_ids[eclass][0]]
         if node.op in CROSS_ENTROPY_RULES and rep.op != ROW_CONSTRUCTORS[node.op][0]:
             uses[CROSS_ENTROPY_RULES[node.op]] += 1
+        if node.op == "Attention" and rep.op != "attention":
+            uses["recognize_causal_attention" if node.primitives[0] else "recognize_attention"] += 1
         if node.op == "Permute" and rep.op == "permute" and class_of_ir[rep.inputs[0]] != node.children[0]:
             uses["compose_permutes"] += 1
         if node.op == "Reshape" and rep.op == "reshape" and class_of_ir[rep.inputs[0]] != node.children[0]:
@@ -259,6 +261,8 @@ def family_of_kept(extractor: Extractor, eclass: int) -> str:
         return "pointwise" if extractor.tree(node.children[1], False) == ("r",) else "reductions"
     if node.op in CROSS_ENTROPY_RULES:
         return "reductions"
+    if node.op == "Attention" and extractor.graph[extractor.ir_ids[eclass][0]].op != "attention":
+        return "recognition"
     return "algebra"
 
 
@@ -284,6 +288,8 @@ def family_of_eliminated(extractor: Extractor, eclass: int, absorbing: dict[int,
         return "pointwise"
     if node.op in CROSS_ENTROPY_RULES:
         return "reductions"
+    if node.op == "Attention":
+        return "recognition"
     return "algebra"
 
 

@@ -117,6 +117,8 @@ def typed_term(node: Node, graph: Graph) -> TermData | None:
     if op in ("sum", "max") and only_attrs(node, ("axes", "keepdim")):
         axes = normalize_axes(attrs["axes"], graph[inputs[0]].type.rank)
         return ("Reduce", (op, axes, bool(attrs.get("keepdim", False)), *children))
+    if op == "attention" and only_attrs(node, ("causal", "scale")) and numbers(attrs, "scale"):
+        return ("Attention", (*children, bool(attrs["causal"]), float(attrs["scale"])))
     if op == "sgd_step" and only_attrs(node, ("lr", "weight_decay")) and numbers(attrs, "lr", "weight_decay"):
         return ("SgdStep", (*children, float(attrs["lr"]), float(attrs.get("weight_decay", 0.0))))
     if (

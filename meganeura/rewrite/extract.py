@@ -78,7 +78,7 @@ class Option:
     @property
     def launches(self) -> bool:
         if self.node.op in FREE_OPS:
-            return False
+            return self.node.op == "Op0" and self.node.primitives[0] == "causal_mask"
         return not (self.node.op == "Op1" and self.node.primitives[0] == "reshape")
 
 

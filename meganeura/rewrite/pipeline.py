@@ -10,6 +10,8 @@ from meganeura.rewrite.cost import graph_cost, kernel_count
 from meganeura.rewrite.decode import decode
 from meganeura.rewrite.encode import LEAF_KINDS, encode
 from meganeura.rewrite.extract import MAX_PASSES, Extractor, input_choice
+from meganeura.rewrite.recognition import FAMILY as RECOGNITION
+from meganeura.rewrite.recognition import facts as recognition_facts
 from meganeura.rewrite.report import RewriteReport, RuleStats
 from meganeura.rewrite.rules import all_rules
 from meganeura.rewrite.saturate import DEFAULT_BUDGET, SCHEDULE, Budget, saturate
@@ -37,6 +39,10 @@ def optimize(
         return pruned, report
     started = time.perf_counter()
     encoding = encode(graph)
+    if any(RECOGNITION in phase for phase in schedule):
+        facts = recognition_facts(graph, encoding.encoded_ids)
+        if facts:
+            encoding.egraph.parse_and_run_program("\n".join(facts))
     encoded = time.perf_counter()
     saturation = saturate(encoding.egraph, budget, schedule)
     saturated = time.perf_counter()

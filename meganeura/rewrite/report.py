@@ -59,6 +59,15 @@ class RewriteReport:
     # For each node of the rewritten graph, the ids of the original IR nodes it computes (what a
     # fused kernel covers); empty when the e-graph was skipped.
     covers: dict[int, list[int]] = field(default_factory=dict)
+    # The recognition pass on the forward graph before autodiff (compiler.trace_step), if it ran;
+    # its rules' matches and uses are also in `rules` (`merge_recognition`).
+    recognition: RewriteReport | None = None
+
+    def merge_recognition(self, recognition: RewriteReport) -> None:
+        """Take the recognition family's rule figures from the forward pass's report."""
+        self.recognition = recognition
+        theirs = {s.name: s for s in recognition.rules if s.family == "recognition"}
+        self.rules = [theirs.get(s.name, s) for s in self.rules]
 
     def rule(self, name: str) -> RuleStats:
         """The stats of one named rule (KeyError if the rule is unknown)."""
@@ -86,14 +95,20 @@ class RewriteReport:
             lines.append(f"  cost: {format_cost(self.cost_before)}")
             return "\n".join(lines)
         width = max([len("rule"), *(len(s.name) for s in self.rules)])
-        lines.append(f"  {'family':<10}  {'rule':<{width}}  {'matches':>7}  {'used':>5}")
-        lines.extend(f"  {s.family:<10}  {s.name:<{width}}  {s.matches:>7}  {s.uses:>5}" for s in self.rules)
+        lines.append(f"  {'family':<11}  {'rule':<{width}}  {'matches':>7}  {'used':>5}")
+        lines.extend(f"  {s.family:<11}  {s.name:<{width}}  {s.matches:>7}  {s.uses:>5}" for s in self.rules)
         lines.append("  saved per family:")
         for stats in self.families:
             saved = stats.saved
             lines.append(
-                f"    {stats.family:<10}  {saved.bytes:>14,} bytes  {saved.dispatches:>6} dispatches"
+                f"    {stats.family:<11}  {saved.bytes:>14,} bytes  {saved.dispatches:>6} dispatches"
                 f"  {saved.flops:>14,} matmul flops"
+            )
+        if self.recognition is not None:
+            forward = self.recognition
+            lines.append(
+                f"  recognition (forward, before autodiff): kernels {forward.kernels_before}"
+                f" -> {forward.kernels_after}, {ms(forward.total_s)}"
             )
         lines.append(f"  kernels: {self.kernels_before} -> {self.kernels_after}")
         lines.append(f"  cost: {format_cost(self.cost_before)} -> {format_cost(self.cost_after)}")
