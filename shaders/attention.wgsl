@@ -64,6 +64,29 @@ fn key_end(i: u32) -> u32 {
 //#endif
 }
 
+// q·k of query row `qi` and key row `kj` (element offsets), unscaled.
+fn qk(qi: u32, kj: u32) -> f32 {
+    var dot = 0.0;
+    for (var d = 0u; d < D; d++) {
+        dot += q[qi + d] * k[kj + d];
+    }
+    return dot;
+}
+
+// What a workgroup that owns query row `row` of [B·H·SQ] needs: its batch, the KV head it reads,
+// the offset of its q/o/dO row and the end of its keys (causal or not).
+struct QueryRow {
+    b: u32,
+    hk: u32,
+    qi: u32,
+    end: u32,
+}
+
+fn query_row(row: u32) -> QueryRow {
+    let bh = row / SQ;
+    return QueryRow(bh / H, (bh % H) / GROUP, row * D, key_end(row % SQ));
+}
+
 //#if FORWARD
 @compute @workgroup_size(WG)
 fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -71,12 +94,11 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     if (row >= ROWS) {
         return;
     }
-    let i = row % SQ;
-    let bh = row / SQ;
-    let b = bh / H;
-    let hk = (bh % H) / GROUP;
-    let qi = row * D;
-    let end = key_end(i);
+    let r = query_row(row);
+    let b = r.b;
+    let hk = r.hk;
+    let qi = r.qi;
+    let end = r.end;
     var m = LOWEST;
     var l = 0.0;
     var acc = 0.0;
@@ -85,11 +107,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         var s = LOWEST;
         if (j < end) {
             let kj = kv_at(b, hk, j);
-            var dot = 0.0;
-            for (var d = 0u; d < D; d++) {
-                dot += q[qi + d] * k[kj + d];
-            }
-            s = dot * SCALE;
+            s = qk(qi, kj) * SCALE;
         }
         let m_new = max(m, combine(s, lid, true));
         let p = select(0.0, exp(s - m_new), j < end);
@@ -127,12 +145,11 @@ fn attention_grad_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     if (row >= ROWS) {
         return;
     }
-    let i = row % SQ;
-    let bh = row / SQ;
-    let b = bh / H;
-    let hk = (bh % H) / GROUP;
-    let qi = row * D;
-    let end = key_end(i);
+    let r = query_row(row);
+    let b = r.b;
+    let hk = r.hk;
+    let qi = r.qi;
+    let end = r.end;
     var part = 0.0;
     if (lid < D) {
         part = d_o[qi + lid] * o[qi + lid];
@@ -145,13 +162,11 @@ fn attention_grad_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
         var ds = 0.0;
         if (j < end) {
             let kj = kv_at(b, hk, j);
-            var s = 0.0;
             var dp = 0.0;
             for (var d = 0u; d < D; d++) {
-                s += q[qi + d] * k[kj + d];
                 dp += d_o[qi + d] * v[kj + d];
             }
-            ds = exp(s * SCALE - lse_i) * (dp - delta);
+            ds = exp(qk(qi, kj) * SCALE - lse_i) * (dp - delta);
         }
         weights[lid] = ds;
         workgroupBarrier();
@@ -196,11 +211,7 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
             let h = hk * GROUP + r / per_head;
             let i = first + r % per_head;
             let qi = q_at(b, h, i);
-            var s = 0.0;
-            for (var d = 0u; d < D; d++) {
-                s += q[qi + d] * k[kj + d];
-            }
-            p = exp(s * SCALE - lse[(b * H + h) * SQ + i]);
+            p = exp(qk(qi, kj) * SCALE - lse[(b * H + h) * SQ + i]);
 //#if GRAD_K
             var dp = 0.0;
             var delta = 0.0;
