@@ -83,8 +83,9 @@ def trace_step(
     """Run the user's model (and loss) on symbolic inputs; append autodiff and the optimizer.
 
     With `recognize`, the forward graph first goes through the e-graph's recognition rules
-    (`rewrite/recognition.py`: hand-written attention → the fused `attention` op), so that
-    autodiff differentiates the fused op; this pass only runs when the forward has a softmax.
+    (`rewrite/recognition.py`: hand-written attention and rotary embeddings → the fused
+    `attention` and `rope` ops), so that autodiff differentiates the fused ops; this pass only
+    runs when the forward has an op such a pattern ends in (`RECOGNIZABLE`).
     """
     check_input_specs(inputs)
     tracer = Tracer()
@@ -107,7 +108,7 @@ def trace_step(
                     raise TypeError(f"the model must return Tensors, got {type(item).__name__} at position {index}")
                 graph.outputs["output" if len(values) == 1 else f"output{index}"] = item.node
     recognition = None
-    if recognize and any(node.op == "softmax" for node in graph):
+    if recognize and any(node.op in RECOGNIZABLE for node in graph):
         graph, recognition = recognize_forward(graph)
         tracer.graph = graph
         param_ids = {node.attr("name"): node.id for node in graph if node.op == "param"}
@@ -125,6 +126,11 @@ def trace_step(
         initial_states = optimizer.build_updates(builder, trainable)
     graph = graph.pruned()
     return TracedStep(graph, parameters, initial_states, label_bounds(graph), recognition)
+
+
+# Ops that the recognition rules' patterns end in (attention's softmax, rotate_half's concat):
+# a forward graph without any skips the pass.
+RECOGNIZABLE = ("softmax", "concat")
 
 
 def recognize_forward(graph: Graph):

@@ -19,6 +19,7 @@ __all__ = [
     "matmul", "mean", "mse_loss", "nll_loss", "permute", "relu", "reshape", "rms_norm", "rsqrt", "sigmoid", "silu",
     "softmax", "sqrt", "sum", "tanh", "transpose", "transpose2d",
     "cat", "embedding", "getitem", "scaled_dot_product_attention",
+    "rotary_embedding", "apply_rotary_pos_emb", "rotary_tables",
 ]  # fmt: skip
 
 
@@ -449,3 +450,43 @@ def scaled_dot_product_attention(
         )
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     return query.tracer.emit("attention", [query, key, value], causal=bool(is_causal), scale=scale)
+
+
+def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x·cos + rotate_half(x)·sin, rotate_half(x) = cat(−x[..., D/2:], x[..., :D/2]) (HF Llama's
+    half-split RoPE): one `rope` op; cos and sin broadcast to x, e.g. [seq, D] against x
+    [batch, heads, seq, D].
+
+    >>> # q = F.rotary_embedding(q, cos, sin)  # cos, sin: inputs fed with F.rotary_tables(seq, D)
+    """
+    x, cos, sin = lift(x), lift(cos), lift(sin)
+    return x.tracer.emit("rope", [x, cos, sin])
+
+
+def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int | None = None):
+    """(q_embed, k_embed) = (rotary_embedding(q, cos, sin), rotary_embedding(k, cos, sin)), as
+    HF transformers' function of that name; with unsqueeze_dim, cos and sin get a dim of size 1
+    there first (HF passes [batch, seq, D] tables with unsqueeze_dim=1); without, they broadcast as given.
+
+    >>> # q, k = F.apply_rotary_pos_emb(q, k, cos, sin)  # q [b, h, s, D], k [b, h_kv, s, D], cos [s, D]
+    """
+    cos, sin = lift(cos), lift(sin)
+    if unsqueeze_dim is not None:
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return rotary_embedding(q, cos, sin), rotary_embedding(k, cos, sin)
+
+
+def rotary_tables(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """float32 (cos, sin) [seq_len, head_dim] for positions 0…seq_len−1, as HF's LlamaRotaryEmbedding
+    computes them (in float32): inv_freq = 1/base^(arange(0, D, 2)/D), emb = cat(freqs, freqs) of
+    freqs = outer(positions, inv_freq).
+
+    >>> # cos, sin = F.rotary_tables(128, 64); program(x=x, cos=cos, sin=sin)
+    """
+    if head_dim % 2 or head_dim < 2:
+        raise ValueError(f"rotary_tables: head_dim must be even and positive, got {head_dim}")
+    exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv_freq = np.float32(1.0) / np.power(np.float32(base), exponents, dtype=np.float32)
+    freqs = np.outer(np.arange(seq_len, dtype=np.float32), inv_freq).astype(np.float32)
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)

@@ -10,16 +10,18 @@
 //   attention / attention_lse (a workgroup per query row (b, h, i)): online softmax over key
 //     tiles: a thread scores one key of the tile, the tile max and Σ exp go through `combine`,
 //     the running output is rescaled by exp(m_old − m_new) and gains Σ_j p_j·v_j. Writes
-//     o = acc / l (ATTENTION) or lse = m + log l (LSE); the scores are never stored.
+//     o = acc / l (ATTENTION) and/or lse = m + log l (LSE) in the same pass: a training step
+//     runs one kernel for both; the scores are never stored.
 //   attention_grad_q (a workgroup per query row): Dᵢ = do_i·o_i, then per key tile
 //     dS_ij = P_ij·(do_i·v_j − Dᵢ) and dQ_i = scale·Σ_j dS_ij·k_j.
 //   attention_grad_k / attention_grad_v (a workgroup per key row (b, hk, j)): the query rows of
 //     all GROUP heads of KV head hk (GROUP·SQ of them) in tiles; a thread recomputes P (and dS)
-//     for one row r: dV_j = Σ_r P_rj·do_r, dK_j = scale·Σ_r dS_rj·q_r.
+//     for one row r: dV_j = Σ_r P_rj·do_r, dK_j = scale·Σ_r dS_rj·q_r (GRAD_K and GRAD_V both set:
+//     one kernel writes both, sharing P).
 //
-// Bindings (group 0, generated from the KernelSpec): attention: q, k, v, out; attention_lse:
-// q, k, out; attention_grad_q and _k: q, k, v, o, lse, do, out; attention_grad_v: q, k, lse, do,
-// out (all f32, read except out).
+// Bindings (group 0, generated from the KernelSpec; all f32, the outputs read_write): q, k and
+// v (ATTENTION), then out (ATTENTION) and out_lse (LSE); the backward: q, k, v, o, lse, d_o (v and
+// o unless only GRAD_V), then out (GRAD_Q) or out_k (GRAD_K) and out_v (GRAD_V).
 // Grid: ROWS workgroups (B·H·SQ query rows or B·HKV·SKV key rows), folded into (GRID_X, y).
 //
 // Placeholders: BINDINGS, ROWS, H, HKV, SQ, SKV, D, WG, GRID_X, SCALE; flags CAUSAL, FORWARD
@@ -133,7 +135,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
 //#endif
 //#if LSE
     if (lid == 0u) {
-        out[row] = m + log(l);
+        out_lse[row] = m + log(l);
     }
 //#endif
 }
@@ -202,7 +204,8 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
 //#endif
     let per_head = SQ - min(first, SQ);
     let count_rows = GROUP * per_head;
-    var acc = 0.0;
+    var acc_k = 0.0;
+    var acc_v = 0.0;
     for (var t0 = 0u; t0 < count_rows; t0 += WG) {
         let r = t0 + lid;
         var p = 0.0;
@@ -233,10 +236,10 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
                 let r2 = t0 + rr;
                 let qi2 = q_at(b, hk * GROUP + r2 / per_head, first + r2 % per_head);
 //#if GRAD_V
-                acc += weights[rr] * d_o[qi2 + lid];
+                acc_v += weights[rr] * d_o[qi2 + lid];
 //#endif
 //#if GRAD_K
-                acc += weights2[rr] * q[qi2 + lid];
+                acc_k += weights2[rr] * q[qi2 + lid];
 //#endif
             }
         }
@@ -244,10 +247,10 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     }
     if (lid < D) {
 //#if GRAD_V
-        out[kj + lid] = acc;
+        out_v[kj + lid] = acc_v;
 //#endif
 //#if GRAD_K
-        out[kj + lid] = acc * SCALE;
+        out_k[kj + lid] = acc_k * SCALE;
 //#endif
     }
 }

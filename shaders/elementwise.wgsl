@@ -5,6 +5,7 @@
 // (f = identity), `pointwise` (f = its expression over $0, $1, …) and permute (a gather);
 // also the indexing ops (pick, scatter_rows, gather, scatter_add, slice, slice_grad, concat),
 // whose READS compute their index arithmetic (scatter_add's is a loop over the ids).
+// rope and rope_grad read each element's partner across the halves of the last dim.
 // Bindings (group 0, generated from the KernelSpec): one read binding per input buffer
 // (x0, x1, …; scalar constants are inlined as literals and have none), then out (read_write).
 // Grid: NUMEL / 256 workgroups of 256 threads, folded into (GRID_X, y) when there are more

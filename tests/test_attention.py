@@ -135,7 +135,25 @@ def test_attention_kernels(causal, shapes):
         name: rng.normal(size=shape).astype(np.float32)
         for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
     }
-    check(graph, inputs, rtol=1e-4, atol=2e-5)
+    executable = check(graph, inputs, rtol=1e-4, atol=2e-5)
+    # One pass writes o and the LSE; one key-row kernel writes dK and dV.
+    labels = sorted(spec.label.split(" q ")[0] for spec in executable.kernels)
+    assert labels == ["attention + attention_lse", "attention_grad_k + attention_grad_v", "attention_grad_q"]
+
+
+def test_attention_kernels_alone():
+    """attention_lse and attention_grad_v without their host op get kernels of their own."""
+    q_shape, kv_shape = (1, 4, 9, 8), (1, 2, 9, 8)
+    graph = Graph()
+    q, k, v = (leaf(graph, "input", n, s) for n, s in (("q", q_shape), ("k", kv_shape), ("v", kv_shape)))
+    o, d_o = leaf(graph, "input", "o", q_shape), leaf(graph, "input", "do", q_shape)
+    lse = emit(graph, "attention_lse", [q, k], causal=True, scale=0.5)
+    graph.outputs.update(lse=lse, dv=emit(graph, "attention_grad_v", [q, k, v, o, lse, d_o], causal=True, scale=0.5))
+    rng = np.random.default_rng(4)
+    shapes = {"q": q_shape, "k": kv_shape, "v": kv_shape, "o": q_shape, "do": q_shape}
+    inputs = {name: rng.normal(size=shape).astype(np.float32) for name, shape in shapes.items()}
+    executable = check(graph, inputs, rtol=1e-4, atol=2e-5)
+    assert sorted(spec.label.split(" q ")[0] for spec in executable.kernels) == ["attention_grad_v", "attention_lse"]
 
 
 # -- a tiny GQA model trains on the GPU like the interpreter ----------------------------------------

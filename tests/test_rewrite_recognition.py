@@ -166,3 +166,32 @@ def test_tiny_char_lm_trains_with_the_recognised_attention():
     tokens, targets = char_lm.get_batch(train, BATCH, SEQ, np.random.default_rng(0))
     losses = assert_steps_follow_interpreter(program, [{"tokens": tokens, "targets": targets, **tables}] * 5)
     assert losses[-1] < losses[0]
+
+
+def scrambled_repeat(x, n_rep: int):
+    """Heads repeated the wrong way for grouped attention: [b, g, s, d] → [b, g, s, n, d] → [b, g·n, s, d]
+    (a reshape that interleaves positions, not heads)."""
+    batch, kv_heads, seq, head_dim = x.shape
+    expanded = x[:, :, :, None].expand(batch, kv_heads, seq, n_rep, head_dim)
+    return expanded.reshape(batch, kv_heads * n_rep, seq, head_dim)
+
+
+def test_a_repetition_that_is_not_repeat_kv_is_not_read_as_grouped_heads():
+    b, h, hkv, s, d = 1, 4, 2, 5, 3
+
+    class Scrambled(nn.Module):
+        def forward(self, q, k, v):
+            k, v = scrambled_repeat(k, h // hkv), scrambled_repeat(v, h // hkv)
+            scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(d))
+            return F.softmax(scores + mn.causal_mask(s), dim=-1) @ v
+
+    inputs = specs(b, h, hkv, s, d)
+    before = trace(Scrambled(), inputs, recognize=False).graph
+    traced = trace(Scrambled(), inputs)
+    assert traced.recognition.rule("match_repeat_kv").matches == 0
+    (attention,) = [n for n in traced.graph if n.op == "attention"]
+    assert traced.graph[attention.inputs[1]].shape == (b, h, s, d)  # reads the repeated k: not grouped
+    values = feeds(b, h, hkv, s, d, 1)
+    want = interpret(before, values, dtype=np.float64).outputs["output"]
+    got = interpret(traced.graph, values, dtype=np.float64).outputs["output"]
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)

@@ -1,6 +1,7 @@
 """The buffer plan: the order kernels run in, and which device buffer holds each IR value.
 
-- Schedule: kernels in a topological order of their data dependencies, plus anti-dependency
+- Schedule: kernels in a topological order of their data dependencies (a kernel that writes
+  several values, `KernelSpec.also_writes`, produces them all), plus anti-dependency
   edges: every kernel that reads a param/state leaf runs before the kernel that updates that
   leaf in place (it would otherwise read the new value). Ties keep graph order.
 - Storage: inputs, params, states and constants that a kernel binds get one buffer each, for
@@ -114,14 +115,15 @@ def read_values(spec: KernelSpec) -> list[int]:
 def schedule_kernels(graph: Graph, kernels: list[KernelSpec]) -> list[KernelSpec]:
     """Kernels in dependency order, readers of a leaf before its in-place update; ties in graph order."""
     by_node = {spec.node: spec for spec in kernels}
+    producer_of = {value: spec.node for spec in kernels for value in spec.written}
     order = nx.DiGraph()
     order.add_nodes_from(by_node)
     updaters = {alias_root(graph, s.inplace_input): s.node for s in kernels if s.inplace_input is not None}
     for spec in kernels:
         for value in read_values(spec):
             producer = alias_root(graph, value)
-            if producer in by_node:
-                order.add_edge(producer, spec.node)
+            if producer in producer_of:
+                order.add_edge(producer_of[producer], spec.node)
             updater = updaters.get(producer)
             if updater is not None and updater != spec.node:
                 order.add_edge(spec.node, updater)  # read the old value before it is overwritten
@@ -171,16 +173,19 @@ def plan_buffers(graph: Graph, kernels: list[KernelSpec]) -> BufferPlan:
 
     free: list[BufferSlot] = []
     for position, spec in enumerate(schedule):
-        root = storage_root(graph, by_node, spec.node)
-        if root != spec.node:  # in place: the result lives in its leaf's buffer
-            place(spec.node, buffers[buffer_of[root]])
-        else:
-            value_bytes[spec.node] = nbytes_of(graph, spec.node)
-            if root in pinned:
-                place(spec.node, new_slot(nbytes_of(graph, spec.node), "output", out_names.get(root, "")))
+        roots = set()
+        for value in spec.written:
+            root = storage_root(graph, by_node, value)
+            roots.add(root)
+            if root != value:  # in place: the result lives in its leaf's buffer
+                place(value, buffers[buffer_of[root]])
             else:
-                place(spec.node, take_free(free, nbytes_of(graph, spec.node)) or new_slot(0, "temp"))
-        released = {storage_root(graph, by_node, v) for v in read_values(spec)} | {root}
+                value_bytes[value] = nbytes_of(graph, value)
+                if root in pinned:
+                    place(value, new_slot(nbytes_of(graph, value), "output", out_names.get(root, "")))
+                else:
+                    place(value, take_free(free, nbytes_of(graph, value)) or new_slot(0, "temp"))
+        released = {storage_root(graph, by_node, v) for v in read_values(spec)} | roots
         for value in released:
             if value not in pinned and last_use.get(value, position) == position:
                 free.append(buffers[buffer_of[value]])

@@ -1,6 +1,6 @@
 """The kernel ABI: what the code generator hands the runtime for one dispatch.
 
-A KernelSpec is plain data derived from one IR node: the full WGSL source, its storage
+A KernelSpec is plain data derived from one IR node (rarely two, see `also_writes`): the full WGSL source, its storage
 bindings (in binding order, all in group 0) and the dispatch grid. Sizes are baked into the
 WGSL as constants, so there is no uniform buffer; the runtime binds purely by this table.
 """
@@ -23,7 +23,9 @@ class Binding:
 class KernelSpec:
     """One dispatch: computes IR node `node` into its buffer.
 
-    `inplace_input`, when set, is the id of an input whose buffer the kernel updates in place:
+    `also_writes` are further IR nodes the same dispatch computes, each into its own buffer (the
+    attention forward writes its log-sum-exp too). `inplace_input`, when set, is the id of an
+    input whose buffer the kernel updates in place:
     the output binding holds that input's value on entry (optimizer updates work this way,
     because WebGPU forbids binding one buffer both read-only and read-write in a dispatch).
     """
@@ -36,3 +38,9 @@ class KernelSpec:
     grid: tuple[int, int, int]
     workgroup_size: tuple[int, int, int]
     inplace_input: int | None = None
+    also_writes: tuple[int, ...] = ()
+
+    @property
+    def written(self) -> tuple[int, ...]:
+        """Every IR node whose value this dispatch writes."""
+        return (self.node, *self.also_writes)

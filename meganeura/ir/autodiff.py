@@ -322,6 +322,35 @@ def _concat(b, node, g):
     return grads
 
 
+def rotate_half(b: GradBuilder, x: int) -> int:
+    """cat(−x[..., h:], x[..., :h]) along the last dim (h = half of it), from slice, neg and concat."""
+    shape = b.shape(x)
+    rank, h = len(shape), shape[-1] // 2
+    steps = (1,) * rank
+    low = b.emit("slice", [x], starts=(0,) * rank, stops=(*shape[:-1], h), steps=steps)
+    high = b.emit("slice", [x], starts=(0,) * (rank - 1) + (h,), stops=shape, steps=steps)
+    return b.emit("concat", [b.emit("neg", [high]), low], axis=rank - 1)
+
+
+@vjp("rope")
+def _rope(b, node, g):
+    """dx = rope_grad(g, cos, sin); d cos = g·x and d sin = g·rotate_half(x), unbroadcast."""
+    x, cos, sin = node.inputs
+    grad_cos = b.unbroadcast(b.emit("mul", [g, x]), b.shape(cos))
+    grad_sin = b.unbroadcast(b.emit("mul", [g, rotate_half(b, x)]), b.shape(sin))
+    return [b.emit("rope_grad", [g, cos, sin]), grad_cos, grad_sin]
+
+
+@vjp("rope_grad")
+def _rope_grad(b, node, g):
+    """rope_grad is linear in its first operand and rope is its transpose: d g = rope(gg, cos, sin);
+    d cos = gg·g and d sin = rotate_half(gg)·g, unbroadcast."""
+    upstream, cos, sin = node.inputs
+    grad_cos = b.unbroadcast(b.emit("mul", [g, upstream]), b.shape(cos))
+    grad_sin = b.unbroadcast(b.emit("mul", [rotate_half(b, g), upstream]), b.shape(sin))
+    return [b.emit("rope", [g, cos, sin]), grad_cos, grad_sin]
+
+
 @vjp("attention")
 def _attention(b, node, g):
     """Flash-style backward: the row log-sum-exp is recomputed by its own op (the forward keeps

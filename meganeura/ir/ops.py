@@ -19,6 +19,7 @@ Ops are grouped by kind:
   indexing for nll_loss, and its gradient);
 - indexing: gather and scatter_add (embedding lookup and its gradient), slice and slice_grad,
   concat;
+- rope: rotary position embeddings (rope) and their gradient w.r.t. x (rope_grad);
 - attention: attention (fused softmax(q·kᵀ·scale)·v with grouped KV heads and a causal mask),
   attention_lse and the backward ops attention_grad_q/k/v;
 - optimizer updates: sgd_step, momentum_buffer, adam_moment, adam_step.
@@ -656,6 +657,54 @@ register("concat", "shape", None, infer_concat, lambda *xs, axis: np.concatenate
 
 # ---------------------------------------------------------------------------------------------
 # Optimizer updates: elementwise, PyTorch's rules. The first input is the value being replaced,
+# ---------------------------------------------------------------------------------------------
+# Rotary position embeddings, the half-split convention of Llama/SmolLM2 (HF transformers):
+# rope(x, cos, sin) = x·cos + rotate_half(x)·sin, rotate_half(x) = cat(−x[..., h:], x[..., :h])
+# with h = D/2 of x's even last dim D; cos and sin broadcast to x (typically [seq, D] against
+# x [batch, heads, seq, D]). rope_grad(g, cos, sin) = g·cos + rotate_halfᵀ(g·sin), the gradient
+# w.r.t. x, with rotate_halfᵀ(y) = cat(y[..., h:], −y[..., :h]).
+
+
+def infer_rope(name: str):
+    def infer(types, attrs) -> TensorType:
+        require_float(types, name)
+        x, cos, sin = types
+        if x.rank < 1 or x.shape[-1] % 2 or x.shape[-1] == 0:
+            raise ShapeError(f"{name}: expected x with an even, nonzero last dim (head_dim), got {x}")
+        for what, t in (("cos", cos), ("sin", sin)):
+            if not broadcasts_to(t.shape, x.shape):
+                raise ShapeError(f"{name}: {what} {t} does not broadcast to x {x}")
+        return x
+
+    return infer
+
+
+def rotate_half(x: np.ndarray) -> np.ndarray:
+    """cat(−x[..., h:], x[..., :h]) along the last axis (h = half the last dim)."""
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+
+def rotate_half_transposed(y: np.ndarray) -> np.ndarray:
+    """cat(y[..., h:], −y[..., :h]): the transpose (and inverse) of rotate_half."""
+    h = y.shape[-1] // 2
+    return np.concatenate([y[..., h:], -y[..., :h]], axis=-1)
+
+
+def evaluate_rope(x, cos, sin):
+    """x·cos + rotate_half(x)·sin."""
+    return np.broadcast_to(x * cos + rotate_half(x) * sin, x.shape).copy()
+
+
+def evaluate_rope_grad(g, cos, sin):
+    """g·cos + rotate_halfᵀ(g·sin): rope's VJP w.r.t. x."""
+    return np.broadcast_to(g * cos + rotate_half_transposed(g * sin), g.shape).copy()
+
+
+register("rope", "rope", 3, infer_rope("rope"), evaluate_rope)
+register("rope_grad", "rope", 3, infer_rope("rope_grad"), evaluate_rope_grad)
+
+
 # so the runtime can update it in place.
 
 

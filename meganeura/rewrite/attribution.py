@@ -161,6 +161,8 @@ def rule_uses(extractor: Extractor, decoded: Decoded) -> Counter:
             uses[CROSS_ENTROPY_RULES[node.op]] += 1
         if node.op == "Attention" and rep.op != "attention":
             uses["recognize_causal_attention" if node.primitives[0] else "recognize_attention"] += 1
+        if node.op == "Rope" and rep.op != "rope":
+            uses["recognize_rope"] += 1
         if node.op == "Permute" and rep.op == "permute" and class_of_ir[rep.inputs[0]] != node.children[0]:
             uses["compose_permutes"] += 1
         if node.op == "Reshape" and rep.op == "reshape" and class_of_ir[rep.inputs[0]] != node.children[0]:
@@ -261,7 +263,8 @@ def family_of_kept(extractor: Extractor, eclass: int) -> str:
         return "pointwise" if extractor.tree(node.children[1], False) == ("r",) else "reductions"
     if node.op in CROSS_ENTROPY_RULES:
         return "reductions"
-    if node.op == "Attention" and extractor.graph[extractor.ir_ids[eclass][0]].op != "attention":
+    recognized = {"Attention": "attention", "Rope": "rope"}
+    if node.op in recognized and extractor.graph[extractor.ir_ids[eclass][0]].op != recognized[node.op]:
         return "recognition"
     return "algebra"
 
@@ -288,7 +291,7 @@ def family_of_eliminated(extractor: Extractor, eclass: int, absorbing: dict[int,
         return "pointwise"
     if node.op in CROSS_ENTROPY_RULES:
         return "reductions"
-    if node.op == "Attention":
+    if node.op in ("Attention", "Rope"):
         return "recognition"
     return "algebra"
 

@@ -107,6 +107,8 @@ def ir_node(extractor: Extractor, eclass: int) -> tuple[str, list[int], dict[str
         return "matmul", children, {"transpose_a": prims[0], "transpose_b": prims[1]}
     if op == "Attention":
         return "attention", children, {"causal": prims[0], "scale": prims[1]}
+    if op == "Rope":
+        return "rope", children, {}
     if op == "Reduce":
         return prims[0], children, {"axes": prims[1], "keepdim": prims[2]}
     if op in ("Unary", "Binary"):

@@ -119,6 +119,8 @@ def typed_term(node: Node, graph: Graph) -> TermData | None:
         return ("Reduce", (op, axes, bool(attrs.get("keepdim", False)), *children))
     if op == "attention" and only_attrs(node, ("causal", "scale")) and numbers(attrs, "scale"):
         return ("Attention", (*children, bool(attrs["causal"]), float(attrs["scale"])))
+    if op == "rope" and not attrs:
+        return ("Rope", children)
     if op == "sgd_step" and only_attrs(node, ("lr", "weight_decay")) and numbers(attrs, "lr", "weight_decay"):
         return ("SgdStep", (*children, float(attrs["lr"]), float(attrs.get("weight_decay", 0.0))))
     if (

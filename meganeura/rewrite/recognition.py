@@ -12,10 +12,21 @@ differentiated).
 
 Both also match k and v repeated over the query heads (HF's repeat_kv,
 `x[:, :, None].expand(b, h_kv, n, s, d).reshape(b, h_kv·n, s, d)`): the attention then reads
-the unrepeated k and v (grouped KV heads). Guards, in the rules' queries over facts the encoder
-adds for this pass (`facts`): q, k, v are 4-D [b, h, s, d] with one batch, head and head-dim
-size (v's head dim equals k's: the op's requirement), k and v have one sequence length, the
-softmax is over the last axis, the mask is [s_q, s_kv] and the scale is a constant.
+the unrepeated k and v (grouped KV heads). The helper rule `match_repeat_kv` finds those
+repetitions: `(repeats_kv r x)` when r is reshape(broadcast_to(reshape(x))) with the shapes
+[b, g, s, d] → [b, g, 1, s, d] → [b, g, n, s, d] → [b, g·n, s, d].
+
+Guards, in the rules' queries over facts the encoder adds for this pass (`facts`: the dims of
+every 4-D and 5-D tensor, which softmaxes are over the last axis, the dims of each causal mask):
+q, k, v are 4-D [b, h, s, d] with one batch, head and head-dim size (v's head dim equals k's:
+the op's requirement), k and v have one sequence length, the softmax is over the last axis, the
+mask is [s_q, s_kv] and the scale is a constant.
+
+- `recognize_rope`: x·cos + rotate_half(x)·sin → rope(x, cos, sin), rotate_half written as HF
+  transformers does, cat((−x[..., D/2:], x[..., :D/2]), dim=−1) (any operand order of the add
+  and the muls). Guards: the slices take the two halves of x's last axis whole (facts
+  `half_slice`), the concat is over the last axis (`concat_last`), and the result has x's shape
+  (cos and sin broadcast to x, as the op requires).
 """
 
 from __future__ import annotations
@@ -80,50 +91,97 @@ RECOGNIZE_CAUSAL_ATTENTION = Rule(
     attention_variants(causal=True),
 )
 
-RULES = [RECOGNIZE_ATTENTION, RECOGNIZE_CAUSAL_ATTENTION]
+MATCH_REPEAT_KV = Rule(
+    "match_repeat_kv",
+    FAMILY,
+    "repeats_kv(r, x): r repeats the KV heads of x HF-style (helper of the attention rules)",
+    (
+        rule(
+            [
+                "(= r (Reshape e shape_r))",
+                '(= e (Op1 "broadcast_to" attrs u))',
+                "(= u (Reshape x shape_u))",
+                "(attn_dims x b g s d)",
+                "(dims5 u b g 1 s d)",
+                "(dims5 e b g n s d)",
+                "(attn_dims r b h s d)",
+                "(= h (* g n))",
+            ],
+            "(repeats_kv r x)",
+        ),
+    ),
+)
+
+
+def rope_variants() -> tuple[str, ...]:
+    """x·c + rotate_half(x)·s in every operand order of the add and the two muls."""
+    rotated = [
+        '(= r (Op2 "concat" ca (Unary "neg" x2) x1))',
+        "(concat_last r)",
+        '(= x1 (Op1 "slice" a1 x))',
+        "(half_slice x1 0)",
+        '(= x2 (Op1 "slice" a2 x))',
+        "(half_slice x2 1)",
+    ]
+    variants = []
+    for plain in ('(Binary "mul" x c)', '(Binary "mul" c x)'):
+        for turned in ('(Binary "mul" r s)', '(Binary "mul" s r)'):
+            for added in ('(Binary "add" p t)', '(Binary "add" t p)'):
+                query = [f"(= y {added})", f"(= p {plain})", f"(= t {turned})", *rotated, "(= (shape y) (shape x))"]
+                variants.append(rule(query, "(union y (Rope x c s))"))
+    return tuple(variants)
+
+
+RECOGNIZE_ROPE = Rule(
+    "recognize_rope",
+    FAMILY,
+    "x·cos + cat(−x[..., h:], x[..., :h])·sin → rope(x, cos, sin) (HF's rotate_half form)",
+    rope_variants(),
+)
+
+RULES = [MATCH_REPEAT_KV, RECOGNIZE_ATTENTION, RECOGNIZE_CAUSAL_ATTENTION, RECOGNIZE_ROPE]
 
 DECLARATIONS = """(relation attn_dims (Term i64 i64 i64 i64))
+(relation dims5 (Term i64 i64 i64 i64 i64))
 (relation last_softmax (Term))
 (relation mask_dims (Term i64 i64))
 (relation repeats_kv (Term Term))
+(relation half_slice (Term i64))
+(relation concat_last (Term))
 """
 
 
 def facts(graph: Graph, node_ids: list[int]) -> list[str]:
-    """The facts the recognition rules guard on, for the encoded nodes `node_ids`."""
+    """The facts the recognition rules guard on, for the encoded nodes `node_ids`: node attributes
+    and shapes only (the structure is matched by the rules)."""
     lines = []
-    wanted = set(node_ids)
     for node_id in node_ids:
         node = graph[node_id]
         if node.type.rank == 4:
             lines.append(f"(attn_dims (Ref {node_id}) {' '.join(str(d) for d in node.shape)})")
+        if node.type.rank == 5:
+            lines.append(f"(dims5 (Ref {node_id}) {' '.join(str(d) for d in node.shape)})")
         if node.op == "softmax" and node.type.rank == 4 and node.attr("axis") % 4 == 3:
             lines.append(f"(last_softmax (Ref {node_id}))")
         if node.op == "causal_mask":
             lines.append(f"(mask_dims (Ref {node_id}) {node.shape[0]} {node.shape[1]})")
-        source = repeated_kv_source(graph, node_id)
-        if source is not None and source in wanted:
-            lines.append(f"(repeats_kv (Ref {node_id}) (Ref {source}))")
+        if node.op == "concat" and node.attr("axis") == node.type.rank - 1:
+            lines.append(f"(concat_last (Ref {node_id}))")
+        half = half_of_last_axis(graph, node)
+        if half is not None:
+            lines.append(f"(half_slice (Ref {node_id}) {half})")
     return lines
 
 
-def repeated_kv_source(graph: Graph, node_id: int) -> int | None:
-    """x when node `node_id` is reshape(broadcast_to(reshape(x, [b, g, 1, s, d]), [b, g, n, s, d]),
-    [b, g·n, s, d]) with x [b, g, s, d] (HF's repeat_kv), else None."""
-    out = graph[node_id]
-    if out.op != "reshape" or out.type.rank != 4:
+def half_of_last_axis(graph: Graph, node) -> int | None:
+    """0 or 1 when `node` is x[..., :D/2] or x[..., D/2:] of an f32 x with an even last dim D, else None."""
+    if node.op != "slice" or node.dtype != "f32" or node.type.rank == 0:
         return None
-    expanded = graph[out.inputs[0]]
-    if expanded.op != "broadcast_to" or expanded.type.rank != 5:
+    shape = graph[node.inputs[0]].shape
+    starts, stops, steps = node.attr("starts"), node.attr("stops"), node.attr("steps")
+    last = len(shape) - 1
+    whole = all(starts[i] == 0 and stops[i] == shape[i] and steps[i] == 1 for i in range(last))
+    half = shape[last] // 2
+    if not whole or shape[last] % 2 or steps[last] != 1 or stops[last] - starts[last] != half:
         return None
-    unsqueezed = graph[expanded.inputs[0]]
-    if unsqueezed.op != "reshape":
-        return None
-    source = graph[unsqueezed.inputs[0]]
-    if source.type.rank != 4 or source.dtype != "f32":
-        return None
-    b, g, s, d = source.shape
-    n = expanded.shape[2]
-    if unsqueezed.shape != (b, g, 1, s, d) or expanded.shape != (b, g, n, s, d) or out.shape != (b, g * n, s, d):
-        return None
-    return source.id
+    return {0: 0, half: 1}.get(starts[last])

@@ -17,6 +17,7 @@ extracted). Constructors:
     (Permute x "1,0") (Reshape x "4,5")
     (Reduce kind "0,1" keepdim x)      sum/max over axes
     (Attention q k v causal scale)     the fused attention op (made by the recognition rules)
+    (Rope x cos sin)                   rotary embeddings (made by the recognition rules)
     (SgdStep p d lr wd) (MomentumBuffer buf g p momentum wd) (AdamMoment m g p beta order wd)
     (LogSoftmax x axis) (LogSoftmaxGrad y g axis) (Pick x labels) (ScatterRows g labels classes)
     (CrossEntropyRows logits labels) (CrossEntropyRowsGrad logits labels g)    (`ROW_CONSTRUCTORS`)
@@ -85,6 +86,7 @@ TERM_CONSTRUCTORS: dict[str, tuple[str, ...]] = {
     "MomentumBuffer": ("Term", "Term", "Term", "f64", "f64"),
     "AdamMoment": ("Term", "Term", "Term", "f64", "i64", "f64"),
     "Attention": ("Term", "Term", "Term", "bool", "f64"),
+    "Rope": ("Term", "Term", "Term"),
     **{name: ("Term",) * arity + ("i64",) * len(keys) for name, (_, arity, keys) in ROW_CONSTRUCTORS.items()},
     **{f"Op{n}": ("String", "i64", *("Term",) * n) for n in range(MAX_GENERIC_ARITY + 1)},
     "Kernel": ("Pw", "String"),
