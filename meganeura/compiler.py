@@ -67,7 +67,7 @@ class TracedStep:
     """What tracing produced: the step graph and the persistent values it reads and updates."""
 
     graph: Graph
-    parameters: dict[str, nn.Parameter]
+    parameters: dict[str, nn.Parameter]  # every parameter and module buffer (nn.Buffer), in state_dict order
     initial_states: dict[str, np.ndarray]
     label_bounds: dict[str, tuple[int, str]]  # i32 input -> (rows it may index, what it is used as)
     recognition: Any = None  # the RewriteReport of the recognition pass on the forward graph, if it ran
@@ -91,6 +91,10 @@ def trace_step(
     tracer = Tracer()
     parameters = dict(model.named_parameters())
     tracer.parameter_nodes = {id(p): tracer.leaf("param", name, p.type).node for name, p in parameters.items()}
+    # Module buffers (BatchNorm's running statistics) are `state` leaves named by their dotted name;
+    # the forward records their new values in graph.updates (nn.Buffer.update).
+    for name, buffer in model.named_buffers():
+        tracer.parameter_nodes[id(buffer)] = tracer.leaf("state", name, buffer.type).node
     symbols = {name: tracer.leaf("input", name, spec.type) for name, spec in inputs.items()}
     graph = tracer.graph
     initial_states: dict[str, np.ndarray] = {}
@@ -125,7 +129,7 @@ def trace_step(
         builder.sources = (user_source_line(),)
         initial_states = optimizer.build_updates(builder, trainable)
     graph = graph.pruned()
-    return TracedStep(graph, parameters, initial_states, label_bounds(graph), recognition)
+    return TracedStep(graph, dict(model.named_state()), initial_states, label_bounds(graph), recognition)
 
 
 # Ops that the recognition rules' patterns end in (attention's softmax, rotate_half's concat):
@@ -270,11 +274,11 @@ class Program:
         return checked
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the model's current parameters by PyTorch-style name."""
+        """Copies of the model's current parameters and buffers by PyTorch-style name."""
         return {name: p.numpy() for name, p in self.traced.parameters.items()}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Replace every parameter; all names and shapes are checked before anything is written."""
+        """Replace every parameter and buffer; all names and shapes are checked before anything is written."""
         nn.check_state_dict(self.traced.parameters, state)
         for name, param in self.traced.parameters.items():
             param.copy_(state[name])

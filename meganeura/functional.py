@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from meganeura.ir.conv_ops import conv_output_size, pair
 from meganeura.ir.ops import ShapeError, normalize_axes
 from meganeura.ir.trace import Tensor, active_tracer, lift, user_source_line
 
@@ -20,6 +21,8 @@ __all__ = [
     "softmax", "sqrt", "sum", "tanh", "transpose", "transpose2d",
     "cat", "embedding", "getitem", "scaled_dot_product_attention",
     "rotary_embedding", "apply_rotary_pos_emb", "rotary_tables",
+    "conv2d", "fold", "unfold",
+    "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "group_norm", "flatten",
 ]  # fmt: skip
 
 
@@ -490,3 +493,283 @@ def rotary_tables(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[n
     freqs = np.outer(np.arange(seq_len, dtype=np.float32), inv_freq).astype(np.float32)
     emb = np.concatenate([freqs, freqs], axis=-1)
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Convolutions, traced in their plain im2col form (ir/conv_ops.py): unfold, a matmul with the
+# flattened weight, a reshape; the e-graph turns these compositions into implicit-GEMM kernels.
+
+
+def window_geometry(op: str, kernel_size, stride, padding, dilation, where: str):
+    """(kernel, stride, padding) as pairs of ints, or an error naming the user's line (dilation must be 1)."""
+    try:
+        if pair(dilation, f"{op}: dilation") != (1, 1):
+            raise NotImplementedError(f"{where}: {op}: dilation={dilation!r} is not supported (only 1)")
+        return pair(kernel_size, f"{op}: kernel_size"), pair(stride, f"{op}: stride"), pair(padding, f"{op}: padding")
+    except ShapeError as error:
+        raise ShapeError(f"{where}: {error}") from None
+
+
+def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
+    """The sliding windows of an image batch [N, C, H, W] as columns [N, C·kh·kw, L]
+    (torch.nn.functional.unfold, im2col): column l = ho·Wo + wo is the window at
+    (ho·sh − ph, wo·sw − pw), row (c·kh + i)·kw + j its pixel (i, j) of channel c, 0 in the
+    padding. Ints or pairs; dilation must be 1.
+
+    >>> # cols = F.unfold(x, kernel_size=3, padding=1)  # x [8, 3, 32, 32] → [8, 27, 1024]
+    """
+    x = lift(input)
+    kernel, stride, padding = window_geometry("unfold", kernel_size, stride, padding, dilation, user_source_line())
+    return x.tracer.emit("unfold", [x], kernel=kernel, stride=stride, padding=padding)
+
+
+def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
+    """Columns [N, C·kh·kw, L] summed back onto an image batch [N, C, *output_size]
+    (torch.nn.functional.fold, col2im): overlapping windows add up, entries in the padding are
+    dropped; the adjoint of `unfold` with the same geometry. Ints or pairs; dilation must be 1.
+
+    >>> # image = F.fold(cols, output_size=(32, 32), kernel_size=3, padding=1)
+    """
+    cols = lift(input)
+    where = user_source_line()
+    kernel, stride, padding = window_geometry("fold", kernel_size, stride, padding, dilation, where)
+    try:
+        size = pair(output_size, "fold: output_size")
+    except ShapeError as error:
+        raise ShapeError(f"{where}: {error}") from None
+    return cols.tracer.emit("fold", [cols], output_size=size, kernel=kernel, stride=stride, padding=padding)
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1):
+    """A 2-D convolution (cross-correlation) of input [N, C, H, W] (or [C, H, W]) with weight
+    [O, C, kh, kw] and an optional bias [O] (torch.nn.functional.conv2d): [N, O, Ho, Wo].
+    stride and padding are ints or pairs; padding may also be "valid" (0) or "same" (stride 1
+    and odd kernels only). dilation and groups must be 1.
+
+    Traced as im2col: cols = unfold(input) [N, C·kh·kw, Ho·Wo], out = reshape(weight, [O, C·kh·kw])
+    · cols (one matmul, the weight shared by the batch), reshaped to [N, O, Ho, Wo], plus
+    reshape(bias, [O, 1, 1]). Its gradients are plain too: Σₙ g·colsᵀ for the weight,
+    fold(weightᵀ·g) for the input.
+
+    >>> # y = F.conv2d(x, self.weight, self.bias, stride=2, padding=1)
+    """
+    x, weight = lift(input), lift(weight)
+    where = user_source_line()
+    if groups != 1:
+        raise NotImplementedError(f"{where}: conv2d: groups={groups!r} is not supported (only 1)")
+    if weight.ndim != 4:
+        raise ShapeError(f"{where}: conv2d: expected a weight [out_channels, in_channels, kh, kw], got {weight.type}")
+    out_channels, channels, kh, kw = weight.shape
+    literal_padding = 0 if isinstance(padding, str) else padding
+    kernel, stride, padding_pair = window_geometry("conv2d", (kh, kw), stride, literal_padding, dilation, where)
+    if isinstance(padding, str):
+        padding_pair = string_padding(padding, kernel, stride, where)
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = reshape(x, (1, *x.shape))
+    if x.ndim != 4 or x.shape[1] != channels:
+        raise ShapeError(
+            f"{where}: conv2d: expected input [N, {channels}, H, W] (or [{channels}, H, W]) for weight "
+            f"{weight.type}, got {lift(input).type}"
+        )
+    cols = x.tracer.emit("unfold", [x], kernel=kernel, stride=stride, padding=padding_pair)
+    ho, wo = conv_output_size(x.shape[2:], kernel, stride, padding_pair)
+    flat = reshape(weight, (out_channels, channels * kh * kw))
+    out = x.tracer.emit("matmul", [flat, cols], transpose_a=False, transpose_b=False)
+    out = reshape(out, (x.shape[0], out_channels, ho, wo))
+    if bias is not None:
+        bias = lift(bias)
+        if bias.shape != (out_channels,):
+            raise ShapeError(
+                f"{where}: conv2d: expected a bias [{out_channels}] for weight {weight.type}, got {bias.type}"
+            )
+        out = out + reshape(bias, (out_channels, 1, 1))
+    return reshape(out, out.shape[1:]) if unbatched else out
+
+
+def string_padding(padding: str, kernel: tuple[int, int], stride: tuple[int, int], where: str) -> tuple[int, int]:
+    """conv2d's padding="valid" (none) or "same" (the output as large as the input: stride 1, and
+    odd kernels, whose padding is symmetric; PyTorch pads even kernels unevenly, which is not supported)."""
+    if padding == "valid":
+        return (0, 0)
+    if padding != "same":
+        raise ValueError(f"{where}: conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
+    if stride != (1, 1):
+        raise ValueError(f"{where}: conv2d: padding='same' is not supported for strided convolutions")
+    if kernel[0] % 2 == 0 or kernel[1] % 2 == 0:
+        raise NotImplementedError(
+            f"{where}: conv2d: padding='same' with the even kernel {kernel} needs uneven padding, which is not "
+            "supported; pad explicitly"
+        )
+    return ((kernel[0] - 1) // 2, (kernel[1] - 1) // 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling and normalisation of images (NCHW). max_pool2d and avg_pool2d are ops of their own
+# (ir/conv_ops.py); adaptive_avg_pool2d to 1×1, batch_norm and group_norm are traced decomposed
+# (means, rsqrt, products), so autodiff derives their exact backward from the same ops.
+
+
+def pool2d(op: str, input: Tensor, kernel_size, stride, padding) -> Tensor:
+    """`op` on [N, C, H, W] or [C, H, W] (PyTorch's unbatched form, traced as a batch of one)."""
+    from meganeura.ir.conv_ops import pair
+
+    x = lift(input)
+    where = user_source_line()
+    if x.ndim not in (3, 4):
+        raise ShapeError(f"{where}: {op}: expected [N, C, H, W] or [C, H, W], got {x.type}")
+    try:
+        kernel = pair(kernel_size, f"{op} kernel_size")
+        strides = kernel if stride is None or stride == [] else pair(stride, f"{op} stride")
+        pads = pair(padding, f"{op} padding")
+    except ShapeError as error:
+        raise ShapeError(f"{where}: {error}") from None
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = reshape(x, (1, *x.shape))
+    out = x.tracer.emit(op, [x], kernel=kernel, stride=strides, padding=pads)
+    return reshape(out, out.shape[1:]) if unbatched else out
+
+
+def max_pool2d(
+    input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices=False
+) -> Tensor:
+    """The maximum over each kh×kw window (torch.nn.functional.max_pool2d): stride defaults to the
+    kernel size, the padding (at most half the kernel) counts as −inf. The gradient goes to the
+    first maximum of each window in scan order. dilation, ceil_mode and return_indices are not
+    supported beyond their defaults.
+
+    >>> # y = F.max_pool2d(x, 2)  # x [8, 16, 32, 32] → [8, 16, 16, 16]
+    """
+    if dilation not in (1, (1, 1)) or ceil_mode or return_indices:
+        raise NotImplementedError(
+            f"{user_source_line()}: max_pool2d: dilation, ceil_mode and return_indices are not supported"
+        )
+    return pool2d("max_pool2d", input, kernel_size, stride, padding)
+
+
+def avg_pool2d(
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override=None,
+) -> Tensor:
+    """The mean over each kh×kw window (torch.nn.functional.avg_pool2d with its defaults: the zero
+    padding counts, the divisor is kh·kw); stride defaults to the kernel size.
+
+    >>> # y = F.avg_pool2d(x, 3, stride=2, padding=1)
+    """
+    if ceil_mode or not count_include_pad or divisor_override is not None:
+        raise NotImplementedError(
+            f"{user_source_line()}: avg_pool2d: only ceil_mode=False, count_include_pad=True and no "
+            "divisor_override are supported"
+        )
+    return pool2d("avg_pool2d", input, kernel_size, stride, padding)
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
+    """torch.nn.functional.adaptive_avg_pool2d for output_size 1 or (1, 1) only: the mean over H
+    and W, keeping them as dims of size 1 ([N, C, H, W] → [N, C, 1, 1]).
+
+    >>> # features = F.flatten(F.adaptive_avg_pool2d(x, 1), 1)  # [N, C]
+    """
+    x = lift(input)
+    if output_size not in (1, (1, 1), [1, 1]):
+        raise NotImplementedError(
+            f"{user_source_line()}: adaptive_avg_pool2d: only output_size 1 or (1, 1) (global average "
+            f"pooling) is supported, got {output_size!r}"
+        )
+    if x.ndim not in (3, 4):
+        raise ShapeError(f"{user_source_line()}: adaptive_avg_pool2d: expected [N, C, H, W] or [C, H, W], got {x.type}")
+    return mean(x, (-2, -1), keepdim=True)
+
+
+def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Dims start_dim…end_dim merged into one (torch.flatten), a reshape: Tensor.flatten."""
+    return lift(input).flatten(start_dim, end_dim)
+
+
+def channel_view(value: Tensor, rank: int) -> Tensor:
+    """A per-channel [C] value shaped [C, 1, …] to broadcast against [N, C, *] of `rank` dims."""
+    return reshape(value, (value.shape[0],) + (1,) * (rank - 2))
+
+
+def batch_norm(
+    input: Tensor,
+    running_mean,
+    running_var,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum=0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """torch.nn.functional.batch_norm over [N, C, *]: per channel, over N and the trailing dims.
+
+    training=True: normalise with the batch mean and the biased batch variance; when running
+    statistics are given (nn.Buffers of a module) they are updated on the device at the end of the
+    step, running ← (1 − momentum)·running + momentum·batch, with the unbiased variance (n/(n−1)).
+    `momentum` may also be a traced scalar (BatchNorm's cumulative average, momentum=None).
+    training=False: normalise with running_mean and running_var.
+    """
+    from meganeura.nn import Buffer
+
+    x = lift(input)
+    where = user_source_line()
+    if x.ndim < 2:
+        raise ShapeError(f"{where}: batch_norm: expected [N, C, *], got {x.type}")
+    channels = x.shape[1]
+    per_channel = {"running_mean": running_mean, "running_var": running_var, "weight": weight, "bias": bias}
+    for name, value in per_channel.items():
+        if value is not None and lift(value).shape != (channels,):
+            raise ShapeError(f"{where}: batch_norm: {name} {lift(value).type} does not match the {channels} channels")
+    axes = (0, *range(2, x.ndim))
+    if training:
+        count = x.numel() // channels
+        if count <= 1:
+            raise ValueError(f"{where}: batch_norm: expected more than 1 value per channel when training, got {x.type}")
+        batch_mean = mean(x, axes, keepdim=True)
+        centred = x - batch_mean
+        batch_var = mean(centred * centred, axes, keepdim=True)
+        y = centred * rsqrt(batch_var + float(eps))
+        for running, value, scale in ((running_mean, batch_mean, 1.0), (running_var, batch_var, count / (count - 1))):
+            if running is None:
+                continue
+            if not isinstance(running, Buffer):
+                raise TypeError(f"{where}: batch_norm: running statistics updated in training must be module buffers")
+            stat = reshape(value, (channels,))
+            stat = stat * scale if scale != 1.0 else stat
+            running.update(lift(running) * (1.0 - momentum) + stat * momentum)
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError(f"{where}: batch_norm: training=False needs running_mean and running_var")
+        rank = x.ndim
+        y = (x - channel_view(lift(running_mean), rank)) * channel_view(rsqrt(lift(running_var) + float(eps)), rank)
+    if weight is not None:
+        y = y * channel_view(lift(weight), x.ndim)
+    return y if bias is None else y + channel_view(lift(bias), x.ndim)
+
+
+def group_norm(
+    input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
+    """torch.nn.functional.group_norm over [N, C, *]: the channels split into `num_groups` groups,
+    each (sample, group) normalised with its mean and biased variance, then a per-channel affine.
+    Traced as a reshape to [N, G, C/G·…], the statistics over the last dim, and a reshape back."""
+    x = lift(input)
+    where = user_source_line()
+    if x.ndim < 2 or num_groups < 1 or x.shape[1] % num_groups:
+        raise ShapeError(f"{where}: group_norm: {x.type} does not split into {num_groups} groups of channels")
+    channels = x.shape[1]
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None and lift(value).shape != (channels,):
+            raise ShapeError(f"{where}: group_norm: {name} {lift(value).type} does not match the {channels} channels")
+    grouped = reshape(x, (x.shape[0], num_groups, -1))
+    centred = grouped - mean(grouped, -1, keepdim=True)
+    y = reshape(centred * rsqrt(mean(centred * centred, -1, keepdim=True) + float(eps)), x.shape)
+    if weight is not None:
+        y = y * channel_view(lift(weight), x.ndim)
+    return y if bias is None else y + channel_view(lift(bias), x.ndim)

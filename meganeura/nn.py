@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from meganeura import functional as F
+from meganeura.ir.conv_ops import pair
 from meganeura.ir.graph import TensorType
 from meganeura.ir.trace import Tensor, active_tracer
 
@@ -84,6 +85,38 @@ class Parameter(Tensor):
         return f"Parameter(shape={self._host.shape})"
 
 
+class Buffer(Parameter):
+    """A persistent array that is part of the model's state but not trained (torch.nn.Buffer):
+    BatchNorm's running statistics. It is a Parameter that autodiff and the optimizer never see.
+
+    Buffers are traced as `state` leaves named by their dotted name; a module updates one during
+    the forward with `buffer.update(value)` (recorded in `graph.updates`, applied on the device at
+    the end of the step). Like a parameter, its value moves to a device buffer that every program
+    compiled from the model shares, so an inference program sees what a training step updated.
+    """
+
+    @property
+    def node(self) -> int:
+        bound = getattr(active_tracer(), "parameter_nodes", {}).get(id(self))
+        if bound is None:
+            raise ValueError("a Buffer that is not registered in the compiled model was used; assign it to a Module")
+        return bound
+
+    def update(self, value: Tensor) -> None:
+        """Replace this buffer by `value` at the end of the traced step; later reads in the same
+        forward see `value` (as in PyTorch, where the update is in place)."""
+        tracer = active_tracer()
+        leaves = tracer.__dict__.setdefault("buffer_leaves", {})
+        name = tracer.graph[leaves.setdefault(id(self), self.node)].attr("name")  # the state leaf's
+        if value.shape != self.shape:
+            raise ValueError(f"buffer {name}: update of shape {list(value.shape)}, expected {list(self.shape)}")
+        tracer.graph.updates[name] = value.node
+        tracer.parameter_nodes[id(self)] = value.node
+
+    def __repr__(self) -> str:
+        return f"Buffer(shape={self._host.shape})"
+
+
 def uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
     return _rng.uniform(-bound, bound, size=shape).astype(np.float32)
 
@@ -93,14 +126,19 @@ class Module:
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_buffers", {})
         object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", True)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if "_parameters" not in self.__dict__:
             raise AttributeError("call super().__init__() at the start of your Module's __init__")
         self._parameters.pop(name, None)
+        self._buffers.pop(name, None)
         self._modules.pop(name, None)
-        if isinstance(value, Parameter):
+        if isinstance(value, Buffer):  # before Parameter: a Buffer is a Parameter that is not trained
+            self._buffers[name] = value
+        elif isinstance(value, Parameter):
             self._parameters[name] = value
         elif isinstance(value, Module):
             self._modules[name] = value
@@ -135,15 +173,57 @@ class Module:
             yield from module.named_modules(prefix + name + ".")
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the current parameter values by dotted name (PyTorch's names)."""
-        return {name: param.numpy() for name, param in self.named_parameters()}
+        """Copies of the current parameter and buffer values by dotted name (PyTorch's names and order)."""
+        return {name: param.numpy() for name, param in self.named_state()}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Set every parameter from `state`; names and shapes are all checked before anything changes."""
-        params = dict(self.named_parameters())
+        """Set every parameter and buffer from `state`; names and shapes are all checked before anything changes."""
+        params = dict(self.named_state())
         check_state_dict(params, state)
         for name, param in params.items():
             param.copy_(state[name])
+
+    # -- buffers and training mode (PyTorch's register_buffer, named_buffers, train, eval) -------
+
+    def register_buffer(self, name: str, value) -> None:
+        """Register a persistent non-trained array (e.g. BatchNorm's running statistics) as `name`."""
+        setattr(self, name, value if isinstance(value, Buffer) else Buffer(value))
+
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, Buffer]]:
+        """(dotted name, buffer) pairs in registration order, each buffer once."""
+        for name, value in self.named_state(prefix):
+            if isinstance(value, Buffer):
+                yield name, value
+
+    def buffers(self) -> list[Buffer]:
+        return [b for _, b in self.named_buffers()]
+
+    def named_state(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        """Every parameter and buffer by dotted name, in state_dict order (PyTorch's: each module's
+        parameters, then its buffers, then its children's), each once."""
+        seen: set[int] = set()
+        for name, value in self._named_state_all(prefix):
+            if id(value) not in seen:
+                seen.add(id(value))
+                yield name, value
+
+    def _named_state_all(self, prefix: str) -> Iterator[tuple[str, Parameter]]:
+        for name, param in self._parameters.items():
+            yield prefix + name, param
+        for name, buffer in self._buffers.items():
+            yield prefix + name, buffer
+        for name, module in self._modules.items():
+            yield from module._named_state_all(prefix + name + ".")
+
+    def train(self, mode: bool = True) -> Module:
+        """Set training mode (the default) on this module and every submodule; returns self."""
+        for _, module in self.named_modules():
+            object.__setattr__(module, "training", bool(mode))
+        return self
+
+    def eval(self) -> Module:
+        """Evaluation mode: `train(False)` (BatchNorm then normalises with its running statistics)."""
+        return self.train(False)
 
     def __repr__(self) -> str:
         children = "".join(f"\n  ({name}): {module!r}".replace("\n", "\n  ") for name, module in self._modules.items())
@@ -280,6 +360,72 @@ class Tanh(Module):
         return F.tanh(x)
 
 
+class Flatten(Module):
+    """Dims start_dim…end_dim merged into one (a reshape), as torch.nn.Flatten (by default all
+    but the batch dim)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
+        super().__init__()
+        self.start_dim = start_dim
+        self.end_dim = end_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.flatten(self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Conv2d(Module):
+    """A 2-D convolution over [N, C, H, W] (torch.nn.Conv2d): weight [out_channels, in_channels,
+    kh, kw] and bias [out_channels], both U(−1/√fan_in, 1/√fan_in) with fan_in = in_channels·kh·kw
+    (PyTorch's default init: kaiming_uniform_(a=√5) reduces to that bound). kernel_size, stride and
+    padding are ints or pairs (padding also "valid" or "same"); dilation and groups must be 1 and
+    padding_mode "zeros"."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+    ) -> None:
+        super().__init__()
+        if groups != 1 or dilation not in (1, (1, 1)) or padding_mode != "zeros":
+            raise NotImplementedError(
+                f"Conv2d: only groups=1, dilation=1 and padding_mode='zeros' are supported, got groups={groups!r}, "
+                f"dilation={dilation!r}, padding_mode={padding_mode!r}"
+            )
+        self.in_channels = int(in_channels)
+        self.out_channels = int(out_channels)
+        self.kernel_size = pair(kernel_size, "Conv2d: kernel_size")
+        self.stride = pair(stride, "Conv2d: stride")
+        self.padding = padding if isinstance(padding, str) else pair(padding, "Conv2d: padding")
+        self.dilation = (1, 1)
+        self.groups = 1
+        self.padding_mode = padding_mode
+        fan_in = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
+        bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        self.weight = Parameter(uniform(bound, (self.out_channels, self.in_channels, *self.kernel_size)))
+        self.bias = Parameter(uniform(bound, (self.out_channels,))) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding)
+
+    def extra_repr(self) -> str:
+        text = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0, 0):
+            text += f", padding={self.padding!r}"
+        if self.bias is None:
+            text += ", bias=False"
+        return text
+
+
 class Sequential(Module):
     """Modules applied in order; children are named "0", "1", … like PyTorch's."""
 
@@ -320,3 +466,144 @@ class ModuleList(Module):
 
     def __iter__(self) -> Iterator[Module]:
         return iter(self._modules.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling and normalisation of images (NCHW), with PyTorch's names, defaults and state.
+
+
+class MaxPool2d(Module):
+    """The maximum over each window (torch.nn.MaxPool2d; stride defaults to kernel_size)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False) -> None:
+        super().__init__()
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = stride if stride is not None else kernel_size
+        self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.max_pool2d(
+            x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices
+        )
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool2d(Module):
+    """The mean over each window (torch.nn.AvgPool2d; count_include_pad=True, divisor kh·kw)."""
+
+    def __init__(
+        self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+    ) -> None:
+        super().__init__()
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = stride if stride is not None else kernel_size
+        self.ceil_mode, self.count_include_pad, self.divisor_override = ceil_mode, count_include_pad, divisor_override
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool2d(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    """Global average pooling (torch.nn.AdaptiveAvgPool2d with output_size 1 or (1, 1) only)."""
+
+    def __init__(self, output_size) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class BatchNorm2d(Module):
+    """Batch normalisation of [N, C, H, W] per channel (torch.nn.BatchNorm2d).
+
+    Training mode (the default): the batch mean and biased variance over (N, H, W) normalise, and
+    the buffers are updated on the device by every step: running_mean ← (1 − m)·running_mean +
+    m·mean, running_var ← (1 − m)·running_var + m·var·n/(n − 1) (n = N·H·W), num_batches_tracked
+    += 1 (a float32 scalar here, int64 in PyTorch); momentum=None uses m = 1/num_batches_tracked
+    (the cumulative average). Eval mode (`model.eval()`): the running statistics normalise.
+    weight (ones) and bias (zeros) are parameters; state_dict names and order are PyTorch's:
+    weight, bias, running_mean, running_var, num_batches_tracked.
+    """
+
+    def __init__(
+        self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = True, track_running_stats: bool = True
+    ) -> None:
+        super().__init__()
+        self.num_features = int(num_features)
+        self.eps, self.momentum = float(eps), momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        shape = (self.num_features,)
+        self.weight = Parameter(np.ones(shape, np.float32)) if affine else None
+        self.bias = Parameter(np.zeros(shape, np.float32)) if affine else None
+        if track_running_stats:
+            self.running_mean = Buffer(np.zeros(shape, np.float32))
+            self.running_var = Buffer(np.ones(shape, np.float32))
+            self.num_batches_tracked = Buffer(np.zeros((), np.float32))
+        else:
+            self.running_mean = self.running_var = self.num_batches_tracked = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 4:
+            raise ValueError(f"BatchNorm2d: expected 4D input (got {x.ndim}D input)")
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            count = self.num_batches_tracked + 1.0
+            self.num_batches_tracked.update(count)
+            if self.momentum is None:
+                momentum = 1.0 / count
+        # As PyTorch: batch statistics in training (or when none are tracked); the running ones are
+        # updated in training and read in eval.
+        batch_stats = self.training or not self.track_running_stats
+        track = not self.training or self.track_running_stats
+        return F.batch_norm(
+            x,
+            self.running_mean if track else None,
+            self.running_var if track else None,
+            self.weight,
+            self.bias,
+            batch_stats,
+            momentum,
+            self.eps,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
+
+
+class GroupNorm(Module):
+    """Group normalisation of [N, C, *] (torch.nn.GroupNorm): each sample's channels in num_groups
+    groups, normalised with their mean and biased variance; weight ones, bias zeros per channel."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+        super().__init__()
+        if num_groups < 1 or num_channels % num_groups:
+            raise ValueError("GroupNorm: num_channels must be divisible by num_groups")
+        self.num_groups, self.num_channels, self.eps, self.affine = int(num_groups), int(num_channels), eps, affine
+        self.weight = Parameter(np.ones((num_channels,), np.float32)) if affine else None
+        self.bias = Parameter(np.zeros((num_channels,), np.float32)) if affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"

@@ -32,7 +32,7 @@ def interpreter_steps(program, feeds: list[dict[str, np.ndarray]]) -> tuple[list
     states = dict(program.traced.initial_states)
     losses = []
     for feed in feeds:
-        result = interpret(program.graph, feed, params, states)
+        result = interpret(program.graph, feed, params, {**states, **params})  # module buffers are states
         losses.append(float(result.outputs["loss"]))
         for name, value in result.updates.items():
             (params if name in params else states)[name] = value

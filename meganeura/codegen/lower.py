@@ -894,3 +894,22 @@ def lower_graph(graph: Graph) -> list[KernelSpec]:
         for node_id in launching
         if node_id not in host_of
     ]
+
+
+# The plain image ops (unfold, fold) are lowered in their own module, which imports from this one.
+from meganeura.codegen.lower_image import IMAGE_LOWERINGS  # noqa: E402
+
+LOWERINGS.update(IMAGE_LOWERINGS)
+
+
+# The implicit-GEMM convolution kernels live in their own module, which imports this one.
+from meganeura.codegen.lower_conv import CONV_GEMM_ATTRS, lower_conv_gemm  # noqa: E402
+
+LOWERINGS["conv_gemm"] = lower_conv_gemm
+FUSED_ATTRS["conv_gemm"] = CONV_GEMM_ATTRS
+
+
+# The pooling ops (max_pool2d, avg_pool2d and their gradients) are lowered in their own module.
+from meganeura.codegen.lower_pool import POOL_LOWERINGS  # noqa: E402
+
+LOWERINGS.update(POOL_LOWERINGS)

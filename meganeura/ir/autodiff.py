@@ -362,6 +362,27 @@ def _attention(b, node, g):
     return [b.emit(f"attention_grad_{which}", operands, **attrs) for which in ("q", "k", "v")]
 
 
+# Image ops: unfold (im2col) and fold (col2im) are linear and each other's adjoint, with the same
+# geometry; unfold's gradient needs the image size back as fold's output_size.
+
+
+def window_attrs(node: Node) -> dict:
+    return {key: tuple(node.attr(key)) for key in ("kernel", "stride", "padding")}
+
+
+@vjp("unfold")
+def _unfold(b, node, g):
+    """Each column entry goes back to the pixel it was read from, summed over overlapping windows."""
+    size = tuple(b.shape(node.inputs[0])[2:])
+    return [b.emit("fold", [g], output_size=size, **window_attrs(node))]
+
+
+@vjp("fold")
+def _fold(b, node, g):
+    """Each column entry of fold's input reads the gradient of the pixel it was summed into."""
+    return [b.emit("unfold", [g], **window_attrs(node))]
+
+
 def gradients(graph: Graph, loss: int, wrt: list[int]) -> dict[int, int | None]:
     """Append the backward pass of scalar `loss` to `graph`; return {node id in wrt: its grad node}.
 
@@ -418,3 +439,41 @@ def nodes_between(graph: Graph, sources: set[int], target: int) -> set[int]:
         ancestors.add(node_id)
         stack.extend(graph[node_id].inputs)
     return reaches_source & ancestors
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling (ir/conv_ops.py): max_pool2d's gradient recomputes the arg-max from x; avg_pool2d and
+# its gradient are linear and each other's adjoint.
+
+
+def pool_attrs(node: Node) -> dict:
+    return {name: node.attr(name) for name in ("kernel", "stride", "padding")}
+
+
+@vjp("max_pool2d")
+def _max_pool2d(b, node, g):
+    """dx = max_pool2d_grad(x, g): g routed to each window's first arg-max."""
+    return [b.emit("max_pool2d_grad", [node.inputs[0], g], **pool_attrs(node))]
+
+
+@vjp("max_pool2d_grad")
+def _max_pool2d_grad(b, node, g):
+    """Second derivatives of max pooling are not needed by a training step (gradients are taken
+    once); refuse clearly rather than guess."""
+    raise NotImplementedError(
+        f"autodiff: max_pool2d_grad has no gradient rule (double backward through max pooling), "
+        f"{', '.join(node.sources)}"
+    )
+
+
+@vjp("avg_pool2d")
+def _avg_pool2d(b, node, g):
+    """dx = avg_pool2d_grad(g): g/(kh·kw) spread back over each window."""
+    x = node.inputs[0]
+    return [b.emit("avg_pool2d_grad", [g], **pool_attrs(node), image=tuple(b.shape(x)[2:]))]
+
+
+@vjp("avg_pool2d_grad")
+def _avg_pool2d_grad(b, node, g):
+    """avg_pool2d_grad is linear and avg_pool2d is its adjoint."""
+    return [b.emit("avg_pool2d", [g], **pool_attrs(node))]

@@ -22,7 +22,9 @@ Ops are grouped by kind:
 - rope: rotary position embeddings (rope) and their gradient w.r.t. x (rope_grad);
 - attention: attention (fused softmax(q·kᵀ·scale)·v with grouped KV heads and a causal mask),
   attention_lse and the backward ops attention_grad_q/k/v;
-- optimizer updates: sgd_step, momentum_buffer, adam_moment, adam_step.
+- optimizer updates: sgd_step, momentum_buffer, adam_moment, adam_step;
+- image ops (NCHW), in `conv_ops.py`: unfold, fold (the plain form of a convolution) and the
+  kernels the e-graph makes of them.
 """
 
 from __future__ import annotations
@@ -656,8 +658,6 @@ register("concat", "shape", None, infer_concat, lambda *xs, axis: np.concatenate
 
 
 # ---------------------------------------------------------------------------------------------
-# Optimizer updates: elementwise, PyTorch's rules. The first input is the value being replaced,
-# ---------------------------------------------------------------------------------------------
 # Rotary position embeddings, the half-split convention of Llama/SmolLM2 (HF transformers):
 # rope(x, cos, sin) = x·cos + rotate_half(x)·sin, rotate_half(x) = cat(−x[..., h:], x[..., :h])
 # with h = D/2 of x's even last dim D; cos and sin broadcast to x (typically [seq, D] against
@@ -705,6 +705,8 @@ register("rope", "rope", 3, infer_rope("rope"), evaluate_rope)
 register("rope_grad", "rope", 3, infer_rope("rope_grad"), evaluate_rope_grad)
 
 
+# ---------------------------------------------------------------------------------------------
+# Optimizer updates: elementwise, PyTorch's rules. The first input is the value being replaced,
 # so the runtime can update it in place.
 
 
@@ -869,3 +871,8 @@ def infer_type(op: str, types: list[TensorType], attrs: dict[str, Any]) -> Tenso
 def launches_kernel(op: str) -> bool:
     """Whether a node of this op runs a GPU kernel (leaves and reshapes are only buffers/views)."""
     return op not in ("input", "param", "state", "const", "reshape")
+
+
+# The image ops (unfold, fold, convolution kernels, pooling) register themselves from their own
+# module; importing it here keeps `OPS` complete for everyone who imports this one.
+from meganeura.ir import conv_ops  # noqa: E402, F401

@@ -282,6 +282,24 @@ class Tensor:
         shape = tuple(d for i, d in enumerate(self.shape) if i not in dims or d != 1)
         return functional.reshape(self, shape)
 
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Dims start_dim…end_dim merged into one (a reshape), like torch.Tensor.flatten; a 0-d
+        tensor becomes [1]."""
+        from meganeura import functional
+
+        if self.ndim == 0:
+            return functional.reshape(self, (1,))
+        try:
+            start, end = (normalize_axes(d, self.ndim, "flatten")[0] for d in (start_dim, end_dim))
+        except ShapeError as error:
+            raise ShapeError(f"{user_source_line()}: {error}") from None
+        if start > end:
+            raise ShapeError(f"{user_source_line()}: flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        merged = 1
+        for d in self.shape[start : end + 1]:
+            merged *= d
+        return functional.reshape(self, self.shape[:start] + (merged,) + self.shape[end + 1 :])
+
     def contiguous(self) -> Tensor:
         """The tensor itself: traced tensors are always laid out densely."""
         return self

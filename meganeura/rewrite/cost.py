@@ -72,6 +72,14 @@ def matmul_flops(output: TensorType, a: TensorType) -> int:
     return 2 * a.numel * output.shape[-1]
 
 
+def conv_gemm_flops(output: TensorType, a: TensorType) -> int:
+    """2·M·K·N of an implicit-GEMM convolution (conv_gemm): its first operand holds M·K elements (the
+    weight, or the gradient [N, O, L] for grad_weight) and its output M·N, M being the output's
+    channel dim (dim 1 of an image [N, C, H, W], dim 0 of a weight gradient [O, C·kh·kw])."""
+    rows = output.shape[1] if output.rank == 4 else output.shape[0]
+    return 2 * a.numel * output.numel // max(rows, 1)
+
+
 def kernel_cost(op: str, output: TensorType, operands: Sequence[TensorType]) -> Cost:
     """The cost of one node, from its op, its result type and its distinct operands' types (in order).
 
@@ -81,6 +89,7 @@ def kernel_cost(op: str, output: TensorType, operands: Sequence[TensorType]) -> 
     if not launches_kernel(op):
         return Cost()
     flops = matmul_flops(output, operands[0]) if op in MATMUL_OPS else 0
+    flops = conv_gemm_flops(output, operands[0]) if op == "conv_gemm" else flops
     return Cost(sum(t.nbytes for t in operands) + output.nbytes, flops, 1)
 
 

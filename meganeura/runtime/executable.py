@@ -3,7 +3,9 @@ command buffer (one compute pass, readback copies, end-of-step state copies) and
 
 Parameters live in device buffers: the Executable points each `nn.Parameter.storage` at its
 buffer, and an Executable compiled later from the same model on the same device binds that same
-buffer, so programs share weights without copies.
+buffer, so programs share weights without copies. Module buffers (`nn.Buffer`, e.g. BatchNorm's
+running statistics) are `state` leaves given among the parameters: they are shared the same way,
+and their end-of-step updates land in the shared buffer.
 """
 
 from __future__ import annotations
@@ -92,13 +94,14 @@ class Executable:
 
     def check_leaves(self, parameters: dict[str, nn.Parameter], initial_states: dict[str, np.ndarray]) -> None:
         """Every parameter and state of the graph is given, with the graph's shape."""
-        for role, given in (("param", parameters), ("state", initial_states)):
+        shared = {name: p for name, p in parameters.items() if isinstance(p, nn.Buffer)}
+        for role, given in (("param", parameters), ("state", {**initial_states, **shared})):
             names = self.plan.leaf_buffers(role)
             missing = [name for name in names if name not in given]
             if missing:
                 raise KeyError(f"the graph reads {role}s {missing}, which were not given; got {sorted(given)}")
             for name in names:
-                shape = given[name].type.shape if role == "param" else np.shape(given[name])
+                shape = given[name].type.shape if isinstance(given[name], nn.Parameter) else np.shape(given[name])
                 if tuple(shape) != self.leaf_types[name].shape:
                     raise ValueError(f"{role} {name}: the graph needs {self.leaf_types[name]}, got shape {list(shape)}")
 
@@ -106,7 +109,7 @@ class Executable:
         """One device buffer per plan slot; a parameter's slot is its shared storage buffer."""
         buffers = []
         for slot in self.plan.buffers:
-            if slot.role == "param":
+            if slot.role == "param" or (slot.role == "state" and isinstance(parameters.get(slot.name), nn.Buffer)):
                 buffers.append(self.parameter_buffer(slot.name, parameters[slot.name], slot.nbytes))
             else:
                 label = f"#{slot.index} {slot.role} {slot.name}".strip()
@@ -131,6 +134,8 @@ class Executable:
     def upload_leaves(self, initial_states: dict[str, np.ndarray]) -> None:
         """Initial optimizer states, and the constants that kernels read from buffers."""
         for name, index in self.plan.leaf_buffers("state").items():
+            if name not in initial_states:  # a module buffer: its shared storage holds its value
+                continue
             write_buffer(self.device, self.buffers[index], self.leaf_types[name], initial_states[name], f"state {name}")
         for slot in self.plan.buffers:
             if slot.role == "const":

@@ -1,0 +1,129 @@
+"""Lowering of the implicit-GEMM convolution kernels (`conv_gemm`) to shaders/conv_gemm.wgsl.
+
+A conv_gemm node is one tiled GEMM whose im2col operand is gathered from the image while the
+GEMM tile is staged (see `meganeura/ir/conv_ops.py` for the three modes as GEMMs). The tiling,
+the register tile and the epilogue are matmul's (`lower.matmul_tiling`, `lower.register_tile`,
+`lower.expression_code`); what differs is how a tile element is loaded (the mode's gather,
+selected by a template flag) and where an output element is stored (NCHW for forward and
+grad_input, the weight matrix for grad_weight). The images are folded into the GEMM's columns
+(forward, grad_input) or its reduction (grad_weight), so there is no batch dimension in the grid.
+
+The epilogue reads `$acc` and the extras `$0…`, each broadcast to the node's output shape and
+indexed by the output element's row-major index.
+"""
+
+from __future__ import annotations
+
+import math
+
+from meganeura.codegen.expressions import helper_functions
+from meganeura.codegen.kernel import Binding, KernelSpec
+from meganeura.codegen.lower import (
+    Operands,
+    bindings_wgsl,
+    expression_code,
+    grid_for,
+    matmul_tiling,
+    output_binding,
+    register_tile,
+    shape_text,
+)
+from meganeura.codegen.render import render
+from meganeura.ir.conv_ops import conv_gemm_geometry, conv_output_size
+from meganeura.ir.expr import parse as parse_expr
+from meganeura.ir.graph import Graph, Node
+
+CONV_GEMM_ATTRS = {"mode", "kernel", "stride", "padding", "image", "epilogue"}
+
+# How a staging loop walks the B tile: the coordinate that varies fastest between neighbouring
+# threads. forward/grad_input: the column (neighbouring output positions, or pixels, read
+# neighbouring words); grad_weight: the reduction index (neighbouring output positions of one
+# image read x at neighbouring strided positions; a run of columns (c, i, j) breaks every kw).
+B_STAGE = {
+    "forward": "let k = s / BN; let n = s % BN;",
+    "grad_input": "let k = s / BN; let n = s % BN;",
+    "grad_weight": "let n = s / BK; let k = s % BK;",
+}
+
+
+def conv_gemm_dims(graph: Graph, node: Node) -> tuple[int, int, int]:
+    """(M, N, K) of the node's GEMM."""
+    mode, kernel, _, _, _ = conv_gemm_geometry(node.attr_dict)
+    a, b = (graph[i].shape for i in node.inputs[:2])
+    taps = kernel[0] * kernel[1]
+    if mode == "forward":  # [O, C·taps] · [C·taps, N·L]
+        return a[0], node.shape[0] * math.prod(node.shape[2:]), a[1]
+    if mode == "grad_input":  # [C, O·taps] · [O·taps, N·H·W]
+        return a[1] // taps, math.prod(node.shape) // (a[1] // taps), a[0] * taps
+    return a[1], node.shape[1], a[0] * a[2]  # grad_weight: [O, N·L] · [N·L, C·taps]
+
+
+def pair_text(prefix: str, value: tuple[int, int], default: int) -> str:
+    """The text of a stride ("/s2") or padding ("/p2,1") in a label; "" for the default."""
+    if value == (default, default):
+        return ""
+    return f"/{prefix}{value[0]}" if value[0] == value[1] else f"/{prefix}{value[0]},{value[1]}"
+
+
+def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
+    """One conv_gemm node as a tiled implicit GEMM (see the module docstring)."""
+    mode, kernel, stride, padding, image = conv_gemm_geometry(node.attr_dict)
+    a, b, *extras = node.inputs
+    m, n, k = conv_gemm_dims(graph, node)
+    ho, wo = conv_output_size(image, kernel, stride, padding, "conv_gemm")
+    taps = kernel[0] * kernel[1]
+    channels = graph[a].shape[1] // taps if mode != "grad_weight" else graph[b].shape[1]
+    filters = graph[a].shape[0] if mode != "grad_weight" else graph[a].shape[1]
+    epilogue_text = node.attr("epilogue", "$acc")
+    tree = parse_expr(epilogue_text)
+    operands = Operands(graph)
+
+    def read(name: str) -> str:
+        return "x" if name == "acc" else operands.read(extras[int(name)], node.shape, "i")
+
+    reads, epilogue = expression_code(tree, read)
+    bindings = [Binding("a", a, "read"), Binding("b", b, "read"), *operands.bindings, output_binding(node)]
+    tiling = matmul_tiling(m, n)
+    bm, bn = tiling["WG_Y"] * tiling["TM"], tiling["WG_X"] * tiling["NV"] * 4
+    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
+    grid = grid_for(tiles_m * tiles_n)
+    tile = register_tile(tiling["TM"], tiling["NV"], tiling["WG_X"], tiling["WG_Y"])
+    tile["STORE"] = tile["STORE"].replace("store4(bat, ", "store4(")  # one GEMM: no batch index
+    wgsl = render(
+        "conv_gemm",
+        {
+            "BINDINGS": bindings_wgsl(graph, bindings),
+            "M": m,
+            "N": n,
+            "K": k,
+            "TILES_M": tiles_m,
+            "TILES": tiles_m * tiles_n,
+            "GRID_X": grid[0],
+            **tiling,
+            "C": channels,
+            "O": filters,
+            "H": image[0],
+            "W": image[1],
+            "HO": ho,
+            "WO": wo,
+            "KH": kernel[0],
+            "KW": kernel[1],
+            "SH": stride[0],
+            "SW": stride[1],
+            "PH": padding[0],
+            "PW": padding[1],
+            "FORWARD": mode == "forward",
+            "GRAD_INPUT": mode == "grad_input",
+            "GRAD_WEIGHT": mode == "grad_weight",
+            "B_STAGE": B_STAGE[mode],
+            "FUNCTIONS": helper_functions([tree]),
+            "READS": reads,
+            "EPILOGUE": epilogue,
+            **tile,
+        },
+    )
+    geometry = f"{kernel[0]}x{kernel[1]}{pair_text('s', stride, 1)}{pair_text('p', padding, 0)}"
+    label = f"conv_gemm {mode} {geometry} {shape_text(graph[a].shape)},{shape_text(graph[b].shape)}"
+    label += f" -> {shape_text(node.shape)} ({m}x{k}x{n})"
+    label += "" if epilogue_text == "$acc" else f" {epilogue_text}"
+    return KernelSpec(node.id, label, wgsl, "conv_gemm", tuple(bindings), grid, (tiling["WG_X"], tiling["WG_Y"], 1))

@@ -1,0 +1,136 @@
+"""Lowering of the pooling ops (NCHW, ir/conv_ops.py): max_pool2d, avg_pool2d and their gradients,
+one thread per output element each, on the elementwise template.
+
+- max_pool2d / avg_pool2d: a thread per output (n, c, ho, wo) loops over its kh×kw window,
+  skipping the padding (−inf for max, 0 for the average, which always divides by kh·kw).
+- max_pool2d_grad / avg_pool2d_grad gather, deterministically and without atomics: a thread per
+  image pixel (n, c, y, x) loops over the windows that contain it, oh ∈ [⌈(y + ph − kh + 1)/sh⌉,
+  ⌊(y + ph)/sh⌋] ∩ [0, Ho) (the same for ow), and sums their gradient. max_pool2d_grad recomputes
+  each such window's arg-max from x (the first maximum in scan order: a strict `>` while scanning
+  row by row) and takes the window's gradient only when the arg-max is this pixel.
+
+`POOL_LOWERINGS` is merged into `lower.LOWERINGS` at the end of `lower.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from meganeura.codegen.expressions import literal
+from meganeura.codegen.kernel import KernelSpec
+from meganeura.codegen.lower import Operands, elementwise_kernel, shape_text
+from meganeura.ir.graph import Graph, Node
+
+NEG_INF = literal(float("-inf"))
+
+
+def geometry(node: Node) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    kernel, stride, padding = (tuple(node.attr(key)) for key in ("kernel", "stride", "padding"))
+    return kernel, stride, padding
+
+
+def label(node: Node, image: tuple[int, ...]) -> str:
+    (kh, kw), (sh, sw), (ph, pw) = geometry(node)
+    return f"{node.op} {shape_text(image)} k={kh}x{kw} s={sh},{sw} p={ph},{pw}"
+
+
+def window_scan(x_at: Callable[[str], str], image: tuple[int, int], kernel, stride, padding, body: str) -> list[str]:
+    """WGSL lines looping over the window at (oh, ow) of the plane starting at `base`: `body` runs
+    for each pixel inside the image with `v` its value and `p` its index in the plane (y·W + x)."""
+    (height, width), (kh, kw), (sh, sw), (ph, pw) = image, kernel, stride, padding
+    return [
+        f"for (var ki = 0i; ki < {kh}i; ki++) {{",
+        f"    let yy = oh * {sh}i - {ph}i + ki;",
+        f"    if (yy < 0i || yy >= {height}i) {{ continue; }}",
+        f"    for (var kj = 0i; kj < {kw}i; kj++) {{",
+        f"        let xx = ow * {sw}i - {pw}i + kj;",
+        f"        if (xx < 0i || xx >= {width}i) {{ continue; }}",
+        f"        let p = u32(yy * {width}i + xx);",
+        f"        let v = {x_at('base + p')};",
+        f"        {body}",
+        "    }",
+        "}",
+    ]
+
+
+def lower_pool(graph: Graph, node: Node) -> KernelSpec:
+    """max_pool2d / avg_pool2d: output element i = (plane, oh, ow) reduces its window."""
+    x = node.inputs[0]
+    _, _, height, width = graph[x].shape
+    kernel, stride, padding = geometry(node)
+    ho, wo = node.shape[2:]
+    operands = Operands(graph)
+    maximum = node.op == "max_pool2d"
+    lines = [
+        f"let ow = i32(i % {wo}u);",
+        f"let oh = i32((i / {wo}u) % {ho}u);",
+        f"let base = (i / {ho * wo}u) * {height * width}u;",
+        f"var acc = {NEG_INF if maximum else '0.0'};",
+    ]
+    # NaN propagates through the maximum, as in PyTorch (and numpy's max).
+    body = "if (v > acc || v != v) { acc = v; }" if maximum else "acc += v;"
+    lines += window_scan(lambda at: operands.read_at(x, at), (height, width), kernel, stride, padding, body)
+    value = "acc" if maximum else f"acc / {float(kernel[0] * kernel[1])}"
+    return elementwise_kernel(graph, node, operands, "\n    ".join(lines), value, "", label(node, graph[x].shape))
+
+
+def covering_windows(image: tuple[int, int], out: tuple[int, int], kernel, stride, padding) -> list[str]:
+    """WGSL lines opening two loops over the windows (oh, ow) that contain pixel (y, x) of a plane
+    (`i` an index into [N, C, H, W]); the caller closes them with two `}`."""
+    (height, width), (ho, wo), (kh, kw), (sh, sw), (ph, pw) = image, out, kernel, stride, padding
+    # i32 division truncates toward zero; a negative numerator can only round up to 0, which the
+    # max(·, 0) clamps anyway, so the lower bound is ⌈(y + ph − kh + 1)/sh⌉ clamped to 0.
+    return [
+        f"let y = i32((i / {width}u) % {height}u);",
+        f"let x = i32(i % {width}u);",
+        f"let oh_lo = max((y + {ph - kh + sh}i) / {sh}i, 0i);",
+        f"let oh_hi = min((y + {ph}i) / {sh}i, {ho - 1}i);",
+        f"let ow_lo = max((x + {pw - kw + sw}i) / {sw}i, 0i);",
+        f"let ow_hi = min((x + {pw}i) / {sw}i, {wo - 1}i);",
+        "var total = 0.0;",
+        "for (var oh = oh_lo; oh <= oh_hi; oh++) {",
+        "for (var ow = ow_lo; ow <= ow_hi; ow++) {",
+    ]
+
+
+def lower_pool_grad(graph: Graph, node: Node) -> KernelSpec:
+    """max_pool2d_grad / avg_pool2d_grad: image pixel i sums the gradient of the windows covering it
+    (for max, of those whose arg-max it is)."""
+    g = node.inputs[-1]
+    n, c, height, width = node.shape
+    ho, wo = graph[g].shape[2:]
+    kernel, stride, padding = geometry(node)
+    operands = Operands(graph)
+    lines = [
+        f"let plane = i / {height * width}u;",
+        f"let base = plane * {height * width}u;",
+        f"let gbase = plane * {ho * wo}u;",
+        *covering_windows((height, width), (ho, wo), kernel, stride, padding),
+    ]
+    g_at = operands.read_at(g, f"gbase + u32(oh * {wo}i + ow)")
+    if node.op == "max_pool2d_grad":
+        x = node.inputs[0]
+        scan = window_scan(
+            lambda at: operands.read_at(x, at),
+            (height, width),
+            kernel,
+            stride,
+            padding,
+            "if (v > best) { best = v; arg = p; }",
+        )
+        lines += [f"var best = {NEG_INF};", f"var arg = {height * width}u;", *scan]
+        lines += [f"if (arg == i % {height * width}u) {{ total += {g_at}; }}"]
+        value = "total"
+    else:
+        lines.append(f"total += {g_at};")
+        value = f"total / {float(kernel[0] * kernel[1])}"
+    lines += ["}", "}"]
+    return elementwise_kernel(graph, node, operands, "\n    ".join(lines), value, "", label(node, node.shape))
+
+
+POOL_LOWERINGS: dict[str, Callable[..., KernelSpec]] = {
+    "max_pool2d": lower_pool,
+    "avg_pool2d": lower_pool,
+    "max_pool2d_grad": lower_pool_grad,
+    "avg_pool2d_grad": lower_pool_grad,
+}

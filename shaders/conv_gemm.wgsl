@@ -1,0 +1,205 @@
+// conv_gemm.wgsl: implicit-GEMM convolution, out = epilogue(A · B, extras…), where the im2col
+// operand is gathered from the image while its tile is loaded: no column buffer is written.
+//
+// One GEMM per dispatch, [M, K] · [K, N] → [M, N], every image folded into the rows, columns or
+// reduction (so small late-stage images still fill whole tiles). Per mode (see conv_ops.py):
+// - FORWARD:     rows o, columns (n, ho, wo), reduction (c, i, j); a = weight [O, C·KH·KW],
+//                b = x [NIMG, C, H, W] gathered; out [NIMG, O, HO, WO].
+// - GRAD_INPUT:  rows c, columns (n, y, x), reduction (o, i, j); a = weight read permuted,
+//                b = g [NIMG, O, HO·WO] gathered at the output positions whose windows cover
+//                (y, x); out [NIMG, C, H, W].
+// - GRAD_WEIGHT: rows o, columns (c, i, j), reduction (n, ho, wo); a = g [NIMG, O, HO·WO],
+//                b = x gathered; out [O, C·KH·KW].
+// Bindings (group 0, generated from the KernelSpec): a (read), b (read), the epilogue's extras
+// that are buffers (x0, x1, …, read; scalar constants are inlined), out (read_write).
+// Grid: TILES = TILES_M · TILES_N workgroups of (WG_X, WG_Y) threads, tile t = x + y · GRID_X
+// (y only when x would exceed the per-dimension limit); workgroups past TILES return at once.
+//
+// The tiling is matmul.wgsl's: each workgroup computes a BM × BN tile, walking K in steps of BK
+// with both operand tiles staged in workgroup memory (zero past the matrix edges, and zero where
+// the gathered element falls in the padding or between strided positions), then every thread
+// accumulates TM rows × NV vec4 columns in registers, its rows WG_Y apart and its vec4 columns
+// WG_X apart. The accumulators are named variables, updated by unrolled code (ACCUMULATORS,
+// MULTIPLY, STORE).
+//
+// Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_X, WG_X, WG_Y, TM, NV, BK; the geometry
+// C, O, H, W, HO, WO, KH, KW, SH, SW, PH, PW; FUNCTIONS (helpers the epilogue calls), READS
+// (`let` statements loading the epilogue's extras at the output's row-major index `i`),
+// EPILOGUE (an f32 expression of `x`, the dot product, and the READS); ACCUMULATORS, MULTIPLY,
+// STORE. Flags: FORWARD, GRAD_INPUT, GRAD_WEIGHT (exactly one is set).
+
+{{BINDINGS}}
+
+const M: u32 = {{M}}u;
+const N: u32 = {{N}}u;
+const K: u32 = {{K}}u;
+const TILES_M: u32 = {{TILES_M}}u;
+const TILES: u32 = {{TILES}}u;
+const GRID_X: u32 = {{GRID_X}}u;
+const WG_X: u32 = {{WG_X}}u;
+const WG_Y: u32 = {{WG_Y}}u;
+const TM: u32 = {{TM}}u;
+const NV: u32 = {{NV}}u;
+const BK: u32 = {{BK}}u;
+const BM: u32 = WG_Y * TM;
+const BN4: u32 = WG_X * NV;
+const BN: u32 = BN4 * 4u;
+const THREADS: u32 = WG_X * WG_Y;
+
+const C: u32 = {{C}}u;   // image channels
+const O: u32 = {{O}}u;   // filters
+const H: u32 = {{H}}u;   // image size
+const W: u32 = {{W}}u;
+const HO: u32 = {{HO}}u;  // output positions
+const WO: u32 = {{WO}}u;
+const L: u32 = HO * WO;
+const KH: u32 = {{KH}}u;
+const KW: u32 = {{KW}}u;
+const TAPS: u32 = KH * KW;
+const SH: u32 = {{SH}}u;
+const SW: u32 = {{SW}}u;
+const PH: u32 = {{PH}}u;
+const PW: u32 = {{PW}}u;
+
+var<workgroup> tile_a: array<f32, BK * BM>;         // [k][m]
+var<workgroup> tile_b: array<vec4<f32>, BK * BN4>;  // [k][n / 4], component n % 4
+
+{{FUNCTIONS}}
+
+//#if GRAD_INPUT
+//#else
+// x[img, c, ho·SH − PH + i, wo·SW − PW + j]: one element of the column im2col would write; 0 in
+// the padding.
+fn gather_x(img: u32, c: u32, i: u32, j: u32, ho: u32, wo: u32) -> f32 {
+    let y = i32(ho * SH + i) - i32(PH);
+    let x = i32(wo * SW + j) - i32(PW);
+    if (y >= 0 && y < i32(H) && x >= 0 && x < i32(W)) {
+        return b[((img * C + c) * H + u32(y)) * W + u32(x)];
+    }
+    return 0.0;
+}
+//#endif
+
+// A[m, k]; 0 outside the matrix.
+fn load_a(m: u32, k: u32) -> f32 {
+    if (m >= M || k >= K) {
+        return 0.0;
+    }
+//#if FORWARD
+    return a[m * K + k];  // weight [O, C·KH·KW] as stored
+//#endif
+//#if GRAD_INPUT
+    let o = k / TAPS;  // A[c, (o, i, j)] = weight[o, (c·KH + i)·KW + j]
+    return a[(o * C + m) * TAPS + k % TAPS];
+//#endif
+//#if GRAD_WEIGHT
+    let img = k / L;  // A[o, (n, l)] = g[n, o, l]
+    return a[(img * O + m) * L + k % L];
+//#endif
+}
+
+// B[k, n], gathered; 0 outside the matrix.
+fn load_b(k: u32, n: u32) -> f32 {
+    if (k >= K || n >= N) {
+        return 0.0;
+    }
+//#if FORWARD
+    let c = k / TAPS;  // B[(c, i, j), (n, ho, wo)]
+    let ij = k % TAPS;
+    let img = n / L;
+    let l = n % L;
+    return gather_x(img, c, ij / KW, ij % KW, l / WO, l % WO);
+//#endif
+//#if GRAD_INPUT
+    let o = k / TAPS;  // B[(o, i, j), (n, y, x)] = g[n, o, ho, wo] where ho·SH − PH + i = y, wo·SW − PW + j = x
+    let ij = k % TAPS;
+    let img = n / (H * W);
+    let p = n % (H * W);
+    let dy = i32(p / W + PH) - i32(ij / KW);
+    let dx = i32(p % W + PW) - i32(ij % KW);
+    if (dy < 0 || dx < 0) {
+        return 0.0;
+    }
+    let ho = u32(dy) / SH;
+    let wo = u32(dx) / SW;
+    if (ho * SH != u32(dy) || wo * SW != u32(dx) || ho >= HO || wo >= WO) {
+        return 0.0;
+    }
+    return b[(img * O + o) * L + ho * WO + wo];
+//#endif
+//#if GRAD_WEIGHT
+    let img = k / L;  // B[(n, ho, wo), (c, i, j)]
+    let l = k % L;
+    let ij = n % TAPS;
+    return gather_x(img, n / TAPS, ij / KW, ij % KW, l / WO, l % WO);
+//#endif
+}
+
+// The row-major index in out of GEMM element (row, col).
+fn out_index(row: u32, col: u32) -> u32 {
+//#if FORWARD
+    return ((col / L) * O + row) * L + col % L;
+//#endif
+//#if GRAD_INPUT
+    return ((col / (H * W)) * C + row) * (H * W) + col % (H * W);
+//#endif
+//#if GRAD_WEIGHT
+    return row * N + col;
+//#endif
+}
+
+fn epilogue(x: f32, i: u32) -> f32 {
+    {{READS}}
+    return {{EPILOGUE}};
+}
+
+// Store one accumulator: GEMM elements (row, col .. col + 3), inside the matrix.
+fn store4(row: u32, col: u32, v: vec4<f32>) {
+    if (row >= M) {
+        return;
+    }
+    for (var c = 0u; c < 4u; c++) {
+        if (col + c < N) {
+            let i = out_index(row, col + c);
+            out[i] = epilogue(v[c], i);
+        }
+    }
+}
+
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn conv_gemm(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_id) local: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let t = wid.x + wid.y * GRID_X;
+    if (t >= TILES) {
+        return;  // uniform: the whole workgroup leaves
+    }
+    let tile_m = t % TILES_M;
+    let tile_n = t / TILES_M;
+    let row0 = tile_m * BM + local.y;  // this thread's first row; the others are WG_Y apart
+    let col0 = tile_n * BN + 4u * local.x;  // its first column; the other vec4s are 4·WG_X apart
+    {{ACCUMULATORS}}
+
+    for (var k0 = 0u; k0 < K; k0 += BK) {
+        // Stage along the faster-moving address of each gather (see lower_conv.py).
+        for (var s = lid; s < BM * BK; s += THREADS) {
+            let m = s / BK;
+            let k = s % BK;
+            tile_a[k * BM + m] = load_a(tile_m * BM + m, k0 + k);
+        }
+        for (var s = lid; s < BK * BN; s += THREADS) {
+            {{B_STAGE}}
+            tile_b[k * BN4 + n / 4u][n % 4u] = load_b(k0 + k, tile_n * BN + n);
+        }
+        workgroupBarrier();
+        for (var k = 0u; k < BK; k++) {
+            let a_row = k * BM + local.y;
+            let b_row = k * BN4 + local.x;
+            {{MULTIPLY}}
+        }
+        workgroupBarrier();
+    }
+    {{STORE}}
+}

@@ -1,0 +1,328 @@
+"""The implicit-GEMM convolution op `conv_gemm`: its numpy semantics against direct loop references
+(convolution, its input gradient, its weight gradient), its shape checks, its cost, and its WGSL
+kernel against the interpreter on the default adapter (lavapipe in CI) for all three modes over
+strides, paddings, kernel shapes, odd image sizes and sizes that do not divide the tiles, with
+and without epilogues."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support import emit, leaf
+
+from meganeura.codegen.lower import lower_node
+from meganeura.ir.conv_ops import conv_output_size
+from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.interpret import interpret
+from meganeura.ir.ops import ShapeError, infer_type, op_def
+from meganeura.rewrite.cost import node_cost
+from meganeura.runtime import Executable, default_device
+
+RNG = np.random.default_rng(7)
+
+
+def normal(*shape: int) -> np.ndarray:
+    return RNG.normal(size=shape).astype(np.float32)
+
+
+# -- direct loop references (no unfold/fold) -------------------------------------------------------
+
+
+def conv_reference(x, weight, stride, padding):
+    """out[n, o, ho, wo] = Σ_{c,i,j} weight[o, c, i, j] · x[n, c, ho·sh − ph + i, wo·sw − pw + j]."""
+    n, c, h, w = x.shape
+    o, _, kh, kw = weight.shape
+    ho, wo = conv_output_size((h, w), (kh, kw), stride, padding)
+    out = np.zeros((n, o, ho, wo))
+    for b in range(n):
+        for f in range(o):
+            for p in range(ho):
+                for q in range(wo):
+                    total = 0.0
+                    for ch in range(c):
+                        for i in range(kh):
+                            for j in range(kw):
+                                y, xx = p * stride[0] - padding[0] + i, q * stride[1] - padding[1] + j
+                                if 0 <= y < h and 0 <= xx < w:
+                                    total += weight[f, ch, i, j] * x[b, ch, y, xx]
+                    out[b, f, p, q] = total
+    return out
+
+
+def grad_input_reference(g, weight, image, stride, padding):
+    """dx[n, c, y, x] = Σ over the windows covering (y, x): weight[o, c, i, j] · g[n, o, ho, wo]."""
+    n, o, ho, wo = g.shape
+    _, c, kh, kw = weight.shape
+    h, w = image
+    dx = np.zeros((n, c, h, w))
+    for b in range(n):
+        for f in range(o):
+            for p in range(ho):
+                for q in range(wo):
+                    for ch in range(c):
+                        for i in range(kh):
+                            for j in range(kw):
+                                y, xx = p * stride[0] - padding[0] + i, q * stride[1] - padding[1] + j
+                                if 0 <= y < h and 0 <= xx < w:
+                                    dx[b, ch, y, xx] += weight[f, ch, i, j] * g[b, f, p, q]
+    return dx
+
+
+def grad_weight_reference(g, x, kernel, stride, padding):
+    """dw[o, c, i, j] = Σ_{n,ho,wo} g[n, o, ho, wo] · x[n, c, ho·sh − ph + i, wo·sw − pw + j]."""
+    n, c, h, w = x.shape
+    _, o, ho, wo = g.shape
+    kh, kw = kernel
+    dw = np.zeros((o, c, kh, kw))
+    for f in range(o):
+        for ch in range(c):
+            for i in range(kh):
+                for j in range(kw):
+                    total = 0.0
+                    for b in range(n):
+                        for p in range(ho):
+                            for q in range(wo):
+                                y, xx = p * stride[0] - padding[0] + i, q * stride[1] - padding[1] + j
+                                if 0 <= y < h and 0 <= xx < w:
+                                    total += g[b, f, p, q] * x[b, ch, y, xx]
+                    dw[f, ch, i, j] = total
+    return dw
+
+
+# (N, C, O, image, kernel, stride, padding)
+GEOMETRIES = [
+    (2, 3, 4, (6, 6), (3, 3), (1, 1), (0, 0)),
+    (3, 5, 6, (7, 5), (3, 3), (2, 2), (1, 1)),
+    (1, 2, 3, (9, 9), (3, 2), (2, 1), (2, 1)),
+    (2, 4, 2, (5, 7), (1, 3), (1, 2), (0, 1)),
+    (1, 3, 2, (9, 9), (5, 5), (2, 2), (2, 2)),
+    (2, 3, 5, (7, 5), (1, 1), (2, 2), (0, 0)),
+]
+
+
+def geometry_id(geometry) -> str:
+    n, c, o, image, kernel, stride, padding = geometry
+    return (
+        f"n{n}c{c}o{o}-{image[0]}x{image[1]}-k{kernel[0]}x{kernel[1]}-s{stride[0]}{stride[1]}-p{padding[0]}{padding[1]}"
+    )
+
+
+def evaluate(mode, a, b, *extras, kernel, stride, padding, image, epilogue="$acc"):
+    return op_def("conv_gemm").evaluate(
+        a, b, *extras, mode=mode, kernel=kernel, stride=stride, padding=padding, image=image, epilogue=epilogue
+    )
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=geometry_id)
+def test_numpy_semantics_match_direct_loops(geometry):
+    n, c, o, image, kernel, stride, padding = geometry
+    ho, wo = conv_output_size(image, kernel, stride, padding)
+    x = RNG.normal(size=(n, c, *image))
+    weight = RNG.normal(size=(o, c, *kernel))
+    g = RNG.normal(size=(n, o, ho, wo))
+    attrs = {"kernel": kernel, "stride": stride, "padding": padding, "image": image}
+    w2 = weight.reshape(o, -1)
+
+    forward = evaluate("forward", w2, x, **attrs)
+    np.testing.assert_allclose(forward, conv_reference(x, weight, stride, padding), rtol=1e-10, atol=1e-10)
+    grad_input = evaluate("grad_input", w2, g.reshape(n, o, -1), **attrs)
+    expected_dx = grad_input_reference(g, weight, image, stride, padding)
+    np.testing.assert_allclose(grad_input, expected_dx, rtol=1e-10, atol=1e-10)
+    grad_weight = evaluate("grad_weight", g.reshape(n, o, -1), x, **attrs)
+    expected_dw = grad_weight_reference(g, x, kernel, stride, padding).reshape(o, -1)
+    np.testing.assert_allclose(grad_weight, expected_dw, rtol=1e-10, atol=1e-10)
+
+    # shape inference agrees with the evaluation
+    types = {
+        "forward": [t(*w2.shape), t(*x.shape)],
+        "grad_input": [t(*w2.shape), t(n, o, ho * wo)],
+        "grad_weight": [t(n, o, ho * wo), t(*x.shape)],
+    }
+    for mode, value in (("forward", forward), ("grad_input", grad_input), ("grad_weight", grad_weight)):
+        assert infer_type("conv_gemm", types[mode], {"mode": mode, **attrs}).shape == value.shape
+
+
+def test_numpy_epilogue_reads_broadcast_extras():
+    x, weight, bias = normal(2, 3, 5, 5), normal(4, 3, 3, 3), normal(4, 1, 1)
+    attrs = {"kernel": (3, 3), "stride": (1, 1), "padding": (1, 1), "image": (5, 5)}
+    out = evaluate("forward", weight.reshape(4, -1), x, bias, epilogue="relu(add($acc,$0))", **attrs)
+    expected = np.maximum(conv_reference(x, weight, (1, 1), (1, 1)) + bias, 0)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    assert (out == 0).any() and (out > 0).any()
+
+
+def t(*shape: int) -> TensorType:
+    return TensorType(shape, "f32")
+
+
+GEO = {"kernel": (3, 3), "stride": (2, 2), "padding": (1, 1), "image": (7, 5)}  # Ho, Wo = 4, 3
+
+
+@pytest.mark.parametrize(
+    ("mode", "types", "attrs", "message"),
+    [
+        ("sideways", [t(6, 45), t(3, 5, 7, 5)], {}, "mode must be one of"),
+        ("forward", [t(6, 45)], {}, "at least two operands"),
+        ("forward", [t(6, 44), t(3, 5, 7, 5)], {}, r"weight matrix \[O, C·9\]"),
+        ("forward", [t(6, 45), t(3, 5, 35)], {}, r"image batch \[N, C, H, W\]"),
+        ("forward", [t(6, 45), t(3, 4, 7, 5)], {}, "5 channels per filter"),
+        ("forward", [t(6, 45), t(3, 5, 7, 6)], {}, "not of the image size"),
+        ("forward", [t(6, 45), t(3, 5, 7, 5), t(5, 1, 1)], {}, r"\$0 .* does not broadcast"),
+        ("forward", [t(6, 45), t(3, 5, 7, 5)], {"epilogue": "add($acc,$0)"}, r"reads \$0"),
+        ("forward", [t(6, 45), t(3, 5, 7, 5)], {"kernel": (11, 3)}, "larger than the padded input"),
+        ("forward", [t(6, 45), t(3, 5, 7, 5)], {"kernel": "3"}, "kernel: expected an int or a pair"),
+        ("grad_input", [t(6, 45), t(3, 6, 4, 3)], {}, r"output gradient \[N, O, L\]"),
+        ("grad_input", [t(6, 45), t(3, 7, 12)], {}, "6 filters"),
+        ("grad_input", [t(6, 45), t(3, 6, 13)], {}, "should have 4·3 = 12 positions"),
+        ("grad_weight", [t(3, 6, 4, 3), t(3, 5, 7, 5)], {}, r"output gradient \[N, O, L\]"),
+        ("grad_weight", [t(3, 6, 12), t(5, 35)], {}, r"image batch \[N, C, H, W\]"),
+        ("grad_weight", [t(2, 6, 12), t(3, 5, 7, 5)], {}, "batch sizes differ"),
+        ("grad_weight", [t(3, 6, 12), t(3, 5, 5, 7)], {}, "not of the image size"),
+        ("grad_weight", [t(3, 6, 11), t(3, 5, 7, 5)], {}, "should have 4·3 = 12 positions"),
+    ],
+)
+def test_shape_errors(mode, types, attrs, message):
+    with pytest.raises(ShapeError, match=message):
+        infer_type("conv_gemm", types, {"mode": mode, **GEO, **attrs})
+
+
+def test_shapes_and_flops():
+    cases = {
+        "forward": ([t(6, 45), t(3, 5, 7, 5)], (3, 6, 4, 3)),
+        "grad_input": ([t(6, 45), t(3, 6, 12)], (3, 5, 7, 5)),
+        "grad_weight": ([t(3, 6, 12), t(3, 5, 7, 5)], (6, 45)),
+    }
+    gemm_flops = 2 * 6 * 45 * 3 * 12  # 2·O·(C·kh·kw)·(N·L), the same product in every mode
+    for mode, (types, shape) in cases.items():
+        assert infer_type("conv_gemm", types, {"mode": mode, **GEO}).shape == shape
+        graph = Graph()
+        inputs = [leaf(graph, "input", f"x{i}", tt.shape) for i, tt in enumerate(types)]
+        node = emit(graph, "conv_gemm", inputs, mode=mode, **GEO)
+        assert node_cost(graph, node).flops == (gemm_flops if mode != "grad_input" else 2 * 5 * 54 * 105)
+    # grad_input's GEMM is [C, O·kh·kw] · [O·kh·kw, N·H·W]: it runs over every pixel and every tap
+    assert 2 * 5 * 54 * 105 == 2 * 6 * 45 * 3 * 35
+
+
+# -- the kernel against the interpreter --------------------------------------------------------------
+
+
+def conv_graph(mode: str, geometry, epilogue: str | None = None, extra_shape=None) -> tuple[Graph, dict]:
+    """A one-node conv_gemm graph of `mode` with random inputs (and an extra for the epilogue)."""
+    n, c, o, image, kernel, stride, padding = geometry
+    ho, wo = conv_output_size(image, kernel, stride, padding)
+    taps = kernel[0] * kernel[1]
+    shapes = {
+        "forward": [(o, c * taps), (n, c, *image)],
+        "grad_input": [(o, c * taps), (n, o, ho * wo)],
+        "grad_weight": [(n, o, ho * wo), (n, c, *image)],
+    }[mode]
+    if extra_shape is not None:
+        shapes.append(extra_shape)
+    graph = Graph()
+    inputs = [leaf(graph, "input", f"x{i}", shape) for i, shape in enumerate(shapes)]
+    attrs = {"mode": mode, "kernel": kernel, "stride": stride, "padding": padding, "image": image}
+    if epilogue is not None:
+        attrs["epilogue"] = epilogue
+    graph.outputs["out"] = emit(graph, "conv_gemm", inputs, **attrs)
+    feeds = {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}
+    return graph, feeds
+
+
+def check_gpu(graph: Graph, feeds: dict) -> np.ndarray:
+    executable = Executable(graph, default_device(), {}, {})
+    got = executable.run(feeds, read=("out",))["out"]
+    expected = interpret(graph, feeds, dtype=np.float64).outputs["out"]
+    assert got.shape == expected.shape
+    assert np.abs(expected).max() > 0
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    return got
+
+
+KERNEL_GEOMETRIES = [
+    (3, 5, 6, (7, 5), (3, 3), (1, 1), (0, 0)),
+    (3, 5, 6, (7, 5), (3, 3), (2, 2), (1, 1)),
+    (2, 3, 6, (9, 9), (3, 2), (2, 2), (2, 1)),
+    (3, 5, 6, (9, 9), (1, 3), (1, 1), (2, 1)),
+    (2, 5, 6, (9, 9), (5, 5), (2, 2), (2, 2)),
+    (3, 5, 6, (7, 5), (1, 1), (1, 1), (0, 0)),
+    (2, 3, 6, (7, 5), (1, 1), (2, 2), (1, 1)),
+    (3, 5, 6, (9, 9), (3, 3), (1, 2), (1, 0)),
+    # larger: several tiles along every GEMM dimension (M, N, K), none of them a tile multiple
+    (3, 37, 70, (9, 9), (3, 3), (1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("mode", ["forward", "grad_input", "grad_weight"])
+@pytest.mark.parametrize("geometry", KERNEL_GEOMETRIES, ids=geometry_id)
+def test_kernel_matches_interpreter(mode, geometry):
+    graph, feeds = conv_graph(mode, geometry)
+    check_gpu(graph, feeds)
+
+
+def test_forward_kernel_with_bias_relu_epilogue():
+    geometry = (3, 5, 6, (7, 5), (3, 3), (2, 2), (1, 1))
+    graph, feeds = conv_graph("forward", geometry, "relu(add($acc,$0))", (6, 1, 1))
+    spec = lower_node(graph, graph.outputs["out"])
+    assert spec.label == "conv_gemm forward 3x3/s2/p1 6x45,3x5x7x5 -> 3x6x4x3 (6x45x36) relu(add($acc,$0))"
+    assert [b.name for b in spec.bindings] == ["a", "b", "x0", "out"]
+    got = check_gpu(graph, feeds)
+    assert (got == 0).any() and (got > 0).any()  # the relu did something
+
+
+def test_grad_input_kernel_with_mask_epilogue():
+    geometry = (3, 5, 6, (9, 9), (3, 2), (2, 1), (2, 1))
+    n, c, *_ = geometry
+    graph, feeds = conv_graph("grad_input", geometry, "mul($acc,$0)", (n, c, 9, 9))
+    feeds["x2"] = (feeds["x2"] > 0).astype(np.float32)
+    got = check_gpu(graph, feeds)
+    assert (got[feeds["x2"] == 0] == 0).all()
+
+
+def test_grad_weight_kernel_with_scale_and_extra():
+    geometry = (3, 5, 6, (7, 5), (3, 3), (1, 1), (1, 1))
+    graph, feeds = conv_graph("grad_weight", geometry, "add(mul($acc,0.5),$0)", (6, 45))
+    check_gpu(graph, feeds)
+
+
+def test_epilogue_constants_are_inlined():
+    graph = Graph()
+    w = leaf(graph, "input", "w", (4, 3 * 9))
+    x = leaf(graph, "input", "x", (2, 3, 5, 5))
+    half = graph.add("const", (), TensorType((), "f32"), {"value": 0.5})
+    attrs = {"mode": "forward", "kernel": (3, 3), "stride": (1, 1), "padding": (1, 1), "image": (5, 5)}
+    graph.outputs["out"] = emit(graph, "conv_gemm", [w, x, half], epilogue="mul($acc,$0)", **attrs)
+    spec = lower_node(graph, graph.outputs["out"])
+    assert [b.name for b in spec.bindings] == ["a", "b", "out"]
+    check_gpu(graph, {"w": normal(4, 27), "x": normal(2, 3, 5, 5)})
+
+
+def test_unknown_attributes_are_refused():
+    graph, _ = conv_graph("forward", GEOMETRIES[0])
+    node = graph[graph.outputs["out"]]
+    bad = Graph()
+    inputs = [leaf(bad, "input", f"x{i}", graph[j].shape) for i, j in enumerate(node.inputs)]
+    bad.outputs["out"] = bad.add("conv_gemm", inputs, node.type, {**node.attr_dict, "dilation": (2, 2)})
+    with pytest.raises(NotImplementedError, match="dilation"):
+        lower_node(bad, bad.outputs["out"])
+
+
+def test_large_grids_fold_into_two_dimensions(monkeypatch):
+    from meganeura.codegen import lower
+
+    monkeypatch.setattr(lower, "MAX_WORKGROUPS_PER_DIM", 3)
+    graph, feeds = conv_graph("forward", KERNEL_GEOMETRIES[-1], "add($acc,$0)", (70, 1, 1))
+    spec = lower_node(graph, graph.outputs["out"])
+    assert spec.grid == (3, 3, 1)  # 2 row tiles × 4 column tiles, 9 workgroups of which 1 idle
+    check_gpu(graph, feeds)
+
+
+def test_optimize_keeps_a_conv_gemm_as_a_generic_op():
+    from meganeura.rewrite.pipeline import optimize
+
+    graph, feeds = conv_graph("forward", GEOMETRIES[1], "add($acc,$0)", (6, 1, 1))
+    out = graph.outputs["out"]
+    graph.outputs["out"] = emit(graph, "relu", [out])
+    optimized, _ = optimize(graph)
+    assert "conv_gemm" in [node.op for node in optimized]
+    expected = interpret(graph, feeds).outputs["out"]
+    np.testing.assert_allclose(interpret(optimized, feeds).outputs["out"], expected, rtol=1e-5, atol=1e-5)
