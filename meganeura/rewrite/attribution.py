@@ -70,7 +70,8 @@ LIFTS = {
     "lift_matmul": ("matmul", "fused_matmul"),
     "lift_reduce": ("sum", "max", "fused_reduce"),
 }
-FUSING_KERNELS = ("Kernel", "MatmulKernel", "MatmulPrologue", "ReduceKernel")
+FUSING_KERNELS = ("Kernel", "MatmulKernel", "MatmulPrologue", "ReduceKernel", "ConvKernel")
+CONV_RULES = {"forward": "conv_forward", "grad_input": "conv_grad_input", "grad_weight": "conv_grad_weight"}
 CROSS_ENTROPY_RULES = {  # the fused cross-entropy e-nodes -> the rule that puts them in a class
     "CrossEntropyRows": "cross_entropy_forward",
     "CrossEntropyRowsGrad": "cross_entropy_backward",
@@ -138,6 +139,12 @@ def rule_uses(extractor: Extractor, decoded: Decoded) -> Counter:
             if extractor.tree(node.children[2], False) != ("acc",):
                 for name in ("matmul_epilogue", "matmul_mentions", "matmul_substitute"):
                     uses[name] += 1
+        elif node.op == "ConvKernel":
+            bodies.append((node.children[2], False))
+            uses[CONV_RULES[node.primitives[0]]] += 1
+            if extractor.tree(node.children[2], False) != ("acc",):
+                for name in ("conv_epilogue", "conv_mentions", "matmul_substitute"):
+                    uses[name] += 1
         elif node.op == "ReduceKernel":
             bodies.extend(((node.children[0], False), (node.children[1], False)))
             epilogue = extractor.tree(node.children[1], False)
@@ -167,6 +174,8 @@ def rule_uses(extractor: Extractor, decoded: Decoded) -> Counter:
             uses["compose_permutes"] += 1
         if node.op == "Reshape" and rep.op == "reshape" and class_of_ir[rep.inputs[0]] != node.children[0]:
             uses["merge_reshapes"] += 1
+        if node.op == "Reshape" and rep.op in ("unfold", "fold"):
+            uses["pointwise_conv"] += 1
     uses["fuse_pointwise"] = len(inlined)
     uses["const_literal"] = len(literals)
     for i in fused_nodes:
@@ -263,6 +272,8 @@ def family_of_kept(extractor: Extractor, eclass: int) -> str:
         return "pointwise" if extractor.tree(node.children[1], False) == ("r",) else "reductions"
     if node.op in CROSS_ENTROPY_RULES:
         return "reductions"
+    if node.op == "ConvKernel":
+        return "conv"
     recognized = {"Attention": "attention", "Rope": "rope"}
     if node.op in recognized and extractor.graph[extractor.ir_ids[eclass][0]].op != recognized[node.op]:
         return "recognition"
@@ -279,6 +290,8 @@ def family_of_eliminated(extractor: Extractor, eclass: int, absorbing: dict[int,
         return "algebra"
     kernel = min(kernels, key=lambda c: extractor.rank[c])
     node = extractor.option(kernel).node
+    if node.op == "ConvKernel" or rep.op in ("unfold", "fold"):
+        return "conv"
     if rep.op in ("matmul", "fused_matmul", "sum", "max", "fused_reduce"):
         return family_of_kept(extractor, kernel)
     if node.op == "MatmulPrologue" and eclass == prologue_source(extractor, node):

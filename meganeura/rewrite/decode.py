@@ -109,6 +109,28 @@ def ir_node(extractor: Extractor, eclass: int) -> tuple[str, list[int], dict[str
         return "attention", children, {"causal": prims[0], "scale": prims[1]}
     if op == "Rope":
         return "rope", children, {}
+    if op in ("Unfold", "Fold"):
+        kh, kw, sh, sw, ph, pw, height, width = prims[0]
+        attrs = {"kernel": (kh, kw), "stride": (sh, sw), "padding": (ph, pw)}
+        return (
+            ("unfold", children, attrs)
+            if op == "Unfold"
+            else ("fold", children, {**attrs, "output_size": (height, width)})
+        )
+    if op == "ConvKernel":
+        kh, kw, sh, sw, ph, pw, height, width = prims[1]
+        loads = []
+        attrs = {
+            "mode": prims[0],
+            "kernel": (kh, kw),
+            "stride": (sh, sw),
+            "padding": (ph, pw),
+            "image": (height, width),
+        }
+        epilogue = format_expr(expr_of(extractor.tree(children[2], False), loads))
+        if epilogue != "$acc":
+            attrs["epilogue"] = epilogue
+        return "conv_gemm", [*children[:2], *loads], attrs
     if op == "Reduce":
         return prims[0], children, {"axes": prims[1], "keepdim": prims[2]}
     if op in ("Unary", "Binary"):

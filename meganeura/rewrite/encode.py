@@ -39,6 +39,7 @@ from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops import normalize_axes
 from meganeura.rewrite.algebra import permutation_facts
+from meganeura.rewrite.conv import geometry_text
 from meganeura.rewrite.schema import (
     MAX_GENERIC_ARITY,
     ROW_CONSTRUCTORS,
@@ -121,6 +122,9 @@ def typed_term(node: Node, graph: Graph) -> TermData | None:
         return ("Attention", (*children, bool(attrs["causal"]), float(attrs["scale"])))
     if op == "rope" and not attrs:
         return ("Rope", children)
+    if op in ("unfold", "fold"):
+        constructor = "Unfold" if op == "unfold" else "Fold"
+        return (constructor, (*children, tuple(int(v) for v in geometry_text(graph, node).split(","))))
     if op == "sgd_step" and only_attrs(node, ("lr", "weight_decay")) and numbers(attrs, "lr", "weight_decay"):
         return ("SgdStep", (*children, float(attrs["lr"]), float(attrs.get("weight_decay", 0.0))))
     if (

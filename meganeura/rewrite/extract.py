@@ -57,7 +57,7 @@ from typing import NamedTuple
 
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.ops import launches_kernel
-from meganeura.rewrite.cost import Cost
+from meganeura.rewrite.cost import Cost, conv_gemm_flops
 from meganeura.rewrite.encode import Encoding, PwTree, TermData
 from meganeura.rewrite.view import EGraphView, ENode
 
@@ -336,7 +336,7 @@ class Extractor:
             expansion = self.root(node.children[0])
             terms: tuple[int, ...] = ()
             work = expansion.ops * out_numel
-        elif op == "MatmulKernel":
+        elif op in ("MatmulKernel", "ConvKernel"):
             expansion = self.child(node.children[2], eclass)
             terms = node.children[:2]
             work = expansion.ops * out_numel
@@ -367,6 +367,8 @@ class Extractor:
         elif op == "MatmulPrologue":
             out = self.type[eclass]
             units += Cost(0, 2 * TensorType(node.primitives[0]).numel * out.shape[-1], 0).units
+        elif op == "ConvKernel":
+            units += Cost(0, conv_gemm_flops(self.type[eclass], self.type[node.children[0]]), 0).units
         leafish = self.leafish
         return Evaluation(reads, units, sum([1 for s in reads if not leafish[s]]), True, work)
 

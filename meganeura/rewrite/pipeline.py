@@ -5,13 +5,12 @@ from __future__ import annotations
 import time
 
 from meganeura.ir.graph import Graph
+from meganeura.rewrite import conv, recognition
 from meganeura.rewrite.attribution import family_savings, rule_uses
 from meganeura.rewrite.cost import graph_cost, kernel_count
 from meganeura.rewrite.decode import decode
 from meganeura.rewrite.encode import LEAF_KINDS, encode
 from meganeura.rewrite.extract import MAX_PASSES, Extractor, input_choice
-from meganeura.rewrite.recognition import FAMILY as RECOGNITION
-from meganeura.rewrite.recognition import facts as recognition_facts
 from meganeura.rewrite.report import RewriteReport, RuleStats
 from meganeura.rewrite.rules import all_rules
 from meganeura.rewrite.saturate import DEFAULT_BUDGET, SCHEDULE, Budget, saturate
@@ -39,10 +38,11 @@ def optimize(
         return pruned, report
     started = time.perf_counter()
     encoding = encode(graph)
-    if any(RECOGNITION in phase for phase in schedule):
-        facts = recognition_facts(graph, encoding.encoded_ids)
-        if facts:
-            encoding.egraph.parse_and_run_program("\n".join(facts))
+    for family in (recognition, conv):  # the families whose guards read facts of their own
+        if any(family.FAMILY in phase for phase in schedule):
+            facts = family.facts(graph, encoding.encoded_ids)
+            if facts:
+                encoding.egraph.parse_and_run_program("\n".join(facts))
     encoded = time.perf_counter()
     saturation = saturate(encoding.egraph, budget, schedule)
     saturated = time.perf_counter()

@@ -11,7 +11,7 @@ facts and on attributes). A rule that removes a redundant node (x·1, a reshape 
 a constant expression) also `subsume`s the node it replaces, so that no other rule matches it
 again (it would only create cycles such as x ≡ x·1).
 
-The families, one module each: `algebra`, `pointwise`, `matmul`, `reductions`, and
+The families, one module each: `algebra`, `pointwise`, `matmul`, `reductions`, `conv`, and
 `recognition` (scheduled only on the forward graph, before autodiff: see `recognition.py`).
 """
 
@@ -54,19 +54,19 @@ def rule_of(egglog_rule_name: str) -> str:
 
 def all_rules() -> list[Rule]:
     """Every rule, family by family, in the order the report lists them."""
-    from meganeura.rewrite import algebra, matmul, pointwise, recognition, reductions
+    from meganeura.rewrite import algebra, conv, matmul, pointwise, recognition, reductions
 
-    return [*algebra.RULES, *pointwise.RULES, *matmul.RULES, *reductions.RULES, *recognition.RULES]
+    return [*algebra.RULES, *pointwise.RULES, *matmul.RULES, *reductions.RULES, *conv.RULES, *recognition.RULES]
 
 
-FAMILIES = ("algebra", "pointwise", "matmul", "reductions", "recognition")
+FAMILIES = ("algebra", "pointwise", "matmul", "reductions", "conv", "recognition")
 
 
 def rules_program(rules: list[Rule]) -> str:
     """The egglog text declaring the family rulesets and every rule."""
-    from meganeura.rewrite.recognition import DECLARATIONS
+    from meganeura.rewrite import conv, recognition
 
     lines = [f"(ruleset {family})" for family in FAMILIES]
-    lines.append(DECLARATIONS)
+    lines += [recognition.DECLARATIONS, conv.DECLARATIONS]
     lines.extend(r.program() for r in rules)
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from egglog import bindings
 from meganeura.rewrite.rules import rule_of
 from meganeura.rewrite.schema import CONSTRUCTORS
 
-SCHEDULE: tuple[tuple[str, ...], ...] = (("algebra",), ("pointwise", "matmul", "reductions"))
+SCHEDULE: tuple[tuple[str, ...], ...] = (("algebra",), ("pointwise", "matmul", "reductions", "conv"))
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ extracted). Constructors:
     (Reduce kind "0,1" keepdim x)      sum/max over axes
     (Attention q k v causal scale)     the fused attention op (made by the recognition rules)
     (Rope x cos sin)                   rotary embeddings (made by the recognition rules)
+    (Unfold x "kh,kw,sh,sw,ph,pw,H,W") (Fold c "kh,kw,sh,sw,ph,pw,H,W")   im2col and its adjoint
+                                       (H, W: the image's size)
     (SgdStep p d lr wd) (MomentumBuffer buf g p momentum wd) (AdamMoment m g p beta order wd)
     (LogSoftmax x axis) (LogSoftmaxGrad y g axis) (Pick x labels) (ScatterRows g labels classes)
     (CrossEntropyRows logits labels) (CrossEntropyRowsGrad logits labels g)    (`ROW_CONSTRUCTORS`)
@@ -27,6 +29,7 @@ extracted). Constructors:
     (MatmulPrologue p "M,K" b ta tb epilogue)  the same with A computed while it is loaded: A is
                                        the Pw body p over A's stored shape "M,K" (a prologue)
     (ReduceKernel kind axes keepdim "in_shape" prologue epilogue)
+    (ConvKernel mode a b "geometry" epilogue)   an implicit-GEMM convolution (`conv.py`)
 
 `Pw`: the body of a kernel, an elementwise expression (the `Pw` nodes mirror `ir/expr.py`):
 
@@ -87,12 +90,15 @@ TERM_CONSTRUCTORS: dict[str, tuple[str, ...]] = {
     "AdamMoment": ("Term", "Term", "Term", "f64", "i64", "f64"),
     "Attention": ("Term", "Term", "Term", "bool", "f64"),
     "Rope": ("Term", "Term", "Term"),
+    "Unfold": ("Term", "String"),
+    "Fold": ("Term", "String"),
     **{name: ("Term",) * arity + ("i64",) * len(keys) for name, (_, arity, keys) in ROW_CONSTRUCTORS.items()},
     **{f"Op{n}": ("String", "i64", *("Term",) * n) for n in range(MAX_GENERIC_ARITY + 1)},
     "Kernel": ("Pw", "String"),
     "MatmulKernel": ("Term", "Term", "bool", "bool", "Pw"),
     "MatmulPrologue": ("Pw", "String", "Term", "bool", "bool", "Pw"),
     "ReduceKernel": ("String", "String", "bool", "String", "Pw", "Pw"),
+    "ConvKernel": ("String", "Term", "Term", "String", "Pw"),
 }
 PW_CONSTRUCTORS: dict[str, tuple[str, ...]] = {
     "Lit": ("f64",),

@@ -26,6 +26,9 @@ _TEXT_TUPLE_ARGS = {  # constructor -> primitive positions whose String is an in
     "Kernel": (0,),
     "ReduceKernel": (1, 3),
     "MatmulPrologue": (0,),
+    "Unfold": (0,),
+    "Fold": (0,),
+    "ConvKernel": (1,),
 }
 
 

@@ -1,0 +1,180 @@
+"""The conv family: convolutions in their plain im2col form become implicit-GEMM kernels.
+
+`F.conv2d` traces a convolution as `unfold` (im2col) and a matmul with the weight matrix, and
+autodiff differentiates exactly that (ir/conv_ops.py), so a training step holds three GEMMs over
+columns [N, C·kh·kw, L] that a plain plan writes to memory. These rules give each GEMM the
+implicit-GEMM kernel `(ConvKernel mode a b geometry epilogue)` (IR: `conv_gemm`), which gathers
+the column operand from the image (or from the output gradient) while it loads its tiles, so the
+columns are never written:
+
+- `conv_forward`: reshape(matmul(W, unfold(x)), [N, O, Ho, Wo]) → ConvKernel "forward" W x;
+- `conv_grad_input`: fold(matmul(Wᵀ, g)) → ConvKernel "grad_input" W g (g [N, O, L]);
+- `conv_grad_weight`: sum over the batch of matmul(g, unfold(x)ᵀ) → ConvKernel "grad_weight" g x;
+- `conv_epilogue` (with the helper `conv_mentions`): a pointwise kernel of a conv kernel's shape
+  that reads its result becomes its epilogue, as `matmul_epilogue` does for matmuls (the bias
+  add and the activation after a convolution; the relu mask on an input gradient);
+- `pointwise_conv`: a 1×1 convolution with stride 1 and no padding needs no gathering at all:
+  unfold(x) is a view of x ([N, C, H·W]) and fold(c) a view of c, so the convolution is a plain
+  (batched) matmul, which the matmul family then fuses like any other.
+
+Guards (facts the encoder adds for this family, `facts`): `(rank t r)` for every tensor; the
+geometry string "kh,kw,sh,sw,ph,pw,H,W" of each unfold/fold is `(spatial_geometry g)` or
+`(pointwise_geometry g)` (1×1, stride 1, padding 0); `(positions t n ho wo)` for an unfold's
+result [N, C·kh·kw, Ho·Wo], and `(splits_positions t n o ho wo)` for a 4-D reshape
+[N, O, Ho, Wo] of a 3-D [N, O, Ho·Wo]: the forward rule needs the reshape to be the one that
+unflattens the output positions. The weight is a matrix (rank 2), the gradient g of rank 3.
+"""
+
+from __future__ import annotations
+
+from meganeura.ir.graph import Graph
+from meganeura.rewrite.rules import Rule, rule
+
+FAMILY = "conv"
+
+CONV_FORWARD = Rule(
+    "conv_forward",
+    FAMILY,
+    "reshape(W·unfold(x), [N, O, Ho, Wo]) → implicit-GEMM convolution (columns gathered from x)",
+    (
+        rule(
+            [
+                "(= t (Reshape m s))",
+                "(= m (Matmul w c false false))",
+                "(= c (Unfold x geometry))",
+                "(spatial_geometry geometry)",
+                "(rank w 2)",
+                "(positions c n ho wo)",
+                "(splits_positions t n o ho wo)",
+            ],
+            '(union t (ConvKernel "forward" w x geometry (Acc)))',
+        ),
+    ),
+)
+
+CONV_GRAD_INPUT = Rule(
+    "conv_grad_input",
+    FAMILY,
+    "fold(Wᵀ·g) → implicit-GEMM input gradient (operand gathered from g, no column buffer)",
+    (
+        rule(
+            [
+                "(= t (Fold m geometry))",
+                "(= m (Matmul w g true false))",
+                "(spatial_geometry geometry)",
+                "(rank w 2)",
+                "(rank g 3)",
+            ],
+            '(union t (ConvKernel "grad_input" w g geometry (Acc)))',
+        ),
+    ),
+)
+
+CONV_GRAD_WEIGHT = Rule(
+    "conv_grad_weight",
+    FAMILY,
+    "Σₙ g·unfold(x)ᵀ → implicit-GEMM weight gradient (columns gathered from x)",
+    (
+        rule(
+            [
+                '(= t (Reduce "sum" "0" false m))',
+                "(= m (Matmul g c false true))",
+                "(= c (Unfold x geometry))",
+                "(spatial_geometry geometry)",
+                "(rank g 3)",
+            ],
+            '(union t (ConvKernel "grad_weight" g x geometry (Acc)))',
+        ),
+    ),
+)
+
+CONV_MENTIONS = Rule(
+    "conv_mentions",
+    FAMILY,
+    "the Pw classes that load a conv kernel's result (helper of conv_epilogue)",
+    (rule(["(= l (Load t))", "(= t (ConvKernel mode a b geometry e))"], "(mentions l t)"),),
+)
+
+CONV_EPILOGUE = Rule(
+    "conv_epilogue",
+    FAMILY,
+    "a pointwise kernel of a conv kernel's shape reading its result becomes the conv's epilogue",
+    (
+        rule(
+            [
+                "(= k (Kernel body s))",
+                "(mentions body t)",
+                "(= t (ConvKernel mode a b geometry e))",
+                "(= s (shape t))",
+            ],
+            "(union k (ConvKernel mode a b geometry (Replace body t e)))",
+        ),
+    ),
+)
+
+POINTWISE_CONV = Rule(
+    "pointwise_conv",
+    FAMILY,
+    "a 1×1 convolution (stride 1, no padding) is a plain matmul: unfold and fold are views",
+    (
+        rule(
+            ["(= c (Unfold x geometry))", "(pointwise_geometry geometry)", "(= s (shape c))"],
+            "(union c (Reshape x s))",
+        ),
+        rule(
+            ["(= t (Fold c geometry))", "(pointwise_geometry geometry)", "(= s (shape t))"],
+            "(union t (Reshape c s))",
+        ),
+    ),
+)
+
+RULES = [CONV_FORWARD, CONV_GRAD_INPUT, CONV_GRAD_WEIGHT, CONV_EPILOGUE, CONV_MENTIONS, POINTWISE_CONV]
+
+DECLARATIONS = """(relation rank (Term i64))
+(relation spatial_geometry (String))
+(relation pointwise_geometry (String))
+(relation positions (Term i64 i64 i64))
+(relation splits_positions (Term i64 i64 i64 i64))
+"""
+
+
+def geometry(node) -> tuple[int, ...]:
+    """The geometry of an unfold or fold node: (kh, kw, sh, sw, ph, pw, H, W), H, W the image's size."""
+    kernel, stride, padding = node.attr("kernel"), node.attr("stride"), node.attr("padding")
+    return (*kernel, *stride, *padding)
+
+
+def image_size(graph: Graph, node) -> tuple[int, int]:
+    """The (H, W) of the image an unfold reads or a fold writes."""
+    return tuple(graph[node.inputs[0]].shape[2:]) if node.op == "unfold" else tuple(node.attr("output_size"))
+
+
+def geometry_text(graph: Graph, node) -> str:
+    return ",".join(str(v) for v in (*geometry(node), *image_size(graph, node)))
+
+
+def is_pointwise(node) -> bool:
+    return geometry(node) == (1, 1, 1, 1, 0, 0)
+
+
+def facts(graph: Graph, node_ids: list[int]) -> list[str]:
+    """The facts the conv rules guard on, for the encoded nodes `node_ids` (see the module docstring)."""
+    from meganeura.ir.conv_ops import conv_output_size
+
+    lines, geometries = [], set()
+    for node_id in node_ids:
+        node = graph[node_id]
+        lines.append(f"(rank (Ref {node_id}) {node.type.rank})")
+        if node.op in ("unfold", "fold"):
+            geometries.add((geometry_text(graph, node), is_pointwise(node)))
+        if node.op == "unfold":
+            window = (node.attr("kernel"), node.attr("stride"), node.attr("padding"))
+            ho, wo = conv_output_size(image_size(graph, node), *window)
+            lines.append(f"(positions (Ref {node_id}) {node.shape[0]} {ho} {wo})")
+        if node.op == "reshape" and node.type.rank == 4 and graph[node.inputs[0]].type.rank == 3:
+            n, o, ho, wo = node.shape
+            if graph[node.inputs[0]].shape == (n, o, ho * wo):
+                lines.append(f"(splits_positions (Ref {node_id}) {n} {o} {ho} {wo})")
+    for text, pointwise in sorted(geometries):
+        lines.append(f'({"pointwise" if pointwise else "spatial"}_geometry "{text}")')
+    return lines

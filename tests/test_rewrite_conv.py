@@ -1,0 +1,122 @@
+"""The conv family: the im2col form that F.conv2d traces and autodiff differentiates becomes
+implicit-GEMM kernels (forward, input gradient, weight gradient) with the bias and activation as
+epilogue; 1×1 convolutions become plain matmuls; no buffer of im2col size is left in the plan.
+Random geometries keep what the training step computes (interpreter before/after)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_rewrite_support import PROPERTY, assert_same_results, live_nodes, seeds
+
+import meganeura as mn
+import meganeura.functional as F
+from meganeura import nn, optim
+from meganeura.codegen.buffers import plan_buffers
+from meganeura.codegen.lower import lower_graph
+from meganeura.compiler import trace_step
+from meganeura.rewrite import optimize
+
+
+class ConvNet(nn.Module):
+    """conv → relu → conv → relu → global average → linear, the convolutions of geometry `first`/`second`."""
+
+    def __init__(self, channels=(2, 3, 4), first=(3, 1, 1), second=(3, 2, 1), classes=3):
+        super().__init__()
+        (k1, s1, p1), (k2, s2, p2) = first, second
+        self.conv1 = nn.Conv2d(channels[0], channels[1], k1, stride=s1, padding=p1)
+        self.conv2 = nn.Conv2d(channels[1], channels[2], k2, stride=s2, padding=p2)
+        self.fc = nn.Linear(channels[2], classes)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def ce_loss(model, x, y):
+    return F.cross_entropy(model(x), y)
+
+
+def conv_step(model, image=(2, 2, 7, 5), classes=3, optimizer=None):
+    """The traced training step of `model` on images of shape `image`, and values to run it with."""
+    spec = {"x": mn.f32[image], "y": mn.i32[image[0]]}
+    traced = trace_step(model, ce_loss, spec, optimizer or optim.SGD(lr=0.1, momentum=0.9))
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.normal(size=image).astype(np.float32), "y": rng.integers(0, classes, image[0])}
+    params = {name: p.numpy() for name, p in traced.parameters.items()}
+    return traced.graph, inputs, params, traced.initial_states
+
+
+kernels = st.tuples(st.integers(1, 3), st.integers(1, 3))
+geometries = st.tuples(kernels, st.sampled_from([1, 2, (2, 1)]), st.sampled_from([0, 1, (1, 0)]))
+
+
+@PROPERTY
+@given(first=geometries, second=geometries, height=st.integers(7, 9), width=st.integers(7, 9), seed=seeds)
+def test_convolutions_become_implicit_gemm_kernels_and_compute_the_same(first, second, height, width, seed):
+    model = ConvNet(first=first, second=second)
+    graph, inputs, params, states = conv_step(model, image=(2, 2, height, width))
+    fused, report = optimize(graph)
+    assert_same_results(graph, fused, inputs, params, states, tol=1e-4)
+    spatial = [kernel != (1, 1) or stride != 1 or padding != 0 for kernel, stride, padding in (first, second)]
+    modes = {n.attr("mode") for n in live_nodes(fused, "conv_gemm")}
+    # Each spatial convolution has a forward and a weight gradient kernel; the input gradient is
+    # the second's only (the first convolution's input is the data: no gradient). The plan may
+    # also recompute a small forward in a backward kernel's epilogue, when the cost model says so.
+    expected = {"forward", "grad_weight"} if any(spatial) else set()
+    assert modes == expected | ({"grad_input"} if spatial[1] else set())
+    for rule in ("conv_forward", "conv_grad_weight"):
+        assert report.rule(rule).uses >= sum(spatial), rule
+    assert not live_nodes(fused, "unfold") and not live_nodes(fused, "fold")
+    assert report.cost_after.units < report.cost_before.units
+
+
+def test_bias_and_relu_become_the_forward_epilogue_and_the_relu_mask_the_input_gradients():
+    graph, inputs, params, states = conv_step(ConvNet())
+    fused, report = optimize(graph)
+    assert_same_results(graph, fused, inputs, params, states, tol=1e-4)
+    forward = [n for n in live_nodes(fused, "conv_gemm") if n.attr("mode") == "forward"]
+    assert [n.attr("epilogue") for n in forward] == ["relu(add($acc,$0))"] * 2
+    assert [fused[n.inputs[2]].shape for n in forward] == [(3, 1, 1), (4, 1, 1)]  # the biases, per channel
+    (grad_input,) = [n for n in live_nodes(fused, "conv_gemm") if n.attr("mode") == "grad_input"]
+    assert grad_input.attr("epilogue") == "mul($acc,greater($0,0.0))"  # conv1's relu, differentiated
+    assert report.rule("conv_epilogue").uses == 3
+    text = str(report)
+    for rule in ("conv_forward", "conv_grad_input", "conv_grad_weight", "conv_epilogue"):
+        assert rule in text
+
+
+def test_a_1x1_convolution_is_a_plain_matmul():
+    model = ConvNet(first=(3, 1, 1), second=(1, 1, 0))
+    graph, inputs, params, states = conv_step(model)
+    fused, report = optimize(graph)
+    assert_same_results(graph, fused, inputs, params, states, tol=1e-4)
+    assert report.rule("pointwise_conv").uses >= 2  # its unfold and the fold of its input gradient
+    assert [n.attr("mode") for n in live_nodes(fused, "conv_gemm")] == ["forward", "grad_weight"]  # conv1 only
+    assert not live_nodes(fused, "unfold") and not live_nodes(fused, "fold")
+    conv2_weight = next(n.id for n in fused if n.op == "param" and n.attr("name") == "conv2.weight")
+    matmuls = [n for n in fused if n.op in ("matmul", "fused_matmul")]
+    readers = [n for n in matmuls if fused[n.inputs[0]].inputs[:1] == (conv2_weight,)]
+    assert readers, "the 1x1 convolution reads its weight through a matmul"
+
+
+@pytest.mark.parametrize("rewrite", [True, False], ids=["fused", "unfused"])
+def test_no_buffer_of_im2col_size_with_the_rewrite(rewrite):
+    """3×3 windows over a 16×16 image: the columns are 9× the image, the largest tensor of the step.
+    With the rewrite no value of that size is in the buffer plan; without it, the columns are there."""
+    model = ConvNet(channels=(4, 8, 8), first=(3, 1, 1), second=(3, 1, 1))
+    graph, *_ = conv_step(model, image=(2, 4, 16, 16))
+    fused, _ = optimize(graph, enabled=rewrite)
+    plan = plan_buffers(fused, lower_graph(fused))
+    columns = 2 * (8 * 9) * (16 * 16) * 4  # conv2's columns [N, C·kh·kw, L] in bytes
+    largest_other = max(fused[v].type.nbytes for v in plan.buffer_of if fused[v].op not in ("unfold", "matmul", "fold"))
+    assert largest_other < columns
+    if rewrite:
+        assert max(slot.nbytes for slot in plan.buffers) < columns
+        assert not [v for v in plan.buffer_of if fused[v].op in ("unfold", "fold")]
+    else:
+        assert max(slot.nbytes for slot in plan.buffers) >= columns
+        assert [v for v in plan.buffer_of if fused[v].op == "unfold"]
