@@ -197,6 +197,29 @@ def test_fused_matmul_rms_prologue(mkn, batch, transposes):
     assert "A=mul(mul($a,$1),$2)" in executable.kernels[0].label
 
 
+@pytest.mark.parametrize("transpose_a", [False, True], ids=["A", "At"])
+@pytest.mark.parametrize("lead, k, n", [((2, 3), 5, 4), ((3, 11), 33, 65), ((1, 1), 1, 1)], ids=str)
+def test_fused_matmul_prologue_over_the_rows_of_a_tensor(lead, k, n, transpose_a):
+    """flatten_a: A is the [rows, K] matrix of a stored [*lead, K] (or its transpose, [K, rows] stored
+    as [*lead, K]… read transposed); the prologue's extras broadcast over the stored shape."""
+    rows = lead[0] * lead[1]
+    stored = (*lead, k)
+    b_shape = (n, k) if not transpose_a else (n, rows)
+    shapes = [stored, b_shape, (*lead, 1), (k,)]
+    graph = one_op(
+        "fused_matmul",
+        shapes,
+        transpose_a=transpose_a,
+        transpose_b=True,
+        flatten_a=True,
+        prologue="mul(mul($a,$0),$1)",
+        epilogue="$acc",
+    )
+    out = graph[graph.outputs["out"]]
+    assert out.shape == ((k, n) if transpose_a else (rows, n))
+    check(graph, {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     "prologue, epilogue, extras",
     [

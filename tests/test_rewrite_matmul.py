@@ -173,14 +173,35 @@ def test_prologue_needs_a_load_of_the_full_shape_of_a():
     assert report.rule("matmul_prologue").uses == 0 and ops(fused).count("mul") == 1
 
 
-def test_reshape_between_the_producer_and_the_matmul_blocks_the_prologue():
-    # exp(x) [2,3,4] reshaped to rows [6,4]: the kernel's shape is not A's, so the guard fails.
+def test_a_reshape_that_is_not_a_row_flattening_blocks_the_prologue():
+    # exp(x) [2,3,4] reshaped to [4,6]: not the rows of x, so neither prologue rule applies.
     graph = Graph()
-    x, b = leaf(graph, "x", (2, 3, 4)), leaf(graph, "b", (4, 5))
-    rows = node(graph, "reshape", (node(graph, "exp", (x,)),), shape=(6, 4))
-    graph.outputs["y"] = matmul(graph, rows, b)
+    x, b = leaf(graph, "x", (2, 3, 4)), leaf(graph, "b", (6, 5))
+    mixed = node(graph, "reshape", (node(graph, "exp", (x,)),), shape=(4, 6))
+    graph.outputs["y"] = matmul(graph, mixed, b)
     fused, report = check_rewrite(graph)
-    assert report.rule("matmul_prologue").matches == 0 and ops(fused).count("exp") == 1
+    assert report.rule("matmul_prologue").matches == 0 and report.rule("matmul_prologue_rows").matches == 0
+    assert ops(fused).count("exp") == 1
+
+
+@PROPERTY
+@given(lead=st.tuples(dims, dims), k=dims, outs=st.lists(dims, min_size=1, max_size=3), seed=seeds)
+def test_a_prologue_through_the_rows_of_a_linear(lead, k, outs, seed):
+    """RMSNorm → Linear on [batch, seq, features]: the norm x·r·w, flattened to rows for the
+    matmuls, becomes each matmul's prologue (`flatten_a`) once every reader recomputes it."""
+    graph = Graph()
+    x = leaf(graph, "x", (*lead, k))
+    scaled = node(graph, "mul", (x, leaf(graph, "r", (*lead, 1))))
+    normed = node(graph, "mul", (scaled, leaf(graph, "w", (k,))))
+    rows = node(graph, "reshape", (normed,), shape=(lead[0] * lead[1], k))
+    for index, n in enumerate(outs):
+        graph.outputs[f"y{index}"] = matmul(graph, rows, leaf(graph, f"weight{index}", (n, k)), transpose_b=True)
+    fused, report = check_rewrite(graph, "matmul_prologue_rows", seed)
+    assert report.rule("matmul_prologue_rows").uses == len(outs)
+    prologues = live_nodes(fused, "fused_matmul")
+    assert len(prologues) == len(outs) and all(n.attr("flatten_a") for n in prologues)
+    assert fused[prologues[0].inputs[0]].shape == (*lead, k)  # reads x itself, not its rows
+    assert not live_nodes(fused, "mul") and not live_nodes(fused, "pointwise")  # the norm is never written
 
 
 def test_a_that_is_also_an_output_is_stored_and_read():

@@ -26,7 +26,7 @@ from meganeura.codegen.render import render
 from meganeura.ir.expr import Expr, variables
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
-from meganeura.ir.ops import CAUSAL_MASK_VALUE, launches_kernel, matmul_dims, normalize_axes
+from meganeura.ir.ops import CAUSAL_MASK_VALUE, launches_kernel, matmul_a_view, matmul_dims, normalize_axes
 
 MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimension
 
@@ -167,7 +167,7 @@ def output_binding(node: Node) -> Binding:
 # The attributes a fused node may carry: anything else (e.g. the retired `activation` of
 # fused_matmul) would be silently ignored by the kernel, so it is refused instead.
 FUSED_ATTRS = {
-    "fused_matmul": {"transpose_a", "transpose_b", "epilogue", "prologue"},
+    "fused_matmul": {"transpose_a", "transpose_b", "epilogue", "prologue", "flatten_a"},
     "pointwise": {"expr", "shape"},
     "fused_reduce": {"kind", "axes", "keepdim", "in_shape", "prologue", "epilogue"},
 }
@@ -286,12 +286,15 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
     each broadcast to the output [*batch, M, N] and indexed by the element's (bat, row, col).
     Its `prologue` reads `$a`, the stored element of A, and extras broadcast to A's stored shape,
     indexed by the element's stored coordinates (row k, column m when A is transposed); it runs
-    while A's tile is staged, so the A the product uses is never written.
+    while A's tile is staged, so the A the product uses is never written. With `flatten_a` the
+    stored A [..., K] is the matrix of its rows: a row index runs over all its leading dims.
     """
     a, b, *extras = node.inputs
     transpose_a = bool(node.attr("transpose_a", False))
     transpose_b = bool(node.attr("transpose_b", False))
-    batch, m, k, n = matmul_dims([graph[a].type, graph[b].type], node.attr_dict, node.op)
+    flatten_a = bool(node.attr("flatten_a", False))
+    a_view = matmul_a_view(graph[a].type, node.attr_dict)
+    batch, m, k, n = matmul_dims([a_view, graph[b].type], node.attr_dict, node.op)
     batches = math.prod(batch)
     epilogue_text = node.attr("epilogue", "$acc") if node.op == "fused_matmul" else "$acc"
     prologue_text = node.attr("prologue", "$a") if node.op == "fused_matmul" else "$a"
@@ -313,7 +316,9 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
 
     stored_rows, stored_cols = ("k", "m") if transpose_a else ("m", "k")
     a_shape = graph[a].shape
-    a_batch = a_shape[:-2]  # () when A is 2-D and shared by every matrix of the batch
+    a_batch = a_view.shape[:-2]  # () when A is 2-D and shared by every matrix of the batch
+    # A stored row: one index over the dims before the last (all of them when A is flattened).
+    row_dims = a_shape[:-1] if flatten_a else a_shape[-2:-1]
 
     def read_for_a(name: str) -> str:
         if name == "a":
@@ -321,8 +326,8 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
         extra = extras[int(name)]
         strides = broadcast_strides(graph[extra].shape, a_shape)
         index = sum_terms(
-            index_expr("bat", a_batch, strides[:-2]),
-            index_expr(stored_rows, a_shape[-2:-1], strides[-2:-1]),
+            index_expr("bat", a_batch, strides[: len(a_batch)]),
+            index_expr(stored_rows, row_dims, strides[len(a_batch) : -1]),
             index_expr(stored_cols, a_shape[-1:], strides[-1:]),
         )
         return operands.read_at(extra, index)

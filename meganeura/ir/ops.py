@@ -297,8 +297,20 @@ def check_expr(op: str, text: str, allowed: set[str]) -> None:
         raise ShapeError(f"{op}: expression {text!r} reads ${', $'.join(sorted(unknown))}, which it is not given")
 
 
+def matmul_a_view(a: TensorType, attrs) -> TensorType:
+    """A as the product sees it: with `flatten_a`, the stored A [..., K] read as the matrix
+    [rows, K] of its row-major flattening (a prologue over a [batch, seq, features] tensor
+    feeding a Linear, which multiplies its rows)."""
+    if attrs.get("flatten_a"):
+        rows = 1
+        for d in a.shape[:-1]:
+            rows *= d
+        return TensorType((rows, a.shape[-1]), a.dtype)
+    return a
+
+
 def infer_fused_matmul(types, attrs) -> TensorType:
-    batch, m, _, n = matmul_dims(types, attrs, "fused_matmul")
+    batch, m, _, n = matmul_dims([matmul_a_view(types[0], attrs), *types[1:]], attrs, "fused_matmul")
     out = TensorType((*batch, m, n), "f32")
     extras = types[2:]
     names = set(map(str, range(len(extras))))
@@ -323,7 +335,9 @@ def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
         return False
 
 
-def evaluate_fused_matmul(a, b, *extras, transpose_a=False, transpose_b=False, epilogue="$acc", prologue="$a"):
+def evaluate_fused_matmul(
+    a, b, *extras, transpose_a=False, transpose_b=False, epilogue="$acc", prologue="$a", flatten_a=False
+):
     """epilogue(prologue(A, extras…) · B, extras…): the matmul with its prologue and epilogue, as one
     kernel computes it.
 
@@ -331,11 +345,14 @@ def evaluate_fused_matmul(a, b, *extras, transpose_a=False, transpose_b=False, e
     broadcast to A's stored shape; it is applied while A is loaded, so its result is never
     written. The epilogue reads `$acc`, the dot product, and extras broadcast to the output.
     Both number the extras (inputs[2:]) the same way, `$0`, `$1`…; an extra that only the
-    prologue reads need not broadcast to the output.
+    prologue reads need not broadcast to the output. With `flatten_a`, A (after the prologue) is
+    read as the matrix of its rows (`matmul_a_view`).
     """
     if prologue != "$a":
         values = {"a": a, **{str(i): x for i, x in enumerate(extras)}}
         a = np.broadcast_to(evaluate_expr(prologue, values, a.dtype), a.shape)
+    if flatten_a:
+        a = a.reshape(-1, a.shape[-1])
     acc = evaluate_matmul(a, b, transpose_a, transpose_b)
     values = {"acc": acc, **{str(i): x for i, x in enumerate(extras)}}
     return np.broadcast_to(evaluate_expr(epilogue, values, acc.dtype), acc.shape)

@@ -135,7 +135,8 @@ def rule_uses(extractor: Extractor, decoded: Decoded) -> Counter:
             bodies.append((node.children[2], False))
             if extractor.prologue_tree(node)[0] != "load":
                 bodies.append((node.children[0], False))
-                uses["matmul_prologue"] += 1
+                rows = len(node.primitives[0]) > extractor.type[eclass].rank  # A is the rows of the prologue's shape
+                uses["matmul_prologue_rows" if rows else "matmul_prologue"] += 1
             if extractor.tree(node.children[2], False) != ("acc",):
                 for name in ("matmul_epilogue", "matmul_mentions", "matmul_substitute"):
                     uses[name] += 1

@@ -172,6 +172,8 @@ def ir_node(extractor: Extractor, eclass: int) -> tuple[str, list[int], dict[str
         attrs = {"transpose_a": ta, "transpose_b": tb}
         attrs["epilogue"] = format_expr(expr_of(extractor.tree(children[2], False), loads))
         attrs["prologue"] = format_expr(expr_of(prologue, loads, {a: "a"}))
+        if len(a_shape) > len(shape):  # a prologue over a tensor whose rows are A (matmul_prologue_rows)
+            return "fused_matmul", [a, children[1], *loads], {**attrs, "flatten_a": True}
         if attrs["prologue"] == "$a":  # A itself: an ordinary matmul kernel
             del attrs["prologue"]
             if attrs["epilogue"] == "$acc":

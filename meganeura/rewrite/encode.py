@@ -168,7 +168,9 @@ def fused_term(node: Node, graph: Graph) -> TermData | None:
         a, b = node.inputs[:2]
         flags = (bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")))
         return ("MatmulKernel", (("T", a), ("T", b), *flags, ("P", epilogue)))
-    if node.op == "fused_matmul" and only_attrs(node, ("transpose_a", "transpose_b", "epilogue", "prologue")):
+    if node.op == "fused_matmul" and only_attrs(
+        node, ("transpose_a", "transpose_b", "epilogue", "prologue", "flatten_a")
+    ):
         extras = {str(index): ("load", i) for index, i in enumerate(node.inputs[2:])}
         epilogue = pw_from_expr(parse_expr(attrs.get("epilogue", "$acc")), {**extras, "acc": ("acc",)})
         a, b = node.inputs[:2]

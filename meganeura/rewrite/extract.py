@@ -517,6 +517,8 @@ class Extractor:
                     compounds_tried.add(eclass)
                     self.touched = []
                     changed = self.switch_and_repair(eclass, toggle, readers.get(eclass, set()))
+                    inline = self.choice[eclass] if self.option(eclass).inline else self.mode_twin(eclass)
+                    changed += self.switch_and_repair(eclass, inline, readers.get(eclass, set()), detach=True)
                     if changed:
                         touched.update(changed)
                         touched.update(self.touched)
@@ -536,12 +538,18 @@ class Extractor:
         twin = Option(option.node, not option.inline)
         return next((i for i, o in enumerate(self.options[eclass]) if o == twin), None)
 
-    def switch_and_repair(self, eclass: int, index: int, readers: set[int]) -> list[int]:
+    def switch_and_repair(self, eclass: int, index: int, readers: set[int], detach: bool = False) -> list[int]:
         """A compound move: switch `eclass` (a kernel's mode), then each class reading it to its best
         option given that; kept if the plan gets cheaper (the classes changed are returned), else
         undone. A matmul that recomputes A in its prologue while A's mode is inline may make a
         switch of A back to stored pay only together with a switch of A's other readers (a weight
-        gradient that reads A as B, instead of a transposed product and a permute)."""
+        gradient that reads A as B, instead of a transposed product and a permute).
+
+        With `detach`, each reader takes its best option among those that no longer read `eclass`
+        (directly or through a view of it, a reshape): switching several readers away pays only
+        all together (three projections that recompute a normalised input in their prologues
+        drop its kernel only when the last one stops reading it), which greedy repair, one
+        reader at a time, never reaches."""
         repairable = [
             reader
             for reader in sorted(readers - {eclass}, key=lambda c: self.rank[c])
@@ -552,14 +560,17 @@ class Extractor:
         before = self.objective()
         undo = [(eclass, self.choice[eclass])]
         self.set_option(eclass, index)
+        avoided = {eclass, *self.views_of(eclass, readers)} if detach else set()
         for reader in repairable:
+            if reader in avoided:
+                continue
             start = best_index = self.choice[reader]
-            best = self.objective()
+            best = None if self.reads_any(reader, avoided) else self.objective()
             for candidate in range(len(self.options[reader])):
                 if candidate == best_index:
                     continue
                 self.set_option(reader, candidate)
-                if self.objective() < best:
+                if not self.reads_any(reader, avoided) and (best is None or self.objective() < best):
                     best, best_index = self.objective(), candidate
                 else:
                     self.set_option(reader, best_index)
@@ -570,6 +581,20 @@ class Extractor:
         for changed, previous in reversed(undo):
             self.set_option(changed, previous)
         return []
+
+    def views_of(self, eclass: int, readers: set[int]) -> set[int]:
+        """The classes among `readers` that the plan computes as a view of `eclass` (a reshape)."""
+        views = set()
+        for reader in readers:
+            evaluation = self.current.get(reader)
+            if evaluation is not None and not self.option(reader).launches and eclass in evaluation.reads:
+                views.add(reader)
+        return views
+
+    def reads_any(self, eclass: int, targets: set[int]) -> bool:
+        """Whether the plan's option for `eclass` reads any of `targets`."""
+        evaluation = self.current.get(eclass)
+        return evaluation is not None and not targets.isdisjoint(evaluation.reads)
 
     def readers(self) -> dict[int, set[int]]:
         """For each Term e-class, the e-classes with an option reading it (directly or through a

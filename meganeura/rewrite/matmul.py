@@ -36,13 +36,19 @@ the weight gradient in training) and reading A is cheaper than recomputing it.
 
 Guard: F has A's stored shape (`s` is both the kernel's shape and `(shape a)`); extraction
 further requires one of F's loads to have that full shape (it becomes `$a`, the matmul's A
-input), so a broadcast-only body (an outer product) is never a prologue. A reshape between the
-kernel and the matmul (Linear on a 3-D input flattens it to rows) blocks the rule: F's loads
-broadcast to the kernel's shape, not to the reshaped one.
+input), so a broadcast-only body (an outer product) is never a prologue.
+
+`matmul_prologue_rows`: the same through the reshape with which a Linear on [batch, seq,
+features] flattens its input to rows: a ≡ (Reshape k s2) that keeps the last dim and merges the
+others (fact `(flattens_rows a)`), k ≡ (Kernel F s) → (MatmulPrologue F s b ta tb E) with s the
+kernel's own shape: the kernel computes F over s and reads A as the matrix of its rows (IR:
+`fused_matmul(…, flatten_a=True)`), so F's loads keep broadcasting over s. RMSNorm → the q/k/v
+projections of a transformer layer.
 """
 
 from __future__ import annotations
 
+from meganeura.ir.graph import Graph
 from meganeura.rewrite.rules import Rule, rule
 
 FAMILY = "matmul"
@@ -106,4 +112,38 @@ MATMUL_PROLOGUE = Rule(
     ),
 )
 
-RULES = [LIFT_MATMUL, MATMUL_EPILOGUE, MATMUL_MENTIONS, MATMUL_SUBSTITUTE, MATMUL_PROLOGUE]
+MATMUL_PROLOGUE_ROWS = Rule(
+    "matmul_prologue_rows",
+    FAMILY,
+    "a pointwise kernel whose rows (flattened) are a matmul's A operand becomes the matmul's prologue",
+    (
+        rule(
+            [
+                "(= t (MatmulKernel a b ta tb e))",
+                "(= a (Reshape k rows))",
+                "(flattens_rows a)",
+                "(= k (Kernel f s))",
+                "(= s (shape k))",
+            ],
+            "(union t (MatmulPrologue f s b ta tb e))",
+        ),
+    ),
+)
+
+RULES = [LIFT_MATMUL, MATMUL_EPILOGUE, MATMUL_MENTIONS, MATMUL_SUBSTITUTE, MATMUL_PROLOGUE, MATMUL_PROLOGUE_ROWS]
+
+DECLARATIONS = """(relation flattens_rows (Term))
+"""
+
+
+def facts(graph: Graph, node_ids: list[int]) -> list[str]:
+    """`(flattens_rows r)` for the reshapes among `node_ids` of a tensor of rank > 2 to [rows, last dim]."""
+    lines = []
+    for node_id in node_ids:
+        node = graph[node_id]
+        if node.op != "reshape" or node.type.rank != 2:
+            continue
+        source = graph[node.inputs[0]].type
+        if source.rank > 2 and node.shape[-1] == source.shape[-1]:
+            lines.append(f"(flattens_rows (Ref {node_id}))")
+    return lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from meganeura.ir.graph import Graph
-from meganeura.rewrite import conv, recognition
+from meganeura.rewrite import conv, matmul, recognition
 from meganeura.rewrite.attribution import family_savings, rule_uses
 from meganeura.rewrite.cost import graph_cost, kernel_count
 from meganeura.rewrite.decode import decode
@@ -38,7 +38,7 @@ def optimize(
         return pruned, report
     started = time.perf_counter()
     encoding = encode(graph)
-    for family in (recognition, conv):  # the families whose guards read facts of their own
+    for family in (recognition, conv, matmul):  # the families whose guards read facts of their own
         if any(family.FAMILY in phase for phase in schedule):
             facts = family.facts(graph, encoding.encoded_ids)
             if facts:

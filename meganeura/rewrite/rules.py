@@ -64,9 +64,9 @@ FAMILIES = ("algebra", "pointwise", "matmul", "reductions", "conv", "recognition
 
 def rules_program(rules: list[Rule]) -> str:
     """The egglog text declaring the family rulesets and every rule."""
-    from meganeura.rewrite import conv, recognition
+    from meganeura.rewrite import conv, matmul, recognition
 
     lines = [f"(ruleset {family})" for family in FAMILIES]
-    lines += [recognition.DECLARATIONS, conv.DECLARATIONS]
+    lines += [recognition.DECLARATIONS, conv.DECLARATIONS, matmul.DECLARATIONS]
     lines.extend(r.program() for r in rules)
     return "\n".join(lines)
