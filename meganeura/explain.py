@@ -32,6 +32,12 @@ def kernel_summary(node: Node) -> str:
         return f"over {list(node.attr('axes'))}"
     if node.op == "permute":
         return f"perm {list(node.attr('perm'))}"
+    if node.op == "conv_gemm":
+        (kh, kw), (sh, sw), (ph, pw) = node.attr("kernel"), node.attr("stride"), node.attr("padding")
+        epilogue = f", epilogue {node.attr('epilogue')}" if node.attr("epilogue") else ""
+        return f"{node.attr('mode')} {kh}x{kw}/s{sh},{sw}/p{ph},{pw}{epilogue}"
+    if node.op in ("attention", "attention_grad_k", "attention_grad_q", "attention_grad_v", "attention_lse"):
+        return "causal" if node.attr("causal") else ""
     return ""
 
 
@@ -123,7 +129,7 @@ def step_graph(graph: Graph) -> nx.DiGraph:
             drawn.add_node(node.id, label=label, shape="ellipse", style="filled", fillcolor="#eeeeee")
         else:
             what = kernel_summary(node)
-            fused = node.op in ("pointwise", "fused_matmul", "fused_reduce")
+            fused = node.op in ("pointwise", "fused_matmul", "fused_reduce", "conv_gemm")
             label = f"%{node.id} {node.op}\\n{shape_text(node.shape)}" + (f"\\n{escape(what)}" if what else "")
             drawn.add_node(
                 node.id,
