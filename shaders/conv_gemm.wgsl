@@ -9,11 +9,13 @@
 //                b = g [NIMG, O, HO·WO] gathered at the output positions whose windows cover
 //                (y, x); out [NIMG, C, H, W].
 // - GRAD_WEIGHT: rows o, columns (c, i, j), reduction (n, ho, wo); a = g [NIMG, O, HO·WO],
-//                b = x gathered; out [O, C·KH·KW].
+//                b = x gathered; out [O, C·KH·KW]. With CHUNKS > 1, one GEMM per chunk of
+//                IMGS_PER_CHUNK images (the reduction K is that chunk's n, ho, wo), chunk s
+//                writing out[s, O, C·KH·KW].
 // Bindings (group 0, generated from the KernelSpec): a (read), b (read), the epilogue's extras
 // that are buffers (x0, x1, …, read; scalar constants are inlined), out (read_write).
-// Grid: TILES = TILES_M · TILES_N workgroups of (WG_X, WG_Y) threads, tile t = x + y · GRID_X
-// (y only when x would exceed the per-dimension limit); workgroups past TILES return at once.
+// Grid: TILES = TILES_M · TILES_N (· CHUNKS) workgroups of (WG_X, WG_Y) threads, tile t = x + y ·
+// GRID_X (y only when x would exceed the per-dimension limit); workgroups past TILES return.
 //
 // The tiling is matmul.wgsl's: each workgroup computes a BM × BN tile, walking K in steps of BK
 // with both operand tiles staged in workgroup memory (zero past the matrix edges, and zero where
@@ -23,7 +25,8 @@
 // MULTIPLY, STORE).
 //
 // Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_X, WG_X, WG_Y, TM, NV, BK; the geometry
-// C, O, H, W, HO, WO, KH, KW, SH, SW, PH, PW; FUNCTIONS (helpers the epilogue calls), READS
+// C, O, H, W, HO, WO, KH, KW, SH, SW, PH, PW; CHUNKS, IMGS_PER_CHUNK; FUNCTIONS (helpers the
+// epilogue calls), READS
 // (`let` statements loading the epilogue's extras at the output's row-major index `i`),
 // EPILOGUE (an f32 expression of `x`, the dot product, and the READS); ACCUMULATORS, MULTIPLY,
 // STORE. Flags: FORWARD, GRAD_INPUT, GRAD_WEIGHT (exactly one is set).
@@ -60,6 +63,11 @@ const SH: u32 = {{SH}}u;
 const SW: u32 = {{SW}}u;
 const PH: u32 = {{PH}}u;
 const PW: u32 = {{PW}}u;
+const CHUNKS: u32 = {{CHUNKS}}u;  // grad_weight: chunks of images, one partial GEMM each
+const IMGS_PER_CHUNK: u32 = {{IMGS_PER_CHUNK}}u;
+
+// The workgroup's chunk of images (grad_weight; 0 otherwise): its first image.
+var<private> first_img: u32;
 
 var<workgroup> tile_a: array<f32, BK * BM>;         // [k][m]
 var<workgroup> tile_b: array<vec4<f32>, BK * BN4>;  // [k][n / 4], component n % 4
@@ -93,7 +101,7 @@ fn load_a(m: u32, k: u32) -> f32 {
     return a[(o * C + m) * TAPS + k % TAPS];
 //#endif
 //#if GRAD_WEIGHT
-    let img = k / L;  // A[o, (n, l)] = g[n, o, l]
+    let img = first_img + k / L;  // A[o, (n, l)] = g[n, o, l]
     return a[(img * O + m) * L + k % L];
 //#endif
 }
@@ -128,7 +136,7 @@ fn load_b(k: u32, n: u32) -> f32 {
     return b[(img * O + o) * L + ho * WO + wo];
 //#endif
 //#if GRAD_WEIGHT
-    let img = k / L;  // B[(n, ho, wo), (c, i, j)]
+    let img = first_img + k / L;  // B[(n, ho, wo), (c, i, j)]
     let l = k % L;
     let ij = n % TAPS;
     return gather_x(img, n / TAPS, ij / KW, ij % KW, l / WO, l % WO);
@@ -144,7 +152,7 @@ fn out_index(row: u32, col: u32) -> u32 {
     return ((col / (H * W)) * C + row) * (H * W) + col % (H * W);
 //#endif
 //#if GRAD_WEIGHT
-    return row * N + col;
+    return (first_img / IMGS_PER_CHUNK) * M * N + row * N + col;
 //#endif
 }
 
@@ -176,8 +184,10 @@ fn conv_gemm(
     if (t >= TILES) {
         return;  // uniform: the whole workgroup leaves
     }
-    let tile_m = t % TILES_M;
-    let tile_n = t / TILES_M;
+    let tiles_per_chunk = TILES / CHUNKS;
+    first_img = (t / tiles_per_chunk) * IMGS_PER_CHUNK;
+    let tile_m = (t % tiles_per_chunk) % TILES_M;
+    let tile_n = (t % tiles_per_chunk) / TILES_M;
     let row0 = tile_m * BM + local.y;  // this thread's first row; the others are WG_Y apart
     let col0 = tile_n * BN + 4u * local.x;  // its first column; the other vec4s are 4·WG_X apart
     {{ACCUMULATORS}}

@@ -206,7 +206,9 @@ def test_shapes_and_flops():
 # -- the kernel against the interpreter --------------------------------------------------------------
 
 
-def conv_graph(mode: str, geometry, epilogue: str | None = None, extra_shape=None) -> tuple[Graph, dict]:
+def conv_graph(
+    mode: str, geometry, epilogue: str | None = None, extra_shape=None, chunks: int = 1
+) -> tuple[Graph, dict]:
     """A one-node conv_gemm graph of `mode` with random inputs (and an extra for the epilogue)."""
     n, c, o, image, kernel, stride, padding = geometry
     ho, wo = conv_output_size(image, kernel, stride, padding)
@@ -223,6 +225,8 @@ def conv_graph(mode: str, geometry, epilogue: str | None = None, extra_shape=Non
     attrs = {"mode": mode, "kernel": kernel, "stride": stride, "padding": padding, "image": image}
     if epilogue is not None:
         attrs["epilogue"] = epilogue
+    if chunks > 1:
+        attrs["chunks"] = chunks
     graph.outputs["out"] = emit(graph, "conv_gemm", inputs, **attrs)
     feeds = {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}
     return graph, feeds
@@ -257,6 +261,24 @@ KERNEL_GEOMETRIES = [
 def test_kernel_matches_interpreter(mode, geometry):
     graph, feeds = conv_graph(mode, geometry)
     check_gpu(graph, feeds)
+
+
+@pytest.mark.parametrize("chunks", [3, 6], ids=lambda c: f"{c}chunks")
+@pytest.mark.parametrize("geometry", KERNEL_GEOMETRIES[1:3] + KERNEL_GEOMETRIES[-1:], ids=geometry_id)
+def test_grad_weight_in_chunks_of_images(geometry, chunks):
+    """chunks = S: one partial weight gradient per chunk of N/S images, [S, O, C·kh·kw], whose sum
+    is the whole batch's gradient."""
+    n, c, o, image, kernel, stride, padding = geometry
+    geometry = (6, c, o, image, kernel, stride, padding)  # 6 images: 2 or 3 chunks divide it
+    whole_graph, feeds = conv_graph("grad_weight", geometry)
+    whole = interpret(whole_graph, feeds, dtype=np.float64).outputs["out"]
+    graph, _ = conv_graph("grad_weight", geometry, chunks=chunks)
+    got = check_gpu(graph, feeds)
+    assert got.shape == (chunks, *whole.shape)
+    np.testing.assert_allclose(got.sum(axis=0), whole, rtol=1e-4, atol=1e-4)
+    types = [graph[i].type for i in graph[graph.outputs["out"]].inputs]
+    with pytest.raises(ShapeError, match="must divide the batch size"):
+        infer_type("conv_gemm", types, {**graph[graph.outputs["out"]].attr_dict, "chunks": 4})
 
 
 def test_forward_kernel_with_bias_relu_epilogue():

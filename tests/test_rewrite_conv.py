@@ -120,3 +120,22 @@ def test_no_buffer_of_im2col_size_with_the_rewrite(rewrite):
     else:
         assert max(slot.nbytes for slot in plan.buffers) >= columns
         assert [v for v in plan.buffer_of if fused[v].op == "unfold"]
+
+
+def test_a_narrow_weight_gradient_over_a_long_reduction_runs_per_image():
+    """16×16 images (L = 256 positions per image) and a small weight: one GEMM over the whole batch
+    would be a few output tiles reducing over N·L; the rule then computes one weight gradient per
+    image (conv_gemm chunks = N) and the batch sum adds them. 8×8 images keep the one GEMM."""
+    from meganeura.rewrite.conv import weight_chunks
+
+    model = ConvNet(channels=(2, 3, 4), first=(3, 1, 1), second=(3, 1, 1))
+    graph, inputs, params, states = conv_step(model, image=(4, 2, 16, 16))
+    unfolded = [n for n in graph if weight_chunks(graph, n) is not None]
+    assert [weight_chunks(graph, n) for n in unfolded] == [4, 4]
+    fused, report = optimize(graph)
+    assert_same_results(graph, fused, inputs, params, states, tol=1e-4)
+    weight_gradients = [n for n in live_nodes(fused, "conv_gemm") if n.attr("mode") == "grad_weight"]
+    assert sorted(n.attr("chunks") for n in weight_gradients) == [4, 4]
+    assert all(n.shape[0] == 4 for n in weight_gradients)  # [N, O, C·kh·kw], summed after
+    small, *_ = conv_step(ConvNet(), image=(4, 2, 8, 8))
+    assert {weight_chunks(small, n) for n in small if weight_chunks(small, n) is not None} == {1}

@@ -33,7 +33,7 @@ from meganeura.ir.conv_ops import conv_gemm_geometry, conv_output_size
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 
-CONV_GEMM_ATTRS = {"mode", "kernel", "stride", "padding", "image", "epilogue"}
+CONV_GEMM_ATTRS = {"mode", "kernel", "stride", "padding", "image", "epilogue", "chunks"}
 
 # How a staging loop walks the B tile: the coordinate that varies fastest between neighbouring
 # threads. forward/grad_input: the column (neighbouring output positions, or pixels, read
@@ -55,7 +55,8 @@ def conv_gemm_dims(graph: Graph, node: Node) -> tuple[int, int, int]:
         return a[0], node.shape[0] * math.prod(node.shape[2:]), a[1]
     if mode == "grad_input":  # [C, O·taps] · [O·taps, N·H·W]
         return a[1] // taps, math.prod(node.shape) // (a[1] // taps), a[0] * taps
-    return a[1], node.shape[1], a[0] * a[2]  # grad_weight: [O, N·L] · [N·L, C·taps]
+    chunks = node.attr("chunks", 1)  # grad_weight: [O, N·L] · [N·L, C·taps], per chunk of images
+    return a[1], node.shape[-1], a[0] // chunks * a[2]
 
 
 def pair_text(prefix: str, value: tuple[int, int], default: int) -> str:
@@ -86,7 +87,9 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
     tiling = matmul_tiling(m, n)
     bm, bn = tiling["WG_Y"] * tiling["TM"], tiling["WG_X"] * tiling["NV"] * 4
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
-    grid = grid_for(tiles_m * tiles_n)
+    chunks = node.attr("chunks", 1)
+    images = graph[a].shape[0] if mode == "grad_weight" else 1
+    grid = grid_for(tiles_m * tiles_n * chunks)
     tile = register_tile(tiling["TM"], tiling["NV"], tiling["WG_X"], tiling["WG_Y"])
     tile["STORE"] = tile["STORE"].replace("store4(bat, ", "store4(")  # one GEMM: no batch index
     wgsl = render(
@@ -97,7 +100,9 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
             "N": n,
             "K": k,
             "TILES_M": tiles_m,
-            "TILES": tiles_m * tiles_n,
+            "TILES": tiles_m * tiles_n * chunks,
+            "CHUNKS": chunks,
+            "IMGS_PER_CHUNK": images // chunks,
             "GRID_X": grid[0],
             **tiling,
             "C": channels,
@@ -123,6 +128,7 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
         },
     )
     geometry = f"{kernel[0]}x{kernel[1]}{pair_text('s', stride, 1)}{pair_text('p', padding, 0)}"
+    geometry += f" in {chunks} chunks" if chunks > 1 else ""
     label = f"conv_gemm {mode} {geometry} {shape_text(graph[a].shape)},{shape_text(graph[b].shape)}"
     label += f" -> {shape_text(node.shape)} ({m}x{k}x{n})"
     label += "" if epilogue_text == "$acc" else f" {epilogue_text}"

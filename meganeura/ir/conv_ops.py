@@ -128,7 +128,11 @@ register("fold", "image", 1, infer_fold, evaluate_fold)
 # Attributes: mode, kernel, stride, padding (pairs, as for unfold), image = (H, W), the spatial
 # size of the image (x for forward and grad_weight, the result for grad_input: it cannot be
 # recovered from L alone when the stride does not divide), epilogue (an expression over `$acc`
-# and the extras `$0, $1…` = inputs[2:], each broadcast to the output; default "$acc").
+# and the extras `$0, $1…` = inputs[2:], each broadcast to the output; default "$acc"), and for
+# grad_weight `chunks` S (default 1): with S > 1 the images are split into S equal chunks and
+# the result is [S, O, C·kh·kw], one partial sum per chunk (summed by a reduction after it):
+# a long reduction over N·L with a small weight gradient would otherwise keep only a few
+# workgroups busy.
 
 from meganeura.ir.expr import evaluate as _evaluate_expr  # noqa: E402
 from meganeura.ir.ops import broadcasts_to, check_expr  # noqa: E402
@@ -139,6 +143,8 @@ CONV_GEMM_MODES = ("forward", "grad_input", "grad_weight")
 def conv_gemm_geometry(attrs) -> tuple[str, tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]:
     """(mode, kernel, stride, padding, image) of a conv_gemm, checked."""
     mode = attrs.get("mode")
+    if attrs.get("chunks", 1) != 1 and mode != "grad_weight":
+        raise ShapeError(f"conv_gemm {mode}: only grad_weight is computed in chunks of images")
     if mode not in CONV_GEMM_MODES:
         raise ShapeError(f"conv_gemm: mode must be one of {CONV_GEMM_MODES}, got {mode!r}")
     kernel = pair(attrs.get("kernel"), "conv_gemm kernel")
@@ -191,7 +197,10 @@ def infer_conv_gemm(types, attrs) -> TensorType:
             raise ShapeError(
                 f"conv_gemm grad_weight: gradient {a} should have {ho}·{wo} = {ho * wo} positions (image {list(image)})"
             )
-        out = TensorType((a.shape[1], b.shape[1] * taps), "f32")
+        chunks = attrs.get("chunks", 1)
+        if not isinstance(chunks, int) or chunks < 1 or a.shape[0] % chunks:
+            raise ShapeError(f"conv_gemm grad_weight: chunks {chunks!r} must divide the batch size {a.shape[0]}")
+        out = TensorType((*((chunks,) if chunks > 1 else ()), a.shape[1], b.shape[1] * taps), "f32")
     check_expr("conv_gemm", attrs.get("epilogue", "$acc"), {"acc", *map(str, range(len(extras)))})
     for index, extra in enumerate(extras):
         if not broadcasts_to(extra.shape, out.shape):
@@ -199,7 +208,7 @@ def infer_conv_gemm(types, attrs) -> TensorType:
     return out
 
 
-def evaluate_conv_gemm(a, b, *extras, mode, kernel, stride, padding, image, epilogue="$acc"):
+def evaluate_conv_gemm(a, b, *extras, mode, kernel, stride, padding, image, epilogue="$acc", chunks=1):
     """The GEMM of `mode` on the unfolded (or folded) operand, then the epilogue."""
     kernel, stride, padding, image = tuple(kernel), tuple(stride), tuple(padding), tuple(image)
     if mode == "forward":
@@ -210,7 +219,9 @@ def evaluate_conv_gemm(a, b, *extras, mode, kernel, stride, padding, image, epil
         acc = evaluate_fold(a.T @ b, image, kernel, stride, padding)
     elif mode == "grad_weight":
         cols = evaluate_unfold(b, kernel, stride, padding)
-        acc = np.einsum("nol,nkl->ok", a, cols)
+        per = a.shape[0] // chunks  # images per chunk
+        parts = [np.einsum("nol,nkl->ok", a[s : s + per], cols[s : s + per]) for s in range(0, len(a), per)]
+        acc = np.stack(parts) if chunks > 1 else parts[0]
     else:
         raise ValueError(f"conv_gemm: unknown mode {mode!r}")
     values = {"acc": acc, **{str(i): x for i, x in enumerate(extras)}}

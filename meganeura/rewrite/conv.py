@@ -10,6 +10,8 @@ columns are never written:
 - `conv_forward`: reshape(matmul(W, unfold(x)), [N, O, Ho, Wo]) → ConvKernel "forward" W x;
 - `conv_grad_input`: fold(matmul(Wᵀ, g)) → ConvKernel "grad_input" W g (g [N, O, L]);
 - `conv_grad_weight`: sum over the batch of matmul(g, unfold(x)ᵀ) → ConvKernel "grad_weight" g x;
+  where that one GEMM would keep few workgroups busy over a long reduction (`weight_chunks`),
+  the per-image products matmul(g, unfold(x)ᵀ) instead (one GEMM per image, summed after it);
 - `conv_epilogue` (with the helper `conv_mentions`): a pointwise kernel of a conv kernel's shape
   that reads its result becomes its epilogue, as `matmul_epilogue` does for matmuls (the bias
   add and the activation after a convolution; the relu mask on an input gradient);
@@ -47,7 +49,7 @@ CONV_FORWARD = Rule(
                 "(positions c n ho wo)",
                 "(splits_positions t n o ho wo)",
             ],
-            '(union t (ConvKernel "forward" w x geometry (Acc)))',
+            '(union t (ConvKernel "forward" w x geometry 1 (Acc)))',
         ),
     ),
 )
@@ -65,25 +67,30 @@ CONV_GRAD_INPUT = Rule(
                 "(rank w 2)",
                 "(rank g 3)",
             ],
-            '(union t (ConvKernel "grad_input" w g geometry (Acc)))',
+            '(union t (ConvKernel "grad_input" w g geometry 1 (Acc)))',
         ),
     ),
 )
 
+PARTIAL_WEIGHT_GRADIENT = [  # g·unfold(x)ᵀ per image, before autodiff's sum over the batch
+    "(= m (Matmul g c false true))",
+    "(= c (Unfold x geometry))",
+    "(spatial_geometry geometry)",
+    "(rank g 3)",
+]
 CONV_GRAD_WEIGHT = Rule(
     "conv_grad_weight",
     FAMILY,
-    "Σₙ g·unfold(x)ᵀ → implicit-GEMM weight gradient (columns gathered from x)",
+    "Σₙ g·unfold(x)ᵀ → implicit-GEMM weight gradient (columns gathered from x); per image, summed "
+    "after it, where one GEMM would keep few workgroups busy over a long reduction",
     (
         rule(
-            [
-                '(= t (Reduce "sum" "0" false m))',
-                "(= m (Matmul g c false true))",
-                "(= c (Unfold x geometry))",
-                "(spatial_geometry geometry)",
-                "(rank g 3)",
-            ],
-            '(union t (ConvKernel "grad_weight" g x geometry (Acc)))',
+            ['(= t (Reduce "sum" "0" false m))', *PARTIAL_WEIGHT_GRADIENT, "(weight_chunks m 1)"],
+            '(union t (ConvKernel "grad_weight" g x geometry 1 (Acc)))',
+        ),
+        rule(
+            [*PARTIAL_WEIGHT_GRADIENT, "(weight_chunks m images)", "(> images 1)"],
+            '(union m (ConvKernel "grad_weight" g x geometry images (Acc)))',
         ),
     ),
 )
@@ -92,7 +99,7 @@ CONV_MENTIONS = Rule(
     "conv_mentions",
     FAMILY,
     "the Pw classes that load a conv kernel's result (helper of conv_epilogue)",
-    (rule(["(= l (Load t))", "(= t (ConvKernel mode a b geometry e))"], "(mentions l t)"),),
+    (rule(["(= l (Load t))", "(= t (ConvKernel mode a b geometry chunks e))"], "(mentions l t)"),),
 )
 
 CONV_EPILOGUE = Rule(
@@ -104,10 +111,10 @@ CONV_EPILOGUE = Rule(
             [
                 "(= k (Kernel body s))",
                 "(mentions body t)",
-                "(= t (ConvKernel mode a b geometry e))",
+                "(= t (ConvKernel mode a b geometry chunks e))",
                 "(= s (shape t))",
             ],
-            "(union k (ConvKernel mode a b geometry (Replace body t e)))",
+            "(union k (ConvKernel mode a b geometry chunks (Replace body t e)))",
         ),
     ),
 )
@@ -135,6 +142,7 @@ DECLARATIONS = """(relation rank (Term i64))
 (relation pointwise_geometry (String))
 (relation positions (Term i64 i64 i64))
 (relation splits_positions (Term i64 i64 i64 i64))
+(relation weight_chunks (Term i64))
 """
 
 
@@ -157,6 +165,34 @@ def is_pointwise(node) -> bool:
     return geometry(node) == (1, 1, 1, 1, 0, 0)
 
 
+# A weight gradient (conv_gemm grad_weight) is one GEMM over the whole batch, [O, N·L]·[N·L, C·kh·kw],
+# unless that GEMM would keep only a few workgroups busy over a long reduction: then one GEMM per
+# image (chunks = N, [N, O, C·kh·kw]) whose results autodiff's batch sum adds up. (The cost model
+# counts bytes and dispatches, not parallelism, so this is a guard on shapes, not a cost choice.)
+PER_IMAGE_MAX_TILES = 64  # 64×64 output tiles of the whole-batch GEMM below which it is too narrow
+PER_IMAGE_MIN_POSITIONS = 256  # L: the reduction of each image's GEMM at least this long
+PER_IMAGE_MAX_BYTES = 64 << 20  # the per-image gradients at most this large
+
+
+def weight_chunks(graph: Graph, node) -> int | None:
+    """For matmul(g [N, O, L], unfold(x), transpose_b) (a weight gradient before its batch sum): N
+    when its implicit GEMM runs per image, 1 when over the whole batch; None for other nodes."""
+    if node.op != "matmul" or not node.attr("transpose_b") or node.attr("transpose_a"):
+        return None
+    g, columns = (graph[i] for i in node.inputs)
+    if columns.op != "unfold" or g.type.rank != 3:
+        return None
+    images, filters, positions = g.shape
+    tiles = -(-filters // 64) * -(-columns.shape[1] // 64)
+    per_image = (
+        images > 1
+        and tiles < PER_IMAGE_MAX_TILES
+        and positions >= PER_IMAGE_MIN_POSITIONS
+        and node.type.nbytes <= PER_IMAGE_MAX_BYTES
+    )
+    return images if per_image else 1
+
+
 def facts(graph: Graph, node_ids: list[int]) -> list[str]:
     """The facts the conv rules guard on, for the encoded nodes `node_ids` (see the module docstring)."""
     from meganeura.ir.conv_ops import conv_output_size
@@ -175,6 +211,9 @@ def facts(graph: Graph, node_ids: list[int]) -> list[str]:
             n, o, ho, wo = node.shape
             if graph[node.inputs[0]].shape == (n, o, ho * wo):
                 lines.append(f"(splits_positions (Ref {node_id}) {n} {o} {ho} {wo})")
+        chunks = weight_chunks(graph, node)
+        if chunks is not None:
+            lines.append(f"(weight_chunks (Ref {node_id}) {chunks})")
     for text, pointwise in sorted(geometries):
         lines.append(f'({"pointwise" if pointwise else "spatial"}_geometry "{text}")')
     return lines

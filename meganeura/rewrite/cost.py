@@ -75,9 +75,11 @@ def matmul_flops(output: TensorType, a: TensorType) -> int:
 def conv_gemm_flops(output: TensorType, a: TensorType) -> int:
     """2·M·K·N of an implicit-GEMM convolution (conv_gemm): its first operand holds M·K elements (the
     weight, or the gradient [N, O, L] for grad_weight) and its output M·N, M being the output's
-    channel dim (dim 1 of an image [N, C, H, W], dim 0 of a weight gradient [O, C·kh·kw])."""
-    rows = output.shape[1] if output.rank == 4 else output.shape[0]
-    return 2 * a.numel * output.numel // max(rows, 1)
+    channel dim (dim 1 of an image [N, C, H, W], dim 0 of a weight gradient [O, C·kh·kw]); a
+    weight gradient in chunks of images [S, O, C·kh·kw] does the same work in S parts."""
+    if output.rank == 4:
+        return 2 * a.numel * output.numel // max(output.shape[1], 1)
+    return 2 * a.numel * output.shape[-1]
 
 
 def kernel_cost(op: str, output: TensorType, operands: Sequence[TensorType]) -> Cost:

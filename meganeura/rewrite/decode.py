@@ -127,6 +127,8 @@ def ir_node(extractor: Extractor, eclass: int) -> tuple[str, list[int], dict[str
             "padding": (ph, pw),
             "image": (height, width),
         }
+        if prims[2] > 1:
+            attrs["chunks"] = prims[2]
         epilogue = format_expr(expr_of(extractor.tree(children[2], False), loads))
         if epilogue != "$acc":
             attrs["epilogue"] = epilogue

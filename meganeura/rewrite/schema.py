@@ -29,7 +29,7 @@ extracted). Constructors:
     (MatmulPrologue p "M,K" b ta tb epilogue)  the same with A computed while it is loaded: A is
                                        the Pw body p over A's stored shape "M,K" (a prologue)
     (ReduceKernel kind axes keepdim "in_shape" prologue epilogue)
-    (ConvKernel mode a b "geometry" epilogue)   an implicit-GEMM convolution (`conv.py`)
+    (ConvKernel mode a b "geometry" chunks epilogue)   an implicit-GEMM convolution (`conv.py`)
 
 `Pw`: the body of a kernel, an elementwise expression (the `Pw` nodes mirror `ir/expr.py`):
 
@@ -98,7 +98,7 @@ TERM_CONSTRUCTORS: dict[str, tuple[str, ...]] = {
     "MatmulKernel": ("Term", "Term", "bool", "bool", "Pw"),
     "MatmulPrologue": ("Pw", "String", "Term", "bool", "bool", "Pw"),
     "ReduceKernel": ("String", "String", "bool", "String", "Pw", "Pw"),
-    "ConvKernel": ("String", "Term", "Term", "String", "Pw"),
+    "ConvKernel": ("String", "Term", "Term", "String", "i64", "Pw"),
 }
 PW_CONSTRUCTORS: dict[str, tuple[str, ...]] = {
     "Lit": ("f64",),
