@@ -505,11 +505,15 @@ class Extractor:
                         continue
                     before = self.objective()
                     self.touched = []
+                    # What the option read before: their other readers may now pay to switch too
+                    # (the last reader of a tensor frees it).
+                    old_reads = self.current[eclass].reads if eclass in self.current else frozenset()
                     self.set_option(eclass, index)
                     if self.objective() < before:
                         current = index
                         touched.add(eclass)
                         touched.update(self.touched)
+                        touched.update(old_reads)
                     else:
                         self.set_option(eclass, current)
                 toggle = self.mode_twin(eclass)
