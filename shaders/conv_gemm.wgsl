@@ -7,15 +7,20 @@
 //                b = x [NIMG, C, H, W] gathered; out [NIMG, O, HO, WO].
 // - GRAD_INPUT:  rows c, columns (n, y, x), reduction (o, i, j); a = weight read permuted,
 //                b = g [NIMG, O, HO·WO] gathered at the output positions whose windows cover
-//                (y, x); out [NIMG, C, H, W].
+//                (y, x); out [NIMG, C, H, W]. Split by stride phase (y mod SH, x mod SW): only
+//                the taps i ≡ y + PH (mod SH), j ≡ x + PW (mod SW) reach a pixel, so each phase
+//                is its own GEMM over those ti·tj taps (ti = ⌈(KH − i0)/SH⌉ for the phase's first
+//                tap i0, so the phases share the KH·KW taps out) and the pixels of that phase
+//                (HP·WP per image, the last row/column of a phase possibly past the image: skipped).
 // - GRAD_WEIGHT: rows o, columns (c, i, j), reduction (n, ho, wo); a = g [NIMG, O, HO·WO],
 //                b = x gathered; out [O, C·KH·KW]. With CHUNKS > 1, one GEMM per chunk of
 //                IMGS_PER_CHUNK images (the reduction K is that chunk's n, ho, wo), chunk s
 //                writing out[s, O, C·KH·KW].
 // Bindings (group 0, generated from the KernelSpec): a (read), b (read), the epilogue's extras
 // that are buffers (x0, x1, …, read; scalar constants are inlined), out (read_write).
-// Grid: TILES = TILES_M · TILES_N (· CHUNKS) workgroups of (WG_X, WG_Y) threads, tile t = x + y ·
-// GRID_X (y only when x would exceed the per-dimension limit); workgroups past TILES return.
+// Grid: TILES = GROUPS · TILES_M · TILES_N workgroups of (WG_X, WG_Y) threads (GROUPS: the chunks
+// of grad_weight, the stride phases of grad_input, else 1), tile t = x + y · GRID_X (y only when x
+// would exceed the per-dimension limit); workgroups past TILES return.
 //
 // The tiling is matmul.wgsl's: each workgroup computes a BM × BN tile, walking K in steps of BK
 // with both operand tiles staged in workgroup memory (zero past the matrix edges, and zero where
@@ -25,7 +30,7 @@
 // MULTIPLY, STORE).
 //
 // Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_X, WG_X, WG_Y, TM, NV, BK; the geometry
-// C, O, H, W, HO, WO, KH, KW, SH, SW, PH, PW; CHUNKS, IMGS_PER_CHUNK; FUNCTIONS (helpers the
+// C, O, H, W, HO, WO, KH, KW, SH, SW, PH, PW; GROUPS, IMGS_PER_CHUNK, HP, WP; FUNCTIONS (helpers the
 // epilogue calls), READS
 // (`let` statements loading the epilogue's extras at the output's row-major index `i`),
 // EPILOGUE (an f32 expression of `x`, the dot product, and the READS); ACCUMULATORS, MULTIPLY,
@@ -63,11 +68,24 @@ const SH: u32 = {{SH}}u;
 const SW: u32 = {{SW}}u;
 const PH: u32 = {{PH}}u;
 const PW: u32 = {{PW}}u;
-const CHUNKS: u32 = {{CHUNKS}}u;  // grad_weight: chunks of images, one partial GEMM each
-const IMGS_PER_CHUNK: u32 = {{IMGS_PER_CHUNK}}u;
+const GROUPS: u32 = {{GROUPS}}u;  // independent GEMMs of one dispatch (chunks or phases)
+const IMGS_PER_CHUNK: u32 = {{IMGS_PER_CHUNK}}u;  // grad_weight
+const HP: u32 = {{HP}}u;  // grad_input: rows and columns of a stride phase, ⌈H/SH⌉ and ⌈W/SW⌉
+const WP: u32 = {{WP}}u;
 
-// The workgroup's chunk of images (grad_weight; 0 otherwise): its first image.
+// The workgroup's GEMM: its reduction length k_len (K but for grad_input); grad_weight, its chunk's
+// first image; grad_input, its stride phase (py, px), the phase's first tap (i0, j0), its taps per
+// kernel row and column (ti, tj) and (py + PH) / SH, (px + PW) / SW.
+var<private> k_len: u32;
+var<private> ti: u32;
+var<private> tj: u32;
 var<private> first_img: u32;
+var<private> py: u32;
+var<private> px: u32;
+var<private> i0: u32;
+var<private> j0: u32;
+var<private> qy: u32;
+var<private> qx: u32;
 
 var<workgroup> tile_a: array<f32, BK * BM>;         // [k][m]
 var<workgroup> tile_b: array<vec4<f32>, BK * BN4>;  // [k][n / 4], component n % 4
@@ -90,15 +108,17 @@ fn gather_x(img: u32, c: u32, i: u32, j: u32, ho: u32, wo: u32) -> f32 {
 
 // A[m, k]; 0 outside the matrix.
 fn load_a(m: u32, k: u32) -> f32 {
-    if (m >= M || k >= K) {
+    if (m >= M || k >= k_len) {
         return 0.0;
     }
 //#if FORWARD
     return a[m * K + k];  // weight [O, C·KH·KW] as stored
 //#endif
 //#if GRAD_INPUT
-    let o = k / TAPS;  // A[c, (o, i, j)] = weight[o, (c·KH + i)·KW + j]
-    return a[(o * C + m) * TAPS + k % TAPS];
+    let o = k / (ti * tj);  // A[c, (o, i, j)] = weight[o, (c·KH + i)·KW + j], (i, j) of the phase
+    let i = i0 + SH * ((k / tj) % ti);
+    let j = j0 + SW * (k % tj);
+    return a[(o * C + m) * TAPS + i * KW + j];
 //#endif
 //#if GRAD_WEIGHT
     let img = first_img + k / L;  // A[o, (n, l)] = g[n, o, l]
@@ -108,7 +128,7 @@ fn load_a(m: u32, k: u32) -> f32 {
 
 // B[k, n], gathered; 0 outside the matrix.
 fn load_b(k: u32, n: u32) -> f32 {
-    if (k >= K || n >= N) {
+    if (k >= k_len || n >= N) {
         return 0.0;
     }
 //#if FORWARD
@@ -119,21 +139,20 @@ fn load_b(k: u32, n: u32) -> f32 {
     return gather_x(img, c, ij / KW, ij % KW, l / WO, l % WO);
 //#endif
 //#if GRAD_INPUT
-    let o = k / TAPS;  // B[(o, i, j), (n, y, x)] = g[n, o, ho, wo] where ho·SH − PH + i = y, wo·SW − PW + j = x
-    let ij = k % TAPS;
-    let img = n / (H * W);
-    let p = n % (H * W);
-    let dy = i32(p / W + PH) - i32(ij / KW);
-    let dx = i32(p % W + PW) - i32(ij % KW);
-    if (dy < 0 || dx < 0) {
+    // B[(o, a, b), (n, yp, xp)] = g[n, o, ho, wo] for the pixel y = py + SH·yp, x = px + SW·xp and
+    // the tap i = i0 + SH·a, j = j0 + SW·b of its phase: ho·SH − PH + i = y, so ho = yp + qy − a.
+    let o = k / (ti * tj);
+    let ta = (k / tj) % ti;
+    let tb = k % tj;
+    let img = n / (HP * WP);
+    let yp = (n / WP) % HP;
+    let xp = n % WP;
+    let ho = i32(yp + qy) - i32(ta);
+    let wo = i32(xp + qx) - i32(tb);
+    if (ho < 0 || wo < 0 || ho >= i32(HO) || wo >= i32(WO)) {
         return 0.0;
     }
-    let ho = u32(dy) / SH;
-    let wo = u32(dx) / SW;
-    if (ho * SH != u32(dy) || wo * SW != u32(dx) || ho >= HO || wo >= WO) {
-        return 0.0;
-    }
-    return b[(img * O + o) * L + ho * WO + wo];
+    return b[(img * O + o) * L + u32(ho) * WO + u32(wo)];
 //#endif
 //#if GRAD_WEIGHT
     let img = first_img + k / L;  // B[(n, ho, wo), (c, i, j)]
@@ -143,13 +162,20 @@ fn load_b(k: u32, n: u32) -> f32 {
 //#endif
 }
 
-// The row-major index in out of GEMM element (row, col).
+const NO_ELEMENT: u32 = 0xffffffffu;
+
+// The row-major index in out of GEMM element (row, col) (NO_ELEMENT: none).
 fn out_index(row: u32, col: u32) -> u32 {
 //#if FORWARD
     return ((col / L) * O + row) * L + col % L;
 //#endif
 //#if GRAD_INPUT
-    return ((col / (H * W)) * C + row) * (H * W) + col % (H * W);
+    let y = py + SH * ((col / WP) % HP);  // the phase's pixel; past the image: no element
+    let x = px + SW * (col % WP);
+    if (y >= H || x >= W) {
+        return NO_ELEMENT;
+    }
+    return ((col / (HP * WP)) * C + row) * (H * W) + y * W + x;
 //#endif
 //#if GRAD_WEIGHT
     return (first_img / IMGS_PER_CHUNK) * M * N + row * N + col;
@@ -169,7 +195,9 @@ fn store4(row: u32, col: u32, v: vec4<f32>) {
     for (var c = 0u; c < 4u; c++) {
         if (col + c < N) {
             let i = out_index(row, col + c);
-            out[i] = epilogue(v[c], i);
+            if (i != NO_ELEMENT) {
+                out[i] = epilogue(v[c], i);
+            }
         }
     }
 }
@@ -184,15 +212,28 @@ fn conv_gemm(
     if (t >= TILES) {
         return;  // uniform: the whole workgroup leaves
     }
-    let tiles_per_chunk = TILES / CHUNKS;
-    first_img = (t / tiles_per_chunk) * IMGS_PER_CHUNK;
-    let tile_m = (t % tiles_per_chunk) % TILES_M;
-    let tile_n = (t % tiles_per_chunk) / TILES_M;
+    let tiles_per_group = TILES / GROUPS;
+    let group = t / tiles_per_group;
+    first_img = group * IMGS_PER_CHUNK;
+    py = group / SW;
+    px = group % SW;
+    i0 = (py + PH) % SH;
+    j0 = (px + PW) % SW;
+    qy = (py + PH) / SH;
+    qx = (px + PW) / SW;
+    k_len = K;
+//#if GRAD_INPUT
+    ti = (KH + SH - 1u - min(i0, KH)) / SH;  // ⌈(KH − i0)/SH⌉, 0 when the phase has no tap
+    tj = (KW + SW - 1u - min(j0, KW)) / SW;
+    k_len = O * ti * tj;
+//#endif
+    let tile_m = (t % tiles_per_group) % TILES_M;
+    let tile_n = (t % tiles_per_group) / TILES_M;
     let row0 = tile_m * BM + local.y;  // this thread's first row; the others are WG_Y apart
     let col0 = tile_n * BN + 4u * local.x;  // its first column; the other vec4s are 4·WG_X apart
     {{ACCUMULATORS}}
 
-    for (var k0 = 0u; k0 < K; k0 += BK) {
+    for (var k0 = 0u; k0 < k_len; k0 += BK) {
         // Stage along the faster-moving address of each gather (see lower_conv.py).
         for (var s = lid; s < BM * BK; s += THREADS) {
             let m = s / BK;

@@ -198,9 +198,10 @@ def test_shapes_and_flops():
         graph = Graph()
         inputs = [leaf(graph, "input", f"x{i}", tt.shape) for i, tt in enumerate(types)]
         node = emit(graph, "conv_gemm", inputs, mode=mode, **GEO)
-        assert node_cost(graph, node).flops == (gemm_flops if mode != "grad_input" else 2 * 5 * 54 * 105)
-    # grad_input's GEMM is [C, O·kh·kw] · [O·kh·kw, N·H·W]: it runs over every pixel and every tap
-    assert 2 * 5 * 54 * 105 == 2 * 6 * 45 * 3 * 35
+        assert node_cost(graph, node).flops == (gemm_flops if mode != "grad_input" else 2 * 5 * 54 * 36)
+    # grad_input runs one GEMM per stride phase (2·2): [C, O·ti·tj] · [O·ti·tj, N·HP·WP], the
+    # phases sharing the 9 taps out (4 + 2 + 2 + 1) over ⌈7/2⌉·⌈5/2⌉ = 12 pixels per image (C 5,
+    # O 6, N 3): 2·C·(O·9)·(N·12)
 
 
 # -- the kernel against the interpreter --------------------------------------------------------------

@@ -139,3 +139,27 @@ def test_a_narrow_weight_gradient_over_a_long_reduction_runs_per_image():
     assert all(n.shape[0] == 4 for n in weight_gradients)  # [N, O, C·kh·kw], summed after
     small, *_ = conv_step(ConvNet(), image=(4, 2, 8, 8))
     assert {weight_chunks(small, n) for n in small if weight_chunks(small, n) is not None} == {1}
+
+
+def test_the_example_resnet_plan_has_no_column_buffer():
+    """examples/resnet_digits.py as it trains (batch 32, width 16): every convolution, its input
+    gradient (stride 2 included) and its weight gradient run as implicit GEMMs; no unfold or fold
+    is left, so no value of the buffer plan has a column layout [N, C·kh·kw, L]."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import resnet_digits
+
+    model = resnet_digits.ResNet(16)
+    spec = {"x": mn.f32[32, 1, 8, 8], "y": mn.i32[32]}
+    traced = trace_step(model, resnet_digits.loss_fn, spec, optim.SGD(lr=0.05, momentum=0.9, weight_decay=5e-4))
+    fused, report = optimize(traced.graph)
+    assert not live_nodes(fused, "unfold") and not live_nodes(fused, "fold")
+    plan = plan_buffers(fused, lower_graph(fused))
+    columns = [n for n in traced.graph if n.op == "unfold"]
+    assert len(columns) == 6  # 6 convolutions (stem, 2 blocks of 2, a projection), each through im2col
+    assert all(fused[v].op not in ("unfold", "fold") for v in plan.buffer_of)
+    largest_columns = max(n.type.nbytes for n in columns)  # a block's 3×3 columns [32, 144, 64]: 9 × its image
+    assert max(slot.nbytes for slot in plan.buffers) < largest_columns
+    assert {n.attr("mode") for n in live_nodes(fused, "conv_gemm")} == {"forward", "grad_input", "grad_weight"}

@@ -6,7 +6,10 @@ the register tile and the epilogue are matmul's (`lower.matmul_tiling`, `lower.r
 `lower.expression_code`); what differs is how a tile element is loaded (the mode's gather,
 selected by a template flag) and where an output element is stored (NCHW for forward and
 grad_input, the weight matrix for grad_weight). The images are folded into the GEMM's columns
-(forward, grad_input) or its reduction (grad_weight), so there is no batch dimension in the grid.
+(forward, grad_input) or its reduction (grad_weight), so there is no batch dimension in the grid;
+independent GEMMs of one dispatch ("groups") are the stride phases of grad_input (each pixel only
+meets the taps of its phase: no multiplications by the zeros between strided positions) and the
+chunks of images of grad_weight.
 
 The epilogue reads `$acc` and the extras `$0…`, each broadcast to the node's output shape and
 indexed by the output element's row-major index.
@@ -53,10 +56,21 @@ def conv_gemm_dims(graph: Graph, node: Node) -> tuple[int, int, int]:
     taps = kernel[0] * kernel[1]
     if mode == "forward":  # [O, C·taps] · [C·taps, N·L]
         return a[0], node.shape[0] * math.prod(node.shape[2:]), a[1]
-    if mode == "grad_input":  # [C, O·taps] · [O·taps, N·H·W]
-        return a[1] // taps, math.prod(node.shape) // (a[1] // taps), a[0] * taps
+    if mode == "grad_input":  # per stride phase: [C, O·ti·tj] · [O·ti·tj, N·HP·WP], ti·tj ≤ TI·TJ
+        (ti, tj), (hp, wp) = phase_sizes(node)
+        return a[1] // taps, node.shape[0] * hp * wp, a[0] * ti * tj
     chunks = node.attr("chunks", 1)  # grad_weight: [O, N·L] · [N·L, C·taps], per chunk of images
     return a[1], node.shape[-1], a[0] // chunks * a[2]
+
+
+def phase_sizes(node: Node) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((TI, TJ), (HP, WP)) of a grad_input: the most taps of a stride phase per kernel row and column
+    (⌈KH/SH⌉, ⌈KW/SW⌉; the kernel bounds its reduction per phase), and the rows and columns of
+    pixels of a phase (the largest phase: ⌈H/SH⌉, ⌈W/SW⌉)."""
+    _, kernel, stride, _, image = conv_gemm_geometry(node.attr_dict)
+    taps = tuple(-(-k // s) for k, s in zip(kernel, stride, strict=True))
+    pixels = tuple(-(-extent // s) for extent, s in zip(image, stride, strict=True))
+    return taps, pixels
 
 
 def pair_text(prefix: str, value: tuple[int, int], default: int) -> str:
@@ -89,7 +103,9 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     chunks = node.attr("chunks", 1)
     images = graph[a].shape[0] if mode == "grad_weight" else 1
-    grid = grid_for(tiles_m * tiles_n * chunks)
+    groups = stride[0] * stride[1] if mode == "grad_input" else chunks  # stride phases, or chunks
+    _, (hp, wp) = phase_sizes(node)
+    grid = grid_for(tiles_m * tiles_n * groups)
     tile = register_tile(tiling["TM"], tiling["NV"], tiling["WG_X"], tiling["WG_Y"])
     tile["STORE"] = tile["STORE"].replace("store4(bat, ", "store4(")  # one GEMM: no batch index
     wgsl = render(
@@ -100,9 +116,11 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
             "N": n,
             "K": k,
             "TILES_M": tiles_m,
-            "TILES": tiles_m * tiles_n * chunks,
-            "CHUNKS": chunks,
+            "TILES": tiles_m * tiles_n * groups,
+            "GROUPS": groups,
             "IMGS_PER_CHUNK": images // chunks,
+            "HP": hp,
+            "WP": wp,
             "GRID_X": grid[0],
             **tiling,
             "C": channels,

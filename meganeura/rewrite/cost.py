@@ -67,22 +67,39 @@ class Cost:
         return 8 * self.bytes + self.flops * (8 // FLOPS_PER_BYTE) + 8 * DISPATCH_COST_BYTES * self.dispatches
 
 
-def matmul_flops(output: TensorType, a: TensorType) -> int:
-    """2·(batch·M·K)·N for a product whose first operand `a` holds batch·M·K elements (transposed or not)."""
-    return 2 * a.numel * output.shape[-1]
+def matmul_flops(output: TensorType, inner: int) -> int:
+    """2·K per element of the product: 2·(batch·M·N)·K, also where a 2-D operand is shared by a batch."""
+    return 2 * output.numel * inner
 
 
-def conv_gemm_flops(output: TensorType, a: TensorType) -> int:
+def matmul_inner(a_shape: tuple[int, ...], transpose_a: bool = False, flatten_a: bool = False) -> int:
+    """K, the reduced dim of a product whose A operand is stored with `a_shape` (transposed: its rows;
+    flattened to rows (`fused_matmul` flatten_a) and transposed: all its leading dims)."""
+    if not transpose_a:
+        return a_shape[-1]
+    rows = 1
+    for d in a_shape[:-1] if flatten_a else a_shape[-2:-1]:
+        rows *= d
+    return rows
+
+
+def conv_gemm_flops(output: TensorType, a: TensorType, mode: str = "forward", kernel=(1, 1), stride=(1, 1)) -> int:
     """2·M·K·N of an implicit-GEMM convolution (conv_gemm): its first operand holds M·K elements (the
     weight, or the gradient [N, O, L] for grad_weight) and its output M·N, M being the output's
     channel dim (dim 1 of an image [N, C, H, W], dim 0 of a weight gradient [O, C·kh·kw]); a
-    weight gradient in chunks of images [S, O, C·kh·kw] does the same work in S parts."""
+    weight gradient in chunks of images [S, O, C·kh·kw] does the same work in S parts. An input
+    gradient runs one GEMM per stride phase (sh·sw of them), each over the taps of its phase (the
+    phases share the kh·kw taps out) and the ⌈H/sh⌉·⌈W/sw⌉ pixels of the largest phase."""
+    if mode == "grad_input":
+        images, _, height, width = output.shape
+        pixels = -(-height // stride[0]) * -(-width // stride[1])
+        return 2 * a.numel * images * pixels  # a: the weight, O·C·kh·kw
     if output.rank == 4:
         return 2 * a.numel * output.numel // max(output.shape[1], 1)
     return 2 * a.numel * output.shape[-1]
 
 
-def kernel_cost(op: str, output: TensorType, operands: Sequence[TensorType]) -> Cost:
+def kernel_cost(op: str, output: TensorType, operands: Sequence[TensorType], attrs: dict | None = None) -> Cost:
     """The cost of one node, from its op, its result type and its distinct operands' types (in order).
 
     `operands` lists each distinct operand value once, the first operand first: a kernel
@@ -90,8 +107,14 @@ def kernel_cost(op: str, output: TensorType, operands: Sequence[TensorType]) -> 
     """
     if not launches_kernel(op):
         return Cost()
-    flops = matmul_flops(output, operands[0]) if op in MATMUL_OPS else 0
-    flops = conv_gemm_flops(output, operands[0]) if op == "conv_gemm" else flops
+    attrs = attrs or {}
+    flops = 0
+    if op in MATMUL_OPS:
+        inner = matmul_inner(operands[0].shape, bool(attrs.get("transpose_a")), bool(attrs.get("flatten_a")))
+        flops = matmul_flops(output, inner)
+    if op == "conv_gemm":
+        mode, window = attrs.get("mode", "forward"), (attrs.get("kernel", (1, 1)), attrs.get("stride", (1, 1)))
+        flops = conv_gemm_flops(output, operands[0], mode, *window)
     return Cost(sum(t.nbytes for t in operands) + output.nbytes, flops, 1)
 
 
@@ -99,7 +122,7 @@ def node_cost(graph: Graph, node_id: int) -> Cost:
     """The cost of one IR node of a graph."""
     node = graph[node_id]
     operands = [graph[i].type for i in dict.fromkeys(node.inputs)]
-    return kernel_cost(node.op, node.type, operands)
+    return kernel_cost(node.op, node.type, operands, node.attr_dict)
 
 
 def graph_cost(graph: Graph) -> Cost:

@@ -57,7 +57,7 @@ from typing import NamedTuple
 
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.ops import launches_kernel
-from meganeura.rewrite.cost import Cost, conv_gemm_flops
+from meganeura.rewrite.cost import Cost, conv_gemm_flops, matmul_flops, matmul_inner
 from meganeura.rewrite.encode import Encoding, PwTree, TermData
 from meganeura.rewrite.view import EGraphView, ENode
 
@@ -362,13 +362,16 @@ class Extractor:
         nbytes = self.nbytes
         units = self.dispatch_units + 8 * (nbytes[eclass] + sum([nbytes[s] for s in reads]))
         if op in ("MatmulKernel", "Matmul"):
-            out = self.type[eclass]
-            units += Cost(0, 2 * self.type[node.children[0]].numel * out.shape[-1], 0).units
+            inner = matmul_inner(self.type[node.children[0]].shape, node.primitives[0])
+            units += Cost(0, matmul_flops(self.type[eclass], inner), 0).units
         elif op == "MatmulPrologue":
-            out = self.type[eclass]
-            units += Cost(0, 2 * TensorType(node.primitives[0]).numel * out.shape[-1], 0).units
+            stored, transpose_a = node.primitives[0], node.primitives[1]
+            inner = matmul_inner(stored, transpose_a, len(stored) > self.type[eclass].rank)
+            units += Cost(0, matmul_flops(self.type[eclass], inner), 0).units
         elif op == "ConvKernel":
-            units += Cost(0, conv_gemm_flops(self.type[eclass], self.type[node.children[0]]), 0).units
+            mode, geometry = node.primitives[:2]
+            flops = conv_gemm_flops(self.type[eclass], self.type[node.children[0]], mode, geometry[:2], geometry[2:4])
+            units += Cost(0, flops, 0).units
         leafish = self.leafish
         return Evaluation(reads, units, sum([1 for s in reads if not leafish[s]]), True, work)
 
