@@ -304,23 +304,6 @@ def sample(
 # --------------------------------------------------------------------------------------------
 
 
-def report_summary(report) -> str:
-    """Kernels before → after, cost, and the rules the plan uses (the full report is `--report`)."""
-    rewrite = report.rewrite
-    if not rewrite.enabled:
-        return f"e-graph skipped: {rewrite.kernels_before} kernels"
-    used = [f"{r.name} ×{r.uses}" for r in rewrite.rules if r.uses]
-    return "\n".join(
-        [
-            f"e-graph: {rewrite.ir_nodes} IR nodes, {rewrite.enodes} e-nodes, {rewrite.total_s * 1000:.0f} ms",
-            f"kernels: {rewrite.kernels_before} -> {rewrite.kernels_after}"
-            f" (dispatches {rewrite.cost_before.dispatches} -> {rewrite.cost_after.dispatches},"
-            f" bytes {rewrite.cost_before.bytes:,} -> {rewrite.cost_after.bytes:,})",
-            f"rules used: {', '.join(used) or 'none'}",
-        ]
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
@@ -357,7 +340,7 @@ def main() -> None:
     generate = mn.compile(model, inputs=model_inputs(model, 1, args.seq))
     print(f"compiled in {time.perf_counter() - start:.2f} s (training step, evaluation and sampling programs)\n")
     report = program.report()
-    print(report if args.report else report_summary(report))
+    print(report if args.report else report.summary())
     print()
 
     tables = fixed_inputs(model, args.seq)

@@ -111,23 +111,6 @@ def compile_inference(model: ResNet, batch: int) -> mn.Program:
         model.train()
 
 
-def report_summary(report) -> str:
-    """Kernels before → after, cost, and the rules the plan uses (the full report is `--report`)."""
-    rewrite = report.rewrite
-    if not rewrite.enabled:
-        return f"e-graph skipped: {rewrite.kernels_before} kernels"
-    used = [f"{r.name} ×{r.uses}" for r in rewrite.rules if r.uses]
-    return "\n".join(
-        [
-            f"e-graph: {rewrite.ir_nodes} IR nodes, {rewrite.enodes} e-nodes, {rewrite.total_s * 1000:.0f} ms",
-            f"kernels: {rewrite.kernels_before} -> {rewrite.kernels_after}"
-            f" (dispatches {rewrite.cost_before.dispatches} -> {rewrite.cost_after.dispatches},"
-            f" bytes {rewrite.cost_before.bytes:,} -> {rewrite.cost_after.bytes:,})",
-            f"rules used: {', '.join(used) or 'none'}",
-        ]
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=6)
@@ -152,7 +135,7 @@ def main() -> None:
     predict = compile_inference(model, len(x_test))
     print(f"compiled in {time.perf_counter() - start:.2f} s (training step and evaluation programs)\n")
     report = program.report()
-    print(report if args.report else report_summary(report))
+    print(report if args.report else report.summary())
     print()
 
     rng = np.random.default_rng(args.seed)

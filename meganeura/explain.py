@@ -94,6 +94,26 @@ class StepReport:
             )
         return "\n".join(lines)
 
+    def summary(self) -> str:
+        """Three lines: the e-graph's size and time, kernels before → after (dispatches, bytes), and
+        the rules the plan uses with how often (`str(report)` is the whole report).
+
+        >>> # print(program.report().summary())
+        """
+        rewrite = self.rewrite
+        if not rewrite.enabled:
+            return f"e-graph skipped: {rewrite.kernels_before} kernels"
+        used = [f"{r.name} ×{r.uses}" for r in rewrite.rules if r.uses]
+        before, after = rewrite.cost_before, rewrite.cost_after
+        return "\n".join(
+            [
+                f"e-graph: {rewrite.ir_nodes} IR nodes, {rewrite.enodes} e-nodes, {rewrite.total_s * 1000:.0f} ms",
+                f"kernels: {rewrite.kernels_before} -> {rewrite.kernels_after} (dispatches {before.dispatches}"
+                f" -> {after.dispatches}, bytes {before.bytes:,} -> {after.bytes:,})",
+                f"rules used: {', '.join(used) or 'none'}",
+            ]
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The same report as plain data (dicts, lists, numbers, strings): `json.dumps` works on it."""
         rewrite = json.loads(json.dumps(dataclasses.asdict(self.rewrite), default=str))

@@ -55,6 +55,17 @@ def test_report_lists_rules_costs_and_kernels_with_source_lines():
     assert "bytes" in text and "dispatches" in text
 
 
+def test_summary_gives_size_kernels_and_the_rules_used():
+    report = compile_without_gpu().report()
+    size, kernels, rules = report.summary().splitlines()
+    rewrite = report.rewrite
+    assert size.startswith(f"e-graph: {rewrite.ir_nodes} IR nodes, {rewrite.enodes} e-nodes")
+    assert kernels.startswith(f"kernels: {rewrite.kernels_before} -> {rewrite.kernels_after} (dispatches")
+    used = [r for r in rewrite.rules if r.uses]
+    assert used and rules == "rules used: " + ", ".join(f"{r.name} ×{r.uses}" for r in used)
+    assert "matmul_epilogue ×" in rules  # bias + relu of fc1 in its matmul
+
+
 def test_report_to_json_is_plain_data():
     report = compile_without_gpu().report()
     data = json.loads(json.dumps(report.to_json()))
