@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -23,6 +22,7 @@ from meganeura.runtime import default_device
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "examples"))
 from resnet_digits import ResNet  # noqa: E402
+from side_by_side import print_side_by_side, seconds_per_step, torch_seconds_per_step  # noqa: E402
 
 
 def loss_fn(model, x, y):
@@ -34,12 +34,7 @@ def time_meganeura(args, x, y) -> float:
     inputs = {"x": mn.f32[x.shape], "y": mn.i32[args.batch]}
     optimizer = optim.SGD(lr=0.01, momentum=0.9)
     program = mn.compile(model, loss=loss_fn, inputs=inputs, optimizer=optimizer)
-    for _ in range(3):
-        program.train_step(x=x, y=y)
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        program.train_step(x=x, y=y)  # reads the loss back: each step is synchronous
-    return (time.perf_counter() - start) / args.steps
+    return seconds_per_step(lambda: program.train_step(x=x, y=y), args.steps)
 
 
 def torch_resnet(torch, width: int, classes: int, channels: int):
@@ -75,32 +70,11 @@ def torch_resnet(torch, width: int, classes: int, channels: int):
     )
 
 
-def time_torch(args, x, y) -> tuple[float, str] | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 math, as in our kernels
-    torch.backends.cudnn.allow_tf32 = False
-    model = torch_resnet(torch, args.width, args.classes, args.channels).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    tx = torch.tensor(x, device=device)
-    ty = torch.tensor(y, device=device, dtype=torch.long)
+def time_torch(args, x, y):
+    def build(torch):
+        return torch_resnet(torch, args.width, args.classes, args.channels)
 
-    def step() -> float:
-        opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(tx), ty)
-        loss.backward()
-        opt.step()
-        return loss.item()  # the same synchronisation as ours: the loss comes back every step
-
-    for _ in range(3):
-        step()
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    return (time.perf_counter() - start) / args.steps, device
+    return torch_seconds_per_step(build, lambda torch, p: torch.optim.SGD(p, lr=0.01, momentum=0.9), x, y, args.steps)
 
 
 def main() -> None:
@@ -117,13 +91,7 @@ def main() -> None:
     y = rng.integers(0, args.classes, size=args.batch).astype(np.int32)
     print(f"adapter: {default_device().describe()}")
     print(f"ResNet width {args.width}, images {args.channels}x{args.size}x{args.size}, batch {args.batch}")
-    ours = time_meganeura(args, x, y)
-    print(f"meganeura: {1000 * ours:.3f} ms/step")
-    reference = time_torch(args, x, y)
-    if reference is not None:
-        theirs, device = reference
-        print(f"pytorch ({device}, fp32): {1000 * theirs:.3f} ms/step")
-        print(f"ratio meganeura/pytorch: {ours / theirs:.2f}")
+    print_side_by_side(time_meganeura(args, x, y), time_torch(args, x, y))
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@ Absolute times hold only for the adapter they were taken on; compare the ratio.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from side_by_side import print_side_by_side, seconds_per_step, torch_seconds_per_step  # (this script's folder)
 
 import meganeura as mn
 import meganeura.functional as F
@@ -45,45 +45,20 @@ def time_meganeura(args, x, y) -> float:
         inputs={"x": mn.f32[args.batch, args.inputs], "y": mn.i32[args.batch]},
         optimizer=optim.Adam(lr=1e-4),
     )
-    for _ in range(3):
-        program.train_step(x=x, y=y)
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        program.train_step(x=x, y=y)  # reads the loss back: each step is synchronous
-    return (time.perf_counter() - start) / args.steps
+    return seconds_per_step(lambda: program.train_step(x=x, y=y), args.steps)
 
 
-def time_torch(args, x, y) -> tuple[float, str] | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 math, as in our kernels
-    layers = []
-    sizes = [args.inputs] + [args.hidden] * (args.layers - 1) + [args.classes]
-    for index, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-        layers.append(torch.nn.Linear(a, b))
-        if index < len(sizes) - 2:
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    tx = torch.tensor(x, device=device)
-    ty = torch.tensor(y, device=device, dtype=torch.long)
+def time_torch(args, x, y):
+    def build(torch):
+        layers = []
+        sizes = [args.inputs] + [args.hidden] * (args.layers - 1) + [args.classes]
+        for index, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+            layers.append(torch.nn.Linear(a, b))
+            if index < len(sizes) - 2:
+                layers.append(torch.nn.ReLU())
+        return torch.nn.Sequential(*layers)
 
-    def step() -> float:
-        opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(tx), ty)
-        loss.backward()
-        opt.step()
-        return loss.item()  # the same synchronisation as ours: the loss comes back every step
-
-    for _ in range(3):
-        step()
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    return (time.perf_counter() - start) / args.steps, device
+    return torch_seconds_per_step(build, lambda torch, p: torch.optim.Adam(p, lr=1e-4), x, y, args.steps)
 
 
 def main() -> None:
@@ -100,13 +75,7 @@ def main() -> None:
     y = rng.integers(0, args.classes, size=args.batch).astype(np.int32)
     print(f"adapter: {default_device().describe()}")
     print(f"MLP {args.inputs}-{'-'.join([str(args.hidden)] * (args.layers - 1))}-{args.classes}, batch {args.batch}")
-    ours = time_meganeura(args, x, y)
-    print(f"meganeura: {1000 * ours:.3f} ms/step")
-    reference = time_torch(args, x, y)
-    if reference is not None:
-        theirs, device = reference
-        print(f"pytorch ({device}, fp32): {1000 * theirs:.3f} ms/step")
-        print(f"ratio meganeura/pytorch: {ours / theirs:.2f}")
+    print_side_by_side(time_meganeura(args, x, y), time_torch(args, x, y))
 
 
 if __name__ == "__main__":

@@ -41,18 +41,7 @@ const K: u32 = {{K}}u;
 const TILES_M: u32 = {{TILES_M}}u;
 const TILES: u32 = {{TILES}}u;
 const GRID_Y: u32 = {{GRID_Y}}u;
-const WG_X: u32 = {{WG_X}}u;
-const WG_Y: u32 = {{WG_Y}}u;
-const TM: u32 = {{TM}}u;
-const NV: u32 = {{NV}}u;
-const BK: u32 = {{BK}}u;
-const BM: u32 = WG_Y * TM;
-const BN4: u32 = WG_X * NV;
-const BN: u32 = BN4 * 4u;
-const THREADS: u32 = WG_X * WG_Y;
-
-var<workgroup> tile_a: array<f32, BK * BM>;         // [k][m]
-var<workgroup> tile_b: array<vec4<f32>, BK * BN4>;  // [k][n / 4], component n % 4
+//#include gemm_tiles
 
 {{FUNCTIONS}}
 
