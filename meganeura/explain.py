@@ -13,6 +13,7 @@ from typing import Any
 
 import networkx as nx
 
+from meganeura.codegen.lower import sibling_kernels
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops import launches_kernel
 
@@ -55,16 +56,21 @@ class KernelRow:
     shape: tuple[int, ...]
     what: str
     sources: tuple[str, ...]
+    host: int | None = None  # the node whose dispatch computes this one too (see `sibling_kernels`)
 
 
 def kernel_rows(graph: Graph) -> list[KernelRow]:
-    """The kernels of `graph` (live nodes that launch one), in graph order."""
+    """The kernels of `graph` (live nodes that launch one), in graph order; a node that another
+    node's dispatch computes too (an attention's log-sum-exp, dV beside dK) names that node."""
     live = graph.live_ids()
-    return [
-        KernelRow(n.id, n.op, n.shape, kernel_summary(n), n.sources)
-        for n in graph
-        if n.id in live and launches_kernel(n.op)
-    ]
+    launching = [n.id for n in graph if n.id in live and launches_kernel(n.op)]
+    host_of = sibling_kernels(graph, launching)
+    rows = []
+    for node_id in launching:
+        n, host = graph[node_id], host_of.get(node_id)
+        what = kernel_summary(n) if host is None else f"{kernel_summary(n)} (in %{host}'s dispatch)".lstrip()
+        rows.append(KernelRow(n.id, n.op, n.shape, what, n.sources, host))
+    return rows
 
 
 @dataclass
@@ -80,8 +86,16 @@ class StepReport:
         if not self.kernels:
             self.kernels = kernel_rows(self.fused_graph)
 
+    @property
+    def dispatches(self) -> int:
+        """How many dispatches run the kernels (fewer than kernels where one computes two nodes)."""
+        return sum(1 for k in self.kernels if k.host is None)
+
     def __str__(self) -> str:
-        lines = [str(self.rewrite), "", f"Kernels ({len(self.kernels)})"]
+        count = f"{len(self.kernels)}" + (
+            f", {self.dispatches} dispatches" if self.dispatches != len(self.kernels) else ""
+        )
+        lines = [str(self.rewrite), "", f"Kernels ({count})"]
         op_width = max([2, *(len(k.op) for k in self.kernels)])
         shape_width = max([5, *(len(shape_text(k.shape)) for k in self.kernels)])
         what_width = min(48, max([4, *(len(k.what) for k in self.kernels)]))

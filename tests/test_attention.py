@@ -141,6 +141,17 @@ def test_attention_kernels(causal, shapes):
     assert labels == ["attention + attention_lse", "attention_grad_k + attention_grad_v", "attention_grad_q"]
 
 
+def test_the_report_counts_one_dispatch_for_each_pair():
+    """The report lists attention_lse and attention_grad_v as kernels of their host's dispatch."""
+    from meganeura.explain import kernel_rows
+
+    graph = attention_graph((1, 4, 9, 8), (1, 2, 9, 8), True, 0.5)
+    rows = {row.op: row for row in kernel_rows(graph)}
+    assert rows["attention_lse"].host == rows["attention"].node
+    assert rows["attention_grad_v"].host == rows["attention_grad_k"].node
+    assert "dispatch" in rows["attention_lse"].what and rows["attention_grad_q"].host is None
+
+
 def test_attention_kernels_alone():
     """attention_lse and attention_grad_v without their host op get kernels of their own."""
     q_shape, kv_shape = (1, 4, 9, 8), (1, 2, 9, 8)
