@@ -106,8 +106,7 @@ class Buffer(Parameter):
         """Replace this buffer by `value` at the end of the traced step; later reads in the same
         forward see `value` (as in PyTorch, where the update is in place)."""
         tracer = active_tracer()
-        leaves = tracer.__dict__.setdefault("buffer_leaves", {})
-        name = tracer.graph[leaves.setdefault(id(self), self.node)].attr("name")  # the state leaf's
+        name = tracer.graph[tracer.buffer_leaves.setdefault(id(self), self.node)].attr("name")  # the leaf's
         if value.shape != self.shape:
             raise ValueError(f"buffer {name}: update of shape {list(value.shape)}, expected {list(self.shape)}")
         tracer.graph.updates[name] = value.node

@@ -39,6 +39,9 @@ class Tracer:
     def __init__(self) -> None:
         self.graph = Graph()
         self.const_cache: dict[tuple[float, str], int] = {}
+        # id(Parameter or Buffer) -> the node it reads as now (a Buffer's last update, once updated)
+        self.parameter_nodes: dict[int, int] = {}
+        self.buffer_leaves: dict[int, int] = {}  # id(Buffer) -> its state leaf, which names its update
 
     def emit(self, op: str, inputs: list[Tensor], **attrs: Any) -> Tensor:
         """Append `op(inputs)` with a checked type and the user's source line; return its Tensor."""
