@@ -13,7 +13,7 @@ from typing import Any
 
 import networkx as nx
 
-from meganeura.codegen.lower import sibling_kernels
+from meganeura.codegen.lower_transformer import sibling_kernels
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops import launches_kernel
 

@@ -15,8 +15,9 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.ir.graph import Graph, TensorType
-from meganeura.ir.ops import ShapeError, evaluate_attention, evaluate_attention_lse
+from meganeura.ir.ops import ShapeError
 from meganeura.ir.trace import Tracer, tracing
+from meganeura.ir.transformer_ops import evaluate_attention, evaluate_attention_lse
 
 RNG = np.random.default_rng(7)
 
