@@ -38,7 +38,7 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.compiler import trace_step
-from meganeura.ir.trace import Tensor
+from meganeura.tensor import Tensor
 from meganeura.rewrite import optimize
 
 HIDDEN = 576

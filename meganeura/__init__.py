@@ -9,13 +9,32 @@
 
 from meganeura import functional, nn, optim
 from meganeura.compiler import InputSpec, Program, compile, f32, i32
-from meganeura.functional import cat, causal_mask
-from meganeura.ir.ops import ShapeError
-from meganeura.ir.trace import Tensor
+from meganeura.functional import causal_mask
+from meganeura.ir.op import ShapeError
 from meganeura.nn import manual_seed
+from meganeura.tensor import (  # the elementwise ones are generated from ir/functions.py
+    Tensor,
+    abs,
+    cat,
+    clamp,
+    clip,
+    equal,
+    exp,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    not_equal,
+    sigmoid,
+    sqrt,
+    tanh,
+    where,
+)
 
 __all__ = [
     "compile", "Program", "InputSpec", "f32", "i32", "Tensor", "ShapeError", "manual_seed",
-    "functional", "nn", "optim", "cat", "causal_mask",
+    "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
+    "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
 ]  # fmt: skip
 __version__ = "0.1.0"

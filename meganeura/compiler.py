@@ -18,12 +18,14 @@ from typing import Any
 import numpy as np
 
 from meganeura import nn
+from meganeura.codegen.compiled import CompiledStep, compile_step
 from meganeura.explain import StepReport
 from meganeura.ir.autodiff import GradBuilder, gradients
 from meganeura.ir.graph import Graph, TensorType
-from meganeura.ir.ops import ShapeError
-from meganeura.ir.trace import Tensor, Tracer, tracing, user_source_line
+from meganeura.ir.op import ShapeError
+from meganeura.ir.trace import Tracer, tracing, user_source_line
 from meganeura.optim import Optimizer, ParamGrad
+from meganeura.tensor import Tensor
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,13 @@ def trace_step(
     check_input_specs(inputs)
     tracer = Tracer()
     parameters = dict(model.named_parameters())
-    tracer.parameter_nodes = {id(p): tracer.leaf("param", name, p.type).node for name, p in parameters.items()}
+    for name, p in parameters.items():
+        tracer.bind(p, tracer.leaf("param", name, p.type))
     # Module buffers (BatchNorm's running statistics) are `state` leaves named by their dotted name;
     # the forward records their new values in graph.updates (nn.Buffer.update).
     for name, buffer in model.named_buffers():
-        tracer.parameter_nodes[id(buffer)] = tracer.leaf("state", name, buffer.type).node
-    symbols = {name: tracer.leaf("input", name, spec.type) for name, spec in inputs.items()}
+        tracer.bind(buffer, tracer.leaf("state", name, buffer.type))
+    symbols = {name: Tensor(tracer, tracer.leaf("input", name, spec.type)) for name, spec in inputs.items()}
     graph = tracer.graph
     initial_states: dict[str, np.ndarray] = {}
     with tracing(tracer):
@@ -114,13 +117,11 @@ def trace_step(
     recognition = None
     if recognize and any(node.op in RECOGNIZABLE for node in graph):
         graph, recognition = recognize_forward(graph)
-        tracer.graph = graph
-        param_ids = {node.attr("name"): node.id for node in graph if node.op == "param"}
-        tracer.parameter_nodes = {id(p): param_ids[name] for name, p in parameters.items() if name in param_ids}
+        tracer.replace_graph(graph, parameters)
     if loss is not None:
         if optimizer is None:
             raise ValueError("compile(loss=...) trains the model: pass optimizer=, e.g. optim.Adam(lr=1e-3)")
-        param_nodes = {name: tracer.parameter_nodes[id(p)] for name, p in parameters.items()}
+        param_nodes = {name: tracer.node_of(p) for name, p in parameters.items()}
         grads = gradients(graph, graph.outputs["loss"], list(param_nodes.values()))
         trainable = [
             ParamGrad(name, node, grads[node]) for name, node in param_nodes.items() if grads[node] is not None
@@ -219,12 +220,13 @@ class Program:
         if traced.recognition is not None and rewrite:
             self.rewrite_report.merge_recognition(traced.recognition)
         self.is_training = "loss" in self.graph.outputs
+        self.compiled: CompiledStep = compile_step(self.fused_graph)
         if _EXPLAIN:
             _EXPLAIN[-1].append(self)
             self.executable = None
             return
         self.executable = runtime.Executable(
-            self.fused_graph, runtime.default_device(), traced.parameters, traced.initial_states
+            self.compiled, runtime.default_device(), traced.parameters, traced.initial_states
         )
 
     def require_executable(self):

@@ -13,64 +13,40 @@ from typing import Any
 
 import networkx as nx
 
-from meganeura.codegen.lower_transformer import sibling_kernels
-from meganeura.ir.graph import Graph, Node
-from meganeura.ir.ops import launches_kernel
+from meganeura.ir.graph import Graph
+from meganeura.ir.op import op_def
 
 
-def kernel_summary(node: Node) -> str:
-    """A short description of what a kernel node computes: its expression or its key attributes."""
-    if node.op == "pointwise":
-        return node.attr("expr")
-    if node.op == "fused_matmul":
-        prologue = f"prologue {node.attr('prologue')}, " if node.attr("prologue") else ""
-        return f"{prologue}epilogue {node.attr('epilogue')}" + transposes(node)
-    if node.op == "matmul":
-        return transposes(node).strip()
-    if node.op == "fused_reduce":
-        return f"{node.attr('kind')} over {list(node.attr('axes'))}: {node.attr('prologue')} -> {node.attr('epilogue')}"
-    if node.op in ("sum", "max"):
-        return f"over {list(node.attr('axes'))}"
-    if node.op == "permute":
-        return f"perm {list(node.attr('perm'))}"
-    if node.op == "conv_gemm":
-        (kh, kw), (sh, sw), (ph, pw) = node.attr("kernel"), node.attr("stride"), node.attr("padding")
-        epilogue = f", epilogue {node.attr('epilogue')}" if node.attr("epilogue") else ""
-        return f"{node.attr('mode')} {kh}x{kw}/s{sh},{sw}/p{ph},{pw}{epilogue}"
-    if node.op in ("attention", "attention_grad_k", "attention_grad_q", "attention_grad_v", "attention_lse"):
-        return "causal" if node.attr("causal") else ""
-    return ""
-
-
-def transposes(node: Node) -> str:
-    flags = [name for name in ("transpose_a", "transpose_b") if node.attr(name)]
-    return (" " + " ".join(flags)) if flags else ""
+def kernel_summary(node) -> str:
+    """A short description of what a kernel node computes (its op's `describe`, if it has one)."""
+    describe = op_def(node.op).describe
+    return describe(node) if describe else ""
 
 
 @dataclass(frozen=True)
 class KernelRow:
-    """One kernel of the plan: the IR node it computes and the user source lines it covers."""
+    """One kernel of the plan (one dispatch): the IR node it computes, the shapes of its results and
+    the user source lines it covers."""
 
     node: int
     op: str
-    shape: tuple[int, ...]
+    shapes: tuple[tuple[int, ...], ...]
     what: str
     sources: tuple[str, ...]
-    host: int | None = None  # the node whose dispatch computes this one too (see `sibling_kernels`)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.shapes[0]
 
 
 def kernel_rows(graph: Graph) -> list[KernelRow]:
-    """The kernels of `graph` (live nodes that launch one), in graph order; a node that another
-    node's dispatch computes too (an attention's log-sum-exp, dV beside dK) names that node."""
+    """The kernels of `graph` (live nodes that launch one), in graph order."""
     live = graph.live_ids()
-    launching = [n.id for n in graph if n.id in live and launches_kernel(n.op)]
-    host_of = sibling_kernels(graph, launching)
-    rows = []
-    for node_id in launching:
-        n, host = graph[node_id], host_of.get(node_id)
-        what = kernel_summary(n) if host is None else f"{kernel_summary(n)} (in %{host}'s dispatch)".lstrip()
-        rows.append(KernelRow(n.id, n.op, n.shape, what, n.sources, host))
-    return rows
+    return [
+        KernelRow(n.id, n.op, tuple(t.shape for t in n.types), kernel_summary(n), n.sources)
+        for n in graph
+        if n.id in live and op_def(n.op).kernel
+    ]
 
 
 @dataclass
@@ -88,22 +64,19 @@ class StepReport:
 
     @property
     def dispatches(self) -> int:
-        """How many dispatches run the kernels (fewer than kernels where one computes two nodes)."""
-        return sum(1 for k in self.kernels if k.host is None)
+        """How many dispatches run the step: one per kernel (a node with several results is one)."""
+        return len(self.kernels)
 
     def __str__(self) -> str:
-        count = f"{len(self.kernels)}" + (
-            f", {self.dispatches} dispatches" if self.dispatches != len(self.kernels) else ""
-        )
-        lines = [str(self.rewrite), "", f"Kernels ({count})"]
+        lines = [str(self.rewrite), "", f"Kernels ({len(self.kernels)})"]
         op_width = max([2, *(len(k.op) for k in self.kernels)])
-        shape_width = max([5, *(len(shape_text(k.shape)) for k in self.kernels)])
+        shape_width = max([5, *(len(shapes_text(k.shapes)) for k in self.kernels)])
         what_width = min(48, max([4, *(len(k.what) for k in self.kernels)]))
         lines.append(f"  {'%':>4}  {'op':<{op_width}}  {'shape':<{shape_width}}  {'what':<{what_width}}  source lines")
         for k in self.kernels:
             what = k.what if len(k.what) <= what_width else k.what[: what_width - 1] + "…"
             lines.append(
-                f"  {k.node:>4}  {k.op:<{op_width}}  {shape_text(k.shape):<{shape_width}}  "
+                f"  {k.node:>4}  {k.op:<{op_width}}  {shapes_text(k.shapes):<{shape_width}}  "
                 f"{what:<{what_width}}  {', '.join(k.sources)}"
             )
         return "\n".join(lines)
@@ -134,7 +107,14 @@ class StepReport:
         return {
             "rewrite": rewrite,
             "kernels": [
-                {"node": k.node, "op": k.op, "shape": list(k.shape), "what": k.what, "sources": list(k.sources)}
+                {
+                    "node": k.node,
+                    "op": k.op,
+                    "shape": list(k.shape),
+                    "shapes": [list(s) for s in k.shapes],
+                    "what": k.what,
+                    "sources": list(k.sources),
+                }
                 for k in self.kernels
             ],
             "graph": str(self.graph),
@@ -151,6 +131,10 @@ def shape_text(shape: tuple[int, ...]) -> str:
     return "[" + ",".join(map(str, shape)) + "]"
 
 
+def shapes_text(shapes: tuple[tuple[int, ...], ...]) -> str:
+    return " ".join(shape_text(s) for s in shapes)
+
+
 def step_graph(graph: Graph) -> nx.DiGraph:
     """The live part of `graph` as a networkx DiGraph; node attributes say how to draw it."""
     drawn = nx.DiGraph()
@@ -163,8 +147,9 @@ def step_graph(graph: Graph) -> nx.DiGraph:
             drawn.add_node(node.id, label=label, shape="ellipse", style="filled", fillcolor="#eeeeee")
         else:
             what = kernel_summary(node)
-            fused = node.op in ("pointwise", "fused_matmul", "fused_reduce", "conv_gemm")
-            label = f"%{node.id} {node.op}\\n{shape_text(node.shape)}" + (f"\\n{escape(what)}" if what else "")
+            fused = op_def(node.op).egraph is None  # the fused kernels the e-graph makes
+            shapes = shapes_text(tuple(t.shape for t in node.types))
+            label = f"%{node.id} {node.op}\\n{shapes}" + (f"\\n{escape(what)}" if what else "")
             drawn.add_node(
                 node.id,
                 label=label,
@@ -187,7 +172,7 @@ def kernel_groups(fused_graph: Graph, covers: dict[int, list[int]]) -> dict[str,
     """Cluster label → the original IR nodes that one kernel of the plan computes."""
     groups: dict[str, list[int]] = {}
     for node in fused_graph:
-        if launches_kernel(node.op) and covers.get(node.id):
+        if op_def(node.op).kernel and covers.get(node.id):
             what = kernel_summary(node)
             groups[f"kernel %{node.id} {node.op}" + (f": {what}" if what else "")] = covers[node.id]
     return groups

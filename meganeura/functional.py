@@ -1,6 +1,10 @@
 """Functional ops with PyTorch's names and semantics (`import meganeura.functional as F`).
 
-Each function emits IR through the active trace; Python numbers are lifted to constants.
+The primitive operations on tensors (elementwise functions, reshape, sum, softmax, matmul,
+indexing, cat…) are defined once in `meganeura/tensor.py` and re-exported here; this module adds
+the composite functions PyTorch keeps in torch.nn.functional, built on them: normalisations,
+losses, embedding, attention, rotary embeddings, convolutions, pooling. Python numbers are
+lifted to constants.
 
 >>> # inside forward(): F.relu(F.linear(x, self.weight, self.bias))
 """
@@ -11,59 +15,58 @@ import math
 
 import numpy as np
 
-from meganeura.ir.conv_ops import conv_output_size, pair
-from meganeura.ir.ops import ShapeError, normalize_axes
-from meganeura.ir.trace import Tensor, active_tracer, lift, user_source_line
+from meganeura.ir.op import ShapeError
+from meganeura.ir.ops.image import conv_output_size, pair
+from meganeura.ir.trace import user_source_line
+from meganeura.tensor import (  # noqa: F401  (re-exported: the primitive operations; erf, rsqrt, tanh are
+    # among the elementwise functions generated from ir/functions.py)
+    ELEMENTWISE,
+    Tensor,
+    amax,
+    apply,
+    apply_results,
+    broadcast_to,
+    cat,
+    clamp,
+    clip,
+    erf,
+    expand,
+    flatten,
+    getitem,
+    leaky_relu,
+    lift,
+    log_softmax,
+    masked_fill,
+    matmul,
+    mean,
+    permute,
+    pow,
+    reshape,
+    rsqrt,
+    softmax,
+    softplus,
+    squeeze,
+    sum,
+    tanh,
+    transpose,
+    transpose2d,
+    unsqueeze,
+    where,
+)
 
-__all__ = [
-    "add", "amax", "broadcast_to", "cross_entropy", "erf", "exp", "gelu", "layer_norm", "linear", "log", "log_softmax",
-    "matmul", "mean", "mse_loss", "nll_loss", "permute", "relu", "reshape", "rms_norm", "rsqrt", "sigmoid", "silu",
-    "softmax", "sqrt", "sum", "tanh", "transpose", "transpose2d",
-    "cat", "embedding", "getitem", "scaled_dot_product_attention",
-    "rotary_embedding", "apply_rotary_pos_emb", "rotary_tables",
-    "conv2d", "fold", "unfold",
-    "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "group_norm", "flatten",
+globals().update(ELEMENTWISE)  # exp, log, relu, sigmoid, tanh, silu, erf, abs, add, greater, … (ir/functions.py)
+
+COMPOSITES = [
+    "gelu", "linear", "rms_norm", "layer_norm", "nll_loss", "cross_entropy", "mse_loss", "embedding", "causal_mask",
+    "scaled_dot_product_attention", "rotary_embedding", "apply_rotary_pos_emb", "rotary_tables",
+    "conv2d", "fold", "unfold", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "group_norm",
 ]  # fmt: skip
-
-
-def unary(op: str, x: Tensor) -> Tensor:
-    x = lift(x)
-    return x.tracer.emit(op, [x])
-
-
-def relu(x: Tensor) -> Tensor:
-    """max(x, 0), elementwise."""
-    return unary("relu", x)
-
-
-def sigmoid(x: Tensor) -> Tensor:
-    """1 / (1 + exp(−x)), elementwise."""
-    return unary("sigmoid", x)
-
-
-def tanh(x: Tensor) -> Tensor:
-    """Hyperbolic tangent, elementwise."""
-    return unary("tanh", x)
-
-
-def exp(x: Tensor) -> Tensor:
-    """eˣ, elementwise."""
-    return unary("exp", x)
-
-
-def log(x: Tensor) -> Tensor:
-    """Natural logarithm, elementwise."""
-    return unary("log", x)
-
-
-def sqrt(x: Tensor) -> Tensor:
-    """Square root, elementwise."""
-    return unary("sqrt", x)
-
-
-def erf(x: Tensor) -> Tensor:
-    """The error function 2/√π ∫₀ˣ exp(−t²) dt, elementwise (torch.erf)."""
-    return unary("erf", x)
+PRIMITIVES = [
+    "amax", "broadcast_to", "cat", "clamp", "clip", "expand", "flatten", "getitem", "leaky_relu", "log_softmax",
+    "masked_fill", "matmul", "mean", "permute", "pow", "reshape", "softmax", "softplus", "squeeze", "sum",
+    "transpose", "transpose2d", "unsqueeze", "where",
+]  # fmt: skip
+__all__ = sorted([*COMPOSITES, *PRIMITIVES, *ELEMENTWISE])
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -81,143 +84,6 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     else:
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return x * 0.5 * (inner + 1.0)
-
-
-def add(x: Tensor, y: Tensor) -> Tensor:
-    """x + y with broadcasting."""
-    return lift(x) + y
-
-
-def reshape(x: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """The same elements in a new shape; one dimension may be −1."""
-    x = lift(x)
-    shape = tuple(int(d) for d in shape)
-    if shape.count(-1) > 1:
-        raise ShapeError(f"{user_source_line()}: reshape: only one dimension can be -1, got {list(shape)}")
-    if -1 in shape:
-        known = 1
-        for d in shape:
-            if d != -1:
-                known *= d
-        if known == 0 or x.numel() % known:
-            raise ShapeError(f"{user_source_line()}: reshape: cannot reshape {x.type} to {list(shape)}")
-        shape = tuple(x.numel() // known if d == -1 else d for d in shape)
-    if shape == x.shape:
-        return x
-    return x.tracer.emit("reshape", [x], shape=shape)
-
-
-def sum(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """Sum over `dim` (an int, a tuple, or None for all dims), like torch.sum."""
-    x = lift(x)
-    try:
-        axes = normalize_axes(dim, x.ndim)
-    except ShapeError as error:
-        raise ShapeError(f"{user_source_line()}: {error}") from None
-    return x.tracer.emit("sum", [x], axes=axes, keepdim=keepdim)
-
-
-def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """Mean over `dim` (an int, a tuple, or None for all dims), like torch.mean."""
-    x = lift(x)
-    total = sum(x, dim, keepdim)
-    count = x.numel() // max(total.numel(), 1)
-    return total * (1.0 / count)
-
-
-def permute(x: Tensor, dims: tuple[int, ...]) -> Tensor:
-    """The dims of x reordered (torch.permute); a copy kernel unless the e-graph folds it away."""
-    x = lift(x)
-    dims = tuple(int(d) % max(x.ndim, 1) for d in dims)
-    if dims == tuple(range(x.ndim)):
-        return x
-    return x.tracer.emit("permute", [x], perm=dims)
-
-
-def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
-    """x with dims `dim0` and `dim1` swapped (torch.transpose)."""
-    x = lift(x)
-    perm = list(range(x.ndim))
-    try:
-        perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
-    except IndexError:
-        raise ShapeError(f"{user_source_line()}: transpose: dims ({dim0}, {dim1}) out of range for {x.type}") from None
-    return permute(x, tuple(perm))
-
-
-def transpose2d(x: Tensor) -> Tensor:
-    """xᵀ of a 2-D tensor (Tensor.T)."""
-    x = lift(x)
-    if x.ndim != 2:
-        raise ShapeError(f"{user_source_line()}: .T needs a 2-D tensor, got {x.type}; use transpose(dim0, dim1)")
-    return permute(x, (1, 0))
-
-
-def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """a @ b like torch.matmul: over the last two dims, batched over equal leading dims; a with
-    more dims than a 2-D b is flattened to rows first.
-
-    The IR's matmul also takes a 2-D operand shared by a batch directly, but tracing [batch,
-    seq, features] @ W that way lets the matmul epilogue rules see whole residual streams, and
-    the e-graph then grows past its budget on deep models; flattening keeps them apart for now.
-    """
-    a, b = lift(a), lift(b)
-    if a.ndim > 2 and b.ndim == 2:
-        lead = a.shape[:-1]
-        rows = reshape(a, (-1, a.shape[-1]))
-        out = a.tracer.emit("matmul", [rows, b], transpose_a=False, transpose_b=False)
-        return reshape(out, lead + (out.shape[-1],))
-    return a.tracer.emit("matmul", [a, b], transpose_a=False, transpose_b=False)
-
-
-def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """x repeated along dims of size 1 (and new leading dims) to `shape`, like torch.broadcast_to."""
-    x = lift(x)
-    shape = tuple(int(d) for d in shape)
-    if shape == x.shape:
-        return x
-    return x.tracer.emit("broadcast_to", [x], shape=shape)
-
-
-def silu(x: Tensor) -> Tensor:
-    """x·sigmoid(x), elementwise (also called swish)."""
-    return unary("silu", x)
-
-
-def rsqrt(x: Tensor) -> Tensor:
-    """1/√x, elementwise."""
-    return unary("rsqrt", x)
-
-
-def amax(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """The maximum over `dim` (torch.amax); the gradient is split evenly between ties."""
-    x = lift(x)
-    try:
-        axes = normalize_axes(dim, x.ndim, "amax")
-    except ShapeError as error:
-        raise ShapeError(f"{user_source_line()}: {error}") from None
-    return x.tracer.emit("max", [x], axes=axes, keepdim=keepdim)
-
-
-def row_op(op: str, x: Tensor, dim: int) -> Tensor:
-    x = lift(x)
-    try:
-        (axis,) = normalize_axes(int(dim), x.ndim, op)
-    except ShapeError as error:
-        raise ShapeError(f"{user_source_line()}: {error}") from None
-    return x.tracer.emit(op, [x], axis=axis)
-
-
-def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """x − log Σ exp(x) along `dim`, computed stably (the maximum is subtracted first): one op,
-    one kernel (a workgroup per row)."""
-    return row_op("log_softmax", x, dim)
-
-
-def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """exp(x) / Σ exp(x) along `dim`, computed stably (the maximum is subtracted first): one op,
-    one kernel (a workgroup per row)."""
-    return row_op("softmax", x, dim)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -292,7 +158,7 @@ def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """
     input, target = lift(input), lift(target)
     check_class_scores("nll_loss", input, target, "log-probabilities")
-    rows = -input.tracer.emit("pick", [input, target])
+    rows = -apply("pick", input, target)
     return reduce_loss(rows, reduction, "nll_loss")
 
 
@@ -334,74 +200,7 @@ def embedding(input: Tensor, weight: Tensor) -> Tensor:
     input, weight = lift(input), lift(weight)
     if input.dtype != "i32":
         raise ShapeError(f"{user_source_line()}: embedding: expected i32 indices, got {input.type}")
-    return weight.tracer.emit("gather", [weight, input])
-
-
-def cat(tensors, dim: int = 0) -> Tensor:
-    """The tensors joined along `dim` (torch.cat): every other dim must match.
-
-    One `concat` node takes at most 6 inputs (the e-graph's generic encoding); longer lists are
-    joined in groups of 6.
-    """
-    tensors = [lift(t) for t in tensors]
-    if not tensors:
-        raise ShapeError(f"{user_source_line()}: cat: expected a non-empty list of tensors")
-    if len(tensors) == 1:
-        return tensors[0]
-    try:
-        (axis,) = normalize_axes(int(dim), tensors[0].ndim, "cat")
-    except ShapeError as error:
-        raise ShapeError(f"{user_source_line()}: {error}") from None
-    while len(tensors) > 6:
-        tensors = [cat(tensors[i : i + 6], axis) for i in range(0, len(tensors), 6)]
-    return tensors[0].tracer.emit("concat", tensors, axis=axis)
-
-
-def getitem(x: Tensor, key) -> Tensor:
-    """x[key] for ints (negative ones count from the end; each drops its dim), slices with a
-    positive step, `...` and None (a new dim of size 1), as torch indexing: one `slice` node,
-    then a reshape when dims are dropped or added."""
-    x = lift(x)
-    key = key if isinstance(key, tuple) else (key,)
-    if any(k is Ellipsis for k in key):
-        if [k is Ellipsis for k in key].count(True) > 1:
-            raise IndexError(f"{user_source_line()}: an index can only have a single ellipsis ('...')")
-        at = next(i for i, k in enumerate(key) if k is Ellipsis)
-        used = len([k for k in key if k is not None]) - 1
-        key = key[:at] + (slice(None),) * max(x.ndim - used, 0) + key[at + 1 :]
-    if len([k for k in key if k is not None]) > x.ndim:
-        raise IndexError(f"{user_source_line()}: too many indices for a tensor of shape {list(x.shape)}: {key}")
-    starts, stops, steps, shape = [], [], [], []
-    dim = 0
-    for k in key:
-        if k is None:
-            shape.append(1)
-            continue
-        size = x.shape[dim]
-        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
-            index = int(k)
-            if not -size <= index < size:
-                raise IndexError(
-                    f"{user_source_line()}: index {index} is out of range for dim {dim} of size {size} ({x.type})"
-                )
-            index %= size
-            starts.append(index), stops.append(index + 1), steps.append(1)
-        elif isinstance(k, slice):
-            if k.step is not None and int(k.step) <= 0:
-                raise ValueError(f"{user_source_line()}: slice step must be positive, got {k.step}")
-            start, stop, step = k.indices(size)
-            stop = max(stop, start)
-            starts.append(start), stops.append(stop), steps.append(step)
-            shape.append(-(-(stop - start) // step))
-        else:
-            raise TypeError(f"{user_source_line()}: unsupported index {k!r}: use ints, slices, '...' or None")
-        dim += 1
-    for d in range(dim, x.ndim):
-        starts.append(0), stops.append(x.shape[d]), steps.append(1)
-        shape.append(x.shape[d])
-    if any((a, b, s) != (0, n, 1) for a, b, s, n in zip(starts, stops, steps, x.shape, strict=True)):
-        x = x.tracer.emit("slice", [x], starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
-    return reshape(x, tuple(shape))
+    return apply("gather", weight, input)
 
 
 def causal_mask(rows: int, cols: int | None = None) -> Tensor:
@@ -410,7 +209,7 @@ def causal_mask(rows: int, cols: int | None = None) -> Tensor:
     `softmax(q @ k.transpose(-2, -1) * scale + mn.causal_mask(seq)) @ v` adds it. Computed on the
     GPU (no input to feed); the e-graph recognises that pattern as fused causal attention."""
     cols = rows if cols is None else cols
-    return active_tracer().emit("causal_mask", [], rows=int(rows), cols=int(cols))
+    return apply("causal_mask", rows=int(rows), cols=int(cols))
 
 
 def scaled_dot_product_attention(
@@ -433,26 +232,27 @@ def scaled_dot_product_attention(
     attn_mask tensors and dropout_p > 0 (NotImplementedError).
     """
     query, key, value = lift(query), lift(key), lift(value)
-    where = user_source_line()
+    at = user_source_line()
     if attn_mask is not None:
-        raise NotImplementedError(f"{where}: scaled_dot_product_attention: attn_mask is not supported; use is_causal")
+        raise NotImplementedError(f"{at}: scaled_dot_product_attention: attn_mask is not supported; use is_causal")
     if dropout_p:
-        raise NotImplementedError(f"{where}: scaled_dot_product_attention: dropout_p > 0 is not supported")
+        raise NotImplementedError(f"{at}: scaled_dot_product_attention: dropout_p > 0 is not supported")
     if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
         raise ShapeError(
-            f"{where}: scaled_dot_product_attention: expected 4-D query, key and value "
+            f"{at}: scaled_dot_product_attention: expected 4-D query, key and value "
             f"[batch, heads, seq, head_dim], got {query.type}, {key.type} and {value.type}"
         )
     if value.shape != key.shape:
-        raise ShapeError(f"{where}: scaled_dot_product_attention: value {value.type} must match key {key.type}")
+        raise ShapeError(f"{at}: scaled_dot_product_attention: value {value.type} must match key {key.type}")
     heads, kv_heads = query.shape[1], key.shape[1]
     if heads != kv_heads and not enable_gqa:
         raise ShapeError(
-            f"{where}: scaled_dot_product_attention: query has {heads} heads and key/value {kv_heads}; "
+            f"{at}: scaled_dot_product_attention: query has {heads} heads and key/value {kv_heads}; "
             "pass enable_gqa=True for grouped-query attention"
         )
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    return query.tracer.emit("attention", [query, key, value], causal=bool(is_causal), scale=scale)
+    out, _ = apply_results("attention", query, key, value, causal=bool(is_causal), scale=scale)
+    return out
 
 
 def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -463,7 +263,7 @@ def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     >>> # q = F.rotary_embedding(q, cos, sin)  # cos, sin: inputs fed with F.rotary_tables(seq, D)
     """
     x, cos, sin = lift(x), lift(cos), lift(sin)
-    return x.tracer.emit("rope", [x, cos, sin])
+    return apply("rope", x, cos, sin)
 
 
 def apply_rotary_pos_emb(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int | None = None):
@@ -496,18 +296,18 @@ def rotary_tables(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[n
 
 
 # ---------------------------------------------------------------------------------------------
-# Convolutions, traced in their plain im2col form (ir/conv_ops.py): unfold, a matmul with the
+# Convolutions, traced in their plain im2col form (ir/ops/image.py): unfold, a matmul with the
 # flattened weight, a reshape; the e-graph turns these compositions into implicit-GEMM kernels.
 
 
-def window_geometry(op: str, kernel_size, stride, padding, dilation, where: str):
+def window_geometry(op: str, kernel_size, stride, padding, dilation, at: str):
     """(kernel, stride, padding) as pairs of ints, or an error naming the user's line (dilation must be 1)."""
     try:
         if pair(dilation, f"{op}: dilation") != (1, 1):
-            raise NotImplementedError(f"{where}: {op}: dilation={dilation!r} is not supported (only 1)")
+            raise NotImplementedError(f"{at}: {op}: dilation={dilation!r} is not supported (only 1)")
         return pair(kernel_size, f"{op}: kernel_size"), pair(stride, f"{op}: stride"), pair(padding, f"{op}: padding")
     except ShapeError as error:
-        raise ShapeError(f"{where}: {error}") from None
+        raise ShapeError(f"{at}: {error}") from None
 
 
 def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
@@ -520,7 +320,7 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     """
     x = lift(input)
     kernel, stride, padding = window_geometry("unfold", kernel_size, stride, padding, dilation, user_source_line())
-    return x.tracer.emit("unfold", [x], kernel=kernel, stride=stride, padding=padding)
+    return apply("unfold", x, kernel=kernel, stride=stride, padding=padding)
 
 
 def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
@@ -531,13 +331,13 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
     >>> # image = F.fold(cols, output_size=(32, 32), kernel_size=3, padding=1)
     """
     cols = lift(input)
-    where = user_source_line()
-    kernel, stride, padding = window_geometry("fold", kernel_size, stride, padding, dilation, where)
+    at = user_source_line()
+    kernel, stride, padding = window_geometry("fold", kernel_size, stride, padding, dilation, at)
     try:
         size = pair(output_size, "fold: output_size")
     except ShapeError as error:
-        raise ShapeError(f"{where}: {error}") from None
-    return cols.tracer.emit("fold", [cols], output_size=size, kernel=kernel, stride=stride, padding=padding)
+        raise ShapeError(f"{at}: {error}") from None
+    return apply("fold", cols, output_size=size, kernel=kernel, stride=stride, padding=padding)
 
 
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1):
@@ -554,51 +354,51 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     >>> # y = F.conv2d(x, self.weight, self.bias, stride=2, padding=1)
     """
     x, weight = lift(input), lift(weight)
-    where = user_source_line()
+    at = user_source_line()
     if groups != 1:
-        raise NotImplementedError(f"{where}: conv2d: groups={groups!r} is not supported (only 1)")
+        raise NotImplementedError(f"{at}: conv2d: groups={groups!r} is not supported (only 1)")
     if weight.ndim != 4:
-        raise ShapeError(f"{where}: conv2d: expected a weight [out_channels, in_channels, kh, kw], got {weight.type}")
+        raise ShapeError(f"{at}: conv2d: expected a weight [out_channels, in_channels, kh, kw], got {weight.type}")
     out_channels, channels, kh, kw = weight.shape
     literal_padding = 0 if isinstance(padding, str) else padding
-    kernel, stride, padding_pair = window_geometry("conv2d", (kh, kw), stride, literal_padding, dilation, where)
+    kernel, stride, padding_pair = window_geometry("conv2d", (kh, kw), stride, literal_padding, dilation, at)
     if isinstance(padding, str):
-        padding_pair = string_padding(padding, kernel, stride, where)
+        padding_pair = string_padding(padding, kernel, stride, at)
     unbatched = x.ndim == 3
     if unbatched:
         x = reshape(x, (1, *x.shape))
     if x.ndim != 4 or x.shape[1] != channels:
         raise ShapeError(
-            f"{where}: conv2d: expected input [N, {channels}, H, W] (or [{channels}, H, W]) for weight "
+            f"{at}: conv2d: expected input [N, {channels}, H, W] (or [{channels}, H, W]) for weight "
             f"{weight.type}, got {lift(input).type}"
         )
-    cols = x.tracer.emit("unfold", [x], kernel=kernel, stride=stride, padding=padding_pair)
+    cols = apply("unfold", x, kernel=kernel, stride=stride, padding=padding_pair)
     ho, wo = conv_output_size(x.shape[2:], kernel, stride, padding_pair)
     flat = reshape(weight, (out_channels, channels * kh * kw))
-    out = x.tracer.emit("matmul", [flat, cols], transpose_a=False, transpose_b=False)
+    out = apply("matmul", flat, cols)
     out = reshape(out, (x.shape[0], out_channels, ho, wo))
     if bias is not None:
         bias = lift(bias)
         if bias.shape != (out_channels,):
             raise ShapeError(
-                f"{where}: conv2d: expected a bias [{out_channels}] for weight {weight.type}, got {bias.type}"
+                f"{at}: conv2d: expected a bias [{out_channels}] for weight {weight.type}, got {bias.type}"
             )
         out = out + reshape(bias, (out_channels, 1, 1))
     return reshape(out, out.shape[1:]) if unbatched else out
 
 
-def string_padding(padding: str, kernel: tuple[int, int], stride: tuple[int, int], where: str) -> tuple[int, int]:
+def string_padding(padding: str, kernel: tuple[int, int], stride: tuple[int, int], at: str) -> tuple[int, int]:
     """conv2d's padding="valid" (none) or "same" (the output as large as the input: stride 1, and
     odd kernels, whose padding is symmetric; PyTorch pads even kernels unevenly, which is not supported)."""
     if padding == "valid":
         return (0, 0)
     if padding != "same":
-        raise ValueError(f"{where}: conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
+        raise ValueError(f"{at}: conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
     if stride != (1, 1):
-        raise ValueError(f"{where}: conv2d: padding='same' is not supported for strided convolutions")
+        raise ValueError(f"{at}: conv2d: padding='same' is not supported for strided convolutions")
     if kernel[0] % 2 == 0 or kernel[1] % 2 == 0:
         raise NotImplementedError(
-            f"{where}: conv2d: padding='same' with the even kernel {kernel} needs uneven padding, which is not "
+            f"{at}: conv2d: padding='same' with the even kernel {kernel} needs uneven padding, which is not "
             "supported; pad explicitly"
         )
     return ((kernel[0] - 1) // 2, (kernel[1] - 1) // 2)
@@ -606,28 +406,26 @@ def string_padding(padding: str, kernel: tuple[int, int], stride: tuple[int, int
 
 # ---------------------------------------------------------------------------------------------
 # Pooling and normalisation of images (NCHW). max_pool2d and avg_pool2d are ops of their own
-# (ir/conv_ops.py); adaptive_avg_pool2d to 1×1, batch_norm and group_norm are traced decomposed
+# (ir/ops/image.py); adaptive_avg_pool2d to 1×1, batch_norm and group_norm are traced decomposed
 # (means, rsqrt, products), so autodiff derives their exact backward from the same ops.
 
 
 def pool2d(op: str, input: Tensor, kernel_size, stride, padding) -> Tensor:
     """`op` on [N, C, H, W] or [C, H, W] (PyTorch's unbatched form, traced as a batch of one)."""
-    from meganeura.ir.conv_ops import pair
-
     x = lift(input)
-    where = user_source_line()
+    at = user_source_line()
     if x.ndim not in (3, 4):
-        raise ShapeError(f"{where}: {op}: expected [N, C, H, W] or [C, H, W], got {x.type}")
+        raise ShapeError(f"{at}: {op}: expected [N, C, H, W] or [C, H, W], got {x.type}")
     try:
         kernel = pair(kernel_size, f"{op} kernel_size")
         strides = kernel if stride is None or stride == [] else pair(stride, f"{op} stride")
         pads = pair(padding, f"{op} padding")
     except ShapeError as error:
-        raise ShapeError(f"{where}: {error}") from None
+        raise ShapeError(f"{at}: {error}") from None
     unbatched = x.ndim == 3
     if unbatched:
         x = reshape(x, (1, *x.shape))
-    out = x.tracer.emit(op, [x], kernel=kernel, stride=strides, padding=pads)
+    out = apply(op, x, kernel=kernel, stride=strides, padding=pads)
     return reshape(out, out.shape[1:]) if unbatched else out
 
 
@@ -687,11 +485,6 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
     return mean(x, (-2, -1), keepdim=True)
 
 
-def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-    """Dims start_dim…end_dim merged into one (torch.flatten), a reshape: Tensor.flatten."""
-    return lift(input).flatten(start_dim, end_dim)
-
-
 def channel_view(value: Tensor, rank: int) -> Tensor:
     """A per-channel [C] value shaped [C, 1, …] to broadcast against [N, C, *] of `rank` dims."""
     return reshape(value, (value.shape[0],) + (1,) * (rank - 2))
@@ -718,19 +511,19 @@ def batch_norm(
     from meganeura.nn import Buffer
 
     x = lift(input)
-    where = user_source_line()
+    at = user_source_line()
     if x.ndim < 2:
-        raise ShapeError(f"{where}: batch_norm: expected [N, C, *], got {x.type}")
+        raise ShapeError(f"{at}: batch_norm: expected [N, C, *], got {x.type}")
     channels = x.shape[1]
     per_channel = {"running_mean": running_mean, "running_var": running_var, "weight": weight, "bias": bias}
     for name, value in per_channel.items():
         if value is not None and lift(value).shape != (channels,):
-            raise ShapeError(f"{where}: batch_norm: {name} {lift(value).type} does not match the {channels} channels")
+            raise ShapeError(f"{at}: batch_norm: {name} {lift(value).type} does not match the {channels} channels")
     axes = (0, *range(2, x.ndim))
     if training:
         count = x.numel() // channels
         if count <= 1:
-            raise ValueError(f"{where}: batch_norm: expected more than 1 value per channel when training, got {x.type}")
+            raise ValueError(f"{at}: batch_norm: expected more than 1 value per channel when training, got {x.type}")
         batch_mean = mean(x, axes, keepdim=True)
         centred = x - batch_mean
         batch_var = mean(centred * centred, axes, keepdim=True)
@@ -739,13 +532,13 @@ def batch_norm(
             if running is None:
                 continue
             if not isinstance(running, Buffer):
-                raise TypeError(f"{where}: batch_norm: running statistics updated in training must be module buffers")
+                raise TypeError(f"{at}: batch_norm: running statistics updated in training must be module buffers")
             stat = reshape(value, (channels,))
             stat = stat * scale if scale != 1.0 else stat
             running.update(lift(running) * (1.0 - momentum) + stat * momentum)
     else:
         if running_mean is None or running_var is None:
-            raise ValueError(f"{where}: batch_norm: training=False needs running_mean and running_var")
+            raise ValueError(f"{at}: batch_norm: training=False needs running_mean and running_var")
         rank = x.ndim
         y = (x - channel_view(lift(running_mean), rank)) * channel_view(rsqrt(lift(running_var) + float(eps)), rank)
     if weight is not None:
@@ -760,13 +553,13 @@ def group_norm(
     each (sample, group) normalised with its mean and biased variance, then a per-channel affine.
     Traced as a reshape to [N, G, C/G·…], the statistics over the last dim, and a reshape back."""
     x = lift(input)
-    where = user_source_line()
+    at = user_source_line()
     if x.ndim < 2 or num_groups < 1 or x.shape[1] % num_groups:
-        raise ShapeError(f"{where}: group_norm: {x.type} does not split into {num_groups} groups of channels")
+        raise ShapeError(f"{at}: group_norm: {x.type} does not split into {num_groups} groups of channels")
     channels = x.shape[1]
     for name, value in (("weight", weight), ("bias", bias)):
         if value is not None and lift(value).shape != (channels,):
-            raise ShapeError(f"{where}: group_norm: {name} {lift(value).type} does not match the {channels} channels")
+            raise ShapeError(f"{at}: group_norm: {name} {lift(value).type} does not match the {channels} channels")
     grouped = reshape(x, (x.shape[0], num_groups, -1))
     centred = grouped - mean(grouped, -1, keepdim=True)
     y = reshape(centred * rsqrt(mean(centred * centred, -1, keepdim=True) + float(eps)), x.shape)

@@ -17,9 +17,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from meganeura import functional as F
-from meganeura.ir.conv_ops import pair
 from meganeura.ir.graph import TensorType
-from meganeura.ir.trace import Tensor, active_tracer
+from meganeura.ir.ops.image import pair
+from meganeura.ir.trace import active_tracer
+from meganeura.tensor import Tensor
 
 _rng = np.random.default_rng(0)
 
@@ -55,11 +56,11 @@ class Parameter(Tensor):
 
     @property
     def node(self) -> int:
-        tracer = active_tracer()
-        bound = getattr(tracer, "parameter_nodes", {}).get(id(self))
+        bound = active_tracer().node_of(self)
         if bound is None:
             raise ValueError(
-                "a Parameter that is not registered in the compiled model was used; assign it to a Module attribute"
+                f"a {type(self).__name__} that is not registered in the compiled model was used; assign it to a "
+                "Module attribute"
             )
         return bound
 
@@ -95,22 +96,12 @@ class Buffer(Parameter):
     compiled from the model shares, so an inference program sees what a training step updated.
     """
 
-    @property
-    def node(self) -> int:
-        bound = getattr(active_tracer(), "parameter_nodes", {}).get(id(self))
-        if bound is None:
-            raise ValueError("a Buffer that is not registered in the compiled model was used; assign it to a Module")
-        return bound
-
     def update(self, value: Tensor) -> None:
         """Replace this buffer by `value` at the end of the traced step; later reads in the same
         forward see `value` (as in PyTorch, where the update is in place)."""
-        tracer = active_tracer()
-        name = tracer.graph[tracer.buffer_leaves.setdefault(id(self), self.node)].attr("name")  # the leaf's
         if value.shape != self.shape:
-            raise ValueError(f"buffer {name}: update of shape {list(value.shape)}, expected {list(self.shape)}")
-        tracer.graph.updates[name] = value.node
-        tracer.parameter_nodes[id(self)] = value.node
+            raise ValueError(f"buffer update of shape {list(value.shape)}, expected {list(self.shape)}")
+        active_tracer().update_buffer(self, value.node)
 
     def __repr__(self) -> str:
         return f"Buffer(shape={self._host.shape})"

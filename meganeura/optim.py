@@ -64,8 +64,9 @@ class SGD(Optimizer):
             if self.momentum:
                 buf_name = f"{p.name}.momentum_buffer"
                 buf = self.state_leaf(builder, buf_name, builder.shape(p.node))
+                operands = [buf, p.grad, p.node] if self.weight_decay else [buf, p.grad]
                 direction = builder.emit(
-                    "momentum_buffer", [buf, p.grad, p.node], momentum=self.momentum, weight_decay=self.weight_decay
+                    "momentum_buffer", operands, momentum=self.momentum, weight_decay=self.weight_decay
                 )
                 builder.graph.updates[buf_name] = direction
                 initial[buf_name] = np.zeros(builder.shape(p.node), np.float32)
@@ -105,7 +106,8 @@ class Adam(Optimizer):
             for suffix, beta, order in (("exp_avg", beta1, 1), ("exp_avg_sq", beta2, 2)):
                 name = f"{p.name}.{suffix}"
                 leaf = self.state_leaf(builder, name, builder.shape(p.node))
-                moment = builder.emit("adam_moment", [leaf, p.grad, p.node], beta=beta, order=order, weight_decay=l2)
+                operands = [leaf, p.grad, p.node] if l2 else [leaf, p.grad]
+                moment = builder.emit("adam_moment", operands, beta=beta, order=order, weight_decay=l2)
                 builder.graph.updates[name] = moment
                 initial[name] = np.zeros(builder.shape(p.node), np.float32)
                 moments.append(moment)

@@ -7,25 +7,25 @@
 // thread owns one element d of the row's D-vector, and the other axis (keys, or query rows) is
 // walked in tiles of WG, one element per thread, the tile's weights shared in workgroup memory.
 //
-//   attention / attention_lse (a workgroup per query row (b, h, i)): online softmax over key
-//     tiles: a thread scores one key of the tile, the tile max and Σ exp go through `combine`,
-//     the running output is rescaled by exp(m_old − m_new) and gains Σ_j p_j·v_j. Writes
-//     o = acc / l (ATTENTION) and/or lse = m + log l (LSE) in the same pass: a training step
-//     runs one kernel for both; the scores are never stored.
+//   attention (a workgroup per query row (b, h, i)): online softmax over key tiles: a thread
+//     scores one key of the tile, the tile max and Σ exp go through `combine`, the running
+//     output is rescaled by exp(m_old − m_new) and gains Σ_j p_j·v_j. Writes o = acc / l
+//     (ATTENTION) and lse = m + log l (LSE) in the same pass (the op's two results); the scores
+//     are never stored.
 //   attention_grad_q (a workgroup per query row): Dᵢ = do_i·o_i, then per key tile
 //     dS_ij = P_ij·(do_i·v_j − Dᵢ) and dQ_i = scale·Σ_j dS_ij·k_j.
-//   attention_grad_k / attention_grad_v (a workgroup per key row (b, hk, j)): the query rows of
-//     all GROUP heads of KV head hk (GROUP·SQ of them) in tiles; a thread recomputes P (and dS)
-//     for one row r: dV_j = Σ_r P_rj·do_r, dK_j = scale·Σ_r dS_rj·q_r (GRAD_K and GRAD_V both set:
-//     one kernel writes both, sharing P).
+//   attention_grad_kv (a workgroup per key row (b, hk, j)): the query rows of all GROUP heads of
+//     KV head hk (GROUP·SQ of them) in tiles; a thread recomputes P and dS for one row r:
+//     dV_j = Σ_r P_rj·do_r, dK_j = scale·Σ_r dS_rj·q_r (GRAD_K and GRAD_V: the op's two
+//     results, sharing P).
 //
 // Bindings (group 0, generated from the KernelSpec; all f32, the outputs read_write): q, k and
-// v (ATTENTION), then out (ATTENTION) and out_lse (LSE); the backward: q, k, v, o, lse, d_o (v and
-// o unless only GRAD_V), then out (GRAD_Q) or out_k (GRAD_K) and out_v (GRAD_V).
+// v, then out (ATTENTION) and out_lse (LSE); the backward: q, k, v, o, lse, d_o, then out
+// (GRAD_Q) or out_k (GRAD_K) and out_v (GRAD_V).
 // Grid: ROWS workgroups (B·H·SQ query rows or B·HKV·SKV key rows), folded into (GRID_X, y).
 //
 // Placeholders: BINDINGS, ROWS, H, HKV, SQ, SKV, D, WG, GRID_X, SCALE; flags CAUSAL, FORWARD
-// (attention or attention_lse), ATTENTION, LSE, GRAD_Q, GRAD_KV (grad_k or grad_v), GRAD_K, GRAD_V.
+// (attention), ATTENTION, LSE, GRAD_Q, GRAD_KV (attention_grad_kv), GRAD_K, GRAD_V.
 
 {{BINDINGS}}
 

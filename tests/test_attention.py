@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import assert_steps_follow_interpreter
-from test_autodiff import gradcheck
-from test_kernels import check, emit, leaf
+from conftest import assert_steps_follow_interpreter, check, emit, gradcheck, trace_leaf, typed_leaf
 
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.ir.graph import Graph, TensorType
-from meganeura.ir.ops import ShapeError
+from meganeura.ir.op import ShapeError
+from meganeura.ir.ops.transformer import evaluate_attention, evaluate_attention_lse
 from meganeura.ir.trace import Tracer, tracing
-from meganeura.ir.transformer_ops import evaluate_attention, evaluate_attention_lse
 
 RNG = np.random.default_rng(7)
 
@@ -41,7 +39,9 @@ def test_attention_semantics(causal, heads, seqs):
     (h, hkv), (sq, skv) = heads, seqs
     q, k, v = RNG.normal(size=(2, h, sq, 4)), RNG.normal(size=(2, hkv, skv, 4)), RNG.normal(size=(2, hkv, skv, 4))
     out, lse = reference(q, k, v, causal, 0.4)
-    np.testing.assert_allclose(evaluate_attention(q, k, v, causal, 0.4), out, rtol=1e-10, atol=1e-12)
+    got_out, got_lse = evaluate_attention(q, k, v, causal, 0.4)  # one op, two results
+    np.testing.assert_allclose(got_out, out, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got_lse, lse, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(evaluate_attention_lse(q, k, causal, 0.4), lse, rtol=1e-10, atol=1e-12)
 
 
@@ -70,16 +70,20 @@ def test_attention_gradients_with_an_explicit_scale():
 def trace_sdpa(q_shape, kv_shape, **kwargs):
     tracer = Tracer()
     with tracing(tracer):
-        q = tracer.leaf("input", "q", TensorType(q_shape))
-        k = tracer.leaf("input", "k", TensorType(kv_shape))
-        v = tracer.leaf("input", "v", TensorType(kv_shape))
+        q = trace_leaf(tracer, "input", "q", TensorType(q_shape))
+        k = trace_leaf(tracer, "input", "k", TensorType(kv_shape))
+        v = trace_leaf(tracer, "input", "v", TensorType(kv_shape))
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
 def test_sdpa_defaults_and_refusals():
     out = trace_sdpa((1, 2, 3, 16), (1, 2, 5, 16))
-    node = out.tracer.graph[out.node]
+    graph = out.tracer.graph
+    projection = graph[out.node]  # the output is result 0 of the attention node
+    assert projection.op == "result" and projection.attr("index") == 0
+    node = graph[projection.inputs[0]]
     assert node.op == "attention" and node.attr("scale") == 0.25 and node.attr("causal") is False
+    assert [t.shape for t in node.types] == [(1, 2, 3, 16), (1, 2, 3)]  # the output and the row log-sum-exp
     assert out.shape == (1, 2, 3, 16)
     with pytest.raises(ShapeError, match="enable_gqa=True"):
         trace_sdpa((1, 4, 3, 8), (1, 2, 3, 8))
@@ -97,17 +101,19 @@ def test_sdpa_defaults_and_refusals():
 
 
 def attention_graph(q_shape, kv_shape, causal, scale):
-    """Every attention op on the same inputs: o, lse and the three gradients (o and lse computed
-    on the device too, as the backward pass reads them)."""
+    """Every attention op on the same inputs: the forward (o, lse), dQ and (dK, dV), with o and lse
+    computed on the device too, as the backward reads them."""
     graph = Graph()
-    q, k, v = (leaf(graph, "input", n, s) for n, s in (("q", q_shape), ("k", kv_shape), ("v", kv_shape)))
-    d_o = leaf(graph, "input", "do", q_shape)
+    q, k, v = (typed_leaf(graph, "input", n, s) for n, s in (("q", q_shape), ("k", kv_shape), ("v", kv_shape)))
+    d_o = typed_leaf(graph, "input", "do", q_shape)
     attrs = {"causal": causal, "scale": scale}
-    o = emit(graph, "attention", [q, k, v], **attrs)
-    lse = emit(graph, "attention_lse", [q, k], **attrs)
+    forward = emit(graph, "attention", [q, k, v], **attrs)
+    o, lse = (emit(graph, "result", [forward], index=i) for i in (0, 1))
     graph.outputs.update(o=o, lse=lse)
-    for which in "qkv":
-        graph.outputs[f"d{which}"] = emit(graph, f"attention_grad_{which}", [q, k, v, o, lse, d_o], **attrs)
+    operands = [q, k, v, o, lse, d_o]
+    graph.outputs["dq"] = emit(graph, "attention_grad_q", operands, **attrs)
+    kv = emit(graph, "attention_grad_kv", operands, **attrs)
+    graph.outputs["dk"], graph.outputs["dv"] = (emit(graph, "result", [kv], index=i) for i in (0, 1))
     return graph
 
 
@@ -137,35 +143,39 @@ def test_attention_kernels(causal, shapes):
         for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
     }
     executable = check(graph, inputs, rtol=1e-4, atol=2e-5)
-    # One pass writes o and the LSE; one key-row kernel writes dK and dV.
+    # One pass writes o and the LSE; one key-row kernel writes dK and dV: three dispatches.
     labels = sorted(spec.label.split(" q ")[0] for spec in executable.kernels)
-    assert labels == ["attention + attention_lse", "attention_grad_k + attention_grad_v", "attention_grad_q"]
+    assert labels == ["attention", "attention_grad_kv", "attention_grad_q"]
+    assert sorted(spec.results for spec in executable.kernels) == [1, 2, 2]
 
 
-def test_the_report_counts_one_dispatch_for_each_pair():
-    """The report lists attention_lse and attention_grad_v as kernels of their host's dispatch."""
+def test_the_report_counts_one_dispatch_for_each_node_with_two_results():
     from meganeura.explain import kernel_rows
+    from meganeura.rewrite.cost import graph_cost
 
     graph = attention_graph((1, 4, 9, 8), (1, 2, 9, 8), True, 0.5)
     rows = {row.op: row for row in kernel_rows(graph)}
-    assert rows["attention_lse"].host == rows["attention"].node
-    assert rows["attention_grad_v"].host == rows["attention_grad_k"].node
-    assert "dispatch" in rows["attention_lse"].what and rows["attention_grad_q"].host is None
+    assert set(rows) == {"attention", "attention_grad_q", "attention_grad_kv"}
+    assert rows["attention"].shapes == ((1, 4, 9, 8), (1, 4, 9))
+    assert rows["attention_grad_kv"].shapes == ((1, 2, 9, 8), (1, 2, 9, 8))
+    assert graph_cost(graph).dispatches == 3  # the cost model prices one dispatch per node too
 
 
-def test_attention_kernels_alone():
-    """attention_lse and attention_grad_v without their host op get kernels of their own."""
+def test_an_unread_result_is_written_to_a_scratch_buffer():
+    """The forward kernel writes both results; with only the log-sum-exp read, the output still
+    gets a buffer of its own (and the plan does not reuse it under a live value)."""
     q_shape, kv_shape = (1, 4, 9, 8), (1, 2, 9, 8)
     graph = Graph()
-    q, k, v = (leaf(graph, "input", n, s) for n, s in (("q", q_shape), ("k", kv_shape), ("v", kv_shape)))
-    o, d_o = leaf(graph, "input", "o", q_shape), leaf(graph, "input", "do", q_shape)
-    lse = emit(graph, "attention_lse", [q, k], causal=True, scale=0.5)
-    graph.outputs.update(lse=lse, dv=emit(graph, "attention_grad_v", [q, k, v, o, lse, d_o], causal=True, scale=0.5))
+    q, k, v = (typed_leaf(graph, "input", n, s) for n, s in (("q", q_shape), ("k", kv_shape), ("v", kv_shape)))
+    forward = emit(graph, "attention", [q, k, v], causal=True, scale=0.5)
+    graph.outputs["lse"] = emit(graph, "result", [forward], index=1)
     rng = np.random.default_rng(4)
-    shapes = {"q": q_shape, "k": kv_shape, "v": kv_shape, "o": q_shape, "do": q_shape}
+    shapes = {"q": q_shape, "k": kv_shape, "v": kv_shape}
     inputs = {name: rng.normal(size=shape).astype(np.float32) for name, shape in shapes.items()}
     executable = check(graph, inputs, rtol=1e-4, atol=2e-5)
-    assert sorted(spec.label.split(" q ")[0] for spec in executable.kernels) == ["attention_grad_v", "attention_lse"]
+    (spec,) = executable.kernels
+    slots = {executable.plan.slot(b) for b in spec.bindings if b.access == "read_write"}
+    assert len(slots) == 2 and executable.plan.buffers[min(slots)].nbytes >= 4 * 9 * 4
 
 
 # -- a tiny GQA model trains on the GPU like the interpreter ----------------------------------------
@@ -202,7 +212,7 @@ def test_tiny_gqa_model_trains_on_the_gpu_like_the_interpreter(rewrite):
         optimizer=optim.Adam(lr=1e-2),
         rewrite=rewrite,
     )
-    wanted = {"attention", "attention_lse", "attention_grad_q", "attention_grad_k", "attention_grad_v"}
+    wanted = {"attention", "attention_grad_q", "attention_grad_kv"}
     live = program.fused_graph.live_ids()
     assert wanted <= {node.op for node in program.fused_graph if node.id in live}  # through the e-graph and back
     rng = np.random.default_rng(5)

@@ -9,73 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import gradcheck, trace_leaf
 
 import meganeura.functional as F
 from meganeura.ir.autodiff import gradients
 from meganeura.ir.graph import TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.trace import Tracer, tracing
-
-
-def gradcheck(op, shapes, rng, positive=False, labels=None, away_from_zero=False):
-    """Compare autodiff's gradients of a mid-chain `op` with central differences; return max rel error."""
-    tracer = Tracer()
-    params, values = [], {}
-    with tracing(tracer):
-        chained = []
-        for index, shape in enumerate(shapes):
-            name = f"p{index}"
-            leaf = tracer.leaf("param", name, TensorType(shape))
-            params.append((name, leaf.node))
-            scale = tracer.leaf("input", f"a{index}", TensorType(shape))
-            shift = tracer.leaf("input", f"b{index}", TensorType(shape))
-            chained.append(leaf * scale + shift)
-            if positive or away_from_zero:
-                base = rng.uniform(0.5, 1.5, size=shape) * (rng.choice([-1, 1], size=shape) if away_from_zero else 1)
-                values[f"a{index}"] = np.ones(shape)
-                values[f"b{index}"] = np.zeros(shape)
-                values[name] = np.asarray(base, dtype=np.float64)
-            else:
-                values[f"a{index}"] = rng.uniform(0.5, 1.5, size=shape)
-                values[f"b{index}"] = rng.normal(size=shape) * 0.1
-                values[name] = np.asarray(rng.normal(size=shape), dtype=np.float64)
-        extra = {}
-        if labels is not None:
-            label_leaf = tracer.leaf("input", "labels", TensorType(labels.shape, "i32"))
-            extra["labels"] = label_leaf
-            values["labels"] = labels
-        out = op(*chained, **extra)
-        weights = tracer.leaf("input", "r", out.type)
-        values["r"] = rng.normal(size=out.shape)
-        loss = F.sum(out * weights) * 0.75
-    graph = tracer.graph
-    graph.outputs["loss"] = loss.node
-    grads = gradients(graph, loss.node, [node for _, node in params])
-    for name, node in params:
-        graph.outputs[f"grad_{name}"] = grads[node]
-    inputs = {k: v for k, v in values.items() if not k.startswith("p")}
-    param_values = {name: values[name] for name, _ in params}
-
-    def loss_at(pvals):
-        return float(interpret(graph, inputs, pvals, dtype=np.float64).outputs["loss"])
-
-    analytic = interpret(graph, inputs, param_values, dtype=np.float64).outputs
-    worst = 0.0
-    eps = 1e-6
-    for name, _ in params:
-        numeric = np.zeros_like(param_values[name], dtype=np.float64)
-        for index in np.ndindex(param_values[name].shape):
-            plus = {k: v.copy() for k, v in param_values.items()}
-            minus = {k: v.copy() for k, v in param_values.items()}
-            plus[name][index] += eps
-            minus[name][index] -= eps
-            numeric[index] = (loss_at(plus) - loss_at(minus)) / (2 * eps)
-        got = analytic[f"grad_{name}"]
-        assert got.shape == numeric.shape
-        scale = max(np.abs(numeric).max(), 1e-3)
-        worst = max(worst, np.abs(got - numeric).max() / scale)
-    return worst
-
+from meganeura.tensor import apply
 
 UNARY = {
     "neg": (lambda x: -x, {}),
@@ -157,8 +98,8 @@ def test_fan_in_accumulates():
 def test_unused_parameter_has_no_gradient():
     tracer = Tracer()
     with tracing(tracer):
-        used = tracer.leaf("param", "used", TensorType((2,)))
-        unused = tracer.leaf("param", "unused", TensorType((2,)))
+        used = trace_leaf(tracer, "param", "used", TensorType((2,)))
+        unused = trace_leaf(tracer, "param", "unused", TensorType((2,)))
         loss = F.sum(used * used)
     grads = gradients(tracer.graph, loss.node, [used.node, unused.node])
     assert grads[unused.node] is None
@@ -173,8 +114,8 @@ def test_new_unary_gradients():
 
 def test_swiglu_gradient_with_broadcasting():
     rng = np.random.default_rng(11)
-    assert gradcheck(lambda g, u: g.tracer.emit("swiglu", [g, u]), [(3, 4), (3, 4)], rng) < 1e-6
-    assert gradcheck(lambda g, u: g.tracer.emit("swiglu", [g, u]), [(3, 4), (4,)], rng) < 1e-6
+    assert gradcheck(lambda g, u: apply("swiglu", g, u), [(3, 4), (3, 4)], rng) < 1e-6
+    assert gradcheck(lambda g, u: apply("swiglu", g, u), [(3, 4), (4,)], rng) < 1e-6
 
 
 @pytest.mark.parametrize("dim,keepdim", [(None, False), (1, True), ((0, 2), False)])
@@ -185,7 +126,7 @@ def test_amax_gradient(dim, keepdim):
 def test_amax_splits_the_gradient_between_ties():
     tracer = Tracer()
     with tracing(tracer):
-        x = tracer.leaf("param", "x", TensorType((4,)))
+        x = trace_leaf(tracer, "param", "x", TensorType((4,)))
         loss = F.amax(x) * 3.0
     grads = gradients(tracer.graph, loss.node, [x.node])
     tracer.graph.outputs["g"] = grads[x.node]
@@ -221,7 +162,7 @@ def test_nll_loss_pick_and_scatter_rows_gradients_mid_chain():
     for reduction in ("mean", "sum", "none"):
         err = gradcheck(lambda z, labels, r=reduction: F.nll_loss(z, labels, r), [(5, 5)], rng, labels=labels)
         assert err < 1e-6, reduction
-    scatter = lambda g, labels: g.tracer.emit("scatter_rows", [g, labels], classes=6)  # noqa: E731
+    scatter = lambda g, labels: apply("scatter_rows", g, labels, classes=6)  # noqa: E731
     assert gradcheck(scatter, [(5,)], rng, labels=labels) < 1e-6
 
 
@@ -236,8 +177,8 @@ def test_cross_entropy_and_nll_loss_follow_pytorch():
     for reduction, (ce, nll) in expected.items():
         tracer = Tracer()
         with tracing(tracer):
-            logits = tracer.leaf("input", "z", TensorType((4, 3)))
-            labels = tracer.leaf("input", "y", TensorType((4,), "i32"))
+            logits = trace_leaf(tracer, "input", "z", TensorType((4, 3)))
+            labels = trace_leaf(tracer, "input", "y", TensorType((4,), "i32"))
             tracer.graph.outputs["ce"] = F.cross_entropy(logits, labels, reduction).node
             tracer.graph.outputs["nll"] = F.nll_loss(-logits, labels, reduction).node
         out = interpret(tracer.graph, {"z": z, "y": y}, dtype=np.float64).outputs
@@ -248,7 +189,7 @@ def test_cross_entropy_and_nll_loss_follow_pytorch():
 def test_softmax_matches_a_direct_formula():
     tracer = Tracer()
     with tracing(tracer):
-        x = tracer.leaf("input", "x", TensorType((2, 3)))
+        x = trace_leaf(tracer, "input", "x", TensorType((2, 3)))
         tracer.graph.outputs["p"] = F.softmax(x * 1.0).node
         tracer.graph.outputs["lp"] = F.log_softmax(x * 1.0).node
     value = np.array([[1.0, 2.0, 3.0], [1000.0, 1000.0, 0.0]])
@@ -284,7 +225,7 @@ def test_matmul_with_a_shared_2d_operand_gradients(ta, tb):
     b2 = (n, k) if tb else (k, n)
 
     def op(a, b):
-        return a.tracer.emit("matmul", [a, b], transpose_a=ta, transpose_b=tb)
+        return apply("matmul", a, b, transpose_a=ta, transpose_b=tb)
 
     assert gradcheck(op, [a3, b2], rng) < 1e-6  # B shared by the batch of A
     a2 = (k, m) if ta else (m, k)

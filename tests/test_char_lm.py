@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from support import interpreter_steps
+from conftest import interpreter_steps
 
 import meganeura as mn
 

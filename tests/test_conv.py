@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import assert_steps_follow_interpreter
-from test_autodiff import gradcheck
-from test_kernels import check, one_op
+from conftest import assert_steps_follow_interpreter, check, gradcheck, one_op, trace_leaf
 
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.ir.autodiff import gradients
-from meganeura.ir.conv_ops import evaluate_fold, evaluate_unfold
 from meganeura.ir.graph import TensorType
 from meganeura.ir.interpret import interpret
+from meganeura.ir.ops.image import evaluate_fold, evaluate_unfold
 from meganeura.ir.trace import Tracer, tracing
 
 # (input shape, weight shape, stride, padding): stride 1 and 2, padding 0/1/(2,1), non-square
@@ -91,9 +89,9 @@ def window(weight_shape, stride, padding):
 def traced_conv(x_shape, w_shape, stride, padding, bias: bool):
     tracer = Tracer()
     with tracing(tracer):
-        x = tracer.leaf("input", "x", TensorType(x_shape))
-        w = tracer.leaf("input", "w", TensorType(w_shape))
-        b = tracer.leaf("input", "b", TensorType(w_shape[:1])) if bias else None
+        x = trace_leaf(tracer, "input", "x", TensorType(x_shape))
+        w = trace_leaf(tracer, "input", "w", TensorType(w_shape))
+        b = trace_leaf(tracer, "input", "b", TensorType(w_shape[:1])) if bias else None
         out = F.conv2d(x, w, b, stride=stride, padding=padding)
     tracer.graph.outputs["out"] = out.node
     return tracer.graph
@@ -119,8 +117,8 @@ def test_conv2d_string_padding_and_unbatched_input():
     x, w = rng.normal(size=(3, 6, 5)), rng.normal(size=(2, 3, 3, 1))
     tracer = Tracer()
     with tracing(tracer):
-        xs = tracer.leaf("input", "x", TensorType(x.shape))
-        ws = tracer.leaf("input", "w", TensorType(w.shape))
+        xs = trace_leaf(tracer, "input", "x", TensorType(x.shape))
+        ws = trace_leaf(tracer, "input", "w", TensorType(w.shape))
         same, valid = F.conv2d(xs, ws, padding="same"), F.conv2d(xs, ws, padding="valid")
     tracer.graph.outputs.update(same=same.node, valid=valid.node)
     out = interpret(tracer.graph, {"x": x, "w": w}, dtype=np.float64).outputs
@@ -132,8 +130,8 @@ def test_conv2d_string_padding_and_unbatched_input():
 def test_unsupported_conv_options_are_refused_clearly():
     tracer = Tracer()
     with tracing(tracer):
-        x = tracer.leaf("input", "x", TensorType((1, 2, 6, 6)))
-        w = tracer.leaf("input", "w", TensorType((3, 2, 3, 3)))
+        x = trace_leaf(tracer, "input", "x", TensorType((1, 2, 6, 6)))
+        w = trace_leaf(tracer, "input", "w", TensorType((3, 2, 3, 3)))
         with pytest.raises(NotImplementedError, match=r"test_conv\.py:\d+: conv2d: dilation=2 is not supported"):
             F.conv2d(x, w, dilation=2)
         with pytest.raises(NotImplementedError, match=r"test_conv\.py:\d+: conv2d: groups=2"):
@@ -143,9 +141,9 @@ def test_unsupported_conv_options_are_refused_clearly():
         with pytest.raises(NotImplementedError, match=r"test_conv\.py:\d+: unfold: dilation=\(1, 2\)"):
             F.unfold(x, 3, dilation=(1, 2))
         with pytest.raises(NotImplementedError, match="fold: dilation=3"):
-            F.fold(tracer.leaf("input", "c", TensorType((1, 18, 16))), (6, 6), 3, dilation=3)
+            F.fold(trace_leaf(tracer, "input", "c", TensorType((1, 18, 16))), (6, 6), 3, dilation=3)
         with pytest.raises(mn.ShapeError, match=r"test_conv\.py:\d+: conv2d: expected input \[N, 2, H, W\]"):
-            F.conv2d(tracer.leaf("input", "y", TensorType((1, 3, 6, 6))), w)
+            F.conv2d(trace_leaf(tracer, "input", "y", TensorType((1, 3, 6, 6))), w)
         with pytest.raises(mn.ShapeError, match=r"test_conv\.py:\d+: unfold: kernel \(7, 7\) is larger"):
             F.unfold(x, 7)
         with pytest.raises(mn.ShapeError, match="kernel_size: expected an int or a pair"):
@@ -172,7 +170,7 @@ def test_functional_unfold_and_fold_trace_torch_semantics():
     x = rng.normal(size=(2, 3, 7, 5))
     tracer = Tracer()
     with tracing(tracer):
-        xs = tracer.leaf("input", "x", TensorType(x.shape))
+        xs = trace_leaf(tracer, "input", "x", TensorType(x.shape))
         cols = F.unfold(xs, (3, 2), padding=(2, 1), stride=2)
         image = F.fold(cols, output_size=(7, 5), kernel_size=(3, 2), padding=(2, 1), stride=2)
     tracer.graph.outputs.update(cols=cols.node, image=image.node)
@@ -225,8 +223,8 @@ def test_conv_backward_is_fold_and_a_batch_summed_weight_product():
     """The input gradient is fold(Wᵀ·g), the weight gradient sums the batch of g·colsᵀ."""
     tracer = Tracer()
     with tracing(tracer):
-        x = tracer.leaf("param", "x", TensorType((2, 3, 7, 5)))
-        w = tracer.leaf("param", "w", TensorType((4, 3, 3, 3)))
+        x = trace_leaf(tracer, "param", "x", TensorType((2, 3, 7, 5)))
+        w = trace_leaf(tracer, "param", "w", TensorType((4, 3, 3, 3)))
         loss = F.sum(F.conv2d(x, w, padding=1))
     grads = gradients(tracer.graph, loss.node, [x.node, w.node])
     graph = tracer.graph
@@ -316,7 +314,7 @@ def test_flatten_and_a_conv_classifier_trace_like_torch():
     np.testing.assert_allclose(program(x=x), hidden @ state["3.weight"].T + state["3.bias"], rtol=1e-4, atol=1e-5)
     tracer = Tracer()
     with tracing(tracer):
-        t = tracer.leaf("input", "t", TensorType((2, 3, 4, 5)))
+        t = trace_leaf(tracer, "input", "t", TensorType((2, 3, 4, 5)))
         assert t.flatten().shape == (120,)
         assert t.flatten(1).shape == (2, 60)
         assert t.flatten(1, 2).shape == (2, 12, 5)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import emit, leaf
+from conftest import emit, typed_leaf
 
+from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.lower import lower_node
-from meganeura.ir.conv_ops import conv_output_size
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
-from meganeura.ir.ops import ShapeError, infer_type, op_def
+from meganeura.ir.op import ShapeError, infer_type, op_def
+from meganeura.ir.ops.image import conv_output_size
 from meganeura.rewrite.cost import node_cost
 from meganeura.runtime import Executable, default_device
 
@@ -162,7 +163,7 @@ GEO = {"kernel": (3, 3), "stride": (2, 2), "padding": (1, 1), "image": (7, 5)}  
     ("mode", "types", "attrs", "message"),
     [
         ("sideways", [t(6, 45), t(3, 5, 7, 5)], {}, "mode must be one of"),
-        ("forward", [t(6, 45)], {}, "at least two operands"),
+        ("forward", [t(6, 45)], {}, "at least 2 operands"),
         ("forward", [t(6, 44), t(3, 5, 7, 5)], {}, r"weight matrix \[O, C·9\]"),
         ("forward", [t(6, 45), t(3, 5, 35)], {}, r"image batch \[N, C, H, W\]"),
         ("forward", [t(6, 45), t(3, 4, 7, 5)], {}, "5 channels per filter"),
@@ -170,7 +171,7 @@ GEO = {"kernel": (3, 3), "stride": (2, 2), "padding": (1, 1), "image": (7, 5)}  
         ("forward", [t(6, 45), t(3, 5, 7, 5), t(5, 1, 1)], {}, r"\$0 .* does not broadcast"),
         ("forward", [t(6, 45), t(3, 5, 7, 5)], {"epilogue": "add($acc,$0)"}, r"reads \$0"),
         ("forward", [t(6, 45), t(3, 5, 7, 5)], {"kernel": (11, 3)}, "larger than the padded input"),
-        ("forward", [t(6, 45), t(3, 5, 7, 5)], {"kernel": "3"}, "kernel: expected an int or a pair"),
+        ("forward", [t(6, 45), t(3, 5, 7, 5)], {"kernel": "3"}, "'kernel': expected a tuple of ints"),
         ("grad_input", [t(6, 45), t(3, 6, 4, 3)], {}, r"output gradient \[N, O, L\]"),
         ("grad_input", [t(6, 45), t(3, 7, 12)], {}, "6 filters"),
         ("grad_input", [t(6, 45), t(3, 6, 13)], {}, "should have 4·3 = 12 positions"),
@@ -196,7 +197,7 @@ def test_shapes_and_flops():
     for mode, (types, shape) in cases.items():
         assert infer_type("conv_gemm", types, {"mode": mode, **GEO}).shape == shape
         graph = Graph()
-        inputs = [leaf(graph, "input", f"x{i}", tt.shape) for i, tt in enumerate(types)]
+        inputs = [typed_leaf(graph, "input", f"x{i}", tt.shape) for i, tt in enumerate(types)]
         node = emit(graph, "conv_gemm", inputs, mode=mode, **GEO)
         assert node_cost(graph, node).flops == (gemm_flops if mode != "grad_input" else 2 * 5 * 54 * 36)
     # grad_input runs one GEMM per stride phase (2·2): [C, O·ti·tj] · [O·ti·tj, N·HP·WP], the
@@ -222,7 +223,7 @@ def conv_graph(
     if extra_shape is not None:
         shapes.append(extra_shape)
     graph = Graph()
-    inputs = [leaf(graph, "input", f"x{i}", shape) for i, shape in enumerate(shapes)]
+    inputs = [typed_leaf(graph, "input", f"x{i}", shape) for i, shape in enumerate(shapes)]
     attrs = {"mode": mode, "kernel": kernel, "stride": stride, "padding": padding, "image": image}
     if epilogue is not None:
         attrs["epilogue"] = epilogue
@@ -234,7 +235,7 @@ def conv_graph(
 
 
 def check_gpu(graph: Graph, feeds: dict) -> np.ndarray:
-    executable = Executable(graph, default_device(), {}, {})
+    executable = Executable(compile_step(graph), default_device(), {}, {})
     got = executable.run(feeds, read=("out",))["out"]
     expected = interpret(graph, feeds, dtype=np.float64).outputs["out"]
     assert got.shape == expected.shape
@@ -309,8 +310,8 @@ def test_grad_weight_kernel_with_scale_and_extra():
 
 def test_epilogue_constants_are_inlined():
     graph = Graph()
-    w = leaf(graph, "input", "w", (4, 3 * 9))
-    x = leaf(graph, "input", "x", (2, 3, 5, 5))
+    w = typed_leaf(graph, "input", "w", (4, 3 * 9))
+    x = typed_leaf(graph, "input", "x", (2, 3, 5, 5))
     half = graph.add("const", (), TensorType((), "f32"), {"value": 0.5})
     attrs = {"mode": "forward", "kernel": (3, 3), "stride": (1, 1), "padding": (1, 1), "image": (5, 5)}
     graph.outputs["out"] = emit(graph, "conv_gemm", [w, x, half], epilogue="mul($acc,$0)", **attrs)
@@ -323,16 +324,15 @@ def test_unknown_attributes_are_refused():
     graph, _ = conv_graph("forward", GEOMETRIES[0])
     node = graph[graph.outputs["out"]]
     bad = Graph()
-    inputs = [leaf(bad, "input", f"x{i}", graph[j].shape) for i, j in enumerate(node.inputs)]
-    bad.outputs["out"] = bad.add("conv_gemm", inputs, node.type, {**node.attr_dict, "dilation": (2, 2)})
-    with pytest.raises(NotImplementedError, match="dilation"):
-        lower_node(bad, bad.outputs["out"])
+    inputs = [typed_leaf(bad, "input", f"x{i}", graph[j].shape) for i, j in enumerate(node.inputs)]
+    with pytest.raises(ShapeError, match=r"unknown attribute\(s\) \['dilation'\]"):
+        emit(bad, "conv_gemm", inputs, **{**node.attr_dict, "dilation": (2, 2)})
 
 
 def test_large_grids_fold_into_two_dimensions(monkeypatch):
-    from meganeura.codegen import lower
+    from meganeura.codegen import common
 
-    monkeypatch.setattr(lower, "MAX_WORKGROUPS_PER_DIM", 3)
+    monkeypatch.setattr(common, "MAX_WORKGROUPS_PER_DIM", 3)
     graph, feeds = conv_graph("forward", KERNEL_GEOMETRIES[-1], "add($acc,$0)", (70, 1, 1))
     spec = lower_node(graph, graph.outputs["out"])
     assert spec.grid == (3, 3, 1)  # 2 row tiles × 4 column tiles, 9 workgroups of which 1 idle

@@ -11,7 +11,7 @@ import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.__main__ import main
 from meganeura.compiler import explain_only
-from meganeura.ir.ops import launches_kernel
+from meganeura.ir.op import launches_kernel
 
 
 class MLP(nn.Module):

@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import assert_steps_follow_interpreter
-from test_autodiff import gradcheck
-from test_kernels import check, emit, leaf, one_op
+from conftest import assert_steps_follow_interpreter, check, emit, gradcheck, one_op, trace_leaf, typed_leaf
 
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
-from meganeura.ir.ops import ShapeError
+from meganeura.ir.op import ShapeError
 from meganeura.ir.trace import Tracer, tracing
+from meganeura.tensor import apply
 
 RNG = np.random.default_rng(0)
 
@@ -43,7 +42,7 @@ def traced(fn, **leaves):
     tracer = Tracer()
     with tracing(tracer):
         tensors = [
-            tracer.leaf("input", name, TensorType(v.shape, "i32" if v.dtype == np.int32 else "f32"))
+            trace_leaf(tracer, "input", name, TensorType(v.shape, "i32" if v.dtype == np.int32 else "f32"))
             for name, v in leaves.items()
         ]
         out = fn(*tensors)
@@ -64,7 +63,7 @@ def test_slicing_follows_numpy(index):
 def test_full_slices_emit_nothing_and_bad_indexes_fail_on_the_users_line():
     tracer = Tracer()
     with tracing(tracer):
-        x = tracer.leaf("input", "x", TensorType((3, 4)))
+        x = trace_leaf(tracer, "input", "x", TensorType((3, 4)))
         assert x[:].node == x.node and x[..., :].node == x.node
         with pytest.raises(IndexError, match=r"test_indexing\.py:\d+: index 3 is out of range"):
             x[3]
@@ -94,13 +93,13 @@ def test_embedding_follows_numpy_and_checks_dtypes():
     ids = np.array([[0, 6, 2], [2, 2, 1]], np.int32)
     tracer = Tracer()
     with tracing(tracer):
-        w = tracer.leaf("input", "w", TensorType((7, 3)))
-        i = tracer.leaf("input", "ids", TensorType((2, 3), "i32"))
+        w = trace_leaf(tracer, "input", "w", TensorType((7, 3)))
+        i = trace_leaf(tracer, "input", "ids", TensorType((2, 3), "i32"))
         tracer.graph.outputs["out"] = F.embedding(i, w).node
         with pytest.raises(ShapeError, match=r"test_indexing\.py:\d+: embedding: expected i32 indices"):
             F.embedding(w, w)
         with pytest.raises(ShapeError, match=r"test_indexing\.py:\d+: embedding: expected an f32 weight"):
-            F.embedding(i, tracer.leaf("input", "v", TensorType((7,))))
+            F.embedding(i, trace_leaf(tracer, "input", "v", TensorType((7,))))
     got = interpret(tracer.graph, {"w": weight, "ids": ids}, dtype=np.float64).outputs["out"]
     assert np.array_equal(got, weight[ids])
     layer = nn.Embedding(50, 8)
@@ -118,7 +117,7 @@ def test_slicing_gradients(index):
 
 def test_slice_grad_gradient():
     def op(g):
-        return g.tracer.emit("slice_grad", [g], shape=(5, 6), starts=(1, 0), stops=(5, 5), steps=(2, 3))
+        return apply("slice_grad", g, shape=(5, 6), starts=(1, 0), stops=(5, 5), steps=(2, 3))
 
     assert gradcheck(op, [(2, 2)], np.random.default_rng(4)) < 1e-6
 
@@ -133,7 +132,7 @@ def test_embedding_and_scatter_add_gradients():
     rng = np.random.default_rng(6)
     ids = np.array([[0, 4, 2], [2, 2, 1], [4, 4, 4]], np.int32)  # repeats, and rows never used (3, 5)
     assert gradcheck(lambda w, labels: F.embedding(labels, w), [(6, 5)], rng, labels=ids) < 1e-6
-    scatter = lambda g, labels: g.tracer.emit("scatter_add", [g, labels], num=6)  # noqa: E731
+    scatter = lambda g, labels: apply("scatter_add", g, labels, num=6)  # noqa: E731
     assert gradcheck(scatter, [(3, 3, 5)], rng, labels=ids) < 1e-6
 
 
@@ -201,7 +200,7 @@ def test_concat_kernel(shapes, axis):
 
 def test_concat_of_i32_and_repeated_inputs():
     graph = Graph()
-    x = leaf(graph, "input", "x", (2, 3), "i32")
+    x = typed_leaf(graph, "input", "x", (2, 3), "i32")
     graph.outputs["out"] = emit(graph, "concat", [x, x, x], axis=1)
     check(graph, {"x": RNG.integers(-9, 9, size=(2, 3)).astype(np.int32)})
 

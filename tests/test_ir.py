@@ -36,9 +36,9 @@ def test_graph_prints_one_line_per_node():
     graph.add("sum", (y,), TensorType(()), {"axes": (0, 1), "keepdim": False})
     graph.outputs["total"] = 2
     assert str(graph).splitlines() == [
-        "%0 = input {dtype=f32, name=x, shape=(2,3)} : f32[2,3]",
+        "%0 = input {name=x, shape=(2,3)} : f32[2,3]",  # attributes at their defaults are left out
         "%1 = relu %0 : f32[2,3]".ljust(60) + "  # model.py:7",
-        "%2 = sum %1 {axes=(0,1), keepdim=False} : f32[]",
+        "%2 = sum %1 {axes=(0,1)} : f32[]",
         "output total = %2",
     ]
 

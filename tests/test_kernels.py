@@ -7,49 +7,27 @@ and the optimizer updates."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
-from support import const, emit, leaf
+from conftest import check, const, emit, normal, one_op, run_gpu, typed_leaf
 
 from meganeura import nn
-from meganeura.codegen import expressions, lower
+from meganeura.codegen import common, expressions
+from meganeura.codegen import matmul as codegen_matmul
+from meganeura.codegen.compiled import compile_step
+from meganeura.codegen.matmul import matmul_tiling
+from meganeura.codegen.registry import LOWERINGS
 from meganeura.codegen.render import TemplateError, load_template, render
-from meganeura.ir.expr import BINARY_FUNCTIONS, UNARY_FUNCTIONS, parse
+from meganeura.ir.expr import parse
+from meganeura.ir.functions import BINARY_FUNCTIONS, FUNCTIONS, UNARY_FUNCTIONS
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
-from meganeura.ir.ops import OPS, infer_type, launches_kernel, op_def
+from meganeura.ir.op import OPS, ShapeError, infer_type, launches_kernel, op_def
 from meganeura.runtime import Executable, default_device
 
 RNG = np.random.default_rng(0)
-
-
-def one_op(op: str, shapes: list[tuple[int, ...]], dtypes: list[str] | None = None, **attrs) -> Graph:
-    """A graph `out = op(x0, x1, ...)` whose operands are inputs."""
-    graph = Graph()
-    dtypes = dtypes or ["f32"] * len(shapes)
-    inputs = [leaf(graph, "input", f"x{i}", s, dt) for i, (s, dt) in enumerate(zip(shapes, dtypes, strict=True))]
-    graph.outputs["out"] = emit(graph, op, inputs, **attrs)
-    return graph
-
-
-def normal(*shape: int, scale: float = 1.0) -> np.ndarray:
-    return (scale * RNG.normal(size=shape)).astype(np.float32)
-
-
-def run_gpu(graph: Graph, inputs: dict, params: dict | None = None, states: dict | None = None) -> Executable:
-    parameters = {name: nn.Parameter(value) for name, value in (params or {}).items()}
-    return Executable(graph, default_device(), parameters, dict(states or {}))
-
-
-def check(graph: Graph, inputs: dict, rtol: float = 1e-5, atol: float = 1e-5) -> Executable:
-    """Run `graph` on the GPU and compare every output with the interpreter in float64."""
-    executable = run_gpu(graph, inputs)
-    got = executable.run(inputs, read=tuple(graph.outputs))
-    expected = interpret(graph, inputs, dtype=np.float64).outputs
-    for name, value in expected.items():
-        assert got[name].shape == value.shape, name
-        np.testing.assert_allclose(got[name], value, rtol=rtol, atol=atol, err_msg=name)
-    return executable
 
 
 # -- templates ------------------------------------------------------------------------------------
@@ -70,10 +48,10 @@ def test_render_fails_loudly_on_missing_values():
 
 
 def test_index_expressions_merge_contiguous_and_broadcast_dims():
-    assert lower.index_expr("i", (7, 33), (33, 1)) == "i"
-    assert lower.index_expr("i", (7, 33), (0, 1)) == "(i % 33u)"
-    assert lower.index_expr("i", (7, 33), (1, 0)) == "(i / 33u)"
-    assert lower.index_expr("i", (2, 3, 4), (0, 0, 0)) == "0u"
+    assert common.index_expr("i", (7, 33), (33, 1)) == "i"
+    assert common.index_expr("i", (7, 33), (0, 1)) == "(i % 33u)"
+    assert common.index_expr("i", (7, 33), (1, 0)) == "(i / 33u)"
+    assert common.index_expr("i", (2, 3, 4), (0, 0, 0)) == "0u"
 
 
 # -- matmul ---------------------------------------------------------------------------------------
@@ -106,7 +84,7 @@ def test_batched_matmul(mkn, batch, transposes):
     graph = one_op("matmul", shapes, transpose_a=transposes[0], transpose_b=transposes[1])
     executable = check(graph, {"x0": normal(*shapes[0]), "x1": normal(*shapes[1])}, rtol=1e-4, atol=1e-4)
     spec = executable.kernels[0]
-    tiles_m = -(-mkn[0] // (spec.workgroup_size[1] * lower.matmul_tiling(mkn[0], mkn[2])["TM"]))
+    tiles_m = -(-mkn[0] // (spec.workgroup_size[1] * matmul_tiling(mkn[0], mkn[2])["TM"]))
     assert spec.grid[1:] == (tiles_m * int(np.prod(batch)), 1)  # the batch is in the grid
 
 
@@ -124,7 +102,7 @@ def test_matmul_with_a_2d_operand_shared_by_the_batch(shared, transposes):
 
 
 def test_batched_matmul_grid_folds_into_z(monkeypatch):
-    monkeypatch.setattr(lower, "MAX_WORKGROUPS_PER_DIM", 4)
+    monkeypatch.setattr(common, "MAX_WORKGROUPS_PER_DIM", 4)
     shapes = operand_shapes(20, 9, 5, False, True, batch=(3, 2)) + [(3, 1, 1, 5)]
     graph = one_op("fused_matmul", shapes, transpose_b=True, epilogue="add($acc,$0)")
     executable = check(graph, {f"x{i}": normal(*s) for i, s in enumerate(shapes)}, rtol=1e-4, atol=1e-4)
@@ -159,8 +137,8 @@ def test_fused_matmul_epilogue(epilogue, extras, batch):
 
 def test_fused_matmul_constants_are_inlined_and_unused_extras_unbound():
     graph = Graph()
-    a, b = leaf(graph, "input", "a", (7, 5)), leaf(graph, "input", "b", (5, 9))
-    unused, bias = leaf(graph, "input", "unused", (9,)), leaf(graph, "input", "bias", (1, 9))
+    a, b = typed_leaf(graph, "input", "a", (7, 5)), typed_leaf(graph, "input", "b", (5, 9))
+    unused, bias = typed_leaf(graph, "input", "unused", (9,)), typed_leaf(graph, "input", "bias", (1, 9))
     scale = emit(graph, "reshape", [const(graph, 0.5)], shape=(1, 1))
     graph.outputs["out"] = emit(graph, "fused_matmul", [a, b, scale, unused, bias], epilogue="add(mul($acc,$0),$2)")
     inputs = {"a": normal(7, 5), "b": normal(5, 9), "unused": normal(9), "bias": normal(1, 9)}
@@ -235,11 +213,11 @@ def test_fused_matmul_prologue_expressions(prologue, epilogue, extras, transpose
     graph = Graph()
     m, k, n = 9, 21, 6
     a_shape = (k, m) if transpose_a else (m, k)
-    a, b = leaf(graph, "input", "a", a_shape), leaf(graph, "input", "b", (k, n))
+    a, b = typed_leaf(graph, "input", "a", a_shape), typed_leaf(graph, "input", "b", (k, n))
     values = {"a": normal(*a_shape), "b": normal(k, n), "full": normal(*a_shape), "scalar": normal(1, 1)}
     made = {
-        "full": lambda: leaf(graph, "input", "full", a_shape),
-        "scalar": lambda: leaf(graph, "input", "scalar", (1, 1)),
+        "full": lambda: typed_leaf(graph, "input", "full", a_shape),
+        "scalar": lambda: typed_leaf(graph, "input", "scalar", (1, 1)),
         "const": lambda: const(graph, 0.25),
     }
     inputs = [a, b, *(made[name]() for name in extras)]
@@ -266,7 +244,7 @@ def test_fused_matmul_prologue_shapes_are_checked():
 def test_matmul_register_tilings(monkeypatch, tiling):
     """Tile shapes the test sizes would not pick (64×128, 2 vec4s, 3 rows per thread), on ragged sizes."""
     fixed = dict(zip(("WG_X", "WG_Y", "TM", "NV", "BK"), tiling, strict=True))
-    monkeypatch.setattr(lower, "matmul_tiling", lambda *_: fixed)
+    monkeypatch.setattr(codegen_matmul, "matmul_tiling", lambda *_: fixed)
     for (transpose_a, transpose_b), batch in [((False, False), ()), ((True, True), (2,))]:
         shapes = operand_shapes(37, 29, 45, transpose_a, transpose_b, batch) + [(45,)]
         graph = one_op(
@@ -277,7 +255,7 @@ def test_matmul_register_tilings(monkeypatch, tiling):
 
 def test_matmul_tiles_stay_within_workgroup_memory():
     for m, n in [(1, 1), (8, 16), (33, 33), (1000, 1000), (4096, 4096)]:
-        tiling = lower.matmul_tiling(m, n)
+        tiling = matmul_tiling(m, n)
         tile_bytes = 4 * tiling["BK"] * (tiling["WG_Y"] * tiling["TM"] + tiling["WG_X"] * tiling["NV"] * 4)
         assert tile_bytes <= 32 * 1024
         assert tiling["WG_X"] * tiling["WG_Y"] <= 256
@@ -287,8 +265,8 @@ def test_matmul_tiles_stay_within_workgroup_memory():
 
 
 def test_expressions_have_one_wgsl_form_per_function_and_stay_linear():
-    assert set(expressions.UNARY_WGSL) == set(UNARY_FUNCTIONS)
-    assert set(expressions.BINARY_WGSL) == set(BINARY_FUNCTIONS)
+    for function in FUNCTIONS.values():  # each operand appears exactly once in the form
+        assert sorted(re.findall(r"\{(\d)\}", function.wgsl)) == [str(i) for i in range(function.arity)], function.name
     value_of = {"0": "v0", "acc": "x"}.__getitem__
     assert expressions.expr_to_wgsl(parse("relu(add($acc,$0))"), value_of) == "max((x + v0), 0.0)"
     assert expressions.expr_to_wgsl(parse("mul($0,-2.5)"), value_of) == "(v0 * (-2.5f))"
@@ -329,7 +307,7 @@ def test_binary_broadcasting(op, shapes):
 
 def test_scalar_constants_are_inlined_and_repeated_inputs_bound_once():
     graph = Graph()
-    x = leaf(graph, "input", "x", (7, 33))
+    x = typed_leaf(graph, "input", "x", (7, 33))
     scaled = emit(graph, "mul", [x, const(graph, 0.25)])
     shifted = emit(graph, "sub", [scaled, emit(graph, "reshape", [const(graph, -1.5)], shape=(1, 1))])
     graph.outputs["out"] = emit(graph, "mul", [shifted, shifted])
@@ -352,7 +330,7 @@ def test_broadcast_to_i32():
 
 
 def test_large_grids_fold_into_two_dimensions(monkeypatch):
-    monkeypatch.setattr(lower, "MAX_WORKGROUPS_PER_DIM", 3)
+    monkeypatch.setattr(common, "MAX_WORKGROUPS_PER_DIM", 3)
     graph = one_op("exp", [(33, 65)])  # 9 workgroups of 256 -> a 3 x 3 grid
     executable = check(graph, {"x0": normal(33, 65)})
     assert executable.kernels[0].grid == (3, 3, 1)
@@ -385,9 +363,9 @@ def test_pointwise(expr, shapes, shape):
 
 
 def test_pointwise_inlines_constants_and_folds_large_grids(monkeypatch):
-    monkeypatch.setattr(lower, "MAX_WORKGROUPS_PER_DIM", 3)
+    monkeypatch.setattr(common, "MAX_WORKGROUPS_PER_DIM", 3)
     graph = Graph()
-    x = leaf(graph, "input", "x", (33, 65))
+    x = typed_leaf(graph, "input", "x", (33, 65))
     half = emit(graph, "reshape", [const(graph, 0.5)], shape=(1, 1))
     graph.outputs["out"] = emit(graph, "pointwise", [x, half, x], expr="add(mul($0,$1),exp($2))", shape=(33, 65))
     spec = check(graph, {"x": normal(33, 65)}).kernels[0]
@@ -486,7 +464,7 @@ def test_fused_reduce(kind, prologue, epilogue, shapes, axes, keepdim):
 
 def test_fused_reduce_inlines_constants_and_reads_repeated_inputs_once():
     graph = Graph()
-    x = leaf(graph, "input", "x", (7, 33))
+    x = typed_leaf(graph, "input", "x", (7, 33))
     scale = emit(graph, "reshape", [const(graph, 0.25)], shape=(1, 1))
     attrs = {"kind": "sum", "axes": (1,), "keepdim": True, "in_shape": (7, 33)}
     graph.outputs["out"] = emit(graph, "fused_reduce", [x, scale, x], prologue="mul(mul($0,$2),$1)", **attrs)
@@ -515,7 +493,7 @@ def test_cross_entropy_rows_grad(rows, classes):
 
 def test_cross_entropy_grad_with_a_constant_incoming_gradient():
     graph = Graph()
-    logits, labels = leaf(graph, "input", "z", (1, 7)), leaf(graph, "input", "y", (1,), "i32")
+    logits, labels = typed_leaf(graph, "input", "z", (1, 7)), typed_leaf(graph, "input", "y", (1,), "i32")
     scale = emit(graph, "reshape", [const(graph, 0.5)], shape=(1,))
     graph.outputs["out"] = emit(graph, "cross_entropy_rows_grad", [logits, labels, scale])
     executable = check(graph, {"z": normal(1, 7), "y": np.array([6], np.int32)})
@@ -569,7 +547,7 @@ def test_pick_and_scatter_rows_give_nan_for_bad_labels():
 
 def test_scatter_rows_inlines_a_constant_gradient():
     graph = Graph()
-    labels = leaf(graph, "input", "y", (1,), "i32")
+    labels = typed_leaf(graph, "input", "y", (1,), "i32")
     g = emit(graph, "reshape", [const(graph, 0.5)], shape=(1,))
     graph.outputs["out"] = emit(graph, "scatter_rows", [g, labels], classes=5)
     spec = check(graph, {"y": np.array([3], np.int32)}).kernels[0]
@@ -582,19 +560,20 @@ def test_scatter_rows_inlines_a_constant_gradient():
 def optimizer_graph(op: str, **attrs) -> tuple[Graph, dict, dict, dict]:
     """A graph updating one leaf with `op` (and Adam's step counter), with values for its leaves."""
     graph, shape = Graph(), (7, 33)
-    p = leaf(graph, "param", "p", shape)
-    g = leaf(graph, "input", "g", shape)
+    p = typed_leaf(graph, "param", "p", shape)
+    g = typed_leaf(graph, "input", "g", shape)
     params, states, inputs = {"p": normal(*shape)}, {}, {"g": normal(*shape)}
     if op == "sgd_step":
         graph.updates["p"] = emit(graph, op, [p, g], **attrs)
     elif op in ("momentum_buffer", "adam_moment"):
-        buf = leaf(graph, "state", "buf", shape)
+        buf = typed_leaf(graph, "state", "buf", shape)
         states["buf"] = normal(*shape)
-        graph.updates["buf"] = emit(graph, op, [buf, g, p], **attrs)
+        operands = [buf, g, p] if attrs["weight_decay"] else [buf, g]  # p only where it is decayed
+        graph.updates["buf"] = emit(graph, op, operands, **attrs)
     else:
-        v = leaf(graph, "input", "v", shape)
+        v = typed_leaf(graph, "input", "v", shape)
         inputs["v"] = np.abs(normal(*shape)) + 0.01
-        t = leaf(graph, "state", "t", ())
+        t = typed_leaf(graph, "state", "t", ())
         states["t"] = np.zeros((), np.float32)
         t_next = emit(graph, "add", [t, const(graph, 1.0)])
         graph.updates["t"] = t_next
@@ -616,7 +595,7 @@ OPTIMIZER_CASES = [
 def test_optimizer_updates_in_place_over_two_steps(op, attrs):
     graph, params, states, inputs = optimizer_graph(op, **attrs)
     parameters = {name: nn.Parameter(value) for name, value in params.items()}
-    executable = Executable(graph, default_device(), parameters, states)
+    executable = Executable(compile_step(graph), default_device(), parameters, states)
     update = next(spec for spec in executable.kernels if spec.entry_point == "optimizer_update")
     assert update.inplace_input is not None and "in place" in update.label
     expected_params, expected_states = dict(params), dict(states)
@@ -636,23 +615,22 @@ def test_optimizer_updates_in_place_over_two_steps(op, attrs):
 def test_optimizer_out_of_place_with_scalar_operands():
     """An update that is not a leaf's update gets its own output buffer; shape-() operands broadcast."""
     graph = Graph()
-    p, d = leaf(graph, "input", "p", (5, 3)), leaf(graph, "input", "d", ())
+    p, d = typed_leaf(graph, "input", "p", (5, 3)), typed_leaf(graph, "input", "d", ())
     graph.outputs["out"] = emit(graph, "sgd_step", [p, d], lr=0.5, weight_decay=0.1)
-    graph.outputs["m"] = emit(graph, "momentum_buffer", [p, const(graph, 2.0), p], momentum=0.5)
+    graph.outputs["m"] = emit(graph, "momentum_buffer", [p, const(graph, 2.0), p], momentum=0.5, weight_decay=0.1)
     executable = check(graph, {"p": normal(5, 3), "d": normal()})
     assert all(spec.inplace_input is None for spec in executable.kernels)
 
 
 def test_every_lowered_op_is_in_the_op_table_and_every_kernel_op_is_lowered():
-    for op in lower.LOWERINGS:
+    for op in LOWERINGS:
         assert op_def(op).name == op
-    assert {op for op in OPS if launches_kernel(op)} == set(lower.LOWERINGS)
+    assert {op for op in OPS if launches_kernel(op)} == set(LOWERINGS)
 
 
 def test_fused_nodes_with_unknown_attributes_are_refused():
-    """The retired `activation` attribute must fail loudly, not lower to a plain matmul."""
+    """The retired `activation` attribute must fail loudly (the op's schema), not lower to a plain matmul."""
     graph = Graph()
-    a, b = leaf(graph, "input", "a", (4, 3)), leaf(graph, "input", "b", (3, 5))
-    node = graph.add("fused_matmul", (a, b), TensorType((4, 5)), {"activation": "relu", "transpose_a": False})
-    with pytest.raises(NotImplementedError, match=r"\['activation'\]"):
-        lower.lower_node(graph, node)
+    a, b = typed_leaf(graph, "input", "a", (4, 3)), typed_leaf(graph, "input", "b", (3, 5))
+    with pytest.raises(ShapeError, match=r"unknown attribute\(s\) \['activation'\]"):
+        emit(graph, "fused_matmul", [a, b], activation="relu")

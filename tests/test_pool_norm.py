@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import assert_steps_follow_interpreter, emit, leaf
-from test_autodiff import gradcheck
-from test_kernels import check, one_op
+from conftest import assert_steps_follow_interpreter, check, emit, gradcheck, one_op, typed_leaf
 
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.ir.graph import Graph
 from meganeura.ir.interpret import interpret
-from meganeura.ir.ops import ShapeError
+from meganeura.ir.op import ShapeError
 
 GEOMETRIES = [(2, 1, 0), (2, 2, 0), (2, 2, 1), (3, 1, 1), (3, 2, 0), (3, 2, 1)]  # kernel, stride, padding
 
@@ -68,10 +66,10 @@ def pool_graph(x_shape, k, s, p) -> Graph:
     """Outputs max, avg, max_grad, avg_grad of one image input `x` and an upstream gradient `g`."""
     graph = Graph()
     at = attrs_of(k, s, p)
-    x = leaf(graph, "input", "x", x_shape)
+    x = typed_leaf(graph, "input", "x", x_shape)
     graph.outputs["max"] = emit(graph, "max_pool2d", [x], **at)
     graph.outputs["avg"] = emit(graph, "avg_pool2d", [x], **at)
-    g = leaf(graph, "input", "g", graph[graph.outputs["max"]].shape)
+    g = typed_leaf(graph, "input", "g", graph[graph.outputs["max"]].shape)
     graph.outputs["max_grad"] = emit(graph, "max_pool2d_grad", [x, g], **at)
     graph.outputs["avg_grad"] = emit(graph, "avg_pool2d_grad", [g], **at, image=x_shape[2:])
     return graph

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 import pytest
-from support import assert_steps_follow_interpreter
+from conftest import assert_steps_follow_interpreter
 
 import meganeura as mn
 from meganeura.ir.interpret import interpret

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from test_rewrite_support import (
+from conftest import (
     assert_same_results,
     check_rewrite,
     kernels,
@@ -28,7 +28,7 @@ from meganeura.ir.expr import parse
 from meganeura.ir.graph import Graph
 from meganeura.rewrite import FAMILIES, RULE_NAMES, Budget, RewriteReport, optimize
 from meganeura.rewrite.cost import graph_cost
-from meganeura.rewrite.rules import all_rules
+from meganeura.rewrite.families import all_rules
 
 # ---------------------------------------------------------------------------------------------
 # The MLP training step

@@ -3,9 +3,7 @@ graph computes (numpy interpreter) and fires; guards keep rules from firing wher
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
-from test_rewrite_support import (
+from conftest import (
     PROPERTY,
     check_rewrite,
     const,
@@ -19,6 +17,8 @@ from test_rewrite_support import (
     ops,
     seeds,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 from meganeura.ir.graph import Graph
 from meganeura.rewrite import optimize

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import PROPERTY, assert_same_results, live_nodes, seeds
 from hypothesis import given
 from hypothesis import strategies as st
-from test_rewrite_support import PROPERTY, assert_same_results, live_nodes, seeds
 
 import meganeura as mn
 import meganeura.functional as F
@@ -112,14 +112,16 @@ def test_no_buffer_of_im2col_size_with_the_rewrite(rewrite):
     fused, _ = optimize(graph, enabled=rewrite)
     plan = plan_buffers(fused, lower_graph(fused))
     columns = 2 * (8 * 9) * (16 * 16) * 4  # conv2's columns [N, C·kh·kw, L] in bytes
-    largest_other = max(fused[v].type.nbytes for v in plan.buffer_of if fused[v].op not in ("unfold", "matmul", "fold"))
+    largest_other = max(
+        fused[v].types[i].nbytes for v, i in plan.buffer_of if fused[v].op not in ("unfold", "matmul", "fold")
+    )
     assert largest_other < columns
     if rewrite:
         assert max(slot.nbytes for slot in plan.buffers) < columns
-        assert not [v for v in plan.buffer_of if fused[v].op in ("unfold", "fold")]
+        assert not [v for v, _ in plan.buffer_of if fused[v].op in ("unfold", "fold")]
     else:
         assert max(slot.nbytes for slot in plan.buffers) >= columns
-        assert [v for v in plan.buffer_of if fused[v].op == "unfold"]
+        assert [v for v, _ in plan.buffer_of if fused[v].op == "unfold"]
 
 
 def test_a_narrow_weight_gradient_over_a_long_reduction_runs_per_image():
@@ -159,7 +161,7 @@ def test_the_example_resnet_plan_has_no_column_buffer():
     plan = plan_buffers(fused, lower_graph(fused))
     columns = [n for n in traced.graph if n.op == "unfold"]
     assert len(columns) == 6  # 6 convolutions (stem, 2 blocks of 2, a projection), each through im2col
-    assert all(fused[v].op not in ("unfold", "fold") for v in plan.buffer_of)
+    assert all(fused[v].op not in ("unfold", "fold") for v, _ in plan.buffer_of)
     largest_columns = max(n.type.nbytes for n in columns)  # a block's 3×3 columns [32, 144, 64]: 9 × its image
     assert max(slot.nbytes for slot in plan.buffers) < largest_columns
     assert {n.attr("mode") for n in live_nodes(fused, "conv_gemm")} == {"forward", "grad_input", "grad_weight"}

@@ -5,9 +5,7 @@ graph computes; the guard (no enlarging operand) and the cost (no recomputed mat
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from test_rewrite_support import (
+from conftest import (
     PROPERTY,
     check_rewrite,
     const,
@@ -21,6 +19,8 @@ from test_rewrite_support import (
     ops,
     seeds,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 from meganeura.ir.expr import parse
 from meganeura.ir.graph import Graph

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from test_rewrite_support import (
+from conftest import (
     PROPERTY,
     assert_same_results,
     check_rewrite,
@@ -21,7 +19,10 @@ from test_rewrite_support import (
     node,
     ops,
     seeds,
+    trace_leaf,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 import meganeura.functional as F
 from meganeura.ir.autodiff import gradients
@@ -90,7 +91,7 @@ def test_mean_is_one_kernel():
     from meganeura.ir.trace import Tracer, tracing
 
     tracer = Tracer()
-    x = tracer.leaf("input", "x", __import__("meganeura").f32[3, 4].type)
+    x = trace_leaf(tracer, "input", "x", __import__("meganeura").f32[3, 4].type)
     with tracing(tracer):
         tracer.graph.outputs["m"] = F.mean(x * x, 1).node
     graph = tracer.graph
@@ -190,11 +191,11 @@ def test_traced_cross_entropy_and_its_gradient_become_the_fused_kernels(batch, c
     rows weighted by an input, so the gradient reaching the rows is not a constant."""
     tracer = Tracer()
     with tracing(tracer):
-        x = tracer.leaf("param", "x", TensorType((batch, classes)))
-        y = tracer.leaf("input", "y", TensorType((batch,), "i32"))
+        x = trace_leaf(tracer, "param", "x", TensorType((batch, classes)))
+        y = trace_leaf(tracer, "input", "y", TensorType((batch,), "i32"))
         loss = F.cross_entropy(x, y, reduction)
         if reduction == "none":
-            loss = F.sum(loss * tracer.leaf("input", "w", TensorType((batch,))))
+            loss = F.sum(loss * trace_leaf(tracer, "input", "w", TensorType((batch,))))
     graph = tracer.graph
     graph.outputs["loss"] = loss.node
     graph.outputs["dx"] = gradients(graph, loss.node, [x.node])[x.node]

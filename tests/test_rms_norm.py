@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import assert_steps_follow_interpreter
-from test_rewrite_support import assert_same_results, kernels, live_nodes, random_values
+from conftest import (
+    assert_same_results,
+    assert_steps_follow_interpreter,
+    kernels,
+    live_nodes,
+    random_values,
+    trace_leaf,
+)
 
 import meganeura as mn
 import meganeura.functional as F
@@ -17,7 +23,7 @@ from meganeura import nn, optim
 from meganeura.compiler import trace_step
 from meganeura.ir.expr import format_expr, parse
 from meganeura.ir.graph import Graph, TensorType
-from meganeura.ir.ops import ShapeError, infer_type
+from meganeura.ir.op import ShapeError, infer_type, op_def
 from meganeura.ir.trace import Tracer, tracing
 from meganeura.rewrite import matmul as matmul_family
 from meganeura.rewrite import optimize
@@ -39,7 +45,7 @@ def traced(build, leaves: dict[str, tuple[str, tuple[int, ...]]]) -> Graph:
     """The graph of `build(**tensors)` (a dict of named outputs) over leaves {name: (kind, shape)}."""
     tracer = Tracer()
     with tracing(tracer):
-        tensors = {name: tracer.leaf(kind, name, TensorType(shape)) for name, (kind, shape) in leaves.items()}
+        tensors = {name: trace_leaf(tracer, kind, name, TensorType(shape)) for name, (kind, shape) in leaves.items()}
         for name, value in build(**tensors).items():
             tracer.graph.outputs[name] = value.node
     return tracer.graph
@@ -76,7 +82,7 @@ def recompute_in_prologue(graph: Graph, producer: int) -> Graph:
         else:
             op = node.op
         value_type = node.type if not inputs else infer_type(op, [result[i].type for i in inputs], attrs)
-        result.add(op, inputs, value_type, attrs, node.sources)
+        result.add(op, inputs, value_type, op_def(op).canonical_attrs(attrs), node.sources)
     result.outputs, result.updates = dict(graph.outputs), dict(graph.updates)
     return result.pruned()
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import assert_steps_follow_interpreter, const, emit, leaf
-from test_autodiff import gradcheck
-from test_kernels import check, one_op
-from test_transformer_ops import run_traced
+from conftest import assert_steps_follow_interpreter, check, const, emit, gradcheck, one_op, run_traced, typed_leaf
 
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.ir.graph import Graph, TensorType
-from meganeura.ir.ops import ShapeError, infer_type, op_def
+from meganeura.ir.op import ShapeError, infer_type, op_def
+from meganeura.tensor import apply
 
 
 def rotate_half_reference(x: np.ndarray) -> np.ndarray:
@@ -178,7 +176,7 @@ def test_rope_grad_gradient(x_shape, table_shape):
     """rope_grad's own VJP (second order): w.r.t. its upstream gradient, cos and sin."""
 
     def rope_grad(g, cos, sin):
-        return g.tracer.emit("rope_grad", [g, cos, sin])
+        return apply("rope_grad", g, cos, sin)
 
     assert gradcheck(rope_grad, [x_shape, table_shape, table_shape], np.random.default_rng(33)) < 1e-6
 
@@ -220,7 +218,7 @@ def test_rope_kernels(op, shapes):
 def test_rope_kernels_with_shared_and_constant_tables(op):
     """cos and sin the same buffer (bound once), or scalar constants (inlined as literals)."""
     graph = Graph()
-    x, table = leaf(graph, "input", "x", (3, 5, 8)), leaf(graph, "input", "t", (5, 8))
+    x, table = typed_leaf(graph, "input", "x", (3, 5, 8)), typed_leaf(graph, "input", "t", (5, 8))
     graph.outputs["shared"] = emit(graph, op, [x, table, table])
     graph.outputs["constant"] = emit(graph, op, [x, const(graph, 0.5), const(graph, -2.0)])
     inputs = {"x": RNG.normal(size=(3, 5, 8)).astype(np.float32), "t": RNG.normal(size=(5, 8)).astype(np.float32)}

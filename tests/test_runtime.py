@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import assert_steps_follow_interpreter, const, emit, leaf
+from conftest import assert_steps_follow_interpreter, const, emit, typed_leaf
 
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen.buffers import plan_buffers
+from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.lower import lower_graph
 from meganeura.ir.graph import Graph
 from meganeura.ir.interpret import interpret
@@ -27,13 +28,13 @@ def executable(graph: Graph, params: dict | None = None, states: dict | None = N
         name: value if isinstance(value, nn.Parameter) else nn.Parameter(value)
         for name, value in (params or {}).items()
     }
-    return Executable(graph, default_device(), parameters, dict(states or {}))
+    return Executable(compile_step(graph), default_device(), parameters, dict(states or {}))
 
 
 def chain_graph(length: int = 6) -> Graph:
     """x -> tanh -> mul 0.5 -> tanh -> ... : every intermediate dies as soon as the next one exists."""
     graph = Graph()
-    value = leaf(graph, "input", "x", (7, 33))
+    value = typed_leaf(graph, "input", "x", (7, 33))
     for index in range(length):
         value = emit(graph, "tanh", [value]) if index % 2 == 0 else emit(graph, "mul", [value, const(graph, 0.5)])
     graph.outputs["y"] = value
@@ -60,16 +61,16 @@ def test_no_kernel_writes_a_buffer_it_reads():
     graph = chain_graph(5)
     plan = plan_buffers(graph, lower_graph(graph))
     for spec in plan.schedule:
-        written = plan.buffer_of[spec.node]
-        assert all(plan.buffer_of[b.value] != written for b in spec.bindings if b.access == "read")
+        written = {plan.buffer_of[value] for value in spec.written}
+        assert all(plan.node_slot[b.value] not in written for b in spec.bindings if b.access == "read")
 
 
 def test_readers_of_a_param_run_before_its_in_place_update():
     """The update comes first in graph order, yet the matmul must see the old weight."""
     graph = Graph()
-    w = leaf(graph, "param", "w", (5, 3))
-    g = leaf(graph, "input", "g", (5, 3))
-    x = leaf(graph, "input", "x", (4, 5))
+    w = typed_leaf(graph, "param", "w", (5, 3))
+    g = typed_leaf(graph, "input", "g", (5, 3))
+    x = typed_leaf(graph, "input", "x", (4, 5))
     graph.updates["w"] = emit(graph, "sgd_step", [w, g], lr=0.5)
     graph.outputs["y"] = emit(graph, "matmul", [x, w])
     w0, inputs = normal(5, 3), {"g": normal(5, 3), "x": normal(4, 5)}
@@ -86,8 +87,8 @@ def test_readers_of_a_param_run_before_its_in_place_update():
 def test_update_falls_back_to_a_copy_when_the_old_value_is_needed_later():
     """A reader of both the old and the new weight forbids the in-place update; a copy replaces it."""
     graph = Graph()
-    w = leaf(graph, "param", "w", (6,))
-    g = leaf(graph, "input", "g", (6,))
+    w = typed_leaf(graph, "param", "w", (6,))
+    g = typed_leaf(graph, "input", "g", (6,))
     new_w = emit(graph, "sgd_step", [w, g], lr=1.0)
     graph.updates["w"] = new_w
     graph.outputs["delta"] = emit(graph, "sub", [new_w, w])
@@ -104,7 +105,7 @@ def test_update_falls_back_to_a_copy_when_the_old_value_is_needed_later():
 
 def test_adam_step_counter_is_copied_into_its_state_each_step():
     graph = Graph()
-    t = leaf(graph, "state", "t", ())
+    t = typed_leaf(graph, "state", "t", ())
     graph.updates["t"] = emit(graph, "add", [t, const(graph, 1.0)])
     graph.outputs["t_next"] = graph.updates["t"]
     program = executable(graph, states={"t": np.float32(3.0)})
@@ -116,16 +117,16 @@ def test_adam_step_counter_is_copied_into_its_state_each_step():
 
 def linear_graph(batch: int) -> Graph:
     graph = Graph()
-    w = leaf(graph, "param", "w", (3, 4))
-    x = leaf(graph, "input", "x", (batch, 4))
+    w = typed_leaf(graph, "param", "w", (3, 4))
+    x = typed_leaf(graph, "input", "x", (batch, 4))
     graph.outputs["y"] = emit(graph, "matmul", [x, w], transpose_b=True)
     return graph
 
 
 def sgd_graph() -> Graph:
     graph = Graph()
-    w = leaf(graph, "param", "w", (3, 4))
-    g = leaf(graph, "input", "g", (3, 4))
+    w = typed_leaf(graph, "param", "w", (3, 4))
+    g = typed_leaf(graph, "input", "g", (3, 4))
     graph.updates["w"] = emit(graph, "sgd_step", [w, g], lr=1.0)
     return graph
 
@@ -146,7 +147,7 @@ def test_executables_share_a_parameter_buffer():
 
 def test_only_the_requested_outputs_come_back():
     graph = Graph()
-    x = leaf(graph, "input", "x", (5,))
+    x = typed_leaf(graph, "input", "x", (5,))
     graph.outputs["a"] = emit(graph, "exp", [x])
     graph.outputs["b"] = emit(graph, "neg", [x])
     graph.outputs["c"] = emit(graph, "sum", [x], axes=(0,), keepdim=False)
@@ -163,8 +164,8 @@ def test_only_the_requested_outputs_come_back():
 
 def test_i32_labels_are_uploaded_as_integers():
     graph = Graph()
-    logits = leaf(graph, "input", "z", (4, 3))
-    labels = leaf(graph, "input", "y", (4,), "i32")
+    logits = typed_leaf(graph, "input", "z", (4, 3))
+    labels = typed_leaf(graph, "input", "y", (4,), "i32")
     graph.outputs["labels"] = labels
     graph.outputs["loss"] = emit(graph, "cross_entropy_rows", [logits, labels])
     program = executable(graph)
@@ -194,7 +195,7 @@ def test_bad_inputs_are_refused():
 
 def test_pipelines_are_built_once_per_wgsl_text():
     graph = Graph()
-    a, b = leaf(graph, "input", "a", (8,)), leaf(graph, "input", "b", (8,))
+    a, b = typed_leaf(graph, "input", "a", (8,)), typed_leaf(graph, "input", "b", (8,))
     graph.outputs["ea"] = emit(graph, "exp", [a])
     graph.outputs["eb"] = emit(graph, "exp", [b])
     program = executable(graph)

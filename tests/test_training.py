@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import assert_steps_follow_interpreter
+from conftest import assert_steps_follow_interpreter
 
 import meganeura as mn
 import meganeura.functional as F

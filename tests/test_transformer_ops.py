@@ -8,17 +8,14 @@ import math
 
 import numpy as np
 import pytest
-from support import assert_steps_follow_interpreter
-from test_autodiff import gradcheck
-from test_kernels import check, one_op
+from conftest import assert_steps_follow_interpreter, check, gradcheck, one_op, run_traced, trace_leaf
 
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.ir.expr import NUMPY_FUNCTIONS
+from meganeura.ir.functions import NUMPY_FUNCTIONS
 from meganeura.ir.graph import TensorType
-from meganeura.ir.interpret import interpret
-from meganeura.ir.ops import ShapeError
+from meganeura.ir.op import ShapeError
 from meganeura.ir.trace import Tracer, tracing
 
 erf64 = np.vectorize(math.erf)
@@ -42,16 +39,6 @@ def layer_norm_reference(x: np.ndarray, dims: int, weight=None, bias=None, eps: 
     if weight is not None:
         y = y * weight
     return y if bias is None else y + bias
-
-
-def run_traced(build, inputs: dict[str, np.ndarray], dtype=np.float64) -> dict[str, np.ndarray]:
-    """Interpret the graph of `build(**tensors)` (a dict of named outputs) on `inputs`."""
-    tracer = Tracer()
-    with tracing(tracer):
-        tensors = {name: tracer.leaf("input", name, TensorType(value.shape)) for name, value in inputs.items()}
-        for name, value in build(**tensors).items():
-            tracer.graph.outputs[name] = value.node
-    return interpret(tracer.graph, inputs, dtype=dtype).outputs
 
 
 # -- erf ------------------------------------------------------------------------------------------
@@ -209,8 +196,8 @@ def test_three_training_steps_of_a_layer_norm_gelu_block_follow_the_interpreter(
 def test_tensor_shape_size_float_and_contiguous():
     tracer = Tracer()
     with tracing(tracer):
-        x = tracer.leaf("input", "x", TensorType((2, 3, 4)))
-        labels = tracer.leaf("input", "y", TensorType((2,), "i32"))
+        x = trace_leaf(tracer, "input", "x", TensorType((2, 3, 4)))
+        labels = trace_leaf(tracer, "input", "y", TensorType((2,), "i32"))
         assert x.shape == (2, 3, 4) and isinstance(x.shape, tuple)
         batch, seq, width = x.shape
         assert (batch, seq, width) == (2, 3, 4) and all(type(d) is int for d in x.shape)
@@ -223,7 +210,7 @@ def test_tensor_shape_size_float_and_contiguous():
 def test_unsqueeze_and_squeeze_are_reshapes():
     tracer = Tracer()
     with tracing(tracer):
-        x = tracer.leaf("input", "x", TensorType((2, 1, 3)))
+        x = trace_leaf(tracer, "input", "x", TensorType((2, 1, 3)))
         assert x.unsqueeze(0).shape == (1, 2, 1, 3) and x.unsqueeze(-1).shape == (2, 1, 3, 1)
         assert x.unsqueeze(2).shape == (2, 1, 1, 3) and x.unsqueeze(-4).shape == (1, 2, 1, 3)
         assert x.squeeze(1).shape == (2, 3) and x.squeeze().shape == (2, 3) and x.squeeze(-2).shape == (2, 3)
@@ -242,7 +229,7 @@ def test_unsqueeze_and_squeeze_are_reshapes():
 def test_pow_and_power_operator():
     tracer = Tracer()
     with tracing(tracer):
-        x = tracer.leaf("input", "x", TensorType((3,)))
+        x = trace_leaf(tracer, "input", "x", TensorType((3,)))
         square = x**2
         node = tracer.graph[square.node]
         assert node.op == "mul" and node.inputs == (x.node, x.node)  # x·x, no pow op

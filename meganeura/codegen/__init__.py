@@ -1,4 +1,5 @@
-"""Code generation: lowering IR nodes to WGSL kernels (KernelSpec) and planning their buffers."""
+"""Code generation: lowering IR nodes to WGSL kernels (KernelSpec), one registry entry per op
+family (`registry.py`), and planning their buffers (`buffers.py`)."""
 
 from meganeura.codegen.buffers import BufferPlan, plan_buffers
 from meganeura.codegen.kernel import Binding, KernelSpec

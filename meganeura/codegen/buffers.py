@@ -1,7 +1,8 @@
 """The buffer plan: the order kernels run in, and which device buffer holds each IR value.
 
-- Schedule: kernels in a topological order of their data dependencies (a kernel that writes
-  several values, `KernelSpec.also_writes`, produces them all), plus anti-dependency
+- Values: a buffer's worth of data is (node, result index); a node with several results (an
+  attention's output and log-sum-exp) writes one value per result in one dispatch.
+- Schedule: kernels in a topological order of their data dependencies, plus anti-dependency
   edges: every kernel that reads a param/state leaf runs before the kernel that updates that
   leaf in place (it would otherwise read the new value). Ties keep graph order.
 - Storage: inputs, params, states and constants that a kernel binds get one buffer each, for
@@ -9,8 +10,8 @@
   is dead after its last reader in the schedule, and its buffer goes back to a free pool that
   later kernels' outputs draw from (a buffer grows to its largest tenant). A kernel's output
   is placed before its inputs are released, so no kernel writes a buffer it also reads.
-- Aliases: a reshape is a view of its input's buffer; an in-place update lives in the buffer
-  of the leaf it replaces.
+- Aliases: a reshape is a view of its input's buffer, a `result` projection a view of its node's
+  result; an in-place update lives in the buffer of the leaf it replaces.
 - End of step: an update whose value is not already in its leaf's buffer (the Adam step count
   `add`, or an update that could not run in place) is copied there after the compute pass.
 """
@@ -21,22 +22,22 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from meganeura.codegen.kernel import KernelSpec
-from meganeura.codegen.lower import alias_root
-from meganeura.ir.graph import Graph
+from meganeura.codegen.common import storage
+from meganeura.codegen.kernel import Binding, KernelSpec, Value
+from meganeura.ir.graph import PERSISTENT, Graph
 
 LEAF_ROLES = ("input", "param", "state", "const")
 
 
 @dataclass
 class BufferSlot:
-    """One device buffer: its size, what it is for, and the IR values that live in it over the step."""
+    """One device buffer: its size, what it is for, and the values that live in it over the step."""
 
     index: int
     nbytes: int
     role: str  # "input", "param", "state", "const", "output" (kept to the end of the step) or "temp"
     name: str = ""  # the leaf's or output's name
-    values: list[int] = field(default_factory=list)
+    values: list[Value] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,17 @@ class StateCopy:
 
 @dataclass
 class BufferPlan:
-    """Kernels in run order, buffers, the buffer of every value, and the end-of-step copies."""
+    """Kernels in run order, buffers, the buffer of every value, and the end-of-step copies.
+
+    `buffer_of` maps each value (node, result index) that owns or shares a buffer; `node_slot` maps
+    every node of one result whose data is in a buffer (views included) to that buffer."""
 
     schedule: list[KernelSpec]
     buffers: list[BufferSlot]
-    buffer_of: dict[int, int]
+    buffer_of: dict[Value, int]
+    node_slot: dict[int, int]
     copies: list[StateCopy]
-    value_bytes: dict[int, int]  # bytes of every value that would own a buffer without reuse
+    value_bytes: dict[Value, int]  # bytes of every value that would own a buffer without reuse
 
     @property
     def total_bytes(self) -> int:
@@ -72,6 +77,12 @@ class BufferPlan:
         """Buffer index by leaf name, for one role ("input", "param", "state")."""
         return {slot.name: slot.index for slot in self.buffers if slot.role == role}
 
+    def slot(self, binding: Binding) -> int:
+        """The buffer a binding binds: the value it writes, or the data it reads."""
+        if binding.access == "read_write":
+            return self.buffer_of[(binding.value, binding.index)]
+        return self.node_slot[binding.value]
+
     def __str__(self) -> str:
         head = (
             f"BufferPlan: {len(self.buffers)} buffers for {len(self.value_bytes)} values, "
@@ -81,7 +92,7 @@ class BufferPlan:
         lines = [head]
         for slot in self.buffers:
             what = f"{slot.role} {slot.name}".strip()
-            values = " ".join(f"%{v}" for v in slot.values)
+            values = " ".join(f"%{n}" if i == 0 else f"%{n}.{i}" for n, i in slot.values)
             lines.append(f"  #{slot.index:<4} {format_bytes(slot.nbytes):>10}  {what:<32} {values}")
         for copy in self.copies:
             lines.append(f"  copy #{copy.source} -> #{copy.target} ({copy.leaf} <- %{copy.value}, {copy.nbytes} B)")
@@ -96,20 +107,19 @@ def format_bytes(count: int) -> str:
     return f"{count / (1024 * 1024):.1f} MiB"
 
 
-def storage_root(graph: Graph, kernels_by_node: dict[int, KernelSpec], node_id: int) -> int:
-    """The value that owns `node_id`'s buffer: through reshapes, and from in-place results to their leaf."""
-    node_id = alias_root(graph, node_id)
-    spec = kernels_by_node.get(node_id)
+def storage_root(graph: Graph, kernels_by_node: dict[int, KernelSpec], value: Value) -> Value:
+    """The value that owns `value`'s buffer: from in-place results to the leaf they update."""
+    spec = kernels_by_node.get(value[0])
     while spec is not None and spec.inplace_input is not None:
-        node_id = alias_root(graph, spec.inplace_input)
-        spec = kernels_by_node.get(node_id)
-    return node_id
+        value = storage(graph, spec.inplace_input)
+        spec = kernels_by_node.get(value[0])
+    return value
 
 
-def read_values(spec: KernelSpec) -> list[int]:
+def read_values(graph: Graph, spec: KernelSpec) -> list[Value]:
     """The values a kernel reads (its read bindings, and the old value of an in-place update)."""
-    values = [b.value for b in spec.bindings if b.access == "read"]
-    return values + ([spec.inplace_input] if spec.inplace_input is not None else [])
+    values = [storage(graph, b.value) for b in spec.bindings if b.access == "read"]
+    return values + ([storage(graph, spec.inplace_input)] if spec.inplace_input is not None else [])
 
 
 def schedule_kernels(graph: Graph, kernels: list[KernelSpec]) -> list[KernelSpec]:
@@ -118,13 +128,12 @@ def schedule_kernels(graph: Graph, kernels: list[KernelSpec]) -> list[KernelSpec
     producer_of = {value: spec.node for spec in kernels for value in spec.written}
     order = nx.DiGraph()
     order.add_nodes_from(by_node)
-    updaters = {alias_root(graph, s.inplace_input): s.node for s in kernels if s.inplace_input is not None}
+    updaters = {storage(graph, s.inplace_input): s.node for s in kernels if s.inplace_input is not None}
     for spec in kernels:
-        for value in read_values(spec):
-            producer = alias_root(graph, value)
-            if producer in producer_of:
-                order.add_edge(producer_of[producer], spec.node)
-            updater = updaters.get(producer)
+        for value in read_values(graph, spec):
+            if value in producer_of:
+                order.add_edge(producer_of[value], spec.node)
+            updater = updaters.get(value)
             if updater is not None and updater != spec.node:
                 order.add_edge(spec.node, updater)  # read the old value before it is overwritten
     try:
@@ -142,33 +151,36 @@ def plan_buffers(graph: Graph, kernels: list[KernelSpec]) -> BufferPlan:
     schedule = schedule_kernels(graph, kernels)
     by_node = {spec.node: spec for spec in kernels}
     buffers: list[BufferSlot] = []
-    buffer_of: dict[int, int] = {}
-    value_bytes: dict[int, int] = {}
+    buffer_of: dict[Value, int] = {}
+    value_bytes: dict[Value, int] = {}
 
     def new_slot(nbytes: int, role: str, name: str = "") -> BufferSlot:
         buffers.append(BufferSlot(len(buffers), nbytes, role, name))
         return buffers[-1]
 
-    def place(value: int, slot: BufferSlot) -> None:
+    def place(value: Value, slot: BufferSlot) -> None:
         buffer_of[value] = slot.index
         slot.values.append(value)
         slot.nbytes = max(slot.nbytes, nbytes_of(graph, value))
 
-    # Leaves: every input, param and state, and the constants that something binds or returns.
-    bound = {b.value for spec in kernels for b in spec.bindings} | set(graph.roots())
-    bound_roots = {alias_root(graph, v) for v in bound}
-    for node in graph:
-        if node.op in ("input", "param", "state") or (node.op == "const" and node.id in bound_roots):
-            place(node.id, new_slot(nbytes_of(graph, node.id), node.op, node.attr("name") or ""))
-            value_bytes[node.id] = nbytes_of(graph, node.id)
+    def root_of(node_id: int) -> Value:
+        return storage_root(graph, by_node, storage(graph, node_id))
 
-    pinned = {storage_root(graph, by_node, v) for v in graph.roots()} | set(buffer_of)
-    out_names = {}
-    for name, value in list(graph.outputs.items()) + list(graph.updates.items()):
-        out_names.setdefault(storage_root(graph, by_node, value), name)
-    last_use: dict[int, int] = {}
+    # Leaves: every input, param and state, and the constants that something binds or returns.
+    bound = {storage(graph, v) for v in [*(b.value for s in kernels for b in s.bindings), *graph.roots()]}
+    for node in graph:
+        if node.op in PERSISTENT or (node.op == "const" and (node.id, 0) in bound):
+            value = (node.id, 0)
+            place(value, new_slot(nbytes_of(graph, value), node.op, node.attr("name") or ""))
+            value_bytes[value] = nbytes_of(graph, value)
+
+    pinned = {root_of(v) for v in graph.roots()} | set(buffer_of)
+    out_names: dict[Value, str] = {}
+    for name, node_id in list(graph.outputs.items()) + list(graph.updates.items()):
+        out_names.setdefault(root_of(node_id), name)
+    last_use: dict[Value, int] = {}
     for position, spec in enumerate(schedule):
-        for value in read_values(spec):
+        for value in read_values(graph, spec):
             last_use[storage_root(graph, by_node, value)] = position
 
     free: list[BufferSlot] = []
@@ -185,17 +197,17 @@ def plan_buffers(graph: Graph, kernels: list[KernelSpec]) -> BufferPlan:
                     place(value, new_slot(nbytes_of(graph, value), "output", out_names.get(root, "")))
                 else:
                     place(value, take_free(free, nbytes_of(graph, value)) or new_slot(0, "temp"))
-        released = {storage_root(graph, by_node, v) for v in read_values(spec)} | roots
+        released = {storage_root(graph, by_node, v) for v in read_values(graph, spec)} | roots
         for value in released:
             if value not in pinned and last_use.get(value, position) == position:
                 free.append(buffers[buffer_of[value]])
 
-    for node in graph:  # reshapes share their input's buffer
-        if node.op == "reshape" and alias_root(graph, node.id) in buffer_of:
-            place(node.id, buffers[buffer_of[alias_root(graph, node.id)]])
-
-    copies = state_copies(graph, buffer_of)
-    return BufferPlan(schedule, buffers, buffer_of, copies, value_bytes)
+    node_slot = {}
+    for node in graph:  # every node of one result whose data is in a buffer: views share it
+        if node.results == 1 and storage(graph, node.id) in buffer_of:
+            node_slot[node.id] = buffer_of[storage(graph, node.id)]
+    copies = state_copies(graph, node_slot)
+    return BufferPlan(schedule, buffers, buffer_of, node_slot, copies, value_bytes)
 
 
 def take_free(free: list[BufferSlot], nbytes: int) -> BufferSlot | None:
@@ -208,25 +220,27 @@ def take_free(free: list[BufferSlot], nbytes: int) -> BufferSlot | None:
     return slot
 
 
-def nbytes_of(graph: Graph, value: int) -> int:
+def nbytes_of(graph: Graph, value: Value) -> int:
     """Bytes of a value's buffer: 4 per element, at least 4 (WebGPU has no empty bindings)."""
-    return max(4, graph[value].type.nbytes)
+    node, index = value
+    return max(4, graph[node].types[index].nbytes)
 
 
-def state_copies(graph: Graph, buffer_of: dict[int, int]) -> list[StateCopy]:
+def state_copies(graph: Graph, node_slot: dict[int, int]) -> list[StateCopy]:
     """End-of-step copies for the updates whose value is not already in its leaf's buffer."""
     leaves = {**graph.leaves("param"), **graph.leaves("state")}
     copies = []
     for name, value in graph.updates.items():
         leaf = leaves[name]
-        if buffer_of[value] == buffer_of[leaf.id]:
+        if node_slot[value] == node_slot[leaf.id]:
             continue
-        source = graph[alias_root(graph, value)]
+        source_node, _ = storage(graph, value)
+        source = graph[source_node]
         if source.op in ("param", "state") and source.attr("name") in graph.updates:
             # By the end of the step that leaf's buffer holds its new value, not the old one asked for.
             raise NotImplementedError(
                 f"update {name} <- %{value}: the old value of {source.attr('name')}, "
                 "which the same step also updates, is not kept"
             )
-        copies.append(StateCopy(buffer_of[value], buffer_of[leaf.id], nbytes_of(graph, leaf.id), name, value))
+        copies.append(StateCopy(node_slot[value], node_slot[leaf.id], nbytes_of(graph, (leaf.id, 0)), name, value))
     return copies

@@ -1,31 +1,37 @@
 """The kernel ABI: what the code generator hands the runtime for one dispatch.
 
-A KernelSpec is plain data derived from one IR node (rarely two, see `also_writes`): the full WGSL source, its storage
-bindings (in binding order, all in group 0) and the dispatch grid. Sizes are baked into the
-WGSL as constants, so there is no uniform buffer; the runtime binds purely by this table.
+A KernelSpec is plain data derived from one IR node: the full WGSL source, its storage bindings
+(in binding order, all in group 0) and the dispatch grid. Sizes are baked into the WGSL as
+constants, so there is no uniform buffer; the runtime binds purely by this table. A node with
+several results (an attention's output and log-sum-exp) is one dispatch that writes one buffer
+per result.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+Value = tuple[int, int]  # (node id, result index): one buffer's worth of data
+
 
 @dataclass(frozen=True)
 class Binding:
-    """One storage buffer binding: the IR value (node id) bound there and how the kernel uses it."""
+    """One storage buffer binding: the IR value bound there and how the kernel uses it.
+
+    `value` is a node id (a view such as a reshape or a `result` projection names the data it
+    views); `index` picks a result of a node with several, for the buffers a kernel writes."""
 
     name: str  # the WGSL variable name, e.g. "a", "bias", "out"
-    value: int  # IR node id whose buffer is bound
+    value: int
     access: str  # "read" or "read_write"
+    index: int = 0
 
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """One dispatch: computes IR node `node` into its buffer.
+    """One dispatch: computes IR node `node` into the buffers of its results.
 
-    `also_writes` are further IR nodes the same dispatch computes, each into its own buffer (the
-    attention forward writes its log-sum-exp too). `inplace_input`, when set, is the id of an
-    input whose buffer the kernel updates in place:
+    `inplace_input`, when set, is the id of an input whose buffer the kernel updates in place:
     the output binding holds that input's value on entry (optimizer updates work this way,
     because WebGPU forbids binding one buffer both read-only and read-write in a dispatch).
     """
@@ -38,9 +44,9 @@ class KernelSpec:
     grid: tuple[int, int, int]
     workgroup_size: tuple[int, int, int]
     inplace_input: int | None = None
-    also_writes: tuple[int, ...] = ()
+    results: int = 1
 
     @property
-    def written(self) -> tuple[int, ...]:
-        """Every IR node whose value this dispatch writes."""
-        return (self.node, *self.also_writes)
+    def written(self) -> tuple[Value, ...]:
+        """Every value this dispatch writes: one per result of its node."""
+        return tuple((self.node, index) for index in range(self.results))

@@ -8,8 +8,9 @@ carries an expression in prefix form over numbered inputs and a few named values
     rsqrt(add(mul($r,0.25),1e-05))
 
 `$0`, `$1`… are the kernel's extra inputs (broadcast to the kernel's shape), `$acc` is a
-matmul's accumulator, `$r` a reduction's result. Functions are the elementwise ops of the op
-table. The text is the IR attribute, so it prints, diffs and hashes as is.
+matmul's accumulator, `$r` a reduction's result, `$a` the element of a matmul's A operand in a
+prologue. Functions are the elementwise functions of `ir/functions.py` (unary, binary and
+ternary). The text is the IR attribute, so it prints, diffs and hashes as is.
 
 >>> parse("relu(add($acc,$0))")
 ('relu', ('add', ('$', 'acc'), ('$', '0')))
@@ -19,15 +20,14 @@ array([2., 4.])
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
 
-Expr = tuple | float  # ("fn", arg...) | ("$", name) | a float literal
+from meganeura.ir.functions import FUNCTIONS
+from meganeura.ir.op import ShapeError
 
-UNARY_FUNCTIONS = ("neg", "exp", "log", "sqrt", "rsqrt", "relu", "sigmoid", "tanh", "silu", "erf")
-BINARY_FUNCTIONS = ("add", "sub", "mul", "div", "greater", "equal", "swiglu")
+Expr = tuple | float  # ("fn", arg...) | ("$", name) | a float literal
 
 _TOKEN = re.compile(r"\s*(?:(\$[A-Za-z0-9_]+)|([A-Za-z_][A-Za-z0-9_]*)|([-+0-9.eE]+|nan|inf)|(.))")
 
@@ -59,15 +59,15 @@ def _parse_at(items: list[str], position: int, text: str) -> tuple[Expr, int]:
     token = items[position]
     if token.startswith("$"):
         return ("$", token[1:]), position + 1
-    if token in UNARY_FUNCTIONS or token in BINARY_FUNCTIONS:
-        arity = 1 if token in UNARY_FUNCTIONS else 2
+    function = FUNCTIONS.get(token)
+    if function is not None:
         if position + 1 >= len(items) or items[position + 1] != "(":
             raise ExprError(f"{token} needs '(' in {text!r}")
         args, position = [], position + 2
-        for index in range(arity):
+        for index in range(function.arity):
             arg, position = _parse_at(items, position, text)
             args.append(arg)
-            expected = "," if index < arity - 1 else ")"
+            expected = "," if index < function.arity - 1 else ")"
             if position >= len(items) or items[position] != expected:
                 raise ExprError(f"expected {expected!r} in {token}(...) of {text!r}")
             position += 1
@@ -99,40 +99,14 @@ def variables(tree: Expr) -> set[str]:
     return names
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (np.tanh(0.5 * x) + 1.0)
-
-
-# The error function in double precision (math.erf, a few ulps): the oracle the WGSL kernel's
-# polynomial approximation is tested against, so it must not share that approximation.
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x)
-    return _erf(x).astype(x.dtype if x.dtype.kind == "f" else np.float64, copy=False)
-
-
-NUMPY_FUNCTIONS = {
-    "neg": np.negative,
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "relu": lambda x: np.maximum(x, 0),
-    "sigmoid": sigmoid,
-    "tanh": np.tanh,
-    "silu": lambda x: x * sigmoid(x),
-    "erf": erf,
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-    # Masks come back in the operands' float type (1.0 / 0.0).
-    "greater": lambda a, b: np.greater(a, b).astype(np.result_type(a, b)),
-    "equal": lambda a, b: np.equal(a, b).astype(np.result_type(a, b)),
-    "swiglu": lambda g, u: g * sigmoid(g) * u,
-}
+def functions_used(tree: Expr) -> set[str]:
+    """The function names a tree calls."""
+    if isinstance(tree, float) or tree[0] == "$":
+        return set()
+    names = {tree[0]}
+    for arg in tree[1:]:
+        names |= functions_used(arg)
+    return names
 
 
 def evaluate(text_or_tree: str | Expr, values: dict[str, np.ndarray], dtype=None) -> np.ndarray:
@@ -150,4 +124,15 @@ def _evaluate(tree: Expr, values: dict[str, np.ndarray], dtype):
         except KeyError:
             raise ExprError(f"no value for ${tree[1]}") from None
     args = [_evaluate(arg, values, dtype) for arg in tree[1:]]
-    return NUMPY_FUNCTIONS[tree[0]](*args)
+    return FUNCTIONS[tree[0]].numpy(*args)
+
+
+def check_expr(op: str, text: str, allowed: set[str]) -> None:
+    """Raise a ShapeError if expression `text` does not parse or reads a value not in `allowed`."""
+    try:
+        names = variables(parse(text))
+    except ValueError as error:
+        raise ShapeError(f"{op}: {error}") from None
+    unknown = names - allowed
+    if unknown:
+        raise ShapeError(f"{op}: expression {text!r} reads ${', $'.join(sorted(unknown))}, which it is not given")

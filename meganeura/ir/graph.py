@@ -4,6 +4,13 @@ A Graph is plain data. Nodes are appended in a topological order (every input id
 than the node's id); `print(graph)` gives one line per node, like a jaxpr:
 
     %3 = matmul %0 %1 {transpose_b=True} : f32[32,128]    # model.py:12
+
+A node has one result, or several (an attention's output and its row log-sum-exp, like JAX's
+`multiple_results`): such a node's type is a tuple, and its results are read through `result`
+projections, which are views (no kernel, no copy):
+
+    %9 = attention %6 %7 %8 {causal=True, scale=0.125} : (f32[2,4,8,16], f32[2,4,8])
+    %10 = result %9 {index=0} : f32[2,4,8,16]
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ class TensorType:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {DTYPES}")
-        if any((not isinstance(d, int)) or d < 0 for d in self.shape):
+        if any((not isinstance(d, int)) or isinstance(d, bool) or d < 0 for d in self.shape):
             raise ValueError(f"shape {self.shape} must be a tuple of non-negative ints")
 
     @property
@@ -58,14 +65,22 @@ def freeze_attrs(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(frozen)
 
 
+def as_types(types: TensorType | tuple[TensorType, ...]) -> tuple[TensorType, ...]:
+    """One result type, or the tuple of a node with several results, as a tuple."""
+    return (types,) if isinstance(types, TensorType) else tuple(types)
+
+
 @dataclass(frozen=True)
 class Node:
-    """One SSA value: `op` applied to earlier nodes `inputs`, with attributes and the user's source lines."""
+    """One SSA value: `op` applied to earlier nodes `inputs`, with attributes and the user's source lines.
+
+    `types` holds one type per result; almost every node has one, read as `node.type`.
+    """
 
     id: int
     op: str
     inputs: tuple[int, ...]
-    type: TensorType
+    types: tuple[TensorType, ...]
     attrs: tuple[tuple[str, Any], ...] = ()
     sources: tuple[str, ...] = ()
 
@@ -80,6 +95,18 @@ class Node:
         return dict(self.attrs)
 
     @property
+    def results(self) -> int:
+        return len(self.types)
+
+    @property
+    def type(self) -> TensorType:
+        if len(self.types) != 1:
+            raise TypeError(
+                f"%{self.id} {self.op} has {len(self.types)} results; read one through a `result` projection"
+            )
+        return self.types[0]
+
+    @property
     def shape(self) -> tuple[int, ...]:
         return self.type.shape
 
@@ -87,8 +114,14 @@ class Node:
     def dtype(self) -> str:
         return self.type.dtype
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all its results."""
+        return sum(t.nbytes for t in self.types)
+
 
 LEAF_OPS = ("input", "param", "state", "const")
+PERSISTENT = ("input", "param", "state")  # leaves that every encoding and plan keeps
 
 
 @dataclass
@@ -103,12 +136,13 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     outputs: dict[str, int] = field(default_factory=dict)
     updates: dict[str, int] = field(default_factory=dict)
+    _users: dict[int, list[int]] | None = field(default=None, repr=False, compare=False)
 
     def add(
         self,
         op: str,
         inputs: tuple[int, ...] | list[int],
-        type: TensorType,
+        type: TensorType | tuple[TensorType, ...],
         attrs: dict[str, Any] | None = None,
         sources: tuple[str, ...] = (),
     ) -> int:
@@ -118,7 +152,8 @@ class Graph:
         for i in inputs:
             if not 0 <= i < node_id:
                 raise ValueError(f"node %{node_id} ({op}) refers to %{i}, which is not an earlier node")
-        self.nodes.append(Node(node_id, op, inputs, type, freeze_attrs(attrs or {}), sources))
+        self.nodes.append(Node(node_id, op, inputs, as_types(type), freeze_attrs(attrs or {}), sources))
+        self._users = None
         return node_id
 
     def __getitem__(self, node_id: int) -> Node:
@@ -135,12 +170,15 @@ class Graph:
         return {n.attr("name"): n for n in self.nodes if n.op == op}
 
     def users(self) -> dict[int, list[int]]:
-        """For each node id, the ids of the nodes that read it (in graph order)."""
-        result: dict[int, list[int]] = {n.id: [] for n in self.nodes}
-        for n in self.nodes:
-            for i in n.inputs:
-                result[i].append(n.id)
-        return result
+        """For each node id, the ids of the nodes that read it (in graph order); computed once per
+        version of the graph (do not change the lists)."""
+        if self._users is None or len(self._users) != len(self.nodes):
+            result: dict[int, list[int]] = {n.id: [] for n in self.nodes}
+            for n in self.nodes:
+                for i in n.inputs:
+                    result[i].append(n.id)
+            self._users = result
+        return self._users
 
     def roots(self) -> list[int]:
         """The node ids whose values leave the graph: outputs, then updates."""
@@ -161,9 +199,11 @@ class Graph:
     def pruned(self) -> Graph:
         """A copy without dead code: live nodes and every input/param/state leaf, renumbered in order."""
         live = self.live_ids()
-        keep = [n for n in self.nodes if n.id in live or n.op in ("input", "param", "state")]
+        keep = [n for n in self.nodes if n.id in live or n.op in PERSISTENT]
         new_id = {n.id: index for index, n in enumerate(keep)}
-        nodes = [Node(new_id[n.id], n.op, tuple(new_id[i] for i in n.inputs), n.type, n.attrs, n.sources) for n in keep]
+        nodes = [
+            Node(new_id[n.id], n.op, tuple(new_id[i] for i in n.inputs), n.types, n.attrs, n.sources) for n in keep
+        ]
         return Graph(
             nodes,
             {name: new_id[i] for name, i in self.outputs.items()},
@@ -182,14 +222,26 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def format_types(types: tuple[TensorType, ...]) -> str:
+    return str(types[0]) if len(types) == 1 else "(" + ", ".join(str(t) for t in types) + ")"
+
+
+# op -> {attribute: default}, filled by the op declarations (ir/op.py): the IR text leaves out
+# attributes at their defaults.
+ATTR_DEFAULTS: dict[str, dict[str, Any]] = {}
+NO_DEFAULT = object()
+
+
 def format_node(node: Node) -> str:
-    """One line of IR text: `%id = op %a %b {attrs} : type    # source`."""
+    """One line of IR text: `%id = op %a %b {attrs} : type    # source` (attributes at their defaults left out)."""
     text = f"%{node.id} = {node.op}"
     if node.inputs:
         text += " " + " ".join(f"%{i}" for i in node.inputs)
-    if node.attrs:
-        text += " {" + ", ".join(f"{k}={format_value(v)}" for k, v in node.attrs) + "}"
-    text += f" : {node.type}"
+    defaults = ATTR_DEFAULTS.get(node.op, {})
+    shown = [(k, v) for k, v in node.attrs if defaults.get(k, NO_DEFAULT) != v]
+    if shown:
+        text += " {" + ", ".join(f"{k}={format_value(v)}" for k, v in shown) + "}"
+    text += f" : {format_types(node.types)}"
     if node.sources:
         text = f"{text:<60}  # {', '.join(node.sources)}"
     return text

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from meganeura.ir.graph import Graph
-from meganeura.ir.ops import op_def
+from meganeura.ir import ops  # noqa: F401  (registers every op)
+from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.op import op_def
 
 
 @dataclass
@@ -29,9 +30,10 @@ def interpret(
     states: dict[str, np.ndarray] | None = None,
     dtype=np.float32,
 ) -> Result:
-    """Evaluate every live node of `graph` with numpy in `dtype` (integer values stay int32)."""
+    """Evaluate every live node of `graph` with numpy in `dtype` (integer values stay int32); a
+    node with several results holds a tuple of arrays."""
     bound = {"input": inputs or {}, "param": params or {}, "state": states or {}}
-    values: dict[int, np.ndarray] = {}
+    values: dict[int, np.ndarray | tuple[np.ndarray, ...]] = {}
     live = graph.live_ids()
     for node in graph:
         if node.id not in live:
@@ -43,13 +45,21 @@ def interpret(
             value = np.asarray(bound[node.op][name])
         else:
             args = [values[i] for i in node.inputs]
-            attrs = {k: v for k, v in node.attrs}
-            value = np.asarray(op_def(node.op).evaluate(*args, **attrs))
-        target = np.int32 if node.dtype == "i32" else dtype
-        if value.shape != node.shape:
-            raise AssertionError(f"interpret: %{node.id} {node.op} gave shape {value.shape}, IR says {node.shape}")
-        values[node.id] = value.astype(target, copy=False)
+            value = op_def(node.op).evaluate(*args, **node.attr_dict)
+        if node.results > 1:
+            parts = tuple(checked(node, part, t, dtype) for part, t in zip(value, node.types, strict=True))
+            values[node.id] = parts
+        else:
+            values[node.id] = checked(node, value, node.type, dtype)
     return Result(
         outputs={name: values[i] for name, i in graph.outputs.items()},
         updates={name: values[i] for name, i in graph.updates.items()},
     )
+
+
+def checked(node, value, type: TensorType, dtype) -> np.ndarray:
+    """`value` as an array of the IR type's dtype, after checking its shape against the IR."""
+    value = np.asarray(value)
+    if value.shape != type.shape:
+        raise AssertionError(f"interpret: %{node.id} {node.op} gave shape {value.shape}, IR says {type.shape}")
+    return value.astype(np.int32 if type.dtype == "i32" else dtype, copy=False)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from meganeura.ir.graph import Graph
 from meganeura.rewrite.rules import Rule, rule
-from meganeura.rewrite.schema import ints, swap_last_two
+from meganeura.rewrite.sorts import ints, swap_last_two
 
 FAMILY = "algebra"
 MATMUL_RANKS = range(2, 7)

@@ -1,9 +1,10 @@
 """The conv family: convolutions in their plain im2col form become implicit-GEMM kernels.
 
 `F.conv2d` traces a convolution as `unfold` (im2col) and a matmul with the weight matrix, and
-autodiff differentiates exactly that (ir/conv_ops.py), so a training step holds three GEMMs over
+autodiff differentiates exactly that (ir/ops/image.py), so a training step holds three GEMMs over
 columns [N, C·kh·kw, L] that a plain plan writes to memory. These rules give each GEMM the
-implicit-GEMM kernel `(ConvKernel mode a b geometry epilogue)` (IR: `conv_gemm`), which gathers
+implicit-GEMM kernel `(ConvKernel mode a b kernel stride padding image chunks epilogue)` (IR:
+`conv_gemm`), which gathers
 the column operand from the image (or from the output gradient) while it loads its tiles, so the
 columns are never written:
 
@@ -20,19 +21,25 @@ columns are never written:
   (batched) matmul, which the matmul family then fuses like any other.
 
 Guards (facts the encoder adds for this family, `facts`): `(rank t r)` for every tensor; the
-geometry string "kh,kw,sh,sw,ph,pw,H,W" of each unfold/fold is `(spatial_geometry g)` or
-`(pointwise_geometry g)` (1×1, stride 1, padding 0); `(positions t n ho wo)` for an unfold's
-result [N, C·kh·kw, Ho·Wo], and `(splits_positions t n o ho wo)` for a 4-D reshape
-[N, O, Ho, Wo] of a 3-D [N, O, Ho·Wo]: the forward rule needs the reshape to be the one that
-unflattens the output positions. The weight is a matrix (rank 2), the gradient g of rank 3.
+window (kernel, stride, padding) of each unfold/fold is `(spatial_window k s p)` or
+`(pointwise_window k s p)` (1×1, stride 1, padding 0); `(image x "H,W")` for every 4-D tensor;
+`(positions t n ho wo)` for an unfold's result [N, C·kh·kw, Ho·Wo], and
+`(splits_positions t n o ho wo)` for a 4-D reshape [N, O, Ho, Wo] of a 3-D [N, O, Ho·Wo]: the
+forward rule needs the reshape to be the one that unflattens the output positions. The weight
+is a matrix (rank 2), the gradient g of rank 3.
 """
 
 from __future__ import annotations
 
 from meganeura.ir.graph import Graph
+from meganeura.ir.ops.image import conv_output_size
 from meganeura.rewrite.rules import Rule, rule
+from meganeura.rewrite.sorts import ints
 
 FAMILY = "conv"
+
+UNFOLD = "(= c (Unfold x wk ws wp))"  # x's columns for window (k, st, p)
+CONV = "(ConvKernel mode a b wk ws wp img chunks e)"
 
 CONV_FORWARD = Rule(
     "conv_forward",
@@ -43,13 +50,14 @@ CONV_FORWARD = Rule(
             [
                 "(= t (Reshape m s))",
                 "(= m (Matmul w c false false))",
-                "(= c (Unfold x geometry))",
-                "(spatial_geometry geometry)",
+                UNFOLD,
+                "(spatial_window wk ws wp)",
+                "(image x img)",
                 "(rank w 2)",
                 "(positions c n ho wo)",
                 "(splits_positions t n o ho wo)",
             ],
-            '(union t (ConvKernel "forward" w x geometry 1 (Acc)))',
+            '(union t (ConvKernel "forward" w x wk ws wp img 1 (Acc)))',
         ),
     ),
 )
@@ -61,21 +69,22 @@ CONV_GRAD_INPUT = Rule(
     (
         rule(
             [
-                "(= t (Fold m geometry))",
+                "(= t (Fold m img wk ws wp))",
                 "(= m (Matmul w g true false))",
-                "(spatial_geometry geometry)",
+                "(spatial_window wk ws wp)",
                 "(rank w 2)",
                 "(rank g 3)",
             ],
-            '(union t (ConvKernel "grad_input" w g geometry 1 (Acc)))',
+            '(union t (ConvKernel "grad_input" w g wk ws wp img 1 (Acc)))',
         ),
     ),
 )
 
 PARTIAL_WEIGHT_GRADIENT = [  # g·unfold(x)ᵀ per image, before autodiff's sum over the batch
     "(= m (Matmul g c false true))",
-    "(= c (Unfold x geometry))",
-    "(spatial_geometry geometry)",
+    UNFOLD,
+    "(spatial_window wk ws wp)",
+    "(image x img)",
     "(rank g 3)",
 ]
 CONV_GRAD_WEIGHT = Rule(
@@ -85,12 +94,12 @@ CONV_GRAD_WEIGHT = Rule(
     "after it, where one GEMM would keep few workgroups busy over a long reduction",
     (
         rule(
-            ['(= t (Reduce "sum" "0" false m))', *PARTIAL_WEIGHT_GRADIENT, "(weight_chunks m 1)"],
-            '(union t (ConvKernel "grad_weight" g x geometry 1 (Acc)))',
+            ['(= t (Reduce "sum" m "0" false))', *PARTIAL_WEIGHT_GRADIENT, "(weight_chunks m 1)"],
+            '(union t (ConvKernel "grad_weight" g x wk ws wp img 1 (Acc)))',
         ),
         rule(
             [*PARTIAL_WEIGHT_GRADIENT, "(weight_chunks m images)", "(> images 1)"],
-            '(union m (ConvKernel "grad_weight" g x geometry images (Acc)))',
+            '(union m (ConvKernel "grad_weight" g x wk ws wp img images (Acc)))',
         ),
     ),
 )
@@ -99,7 +108,7 @@ CONV_MENTIONS = Rule(
     "conv_mentions",
     FAMILY,
     "the Pw classes that load a conv kernel's result (helper of conv_epilogue)",
-    (rule(["(= l (Load t))", "(= t (ConvKernel mode a b geometry chunks e))"], "(mentions l t)"),),
+    (rule(["(= l (Load t))", f"(= t {CONV})"], "(mentions l t)"),),
 )
 
 CONV_EPILOGUE = Rule(
@@ -108,13 +117,8 @@ CONV_EPILOGUE = Rule(
     "a pointwise kernel of a conv kernel's shape reading its result becomes the conv's epilogue",
     (
         rule(
-            [
-                "(= k (Kernel body s))",
-                "(mentions body t)",
-                "(= t (ConvKernel mode a b geometry chunks e))",
-                "(= s (shape t))",
-            ],
-            "(union k (ConvKernel mode a b geometry chunks (Replace body t e)))",
+            ["(= k (Kernel body s))", "(mentions body t)", f"(= t {CONV})", "(= s (shape t))"],
+            "(union k (ConvKernel mode a b wk ws wp img chunks (Replace body t e)))",
         ),
     ),
 )
@@ -124,13 +128,9 @@ POINTWISE_CONV = Rule(
     FAMILY,
     "a 1×1 convolution (stride 1, no padding) is a plain matmul: unfold and fold are views",
     (
+        rule([UNFOLD, "(pointwise_window wk ws wp)", "(= s (shape c))"], "(union c (Reshape x s))"),
         rule(
-            ["(= c (Unfold x geometry))", "(pointwise_geometry geometry)", "(= s (shape c))"],
-            "(union c (Reshape x s))",
-        ),
-        rule(
-            ["(= t (Fold c geometry))", "(pointwise_geometry geometry)", "(= s (shape t))"],
-            "(union t (Reshape c s))",
+            ["(= t (Fold c img wk ws wp))", "(pointwise_window wk ws wp)", "(= s (shape t))"], "(union t (Reshape c s))"
         ),
     ),
 )
@@ -138,31 +138,18 @@ POINTWISE_CONV = Rule(
 RULES = [CONV_FORWARD, CONV_GRAD_INPUT, CONV_GRAD_WEIGHT, CONV_EPILOGUE, CONV_MENTIONS, POINTWISE_CONV]
 
 DECLARATIONS = """(relation rank (Term i64))
-(relation spatial_geometry (String))
-(relation pointwise_geometry (String))
+(relation spatial_window (String String String))
+(relation pointwise_window (String String String))
+(relation image (Term String))
 (relation positions (Term i64 i64 i64))
 (relation splits_positions (Term i64 i64 i64 i64))
 (relation weight_chunks (Term i64))
 """
 
 
-def geometry(node) -> tuple[int, ...]:
-    """The geometry of an unfold or fold node: (kh, kw, sh, sw, ph, pw, H, W), H, W the image's size."""
-    kernel, stride, padding = node.attr("kernel"), node.attr("stride"), node.attr("padding")
-    return (*kernel, *stride, *padding)
-
-
-def image_size(graph: Graph, node) -> tuple[int, int]:
-    """The (H, W) of the image an unfold reads or a fold writes."""
-    return tuple(graph[node.inputs[0]].shape[2:]) if node.op == "unfold" else tuple(node.attr("output_size"))
-
-
-def geometry_text(graph: Graph, node) -> str:
-    return ",".join(str(v) for v in (*geometry(node), *image_size(graph, node)))
-
-
-def is_pointwise(node) -> bool:
-    return geometry(node) == (1, 1, 1, 1, 0, 0)
+def window(node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(kernel, stride, padding) of an unfold or fold node."""
+    return node.attr("kernel"), node.attr("stride"), node.attr("padding")
 
 
 # A weight gradient (conv_gemm grad_weight) is one GEMM over the whole batch, [O, N·L]·[N·L, C·kh·kw],
@@ -195,17 +182,18 @@ def weight_chunks(graph: Graph, node) -> int | None:
 
 def facts(graph: Graph, node_ids: list[int]) -> list[str]:
     """The facts the conv rules guard on, for the encoded nodes `node_ids` (see the module docstring)."""
-    from meganeura.ir.conv_ops import conv_output_size
-
-    lines, geometries = [], set()
+    lines, windows = [], set()
     for node_id in node_ids:
         node = graph[node_id]
+        if node.results != 1:
+            continue
         lines.append(f"(rank (Ref {node_id}) {node.type.rank})")
+        if node.type.rank == 4:
+            lines.append(f"(image (Ref {node_id}) {ints(node.shape[2:])})")
         if node.op in ("unfold", "fold"):
-            geometries.add((geometry_text(graph, node), is_pointwise(node)))
+            windows.add(window(node))
         if node.op == "unfold":
-            window = (node.attr("kernel"), node.attr("stride"), node.attr("padding"))
-            ho, wo = conv_output_size(image_size(graph, node), *window)
+            ho, wo = conv_output_size(graph[node.inputs[0]].shape[2:], *window(node))
             lines.append(f"(positions (Ref {node_id}) {node.shape[0]} {ho} {wo})")
         if node.op == "reshape" and node.type.rank == 4 and graph[node.inputs[0]].type.rank == 3:
             n, o, ho, wo = node.shape
@@ -214,6 +202,7 @@ def facts(graph: Graph, node_ids: list[int]) -> list[str]:
         chunks = weight_chunks(graph, node)
         if chunks is not None:
             lines.append(f"(weight_chunks (Ref {node_id}) {chunks})")
-    for text, pointwise in sorted(geometries):
-        lines.append(f'({"pointwise" if pointwise else "spatial"}_geometry "{text}")')
+    for kernel, stride, padding in sorted(windows):
+        kind = "pointwise" if (kernel, stride, padding) == ((1, 1), (1, 1), (0, 0)) else "spatial"
+        lines.append(f"({kind}_window {ints(kernel)} {ints(stride)} {ints(padding)})")
     return lines

@@ -53,33 +53,42 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import NamedTuple
 
 from meganeura.ir.graph import Graph, TensorType
-from meganeura.ir.ops import launches_kernel
-from meganeura.rewrite.cost import Cost, conv_gemm_flops, matmul_flops, matmul_inner
-from meganeura.rewrite.encode import Encoding, PwTree, TermData
-from meganeura.rewrite.view import EGraphView, ENode
+from meganeura.ir.op import infer_type, op_def
+from meganeura.rewrite.cost import Cost, kernel_flops, price
+from meganeura.rewrite.encode import Encoding, TermData
+from meganeura.rewrite.kernels import priced_as, prologue_operand, tree_loads
+from meganeura.rewrite.plan import Plan, PlanEntry, Provenance, PwTree
+from meganeura.rewrite.pointwise import LIFTED
+from meganeura.rewrite.schema import CONSTRUCTORS, op_of
+from meganeura.rewrite.sorts import PW_CALLS, TERM, ENode
+from meganeura.rewrite.view import EGraphView
 
 INVALID = 10**30  # the units of an invalid option: a move that makes one is always undone
-FREE_OPS = ("Op0", "Const", "Reshape")  # buffers and views (Op0: input/param/state leaves)
-LIFTED_OPS = ("Unary", "Binary", "SgdStep", "MomentumBuffer", "AdamMoment")
 MAX_PASSES = 6
 NO_RANK = 1 << 62
+PW_CALL_NODES = ("PUnary", "PBinary", "PTernary")
 
 
 @dataclass(frozen=True)
 class Option:
-    """One way to compute an e-class: an e-node, and (for a pointwise kernel) whether it is inlined."""
+    """One way to compute an e-class: an e-node, and (for a pointwise kernel) whether it is inlined.
+
+    `op` is the IR op the e-node is priced and decoded as, `flops` its arithmetic (static: it
+    depends on shapes only) and `launches` whether it runs a kernel (leaves, reshapes and
+    projections are buffers or views)."""
 
     node: ENode
     inline: bool = False
+    op: str = ""
+    flops: int = 0
 
     @property
     def launches(self) -> bool:
-        if self.node.op in FREE_OPS:
-            return self.node.op == "Op0" and self.node.primitives[0] == "causal_mask"
-        return not (self.node.op == "Op1" and self.node.primitives[0] == "reshape")
+        return op_def(self.op).kernel
 
 
 @dataclass
@@ -139,15 +148,20 @@ class Extractor:
             self.ir_ids.setdefault(view.class_of_ir[node_id], []).append(node_id)
         count = view.eclass_count
         self.rank = [NO_RANK] * count
-        self.type: list[TensorType | None] = [None] * count
+        self.types: list[tuple[TensorType, ...] | None] = [None] * count
+        self.type: list[TensorType | None] = [None] * count  # for e-classes of one result
         self.leafish = [False] * count
         for eclass, ids in self.ir_ids.items():
-            self.rank[eclass] = ids[0]
-            self.type[eclass] = graph[ids[0]].type
+            self.rank[eclass] = 2 * ids[0]
+            self.types[eclass] = graph[ids[0]].types
             # Tie-break (see `search`): reading a buffer or a view beats reading a computed copy.
-            self.leafish[eclass] = any(not launches_kernel(graph[i].op) for i in ids)
-        self.nbytes = [t.nbytes if t is not None else 0 for t in self.type]
-        self.dispatch_units = Cost(0, 0, 1).units
+            self.leafish[eclass] = any(not op_def(graph[i].op).kernel for i in ids)
+        self.derive_classes()
+        for eclass, types in enumerate(self.types):
+            self.type[eclass] = types[0] if types is not None and len(types) == 1 else None
+        self.nbytes = [sum(t.nbytes for t in ts) if ts is not None else 0 for ts in self.types]
+        self.constant = self.constant_classes()
+        self.read_bytes = [0 if self.constant[c] else self.nbytes[c] for c in range(count)]
         self.pw: dict[int, PwInfo] = {}
         self.options: dict[int, list[Option]] = {}
         self.read_pw_classes()
@@ -168,6 +182,35 @@ class Extractor:
         self.touched: list[int] = []  # e-classes materialised or dropped by the current switch
 
     # -- e-graph facts ---------------------------------------------------------------------
+
+    def derive_classes(self) -> None:
+        """Rank and type the Term e-classes that rules made and no IR node is in (the tuple of an
+        attention that recognition built): such a class ranks just before the earliest e-class
+        with an e-node reading it (ranks of IR e-classes are even, twice their first IR node's id),
+        and takes the type its op infers from its e-node's operands."""
+        view = self.view
+        readers: dict[int, int] = {}
+        for eclass, nodes in view.nodes.items():
+            if self.rank[eclass] == NO_RANK or view.is_pw[eclass]:
+                continue
+            for node in nodes:
+                for child in node.children:
+                    if not view.is_pw[child] and self.rank[child] == NO_RANK:
+                        readers[child] = min(readers.get(child, NO_RANK), self.rank[eclass])
+        for eclass, reader in readers.items():
+            for node in view.nodes.get(eclass, ()):
+                op = op_of(node.op, node.primitives) if node.op in CONSTRUCTORS else None
+                children = [self.types[c] for c in node.children]
+                if op is None or any(t is None or len(t) != 1 for t in children):
+                    continue
+                constructor = CONSTRUCTORS[node.op]
+                attrs = {
+                    f.name: v for f, v in zip(constructor.primitives, node.primitives, strict=True) if f.kind == "attr"
+                }
+                inferred = infer_type(op, [t[0] for t in children], attrs)
+                self.types[eclass] = inferred if isinstance(inferred, tuple) else (inferred,)
+                self.rank[eclass] = reader - 1
+                break
 
     def read_pw_classes(self) -> None:
         for eclass, nodes in self.view.nodes.items():
@@ -224,6 +267,16 @@ class Extractor:
             if not changed:
                 break
 
+    def constant_classes(self) -> list[bool]:
+        """Per e-class, whether its value is a scalar constant (a Const, or a reshape of one):
+        reading it costs nothing, as kernels inline it (`cost.constant_node` on the IR side)."""
+        constant = [False] * self.view.eclass_count
+        for eclass in sorted(self.ir_ids, key=lambda c: self.rank[c]):
+            for node in self.view.nodes.get(eclass, ()):
+                if node.op == "Const" or (node.op == "Reshape" and constant[node.children[0]]):
+                    constant[eclass] = True
+        return constant
+
     def build_options(self) -> None:
         view = self.view
         for eclass, nodes in view.nodes.items():
@@ -232,18 +285,34 @@ class Extractor:
             has_kernel = any(n.op == "Kernel" for n in nodes)
             options = []
             for node in nodes:
-                if node.op in LIFTED_OPS and has_kernel:
+                if node.op in LIFTED and has_kernel:
                     continue  # the kernel's stored mode computes the same thing
-                if node.op == "Op1" and node.primitives[0] == "broadcast_to" and has_kernel:
-                    continue
                 if node.op in ("Matmul", "Reduce") and self.twin(node) is not None:
                     continue  # the kernel twin with a trivial epilogue computes the same thing
                 if node.op == "MatmulKernel" and self.prologue_twin(node) is not None:
                     continue  # its prologue form reads A the same way while A is stored
-                options.append(Option(node))
+                op, flops = self.priced_as(node)
+                options.append(Option(node, False, op, flops))
                 if node.op == "Kernel":
-                    options.append(Option(node, inline=True))
+                    options.append(Option(node, True, op, flops))
             self.options[eclass] = options
+
+    def priced_as(self, node: ENode) -> tuple[str, int]:
+        """(the IR op an e-node decodes to, its flops), for `cost.price`."""
+        constructor = CONSTRUCTORS[node.op]
+        children_types = [
+            self.type[c] for c, f in zip(node.children, constructor.children, strict=True) if f.sort == TERM
+        ]
+        out = self.types[node.eclass]
+        if constructor.op is None and constructor.tag is None:  # a kernel form
+            op, attrs, operands = priced_as(node.op, node.primitives, children_types, out)
+        else:
+            op = op_of(node.op, node.primitives)
+            attrs = {f.name: value for f, value in zip(constructor.primitives, node.primitives, strict=True)}
+            operands = children_types
+        if not op_def(op).flops or any(t is None for t in operands):
+            return op, 0
+        return op, kernel_flops(op, attrs, operands, out)
 
     def twin(self, node: ENode) -> ENode | None:
         """The kernel e-node with a trivial epilogue (and prologue) of a Matmul or Reduce e-node."""
@@ -257,7 +326,7 @@ class Extractor:
             source = self.type[node.children[0]]
             if source is None:
                 return None
-            key = ("ReduceKernel", (load, r), (*node.primitives, source.shape))
+            key = ("ReduceKernel", (load, r), (*node.primitives, source.shape))  # (kind, axes, keepdim, in_shape)
         eclass = view.find(*key)
         return ENode(key[0], eclass, key[1], key[2]) if eclass == node.eclass else None
 
@@ -294,7 +363,7 @@ class Extractor:
             return result
         self.stack.add(pw_class)
         result = merge(self.child(child, pw_class) for child in node.children)
-        if result.ok and node.op in ("PUnary", "PBinary"):
+        if result.ok and node.op in PW_CALL_NODES:
             result = result._replace(ops=result.ops + 1)
         self.stack.discard(pw_class)
         self.memo[pw_class] = result
@@ -325,7 +394,7 @@ class Extractor:
     # -- evaluating options ------------------------------------------------------------------------
 
     def evaluate(self, eclass: int) -> Evaluation:
-        """The reads and cost of the e-class's chosen option."""
+        """The reads and cost of the e-class's chosen option (priced by `cost.price`)."""
         option = self.options[eclass][self.choice[eclass]]
         node = option.node
         rank = self.rank[eclass]
@@ -359,27 +428,14 @@ class Extractor:
         reads = expansion.loads.union(terms) if terms else expansion.loads
         if not option.launches:
             return Evaluation(reads, 0, 0, True)
-        nbytes = self.nbytes
-        units = self.dispatch_units + 8 * (nbytes[eclass] + sum([nbytes[s] for s in reads]))
-        if op in ("MatmulKernel", "Matmul"):
-            inner = matmul_inner(self.type[node.children[0]].shape, node.primitives[0])
-            units += Cost(0, matmul_flops(self.type[eclass], inner), 0).units
-        elif op == "MatmulPrologue":
-            stored, transpose_a = node.primitives[0], node.primitives[1]
-            inner = matmul_inner(stored, transpose_a, len(stored) > self.type[eclass].rank)
-            units += Cost(0, matmul_flops(self.type[eclass], inner), 0).units
-        elif op == "ConvKernel":
-            mode, geometry = node.primitives[:2]
-            flops = conv_gemm_flops(self.type[eclass], self.type[node.children[0]], mode, geometry[:2], geometry[2:4])
-            units += Cost(0, flops, 0).units
+        read_bytes = self.read_bytes
+        cost = price(option.op, self.types[eclass], sum([read_bytes[s] for s in reads]), option.flops)
         leafish = self.leafish
-        return Evaluation(reads, units, sum([1 for s in reads if not leafish[s]]), True, work)
+        return Evaluation(reads, cost.units, sum([1 for s in reads if not leafish[s]]), True, work)
 
     def prologue_operand(self, loads: Iterable[int], a_shape: tuple[int, ...]) -> int | None:
-        """The tensor a prologue reads as the matmul's A input (`$a`): the earliest of its loads
-        with A's full stored shape, or None when it has none (then it is no valid prologue)."""
-        full = [s for s in loads if self.type[s].shape == tuple(a_shape)]
-        return min(full, key=lambda s: self.rank[s]) if full else None
+        """The tensor a prologue reads as the matmul's A input (`$a`), see `kernels.prologue_operand`."""
+        return prologue_operand(loads, a_shape, self.types, self.rank)
 
     def prologue_expansion(self, node: ENode, parent: int) -> Expansion:
         """What the A operand of a `MatmulPrologue` reads: A's producer, recomputed when A is in
@@ -393,8 +449,7 @@ class Extractor:
     def prologue_tree(self, node: ENode) -> PwTree:
         """The expression tree the plan computes A with in a `MatmulPrologue` (see `prologue_expansion`)."""
         tree = self.tree(node.children[0], False)
-        loads = set(tree_loads(tree))
-        if self.prologue_operand(loads, node.primitives[0]) is None:
+        if self.prologue_operand(tree_loads(tree), node.primitives[0]) is None:
             return ("load", self.prologue_operand(self.pw[node.children[0]].loads, node.primitives[0]))
         return tree
 
@@ -542,7 +597,7 @@ class Extractor:
         option = self.options[eclass][self.choice[eclass]]
         if option.node.op != "Kernel":
             return None
-        twin = Option(option.node, not option.inline)
+        twin = Option(option.node, not option.inline, option.op, option.flops)
         return next((i for i, o in enumerate(self.options[eclass]) if o == twin), None)
 
     def switch_and_repair(self, eclass: int, index: int, readers: set[int], detach: bool = False) -> list[int]:
@@ -664,8 +719,138 @@ class Extractor:
         if node.op == "R":
             return ("r",)
         children = tuple(self.tree(child, False) for child in node.children)
-        kind = "unary" if node.op == "PUnary" else "binary"
-        return (kind, node.primitives[0], *children)
+        return ("call", node.primitives[0], *children)
+
+    def bodies(self, node: ENode) -> tuple[tuple[PwTree, ...], list[tuple]]:
+        """The expanded Pw fields of a chosen e-node, as the plan computes them, and the events of
+        their expansion (`events`)."""
+        events: list[tuple] = []
+        if node.op == "Kernel":
+            events += self.events(node.children[0], True)
+            return (self.tree(node.children[0], True),), events
+        if node.op == "MatmulPrologue":
+            prologue = self.prologue_tree(node)
+            if prologue == self.tree(node.children[0], False):  # else A is read as stored
+                events += self.events(node.children[0], False)
+            events += self.events(node.children[2], False)
+            return (prologue, self.tree(node.children[2], False)), events
+        trees = []
+        for child, f in zip(node.children, CONSTRUCTORS[node.op].children, strict=True):
+            if f.sort != TERM:
+                events += self.events(child, False)
+                trees.append(self.tree(child, False))
+        return tuple(trees), events
+
+    def stored_a_twin(self, node: ENode) -> ENode | None:
+        """For a `MatmulPrologue` whose prologue reads A as stored, the `MatmulKernel` of its e-class
+        over the same B, transposes and epilogue: the plan computes that plain matmul kernel."""
+        if node.op != "MatmulPrologue":
+            return None
+        a = self.prologue_operand(self.pw[node.children[0]].loads, node.primitives[0])
+        if self.prologue_tree(node) != ("load", a):
+            return None
+        b, epilogue = node.children[1], node.children[2]
+        for other in self.view.nodes.get(node.eclass, ()):
+            same = other.children == (a, b, epilogue) and other.primitives == node.primitives[1:]
+            if other.op == "MatmulKernel" and same:
+                return other
+        return None
+
+    def plain_forms(self, node: ENode) -> tuple[ENode, ...]:
+        """The plain e-nodes a kernel form computes, wherever they are, the plainest first: for a
+        matmul kernel (with any prologue or epilogue) the `Matmul` over the same operands and
+        transposes and its `MatmulKernel` with epilogue `$acc`; for a reduction kernel whose
+        prologue is a plain load, the `Reduce` of that load; for a convolution kernel, the one with
+        epilogue `$acc` (credit for the rules that made them, attribution.py)."""
+        view = self.view
+        found: list[ENode] = []
+
+        def add(op: str, children: tuple[int, ...], primitives: tuple) -> None:
+            eclass = view.find(op, children, primitives)
+            if eclass is not None:
+                found.append(ENode(op, eclass, children, primitives))
+
+        if node.op in ("MatmulKernel", "MatmulPrologue"):
+            if node.op == "MatmulKernel":
+                a, b = node.children[:2]
+            else:
+                a = self.prologue_operand(self.pw[node.children[0]].loads, node.primitives[0])
+                b = node.children[1]
+            flags = node.primitives[-2:]
+            acc = view.find("Acc", (), ())
+            if a is not None:
+                add("Matmul", (a, b), flags)
+                if acc is not None:
+                    add("MatmulKernel", (a, b, acc), flags)
+        elif node.op == "ReduceKernel":
+            loads = self.pw[node.children[0]].loads
+            if loads:
+                add("Reduce", (loads[0],), node.primitives[:3])
+        elif node.op == "ConvKernel":
+            acc = view.find("Acc", (), ())
+            if acc is not None:
+                add("ConvKernel", (*node.children[:2], acc), node.primitives)
+        return tuple(found)
+
+    def plan(self) -> Plan:
+        """The chosen plan as an immutable value (plan.py)."""
+        entries: dict[int, PlanEntry] = {}
+        inline: set[int] = set()
+        for eclass in self.materialised():
+            option = self.option(eclass)
+            node = self.stored_a_twin(option.node) or option.node
+            if node is not option.node:
+                option = Option(node, False, *self.priced_as(node))
+            bodies, events = self.bodies(node)
+            terms = [c for c, f in zip(node.children, CONSTRUCTORS[node.op].children, strict=True) if f.sort == TERM]
+            reads = list(dict.fromkeys([*terms, *(c for tree in bodies for c in tree_loads(tree))]))
+            if set(reads) != self.current[eclass].reads:
+                evaluated = sorted(self.current[eclass].reads)
+                raise RuntimeError(
+                    f"extraction: the plan's entry for e-class {eclass} reads {reads}, its evaluation {evaluated}"
+                )
+            read_bytes = sum(self.read_bytes[c] for c in reads)
+            cost = price(option.op, self.types[eclass], read_bytes, option.flops)
+            through = tuple(event[2] for event in events if event[0] == "node")
+            literals = tuple(dict.fromkeys(event[1] for event in events if event[0] == "lit"))
+            inlined = tuple(dict.fromkeys(event[1] for event in events if event[0] == "inline"))
+            inline.update(inlined)
+            plain = self.plain_forms(node)
+            entries[eclass] = PlanEntry(eclass, node, bodies, tuple(reads), cost, through, inlined, plain, literals)
+        total = Cost()
+        for entry in entries.values():
+            total = total + entry.cost
+        view = self.view
+        provenance = Provenance(
+            MappingProxyType({key: frozenset(rules) for key, rules in view.made.items()}),
+            MappingProxyType({key: frozenset(rules) for key, rules in view.merged.items()}),
+        )
+        merges_in: dict[int, list] = {}
+        for key, rules in view.merged.items():
+            eclass = view.by_key.get(key, view.subsumed.get(key))
+            if eclass is not None and view.is_pw[eclass]:
+                merges_in.setdefault(eclass, []).append((key, frozenset(rules)))
+        own = {i: own_node(term, view, kept_only=False) for i, term in self.encoding.terms.items()}
+        created_in: dict[int, list[ENode]] = {}
+        for key in view.made:
+            eclass = view.by_key.get(key)
+            if eclass is not None and not view.is_pw[eclass]:
+                created_in.setdefault(eclass, []).append(ENode(key[0], eclass, key[1], key[2]))
+        return Plan(
+            entries=MappingProxyType(entries),
+            inline=MappingProxyType({c: self.option(c).node for c in sorted(inline, key=lambda c: self.rank[c])}),
+            roots=tuple(self.roots),
+            cost=total,
+            source=self.graph,
+            class_of_ir=MappingProxyType(dict(view.class_of_ir)),
+            ir_ids=MappingProxyType({c: tuple(ids) for c, ids in self.ir_ids.items()}),  # IR e-classes only
+            types=MappingProxyType({c: t for c, t in enumerate(self.types) if t is not None}),
+            rank=MappingProxyType({c: r for c, r in enumerate(self.rank) if r != NO_RANK}),
+            provenance=provenance,
+            own=MappingProxyType(own),
+            created_in=MappingProxyType({c: tuple(nodes) for c, nodes in created_in.items()}),
+            merges_in=MappingProxyType({c: tuple(m) for c, m in merges_in.items()}),
+        )
 
     def events(self, pw_class: int, is_root: bool):
         """The expansion of a Pw class as events, for the report: ("inline", s) for each producer
@@ -690,15 +875,6 @@ class Extractor:
             yield from self.events(child, False)
 
 
-def tree_loads(tree: PwTree) -> set[int]:
-    """The Term classes a plan's expression tree loads."""
-    if tree[0] == "load":
-        return {tree[1]}
-    if tree[0] in ("unary", "binary"):
-        return set().union(*(tree_loads(child) for child in tree[2:]))
-    return set()
-
-
 def input_choice(extractor: Extractor, view: EGraphView, encoding: Encoding) -> dict[int, int]:
     """The input graph's own plan: each IR node's own e-node (kernels stored).
 
@@ -720,6 +896,8 @@ def input_choice(extractor: Extractor, view: EGraphView, encoding: Encoding) -> 
         if index is None:  # an elementwise op (or optimizer update): its lifted kernel, stored
             index = next((i for i, o in enumerate(options) if o.node.op == "Kernel" and not o.inline), 0)
         choice[eclass] = index
+    for eclass in extractor.options:  # e-classes only rules made (an attention's tuple): their first option
+        choice.setdefault(eclass, 0)
     # Validity (ranks) of the input plan's options: repair the rare class merged into an earlier one.
     for eclass in sorted(choice, key=lambda c: extractor.rank[c]):
         extractor.choice = choice
@@ -734,8 +912,9 @@ def input_choice(extractor: Extractor, view: EGraphView, encoding: Encoding) -> 
     return choice
 
 
-def own_node(term: TermData, view: EGraphView) -> ENode | None:
-    """The e-node of an encoded term (children resolved to e-classes), or None if absent."""
+def own_node(term: TermData, view: EGraphView, kept_only: bool = True) -> ENode | None:
+    """The e-node of an encoded term (children resolved to e-classes), or None if absent (with
+    `kept_only=False`, also the e-node a rule subsumed, its e-class -1)."""
     constructor, args = term
     children: list[int] = []
     primitives: list = []
@@ -749,11 +928,11 @@ def own_node(term: TermData, view: EGraphView) -> ENode | None:
             children.append(pw)
         else:
             primitives.append(arg)
-    if constructor in ("Unary", "Binary"):  # the lifted kernel is the option
-        return None
     key = (constructor, tuple(children), tuple(primitives))
     eclass = view.find(*key)
-    return None if eclass is None else ENode(constructor, eclass, *key[1:])
+    if eclass is None:
+        return None if kept_only else ENode(constructor, -1, *key[1:])
+    return ENode(constructor, eclass, *key[1:])
 
 
 def pw_class_of(tree: PwTree, view: EGraphView) -> int | None:
@@ -769,13 +948,14 @@ def pw_class_of(tree: PwTree, view: EGraphView) -> int | None:
     children = [pw_class_of(child, view) for child in tree[2:]]
     if any(child is None for child in children):
         return None
-    return view.find("PUnary" if kind == "unary" else "PBinary", tuple(children), (tree[1],))
+    return view.find(PW_CALLS[len(children)], tuple(children), (tree[1],))
 
 
-def extract(view: EGraphView, encoding: Encoding, roots: list[int], max_passes: int = MAX_PASSES) -> Extractor:
-    """The searched plan for `roots` (Term e-classes), as an Extractor holding it."""
+def extract(view: EGraphView, encoding: Encoding, roots: list[int], max_passes: int = MAX_PASSES) -> tuple[Plan, int]:
+    """The searched plan for `roots` (Term e-classes), and how many search passes it took."""
     extractor = Extractor(view, encoding)
     choice = input_choice(extractor, view, encoding)
     extractor.start(roots, choice)
-    extractor.search(max_passes)
-    return extractor
+    passes = extractor.search(max_passes)
+    extractor.check()
+    return extractor.plan(), passes

@@ -60,15 +60,23 @@ LIFT_MATMUL = Rule(
     (rule("(= t (Matmul a b ta tb))", "(union t (MatmulKernel a b ta tb (Acc)))"),),
 )
 
+# A Pw call mentions t when one of its operands does: one variant per operand position.
+MENTIONED_BY = (
+    "(PUnary f p)",
+    "(PBinary f p r)",
+    "(PBinary f r p)",
+    "(PTernary f p r u)",
+    "(PTernary f r p u)",
+    "(PTernary f r u p)",
+)
+
 MATMUL_MENTIONS = Rule(
     "matmul_mentions",
     FAMILY,
     "which Pw classes load a matmul kernel's result (helper of matmul_epilogue)",
     (
         rule(["(= l (Load t))", "(= t (MatmulKernel a b ta tb e))"], "(mentions l t)"),
-        rule(["(mentions p t)", "(= q (PUnary f p))"], "(mentions q t)"),
-        rule(["(mentions p t)", "(= q (PBinary f p r))"], "(mentions q t)"),
-        rule(["(mentions p t)", "(= q (PBinary f r p))"], "(mentions q t)"),
+        *(rule(["(mentions p t)", f"(= q {call})"], "(mentions q t)") for call in MENTIONED_BY),
     ),
 )
 
@@ -84,19 +92,29 @@ MATMUL_EPILOGUE = Rule(
     ),
 )
 
+
+def substitutions(call: str, operands: tuple[str, ...]) -> list[str]:
+    """Replace(call(f, operands…), t, e) → call(f, …) with the operands in each nonempty subset that
+    mention t replaced (the subsets that leave a mentioning operand alone are sound too: they still
+    read t); one rule per subset."""
+    variants = []
+    for mask in range(1, 1 << len(operands)):
+        chosen = [name for index, name in enumerate(operands) if mask >> index & 1]
+        replaced = " ".join(f"(Replace {name} t e)" if name in chosen else name for name in operands)
+        query = [f"(= r (Replace ({call} f {' '.join(operands)}) t e))", *(f"(mentions {name} t)" for name in chosen)]
+        variants.append(rule(query, f"(union r ({call} f {replaced}))"))
+    return variants
+
+
 MATMUL_SUBSTITUTE = Rule(
     "matmul_substitute",
     FAMILY,
     "Replace(p, t, E): p with the loads of t replaced by E (helper of matmul_epilogue)",
     (
         rule("(= r (Replace (Load t) t e))", "(union r e)"),
-        rule(["(= r (Replace (PUnary f p) t e))", "(mentions p t)"], "(union r (PUnary f (Replace p t e)))"),
-        rule(["(= r (Replace (PBinary f p q) t e))", "(mentions p t)"], "(union r (PBinary f (Replace p t e) q))"),
-        rule(["(= r (Replace (PBinary f p q) t e))", "(mentions q t)"], "(union r (PBinary f p (Replace q t e)))"),
-        rule(
-            ["(= r (Replace (PBinary f p q) t e))", "(mentions p t)", "(mentions q t)"],
-            "(union r (PBinary f (Replace p t e) (Replace q t e)))",
-        ),
+        *substitutions("PUnary", ("p",)),
+        *substitutions("PBinary", ("p", "q")),
+        *substitutions("PTernary", ("p", "q", "u")),
     ),
 )
 

@@ -1,18 +1,17 @@
-"""The rewrite stage end to end: encode, saturate, extract with the cost model, decode, report."""
+"""The rewrite stage end to end: encode, saturate, extract a Plan with the cost model, decode, report."""
 
 from __future__ import annotations
 
 import time
 
-from meganeura.ir.graph import Graph
-from meganeura.rewrite import conv, matmul, recognition
-from meganeura.rewrite.attribution import family_savings, rule_uses
-from meganeura.rewrite.cost import graph_cost, kernel_count
+from meganeura.ir.graph import PERSISTENT, Graph
+from meganeura.rewrite.attribution import UNATTRIBUTED, rule_savings, rule_uses
+from meganeura.rewrite.cost import Cost, graph_cost, kernel_count
 from meganeura.rewrite.decode import decode
-from meganeura.rewrite.encode import LEAF_KINDS, encode
+from meganeura.rewrite.encode import encode
 from meganeura.rewrite.extract import MAX_PASSES, Extractor, input_choice
-from meganeura.rewrite.report import RewriteReport, RuleStats
-from meganeura.rewrite.rules import all_rules
+from meganeura.rewrite.families import FAMILIES, all_rules, family_facts
+from meganeura.rewrite.report import FamilyStats, RewriteReport, RuleStats
 from meganeura.rewrite.saturate import DEFAULT_BUDGET, SCHEDULE, Budget, saturate
 from meganeura.rewrite.view import read_egraph
 
@@ -38,11 +37,10 @@ def optimize(
         return pruned, report
     started = time.perf_counter()
     encoding = encode(graph)
-    for family in (recognition, conv, matmul):  # the families whose guards read facts of their own
-        if any(family.FAMILY in phase for phase in schedule):
-            facts = family.facts(graph, encoding.encoded_ids)
-            if facts:
-                encoding.egraph.parse_and_run_program("\n".join(facts))
+    scheduled = {family for phase in schedule for family in phase}
+    facts = family_facts(graph, encoding.encoded_ids, scheduled)
+    if facts:
+        encoding.egraph.parse_and_run_program("\n".join(facts))
     encoded = time.perf_counter()
     saturation = saturate(encoding.egraph, budget, schedule)
     saturated = time.perf_counter()
@@ -51,19 +49,35 @@ def optimize(
     extractor.start(root_classes(graph, view.class_of_ir), input_choice(extractor, view, encoding))
     passes = extractor.search(max_passes)
     extractor.check()
-    decoded = decode(extractor)
-    rewritten = decoded.graph
+    plan = extractor.plan()
     extracted = time.perf_counter()
-    uses = rule_uses(extractor, decoded)
-    rules = [RuleStats(r.name, saturation.matches.get(r.name, 0), uses.get(r.name, 0), r.family) for r in all_rules()]
+    decoded = decode(plan)
+    rewritten = decoded.graph
+    decoded_at = time.perf_counter()
+    cost_after = graph_cost(rewritten)
+    if cost_after != plan.cost:
+        raise RuntimeError(
+            f"rewrite: the plan's cost {plan.cost} differs from its decoded graph's {cost_after}: extraction "
+            "and the cost model disagree about a kernel"
+        )
+    rules = all_rules()
+    order = {r.name: index for index, r in enumerate(rules)}
+    uses = rule_uses(plan)
+    saved = rule_savings(plan, decoded, order)
+    stats = [
+        RuleStats(r.name, saturation.matches.get(r.name, 0), uses.get(r.name, 0), r.family, saved.get(r.name, Cost()))
+        for r in rules
+    ]
+    families = [FamilyStats(family, sum((s.saved for s in stats if s.family == family), Cost())) for family in FAMILIES]
+    families.append(FamilyStats(UNATTRIBUTED, saved.get(UNATTRIBUTED, Cost())))
     report = RewriteReport(
         True,
-        rules=rules,
-        families=family_savings(extractor, decoded),
+        rules=stats,
+        families=families,
         kernels_before=kernel_count(graph),
         kernels_after=kernel_count(rewritten),
         cost_before=graph_cost(graph),
-        cost_after=graph_cost(rewritten),
+        cost_after=cost_after,
         ir_nodes=len(encoding.encoded_ids),
         cse_merged=encoding.duplicates,
         enodes=saturation.enodes,
@@ -76,6 +90,7 @@ def optimize(
         encode_s=encoded - started,
         saturate_s=saturated - encoded,
         extract_s=extracted - saturated,
+        decode_s=decoded_at - extracted,
         covers={
             decoded.node_of_class[eclass]: sorted(ids)
             for eclass, ids in decoded.covered.items()
@@ -87,6 +102,6 @@ def optimize(
 
 def root_classes(graph: Graph, class_of_ir: dict[int, int]) -> list[int]:
     """The e-classes the new graph must compute: outputs, updates, and every input/param/state leaf."""
-    leaves = [n.id for n in graph if n.op in LEAF_KINDS]
+    leaves = [n.id for n in graph if n.op in PERSISTENT]
     node_ids = [*graph.outputs.values(), *graph.updates.values(), *leaves]
     return list(dict.fromkeys(class_of_ir[i] for i in node_ids))

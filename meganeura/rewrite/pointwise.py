@@ -9,13 +9,14 @@ every way to compute it from earlier tensors: reading t, or recomputing t inline
 and so on down the chain; extraction picks, per kernel, what to read and what to recompute.
 Matmul epilogues and reduction prologues are Pw bodies too, so they fuse by the same rule.
 
-- `lift_unary`, `lift_binary`: the one-op kernels of elementwise ops;
+- `lift_unary`, `lift_binary`, `lift_ternary`: the one-op kernels of elementwise ops;
 - `lift_broadcast`: broadcast_to(x, s) ≡ (Kernel (Load x) s), which a consumer inlines as a plain
   broadcasting load (the copy kernels that autodiff's sum/mean gradients emit vanish);
-- `const_literal`: the load of a scalar constant, or of a reshape of one, is a literal;
+- `const_literal`: the load of a scalar constant, or of a reshape of one, is a literal (the load
+  is subsumed: a kernel never reads a constant as a buffer);
 - `lift_sgd_step`, `lift_momentum_buffer`, `lift_adam_moment`: the optimizer updates that are
-  elementwise formulas over their inputs (PyTorch's, in the op order of `ir/ops.py`, so the
-  results are bit-identical). `adam_step` stays one op: its bias correction needs β^t for a
+  elementwise formulas over their inputs (PyTorch's, in the op order of `ir/ops/optimizer.py`,
+  so the results are bit-identical). `adam_step` stays one op: its bias correction needs β^t for a
   step count t held in a tensor, which the expression language has no power function for;
 - `fuse_pointwise`: the inlining rule above;
 - `silu`: x·sigmoid(x) and sigmoid(x)·x → silu(x); `swiglu`: silu(g)·u and u·silu(g) → swiglu(g, u).
@@ -24,6 +25,7 @@ Matmul epilogues and reduction prologues are Pw bodies too, so they fuse by the 
 from __future__ import annotations
 
 from meganeura.rewrite.rules import Rule, rule
+from meganeura.rewrite.schema import term
 
 FAMILY = "pointwise"
 
@@ -41,11 +43,23 @@ LIFT_BINARY = Rule(
     (rule(["(= t (Binary f x y))", "(= s (shape t))"], "(union t (Kernel (PBinary f (Load x) (Load y)) s))"),),
 )
 
+LIFT_TERNARY = Rule(
+    "lift_ternary",
+    FAMILY,
+    "an elementwise ternary op (where, clamp) is a one-op kernel",
+    (
+        rule(
+            ["(= t (Ternary f x y z))", "(= s (shape t))"],
+            "(union t (Kernel (PTernary f (Load x) (Load y) (Load z)) s))",
+        ),
+    ),
+)
+
 LIFT_BROADCAST = Rule(
     "lift_broadcast",
     FAMILY,
     "broadcast_to(x) is a kernel that only loads x (broadcast to its shape)",
-    (rule(['(= t (Op1 "broadcast_to" a x))', "(= s (shape t))"], "(union t (Kernel (Load x) s))"),),
+    (rule([f"(= t {term('broadcast_to', 'x', shape='s')})"], "(union t (Kernel (Load x) s))"),),
 )
 
 CONST_LITERAL = Rule(
@@ -53,8 +67,8 @@ CONST_LITERAL = Rule(
     FAMILY,
     "the load of a scalar constant (or of a reshape of one: still one element) is a literal",
     (
-        rule("(= t (Const v))", "(union (Load t) (Lit v))"),
-        rule(["(= t (Reshape c s))", "(= c (Const v))"], "(union (Load t) (Lit v))"),
+        rule("(= t (Const v))", ["(union (Load t) (Lit v))", "(subsume (Load t))"]),
+        rule(["(= t (Reshape c s))", "(= c (Const v))"], ["(union (Load t) (Lit v))", "(subsume (Load t))"]),
     ),
 )
 
@@ -71,7 +85,7 @@ LIFT_SGD_STEP = Rule(
     tuple(
         rule(
             [
-                f"(= t (SgdStep p d lr {'wd' if not zero else '0.0'}))",
+                f"(= t {term('sgd_step', 'p', 'd', lr='lr', weight_decay='0.0' if zero else 'wd')})",
                 "(= s (shape t))",
                 *([] if zero else ["(!= wd 0.0)"]),
             ],
@@ -81,14 +95,30 @@ LIFT_SGD_STEP = Rule(
     ),
 )
 
+
+def update_operands(zero: bool, *names: str) -> tuple[str, ...]:
+    """The operands of momentum_buffer/adam_moment: the parameter p only where weight decay reads it."""
+    return names if zero else (*names, "p")
+
+
+def momentum_buffer(zero: bool) -> str:
+    decay = "0.0" if zero else "wd"
+    return term("momentum_buffer", *update_operands(zero, "buf", "g"), momentum="momentum", weight_decay=decay)
+
+
+def adam_moment(order: int, zero: bool) -> str:
+    decay = "0.0" if zero else "wd"
+    return term("adam_moment", *update_operands(zero, "m", "g"), beta="beta", order=str(order), weight_decay=decay)
+
+
 LIFT_MOMENTUM_BUFFER = Rule(
     "lift_momentum_buffer",
     FAMILY,
-    "momentum_buffer(buf, g, p) = momentum·buf + (g + wd·p) as a kernel",
+    "momentum_buffer(buf, g[, p]) = momentum·buf + (g + wd·p) as a kernel",
     tuple(
         rule(
             [
-                f"(= t (MomentumBuffer buf g p momentum {'wd' if not zero else '0.0'}))",
+                f"(= t {momentum_buffer(zero)})",
                 "(= s (shape t))",
                 *([] if zero else ["(!= wd 0.0)"]),
             ],
@@ -109,11 +139,11 @@ def moment_term(order: int, zero: bool) -> str:
 LIFT_ADAM_MOMENT = Rule(
     "lift_adam_moment",
     FAMILY,
-    "adam_moment(m, g, p) = β·m + (1−β)·gᵒʳᵈᵉʳ (g + wd·p if wd) as a kernel",
+    "adam_moment(m, g[, p]) = β·m + (1−β)·gᵒʳᵈᵉʳ (g + wd·p if wd) as a kernel",
     tuple(
         rule(
             [
-                f"(= t (AdamMoment m g p beta {order} {'wd' if not zero else '0.0'}))",
+                f"(= t {adam_moment(order, zero)})",
                 "(= s (shape t))",
                 *([] if zero else ["(!= wd 0.0)"]),
             ],
@@ -154,6 +184,7 @@ SWIGLU = Rule(
 RULES = [
     LIFT_UNARY,
     LIFT_BINARY,
+    LIFT_TERNARY,
     LIFT_BROADCAST,
     CONST_LITERAL,
     LIFT_SGD_STEP,
@@ -163,3 +194,17 @@ RULES = [
     SILU,
     SWIGLU,
 ]
+
+# The constructors the lift rules above give a `Kernel` twin in the same e-class, which computes
+# the same thing at the same cost when stored: extraction offers the kernel's modes instead.
+LIFTED = (
+    "Unary",
+    "Binary",
+    "Ternary",
+    "BroadcastTo",
+    "SgdStep",
+    "MomentumBuffer2",
+    "MomentumBuffer3",
+    "AdamMoment2",
+    "AdamMoment3",
+)

@@ -17,7 +17,7 @@ repetitions: `(repeats_kv r x)` when r is reshape(broadcast_to(reshape(x))) with
 [b, g, s, d] → [b, g, 1, s, d] → [b, g, n, s, d] → [b, g·n, s, d].
 
 Guards, in the rules' queries over facts the encoder adds for this pass (`facts`: the dims of
-every 4-D and 5-D tensor, which softmaxes are over the last axis, the dims of each causal mask):
+every 4-D and 5-D tensor, which softmaxes are over the last axis; a causal mask's size is its attributes):
 q, k, v are 4-D [b, h, s, d] with one batch, head and head-dim size (v's head dim equals k's:
 the op's requirement), k and v have one sequence length, the softmax is over the last axis, the
 mask is [s_q, s_kv] and the scale is a constant.
@@ -55,11 +55,11 @@ def attention_variants(causal: bool) -> tuple[str, ...]:
         for scaled, scale in SCALES.values():
             for mask in masks:
                 for grouped in (False, True):
-                    query = ["(= t (Matmul p vv false false))", '(= p (Op1 "softmax" ax z))', "(last_softmax p)"]
+                    query = ["(= t (Matmul p vv false false))", "(= p (Softmax z ax))", "(last_softmax p)"]
                     y = "s" if scaled is None else "y"
                     if causal:
                         added = f'(Binary "add" {y} m)' if mask == "right" else f'(Binary "add" m {y})'
-                        query += [f"(= z {added})", '(= m (Op0 "causal_mask" ma))', "(mask_dims m sq skv)"]
+                        query += [f"(= z {added})", "(= m (CausalMask sq skv))"]
                     else:
                         query.append(f"(= z {y})")
                     if scaled is not None:
@@ -72,7 +72,8 @@ def attention_variants(causal: bool) -> tuple[str, ...]:
                     else:
                         query += ["(attn_dims kk b h skv d)", "(attn_dims vv b h skv d)"]
                         operands = "q kk vv"
-                    action = f"(union t (Attention {operands} {'true' if causal else 'false'} {scale}))"
+                    attention = f"(Attention {operands} {'true' if causal else 'false'} {scale})"
+                    action = f"(union t (Result {attention} 0))"
                     variants.append(rule(query, action))
     return tuple(variants)
 
@@ -99,7 +100,7 @@ MATCH_REPEAT_KV = Rule(
         rule(
             [
                 "(= r (Reshape e shape_r))",
-                '(= e (Op1 "broadcast_to" attrs u))',
+                "(= e (BroadcastTo u shape_e))",
                 "(= u (Reshape x shape_u))",
                 "(attn_dims x b g s d)",
                 "(dims5 u b g 1 s d)",
@@ -116,11 +117,11 @@ MATCH_REPEAT_KV = Rule(
 def rope_variants() -> tuple[str, ...]:
     """x·c + rotate_half(x)·s in every operand order of the add and the two muls."""
     rotated = [
-        '(= r (Op2 "concat" ca (Unary "neg" x2) x1))',
+        '(= r (Concat2 (Unary "neg" x2) x1 ca))',
         "(concat_last r)",
-        '(= x1 (Op1 "slice" a1 x))',
+        "(= x1 (Slice x st1 sp1 se1))",
         "(half_slice x1 0)",
-        '(= x2 (Op1 "slice" a2 x))',
+        "(= x2 (Slice x st2 sp2 se2))",
         "(half_slice x2 1)",
     ]
     variants = []
@@ -144,7 +145,6 @@ RULES = [MATCH_REPEAT_KV, RECOGNIZE_ATTENTION, RECOGNIZE_CAUSAL_ATTENTION, RECOG
 DECLARATIONS = """(relation attn_dims (Term i64 i64 i64 i64))
 (relation dims5 (Term i64 i64 i64 i64 i64))
 (relation last_softmax (Term))
-(relation mask_dims (Term i64 i64))
 (relation repeats_kv (Term Term))
 (relation half_slice (Term i64))
 (relation concat_last (Term))
@@ -157,14 +157,14 @@ def facts(graph: Graph, node_ids: list[int]) -> list[str]:
     lines = []
     for node_id in node_ids:
         node = graph[node_id]
+        if node.results != 1:
+            continue
         if node.type.rank == 4:
             lines.append(f"(attn_dims (Ref {node_id}) {' '.join(str(d) for d in node.shape)})")
         if node.type.rank == 5:
             lines.append(f"(dims5 (Ref {node_id}) {' '.join(str(d) for d in node.shape)})")
         if node.op == "softmax" and node.type.rank == 4 and node.attr("axis") % 4 == 3:
             lines.append(f"(last_softmax (Ref {node_id}))")
-        if node.op == "causal_mask":
-            lines.append(f"(mask_dims (Ref {node_id}) {node.shape[0]} {node.shape[1]})")
         if node.op == "concat" and node.attr("axis") == node.type.rank - 1:
             lines.append(f"(concat_last (Ref {node_id}))")
         half = half_of_last_axis(graph, node)

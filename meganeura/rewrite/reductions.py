@@ -45,7 +45,7 @@ LIFT_REDUCE = Rule(
     "a sum/max is a reduction kernel with the prologue (Load x) and the epilogue $r",
     (
         rule(
-            ["(= t (Reduce kind axes keep x))", "(= i (shape x))"],
+            ["(= t (Reduce kind x axes keep))", "(= i (shape x))"],
             "(union t (ReduceKernel kind axes keep i (Load x) (R)))",
         ),
     ),

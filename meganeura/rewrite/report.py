@@ -1,9 +1,10 @@
 """RewriteReport: what the e-graph stage did, as plain data and as a readable table.
 
-Per named rule: its family, how often egglog matched it, and how many of its results the
-extracted plan uses (`attribution.rule_uses` says what counts as a use for each rule). Per
-family: the bytes, flops and dispatches the plan saves thanks to it (`attribution.py` explains
-how the saving is split between families; the parts add up to the total). Kernels and cost
+Per named rule: its family, how often egglog matched it, how many of its results the extracted
+plan uses and what it saves (`attribution.py` says what counts, from the plan's provenance).
+Per family: the bytes, flops and dispatches the plan saves thanks to its rules, and the share no
+rule explains (`e-graph`: hash-consing merged common subexpressions); the parts add up to the
+total. Kernels and cost
 (bytes, dispatches) before and after; e-graph size; timings; whether the saturation budget was
 hit (and which limit).
 """
@@ -17,12 +18,13 @@ from meganeura.rewrite.cost import Cost
 
 @dataclass
 class RuleStats:
-    """One named rule: egglog matches (all variants summed) and uses in the chosen plan."""
+    """One named rule: egglog matches (all variants summed), uses in the chosen plan, and what it saves."""
 
     name: str
     matches: int = 0
     uses: int = 0
     family: str = ""
+    saved: Cost = field(default_factory=Cost)
 
 
 @dataclass
@@ -55,7 +57,8 @@ class RewriteReport:
     search_passes: int = 0
     encode_s: float = 0.0
     saturate_s: float = 0.0
-    extract_s: float = 0.0  # read the e-graph, extract and decode
+    extract_s: float = 0.0  # read the e-graph and extract the plan
+    decode_s: float = 0.0  # the plan back to IR
     # For each node of the rewritten graph, the ids of the original IR nodes it computes (what a
     # fused kernel covers); empty when the e-graph was skipped.
     covers: dict[int, list[int]] = field(default_factory=dict)
@@ -85,7 +88,7 @@ class RewriteReport:
 
     @property
     def total_s(self) -> float:
-        return self.encode_s + self.saturate_s + self.extract_s
+        return self.encode_s + self.saturate_s + self.extract_s + self.decode_s
 
     def __str__(self) -> str:
         lines = ["Rewrite report (e-graph)"]
@@ -95,8 +98,11 @@ class RewriteReport:
             lines.append(f"  cost: {format_cost(self.cost_before)}")
             return "\n".join(lines)
         width = max([len("rule"), *(len(s.name) for s in self.rules)])
-        lines.append(f"  {'family':<11}  {'rule':<{width}}  {'matches':>7}  {'used':>5}")
-        lines.extend(f"  {s.family:<11}  {s.name:<{width}}  {s.matches:>7}  {s.uses:>5}" for s in self.rules)
+        head = f"  {'family':<11}  {'rule':<{width}}  {'matches':>7}  {'used':>5}"
+        lines.append(f"{head}  {'saves bytes':>14}  {'dispatches':>10}")
+        for s in self.rules:
+            row = f"  {s.family:<11}  {s.name:<{width}}  {s.matches:>7}  {s.uses:>5}"
+            lines.append(f"{row}  {s.saved.bytes:>14,}  {s.saved.dispatches:>10}")
         lines.append("  saved per family:")
         for stats in self.families:
             saved = stats.saved
@@ -119,7 +125,7 @@ class RewriteReport:
         )
         lines.append(
             f"  time: encode {ms(self.encode_s)}, saturate {ms(self.saturate_s)}, extract {ms(self.extract_s)}"
-            f" ({self.search_passes} search passes), total {ms(self.total_s)}"
+            f" ({self.search_passes} search passes), decode {ms(self.decode_s)}, total {ms(self.total_s)}"
         )
         return "\n".join(lines)
 

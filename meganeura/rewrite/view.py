@@ -1,47 +1,26 @@
-"""The saturated e-graph as plain Python data: e-classes of both sorts and their e-nodes.
+"""The saturated e-graph as plain Python data: e-classes of both sorts, their e-nodes, provenance.
 
 Read through `EGraph.freeze()` (every constructor's rows with canonical e-class values; about
 a millisecond for tens of thousands of rows, where serializing to JSON takes a tenth of a
 second). Subsumed rows are left out: they are the nodes a rule replaced (x·1 by x…), and so are the
-`Replace` helper nodes of the matmul epilogue rules.
+helper nodes of the rules (`sorts.HELPERS`). Each constructor's fields are read back by the
+schema (`schema.py`): e-classes for Term and Pw fields, values for the others, integer tuples
+parsed from their text.
 
 Term and Pw e-classes share one id space of small ints; `is_pw[class]` tells them apart.
-`Ref` rows are not e-nodes: they name the e-class of each IR node (`class_of_ir`).
+`Ref` rows are not e-nodes: they name the e-class of each IR node (`class_of_ir`). The
+provenance relations (`made_C`, `merged_C`, filled by the rules' actions) become, per e-node key,
+the rules that created it and the rules that merged it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from egglog import bindings
 
-from meganeura.rewrite.schema import PW_SORT, REF, TERM_SORT, parse_ints
-
-# How each primitive argument of a constructor is read back into Python (by egglog sort name).
-_TEXT_TUPLE_ARGS = {  # constructor -> primitive positions whose String is an int tuple
-    "Permute": (0,),
-    "Reshape": (0,),
-    "Reduce": (1,),
-    "Kernel": (0,),
-    "ReduceKernel": (1, 3),
-    "MatmulPrologue": (0,),
-    "Unfold": (0,),
-    "Fold": (0,),
-    "ConvKernel": (1,),
-}
-
-
-HELPERS = ("Replace",)  # constructors that only drive rules: never part of a plan
-
-
-class ENode(NamedTuple):
-    """One e-node: its constructor, its e-class, child e-classes and primitive arguments, in order."""
-
-    op: str
-    eclass: int
-    children: tuple[int, ...]
-    primitives: tuple
+from meganeura.rewrite.schema import CONSTRUCTORS
+from meganeura.rewrite.sorts import HELPERS, PW, REF, TERM, ENode, parse_ints
 
 
 @dataclass
@@ -52,6 +31,9 @@ class EGraphView:
     is_pw: list[bool] = field(default_factory=list)
     class_of_ir: dict[int, int] = field(default_factory=dict)  # IR node id -> Term e-class
     by_key: dict[tuple, int] = field(default_factory=dict)  # (op, children, primitives) -> e-class
+    made: dict[tuple, set[str]] = field(default_factory=dict)  # e-node key -> rules that created it
+    merged: dict[tuple, set[str]] = field(default_factory=dict)  # e-node key -> rules that merged it
+    subsumed: dict[tuple, int] = field(default_factory=dict)  # key of a subsumed e-node -> its e-class
 
     @property
     def enode_count(self) -> int:
@@ -66,63 +48,70 @@ class EGraphView:
         return self.by_key.get((op, children, primitives))
 
 
+class RowReader:
+    """Turns the rows of one constructor (or of its provenance relations) into e-node keys."""
+
+    def __init__(self, egraph: bindings.EGraph, view: EGraphView, ids: dict) -> None:
+        self.view, self.ids = view, ids
+        self.converters = {
+            "bool": egraph.value_to_bool,
+            "i64": egraph.value_to_i64,
+            "f64": egraph.value_to_f64,
+            "String": egraph.value_to_string,
+        }
+        self.caches: dict[str, dict] = {sort: {} for sort in self.converters}
+
+    def eclass(self, value, is_pw: bool, new: bool = True) -> int:
+        found = self.ids.get(value)
+        if found is None:
+            if not new:
+                return -1  # an e-class no kept e-node is in (a provenance row of a subsumed node)
+            found = self.ids[value] = len(self.view.is_pw)
+            self.view.is_pw.append(is_pw)
+        return found
+
+    def key(self, name: str, values, new: bool = True) -> tuple[str, tuple[int, ...], tuple]:
+        children: list[int] = []
+        primitives: list = []
+        for f, value in zip(CONSTRUCTORS[name].fields, values, strict=True):
+            if f.sort in (TERM, PW):
+                children.append(self.eclass(value, f.sort == PW, new))
+                continue
+            cache = self.caches[f.sort]
+            converted = cache.get(value)
+            if converted is None:
+                converted = cache[value] = self.converters[f.sort](value)
+            primitives.append(parse_ints(converted) if f.is_ints else converted)
+        return (name, tuple(children), tuple(primitives))
+
+
 def read_egraph(egraph: bindings.EGraph) -> EGraphView:
-    """The Term and Pw e-classes of an e-graph (subsumed e-nodes and helper nodes left out)."""
+    """The Term and Pw e-classes of an e-graph (subsumed and helper e-nodes left out) and provenance."""
     frozen = egraph.freeze()
     view = EGraphView()
-    ids: dict[bindings.Value, int] = {}
-    is_pw = view.is_pw
-    converters = {
-        "bool": egraph.value_to_bool,
-        "i64": egraph.value_to_i64,
-        "f64": egraph.value_to_f64,
-        "String": egraph.value_to_string,
-    }
-    caches: dict[str, dict] = {sort: {} for sort in converters}
-
+    reader = RowReader(egraph, view, {})
+    provenance = []
     for name, function in frozen.functions.items():
-        output = function.output_sort
-        if output not in (TERM_SORT, PW_SORT) or function.is_let_binding or name in HELPERS:
+        for prefix, table in (("made_", view.made), ("merged_", view.merged)):
+            if name.startswith(prefix) and name[len(prefix) :] in CONSTRUCTORS:
+                provenance.append((name[len(prefix) :], table, function))
+        if name not in CONSTRUCTORS or name in HELPERS or function.is_let_binding:
             continue
-        out_pw = output == PW_SORT
-        # per argument: ("c", is_pw) for an e-class, ("p", converter, cache) for a primitive
-        plan = []
-        for sort in function.input_sorts:
-            if sort in (TERM_SORT, PW_SORT):
-                plan.append((True, sort == PW_SORT, None))
-            else:
-                plan.append((False, converters[sort], caches[sort]))
-        tuple_positions = _TEXT_TUPLE_ARGS.get(name, ())
-        nodes = view.nodes
-        by_key = view.by_key
+        out_pw = function.output_sort == PW
         for row in function.rows:
             if row.subsumed:
+                if name != REF:
+                    view.subsumed[reader.key(name, row.inputs)] = reader.eclass(row.output, out_pw)
                 continue
-            value = row.output
-            eclass = ids.get(value)
-            if eclass is None:
-                eclass = ids[value] = len(is_pw)
-                is_pw.append(out_pw)
-            children: list[int] = []
-            primitives: list = []
-            for (is_class, kind, cache), arg in zip(plan, row.inputs, strict=True):
-                if is_class:
-                    child = ids.get(arg)
-                    if child is None:
-                        child = ids[arg] = len(is_pw)
-                        is_pw.append(kind)
-                    children.append(child)
-                else:
-                    converted = cache.get(arg)
-                    if converted is None:
-                        converted = cache[arg] = kind(arg)
-                    primitives.append(converted)
+            eclass = reader.eclass(row.output, out_pw)
+            key = reader.key(name, row.inputs)
             if name == REF:
-                view.class_of_ir[primitives[0]] = eclass
+                view.class_of_ir[key[2][0]] = eclass
                 continue
-            for position in tuple_positions:
-                primitives[position] = parse_ints(primitives[position])
-            key = (name, tuple(children), tuple(primitives))
-            nodes.setdefault(eclass, []).append(ENode(name, eclass, key[1], key[2]))
-            by_key[key] = eclass
+            view.nodes.setdefault(eclass, []).append(ENode(name, eclass, key[1], key[2]))
+            view.by_key[key] = eclass
+    for constructor, table, function in provenance:
+        for row in function.rows:
+            rule = egraph.value_to_string(row.inputs[-1])
+            table.setdefault(reader.key(constructor, row.inputs[:-1], new=False), set()).add(rule)
     return view

@@ -1,5 +1,6 @@
-"""A compiled step on a device: every buffer, pipeline and bind group made once; `run` records one
-command buffer (one compute pass, readback copies, end-of-step state copies) and submits it once.
+"""A compiled step on a device: every buffer, pipeline and bind group made once from a
+`CompiledStep` (codegen/compiled.py: the kernels and the buffer plan, plain data); `run` records
+one command buffer (one compute pass, readback copies, end-of-step state copies) and submits it once.
 
 Parameters live in device buffers: the Executable points each `nn.Parameter.storage` at its
 buffer, and an Executable compiled later from the same model on the same device binds that same
@@ -14,10 +15,10 @@ import numpy as np
 import wgpu
 
 from meganeura import nn
-from meganeura.codegen.buffers import BufferPlan, plan_buffers
+from meganeura.codegen.buffers import BufferPlan
+from meganeura.codegen.compiled import CompiledStep
 from meganeura.codegen.kernel import KernelSpec
-from meganeura.codegen.lower import lower_graph
-from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.graph import TensorType
 from meganeura.runtime.device import Device
 
 BUFFER_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -59,7 +60,7 @@ class DeviceStorage:
 
 
 class Executable:
-    """One graph, lowered and planned, with all its device objects made once.
+    """One compiled step with all its device objects made once.
 
     `run(inputs, read)` uploads the inputs, runs every kernel in one compute pass and returns the
     outputs named in `read`; parameters and optimizer states are updated on the device.
@@ -67,16 +68,17 @@ class Executable:
 
     def __init__(
         self,
-        graph: Graph,
+        step: CompiledStep,
         device: Device,
         parameters: dict[str, nn.Parameter],
         initial_states: dict[str, np.ndarray],
     ) -> None:
-        self.graph = graph
+        self.step = step
+        self.graph = step.graph
         self.device = device
-        self.kernels: list[KernelSpec] = lower_graph(graph)
-        self.plan: BufferPlan = plan_buffers(graph, self.kernels)
-        self.leaf_types = {n.attr("name"): n.type for n in graph if n.op in ("input", "param", "state")}
+        self.kernels: list[KernelSpec] = step.kernels
+        self.plan: BufferPlan = step.plan
+        self.leaf_types = step.leaf_types
         self.check_leaves(parameters, initial_states)  # before any Parameter is moved to the device
         self.buffers = self.create_buffers(parameters)
         self.inputs = {name: self.buffers[b] for name, b in self.plan.leaf_buffers("input").items()}
@@ -139,7 +141,7 @@ class Executable:
             write_buffer(self.device, self.buffers[index], self.leaf_types[name], initial_states[name], f"state {name}")
         for slot in self.plan.buffers:
             if slot.role == "const":
-                node = self.graph[slot.values[0]]
+                node = self.graph[slot.values[0][0]]
                 value = np.full(node.shape, node.attr("value"), numpy_dtype(node.dtype))
                 write_buffer(self.device, self.buffers[slot.index], node.type, value, f"constant %{node.id}")
 
@@ -147,7 +149,7 @@ class Executable:
         """(pipeline, bind group, grid) for one kernel, bound by its spec's binding table."""
         accesses = tuple(b.access for b in spec.bindings)
         pipeline, layout = self.device.pipeline(spec.wgsl, spec.entry_point, accesses)
-        slots = [self.plan.buffer_of[b.value] for b in spec.bindings]
+        slots = [self.plan.slot(b) for b in spec.bindings]
         for binding, slot in zip(spec.bindings, slots, strict=True):
             if binding.access == "read_write" and slots.count(slot) > 1:
                 raise ValueError(f"{spec.label}: buffer #{slot} is bound twice, once read_write (plan error)")
@@ -157,7 +159,7 @@ class Executable:
                 "resource": {
                     "buffer": self.buffers[slot],
                     "offset": 0,
-                    "size": max(4, self.graph[b.value].type.nbytes),
+                    "size": max(4, self.graph[b.value].types[b.index].nbytes),
                 },
             }
             for index, (b, slot) in enumerate(zip(spec.bindings, slots, strict=True))
@@ -169,7 +171,7 @@ class Executable:
         """Each output's (buffer, offset in the readback buffer, type), and the readback buffer."""
         outputs, offset = {}, 0
         for name, value in self.graph.outputs.items():
-            outputs[name] = (self.buffers[self.plan.buffer_of[value]], offset, self.graph[value].type)
+            outputs[name] = (self.buffers[self.plan.node_slot[value]], offset, self.graph[value].type)
             offset += -(-max(4, self.graph[value].type.nbytes) // MAP_ALIGN) * MAP_ALIGN
         if not outputs:
             return outputs, None

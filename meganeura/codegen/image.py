@@ -1,5 +1,8 @@
-"""Lowering of the pooling ops (NCHW, ir/conv_ops.py): max_pool2d, avg_pool2d and their gradients,
-one thread per output element each, on the elementwise template.
+"""Lowering of the plain image ops (NCHW), one thread per output element each
+(shaders/elementwise.wgsl): `unfold` (im2col) and `fold` (col2im), and pooling.
+
+Geometry (ir/ops/image.py): column row r = (c·kh + i)·kw + j, column l = ho·Wo + wo, reading pixel
+(y, x) = (ho·sh − ph + i, wo·sw − pw + j) of channel c, 0 outside the image.
 
 - max_pool2d / avg_pool2d: a thread per output (n, c, ho, wo) loops over its kh×kw window,
   skipping the padding (−inf for max, 0 for the average, which always divides by kh·kw).
@@ -8,29 +11,108 @@ one thread per output element each, on the elementwise template.
   ⌊(y + ph)/sh⌋] ∩ [0, Ho) (the same for ow), and sums their gradient. max_pool2d_grad recomputes
   each such window's arg-max from x (the first maximum in scan order: a strict `>` while scanning
   row by row) and takes the window's gradient only when the arg-max is this pixel.
-
-`POOL_LOWERINGS` is merged into `lower.LOWERINGS` at the end of `lower.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from meganeura.codegen.common import Operands, elementwise_kernel, shape_text
 from meganeura.codegen.expressions import literal
 from meganeura.codegen.kernel import KernelSpec
-from meganeura.codegen.lower import Operands, elementwise_kernel, shape_text
+from meganeura.codegen.registry import lowering
 from meganeura.ir.graph import Graph, Node
+
+
+def geometry_text(node: Node) -> str:
+    kernel, stride, padding = (tuple(node.attr(key)) for key in ("kernel", "stride", "padding"))
+    return f"k={kernel[0]}x{kernel[1]} s={stride[0]},{stride[1]} p={padding[0]},{padding[1]}"
+
+
+@lowering("unfold")
+def lower_unfold(graph: Graph, node: Node) -> KernelSpec:
+    """unfold [N, C, H, W] → [N, C·kh·kw, L]: output element i decodes (n·C + c, i, j, ho, wo) and
+    reads x at (ho·sh − ph + i, wo·sw − pw + j), or 0 in the padding."""
+    image = node.inputs[0]
+    _, _, height, width = graph[image].shape
+    (kh, kw), (sh, sw), (ph, pw) = (tuple(node.attr(key)) for key in ("kernel", "stride", "padding"))
+    positions = node.shape[2]
+    wo_count = out_width(width, kw, sw, pw)
+    operands = Operands(graph)
+    lines = [
+        f"let wo = i % {wo_count}u;",
+        f"let ho = (i / {wo_count}u) % {positions // wo_count}u;",
+        f"let j = (i / {positions}u) % {kw}u;",
+        f"let ki = (i / {positions * kw}u) % {kh}u;",
+        f"let plane = i / {positions * kw * kh}u;",
+        f"let iy = i32(ho * {sh}u + ki) - {ph}i;",
+        f"let ix = i32(wo * {sw}u + j) - {pw}i;",
+        "var value = 0.0;",
+        f"if (iy >= 0i && iy < {height}i && ix >= 0i && ix < {width}i) {{",
+        f"    value = {operands.read_at(image, f'plane * {height * width}u + u32(iy) * {width}u + u32(ix)')};",
+        "}",
+    ]
+    label = f"unfold {shape_text(graph[image].shape)} {geometry_text(node)}"
+    return elementwise_kernel(graph, node, operands, "\n    ".join(lines), "value", "", label)
+
+
+def out_width(width: int, kw: int, sw: int, pw: int) -> int:
+    return (width + 2 * pw - kw) // sw + 1
+
+
+@lowering("fold")
+def lower_fold(graph: Graph, node: Node) -> KernelSpec:
+    """fold [N, C·kh·kw, L] → [N, C, H, W], gathering (deterministic, no atomics): pixel (y, x) of
+    plane n·C + c sums, over the taps (i, j), the column entry of the window (ho, wo) with
+    ho·sh − ph + i = y and wo·sw − pw + j = x, where such a window exists."""
+    cols = node.inputs[0]
+    _, _, height, width = node.shape
+    (kh, kw), (sh, sw), (ph, pw) = (tuple(node.attr(key)) for key in ("kernel", "stride", "padding"))
+    positions = graph[cols].shape[2]
+    wo_count = out_width(width, kw, sw, pw)
+    ho_count = positions // wo_count
+    operands = Operands(graph)
+    entry = operands.read_at(
+        cols, f"((plane * {kh}u + ki) * {kw}u + j) * {positions}u + u32(ty) * {wo_count}u + u32(tx)"
+    )
+    lines = [
+        f"let px = i32(i % {width}u);",
+        f"let py = i32((i / {width}u) % {height}u);",
+        f"let plane = i / {height * width}u;",
+        "var total = 0.0;",
+        f"for (var ki = 0u; ki < {kh}u; ki++) {{",
+        f"    let oy = py + {ph}i - i32(ki);",
+        f"    if (oy < 0i || oy % {sh}i != 0i || oy / {sh}i >= {ho_count}i) {{",
+        "        continue;",
+        "    }",
+        f"    let ty = oy / {sh}i;",
+        f"    for (var j = 0u; j < {kw}u; j++) {{",
+        f"        let ox = px + {pw}i - i32(j);",
+        f"        if (ox < 0i || ox % {sw}i != 0i || ox / {sw}i >= {wo_count}i) {{",
+        "            continue;",
+        "        }",
+        f"        let tx = ox / {sw}i;",
+        f"        total += {entry};",
+        "    }",
+        "}",
+    ]
+    label = f"fold {shape_text(graph[cols].shape)} -> {shape_text(node.shape)} {geometry_text(node)}"
+    return elementwise_kernel(graph, node, operands, "\n    ".join(lines), "total", "", label)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling
 
 NEG_INF = literal(float("-inf"))
 
 
-def geometry(node: Node) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+def window(node: Node) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
     kernel, stride, padding = (tuple(node.attr(key)) for key in ("kernel", "stride", "padding"))
     return kernel, stride, padding
 
 
 def label(node: Node, image: tuple[int, ...]) -> str:
-    (kh, kw), (sh, sw), (ph, pw) = geometry(node)
+    (kh, kw), (sh, sw), (ph, pw) = window(node)
     return f"{node.op} {shape_text(image)} k={kh}x{kw} s={sh},{sw} p={ph},{pw}"
 
 
@@ -53,11 +135,12 @@ def window_scan(x_at: Callable[[str], str], image: tuple[int, int], kernel, stri
     ]
 
 
+@lowering("max_pool2d", "avg_pool2d")
 def lower_pool(graph: Graph, node: Node) -> KernelSpec:
     """max_pool2d / avg_pool2d: output element i = (plane, oh, ow) reduces its window."""
     x = node.inputs[0]
     _, _, height, width = graph[x].shape
-    kernel, stride, padding = geometry(node)
+    kernel, stride, padding = window(node)
     ho, wo = node.shape[2:]
     operands = Operands(graph)
     maximum = node.op == "max_pool2d"
@@ -93,13 +176,14 @@ def covering_windows(image: tuple[int, int], out: tuple[int, int], kernel, strid
     ]
 
 
+@lowering("max_pool2d_grad", "avg_pool2d_grad")
 def lower_pool_grad(graph: Graph, node: Node) -> KernelSpec:
     """max_pool2d_grad / avg_pool2d_grad: image pixel i sums the gradient of the windows covering it
     (for max, of those whose arg-max it is)."""
     g = node.inputs[-1]
     n, c, height, width = node.shape
     ho, wo = graph[g].shape[2:]
-    kernel, stride, padding = geometry(node)
+    kernel, stride, padding = window(node)
     operands = Operands(graph)
     lines = [
         f"let plane = i / {height * width}u;",
@@ -126,11 +210,3 @@ def lower_pool_grad(graph: Graph, node: Node) -> KernelSpec:
         value = f"total / {float(kernel[0] * kernel[1])}"
     lines += ["}", "}"]
     return elementwise_kernel(graph, node, operands, "\n    ".join(lines), value, "", label(node, node.shape))
-
-
-POOL_LOWERINGS: dict[str, Callable[..., KernelSpec]] = {
-    "max_pool2d": lower_pool,
-    "avg_pool2d": lower_pool,
-    "max_pool2d_grad": lower_pool_grad,
-    "avg_pool2d_grad": lower_pool_grad,
-}

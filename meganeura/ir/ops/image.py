@@ -1,4 +1,5 @@
-"""The image ops of the op table (NCHW layout): unfold and fold, the plain form of a convolution.
+"""Image ops (NCHW): unfold and fold (the plain form of a convolution), `conv_gemm` (the
+implicit-GEMM convolution kernels the e-graph makes of them), and pooling with its gradients.
 
 A convolution is traced as im2col and a matmul, exactly as torch.nn.functional.unfold defines
 it: `unfold(x)` [N, C, H, W] → [N, C·kh·kw, L] (L = Ho·Wo output positions), then
@@ -8,17 +9,21 @@ sums the columns back onto the image). The e-graph rewrites these compositions i
 implicit-GEMM kernels that gather their operand while loading it, so that the columns are never
 written (`rewrite/conv.py`); without the rewrite the columns are a real buffer.
 
-Geometry attributes, shared by every op here: `kernel` (kh, kw), `stride` (sh, sw), `padding`
-(ph, pw); no dilation. Column row index (c·kh + i)·kw + j, column index ho·Wo + wo, reading
-x[n, c, ho·sh − ph + i, wo·sw − pw + j] (0 outside the image).
+Geometry attributes, shared by every op here, each a pair of ints: `kernel` (kh, kw), `stride`
+(sh, sw), `padding` (ph, pw); no dilation. Column row index (c·kh + i)·kw + j, column index
+ho·Wo + wo, reading x[n, c, ho·sh − ph + i, wo·sw − pw + j] (0 outside the image).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from meganeura.ir.expr import check_expr
+from meganeura.ir.expr import evaluate as evaluate_expr
 from meganeura.ir.graph import TensorType
-from meganeura.ir.ops import ShapeError, register, require_float
+from meganeura.ir.op import EXPR, INT, INTS, STR, Attr, Op, ShapeError, broadcasts_to, require_float
+
+FAMILY = "image"
 
 
 def pair(value, what: str) -> tuple[int, int]:
@@ -102,8 +107,50 @@ def evaluate_fold(cols, output_size, kernel, stride, padding):
     return out
 
 
-register("unfold", "image", 1, infer_unfold, evaluate_unfold)
-register("fold", "image", 1, infer_fold, evaluate_fold)
+def window_attrs(node) -> dict:
+    return {key: node.attr(key) for key in ("kernel", "stride", "padding")}
+
+
+def describe_window(node) -> str:
+    (kh, kw), (sh, sw), (ph, pw) = (node.attr(key) for key in ("kernel", "stride", "padding"))
+    return f"{kh}x{kw}/s{sh},{sw}/p{ph},{pw}"
+
+
+WINDOW = (Attr("kernel", INTS), Attr("stride", INTS, (1, 1)), Attr("padding", INTS, (0, 0)))
+
+UNFOLD = Op(
+    "unfold",
+    family=FAMILY,
+    infer=infer_unfold,
+    evaluate=evaluate_unfold,
+    operands=("x",),
+    attrs=WINDOW,
+    describe=describe_window,
+    doc="im2col: [N, C, H, W] → [N, C·kh·kw, L] (torch.nn.functional.unfold)",
+)
+FOLD = Op(
+    "fold",
+    family=FAMILY,
+    infer=infer_fold,
+    evaluate=evaluate_fold,
+    operands=("cols",),
+    attrs=(Attr("output_size", INTS), *WINDOW),
+    describe=describe_window,
+    doc="col2im: [N, C·kh·kw, L] → [N, C, H, W], overlapping windows summed (unfold's adjoint)",
+)
+
+
+@UNFOLD.vjp
+def _unfold(b, node, g):
+    """Each column entry goes back to the pixel it was read from, summed over overlapping windows."""
+    size = tuple(b.shape(node.inputs[0])[2:])
+    return [b.emit("fold", [g], output_size=size, **window_attrs(node))]
+
+
+@FOLD.vjp
+def _fold(b, node, g):
+    """Each column entry of fold's input reads the gradient of the pixel it was summed into."""
+    return [b.emit("unfold", [g], **window_attrs(node))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,9 +180,6 @@ register("fold", "image", 1, infer_fold, evaluate_fold)
 # the result is [S, O, C·kh·kw], one partial sum per chunk (summed by a reduction after it):
 # a long reduction over N·L with a small weight gradient would otherwise keep only a few
 # workgroups busy.
-
-from meganeura.ir.expr import evaluate as _evaluate_expr  # noqa: E402
-from meganeura.ir.ops import broadcasts_to, check_expr  # noqa: E402
 
 CONV_GEMM_MODES = ("forward", "grad_input", "grad_weight")
 
@@ -225,10 +269,51 @@ def evaluate_conv_gemm(a, b, *extras, mode, kernel, stride, padding, image, epil
     else:
         raise ValueError(f"conv_gemm: unknown mode {mode!r}")
     values = {"acc": acc, **{str(i): x for i, x in enumerate(extras)}}
-    return np.broadcast_to(_evaluate_expr(epilogue, values, acc.dtype), acc.shape).copy()
+    return np.broadcast_to(evaluate_expr(epilogue, values, acc.dtype), acc.shape).copy()
 
 
-register("conv_gemm", "matmul", None, infer_conv_gemm, evaluate_conv_gemm)
+def conv_gemm_flops(operands, results, attrs) -> int:
+    """2·M·K·N of an implicit-GEMM convolution: its first operand holds M·K elements (the
+    weight, or the gradient [N, O, L] for grad_weight) and its output M·N, M being the output's
+    channel dim (dim 1 of an image [N, C, H, W], dim 0 of a weight gradient [O, C·kh·kw]); a
+    weight gradient in chunks of images [S, O, C·kh·kw] does the same work in S parts. An input
+    gradient runs one GEMM per stride phase (sh·sw of them), each over the taps of its phase (the
+    phases share the kh·kw taps out) and the ⌈H/sh⌉·⌈W/sw⌉ pixels of the largest phase."""
+    a, output = operands[0], results[0]
+    if attrs["mode"] == "grad_input":
+        images, _, height, width = output.shape
+        stride = attrs["stride"]
+        pixels = -(-height // stride[0]) * -(-width // stride[1])
+        return 2 * a.numel * images * pixels  # a: the weight, O·C·kh·kw
+    if output.rank == 4:
+        return 2 * a.numel * output.numel // max(output.shape[1], 1)
+    return 2 * a.numel * output.shape[-1]
+
+
+def describe_conv_gemm(node) -> str:
+    epilogue = f", epilogue {node.attr('epilogue')}" if node.attr("epilogue") != "$acc" else ""
+    chunks = f" in {node.attr('chunks')} chunks" if node.attr("chunks") != 1 else ""
+    return f"{node.attr('mode')} {describe_window(node)}{chunks}{epilogue}"
+
+
+CONV_GEMM = Op(
+    "conv_gemm",
+    family=FAMILY,
+    infer=infer_conv_gemm,
+    evaluate=evaluate_conv_gemm,
+    operands=("a", "b", "*extras"),
+    attrs=(
+        Attr("mode", STR),
+        *WINDOW,
+        Attr("image", INTS),
+        Attr("epilogue", EXPR, "$acc"),
+        Attr("chunks", INT, 1),
+    ),
+    egraph=None,
+    flops=conv_gemm_flops,
+    describe=describe_conv_gemm,
+    doc="an implicit-GEMM convolution kernel (forward, grad_input or grad_weight) with an epilogue",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,7 +420,50 @@ def evaluate_avg_pool2d_grad(g, kernel, stride, padding, image):
     return out
 
 
-register("max_pool2d", "image", 1, infer_pool("max_pool2d"), evaluate_max_pool2d)
-register("max_pool2d_grad", "image", 2, infer_max_pool2d_grad, evaluate_max_pool2d_grad)
-register("avg_pool2d", "image", 1, infer_pool("avg_pool2d"), evaluate_avg_pool2d)
-register("avg_pool2d_grad", "image", 1, infer_avg_pool2d_grad, evaluate_avg_pool2d_grad)
+POOL_WINDOW = (Attr("kernel", INTS), Attr("stride", INTS), Attr("padding", INTS, (0, 0)))
+
+
+def pool_op(name: str, infer, evaluate, operands, attrs, doc) -> Op:
+    return Op(
+        name, family=FAMILY, infer=infer, evaluate=evaluate, operands=operands, attrs=attrs,
+        describe=describe_window, doc=doc,
+    )  # fmt: skip
+
+
+MAX_POOL2D = pool_op("max_pool2d", infer_pool("max_pool2d"), evaluate_max_pool2d, ("x",), POOL_WINDOW,
+                     "the maximum over each window (padding counts as −inf)")  # fmt: skip
+MAX_POOL2D_GRAD = pool_op("max_pool2d_grad", infer_max_pool2d_grad, evaluate_max_pool2d_grad, ("x", "g"),
+                          POOL_WINDOW, "each window's gradient at its first arg-max")  # fmt: skip
+AVG_POOL2D = pool_op("avg_pool2d", infer_pool("avg_pool2d"), evaluate_avg_pool2d, ("x",), POOL_WINDOW,
+                     "the mean over each window (the zero padding counts)")  # fmt: skip
+AVG_POOL2D_GRAD = pool_op("avg_pool2d_grad", infer_avg_pool2d_grad, evaluate_avg_pool2d_grad, ("g",),
+                          (*POOL_WINDOW, Attr("image", INTS)), "g/(kh·kw) spread back over each window")  # fmt: skip
+
+
+@MAX_POOL2D.vjp
+def _max_pool2d(b, node, g):
+    """dx = max_pool2d_grad(x, g): g routed to each window's first arg-max."""
+    return [b.emit("max_pool2d_grad", [node.inputs[0], g], **window_attrs(node))]
+
+
+@MAX_POOL2D_GRAD.vjp
+def _max_pool2d_grad(b, node, g):
+    """Second derivatives of max pooling are not needed by a training step (gradients are taken
+    once); refuse clearly rather than guess."""
+    raise NotImplementedError(
+        f"autodiff: max_pool2d_grad has no gradient rule (double backward through max pooling), "
+        f"{', '.join(node.sources)}"
+    )
+
+
+@AVG_POOL2D.vjp
+def _avg_pool2d(b, node, g):
+    """dx = avg_pool2d_grad(g): g/(kh·kw) spread back over each window."""
+    x = node.inputs[0]
+    return [b.emit("avg_pool2d_grad", [g], **window_attrs(node), image=tuple(b.shape(x)[2:]))]
+
+
+@AVG_POOL2D_GRAD.vjp
+def _avg_pool2d_grad(b, node, g):
+    """avg_pool2d_grad is linear and avg_pool2d is its adjoint."""
+    return [b.emit("avg_pool2d", [g], **window_attrs(node))]

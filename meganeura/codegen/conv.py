@@ -1,9 +1,9 @@
 """Lowering of the implicit-GEMM convolution kernels (`conv_gemm`) to shaders/conv_gemm.wgsl.
 
 A conv_gemm node is one tiled GEMM whose im2col operand is gathered from the image while the
-GEMM tile is staged (see `meganeura/ir/conv_ops.py` for the three modes as GEMMs). The tiling,
-the register tile and the epilogue are matmul's (`lower.matmul_tiling`, `lower.register_tile`,
-`lower.expression_code`); what differs is how a tile element is loaded (the mode's gather,
+GEMM tile is staged (see `meganeura/ir/ops/image.py` for the three modes as GEMMs). The tiling,
+the register tile and the epilogue are matmul's (`matmul.matmul_tiling`, `matmul.register_tile`,
+`common.expression_code`); what differs is how a tile element is loaded (the mode's gather,
 selected by a template flag) and where an output element is stored (NCHW for forward and
 grad_input, the weight matrix for grad_weight). The images are folded into the GEMM's columns
 (forward, grad_input) or its reduction (grad_weight), so there is no batch dimension in the grid;
@@ -19,24 +19,15 @@ from __future__ import annotations
 
 import math
 
+from meganeura.codegen.common import Operands, bindings_wgsl, expression_code, grid_for, output_binding, shape_text
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.lower import (
-    Operands,
-    bindings_wgsl,
-    expression_code,
-    grid_for,
-    matmul_tiling,
-    output_binding,
-    register_tile,
-    shape_text,
-)
+from meganeura.codegen.matmul import matmul_tiling, register_tile
+from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
-from meganeura.ir.conv_ops import conv_gemm_geometry, conv_output_size
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
-
-CONV_GEMM_ATTRS = {"mode", "kernel", "stride", "padding", "image", "epilogue", "chunks"}
+from meganeura.ir.ops.image import conv_gemm_geometry, conv_output_size
 
 # How a staging loop walks the B tile: the coordinate that varies fastest between neighbouring
 # threads. forward/grad_input: the column (neighbouring output positions, or pixels, read
@@ -80,6 +71,7 @@ def pair_text(prefix: str, value: tuple[int, int], default: int) -> str:
     return f"/{prefix}{value[0]}" if value[0] == value[1] else f"/{prefix}{value[0]},{value[1]}"
 
 
+@lowering("conv_gemm")
 def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
     """One conv_gemm node as a tiled implicit GEMM (see the module docstring)."""
     mode, kernel, stride, padding, image = conv_gemm_geometry(node.attr_dict)

@@ -1,0 +1,185 @@
+"""What the kernel families share: how values are found in buffers, index arithmetic,
+bindings, and the one-thread-per-element kernel most of them are built on.
+
+Scalar constants (a `const` node, or a reshape of one) are inlined as WGSL literals where a
+kernel reads them elementwise (`Operands`), so they need no buffer; anywhere else they are bound
+like any other value and the buffer plan gives them a buffer holding the constant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from meganeura.codegen.expressions import expr_to_wgsl, literal
+from meganeura.codegen.kernel import Binding, KernelSpec, Value
+from meganeura.codegen.render import render
+from meganeura.ir.expr import Expr, variables
+from meganeura.ir.graph import Graph, Node
+
+# ---------------------------------------------------------------------------------------------
+# Values: views, constants
+
+
+def alias_root(graph: Graph, node_id: int) -> int:
+    """The node whose buffer holds `node_id`'s data through reshapes (views of their input)."""
+    while graph[node_id].op == "reshape":
+        node_id = graph[node_id].inputs[0]
+    return node_id
+
+
+def storage(graph: Graph, node_id: int) -> Value:
+    """(node, result index) of the buffer holding node `node_id`'s data: through reshapes, and
+    `result` projections (views of one result of a node with several)."""
+    node = graph[alias_root(graph, node_id)]
+    if node.op == "result":
+        return (node.inputs[0], node.attr("index"))
+    return (node.id, 0)
+
+
+def constant_value(graph: Graph, node_id: int) -> float | int | None:
+    """The scalar a value always holds (a const, or a reshape of one), else None."""
+    root = graph[alias_root(graph, node_id)]
+    return root.attr("value") if root.op == "const" else None
+
+
+def wgsl_type(dtype: str) -> str:
+    return {"f32": "f32", "i32": "i32"}[dtype]
+
+
+MAX_WORKGROUPS_PER_DIM = 65535  # WebGPU's default maxComputeWorkgroupsPerDimension
+
+
+def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
+
+
+def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of a row-major `shape` seen through broadcasting to `out_shape` (0 on broadcast dims)."""
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    strides = row_major_strides(padded)
+    return tuple(0 if d == 1 and o != 1 else s for d, o, s in zip(padded, out_shape, strides, strict=True))
+
+
+def index_expr(var: str, sizes: tuple[int, ...], strides: tuple[int, ...]) -> str:
+    """WGSL for Σ_d coord_d · strides[d], where `var` is a row-major index over `sizes`.
+
+    Adjacent dims that are contiguous (or both broadcast) are merged first, so the common cases
+    come out as `i`, `i % 128u` or `0u`.
+    """
+    merged: list[tuple[int, int]] = []
+    for size, stride in zip(sizes, strides, strict=True):
+        if size == 1:
+            continue
+        if merged and merged[-1][1] == stride * size:
+            merged[-1] = (merged[-1][0] * size, stride)
+        else:
+            merged.append((size, stride))
+    terms, inner = [], 1
+    for position in range(len(merged) - 1, -1, -1):
+        size, stride = merged[position]
+        coord = var if inner == 1 else f"({var} / {inner}u)"
+        if position > 0:  # the outermost coordinate needs no wrap: `var` is in range
+            coord = f"({coord} % {size}u)"
+        if stride:
+            terms.append(coord if stride == 1 else f"{coord} * {stride}u")
+        inner *= size
+    return " + ".join(reversed(terms)) or "0u"
+
+
+def grid_for(workgroups: int) -> tuple[int, int, int]:
+    """A dispatch grid of `workgroups`, folded into y when x would exceed the per-dimension limit."""
+    x = max(1, min(workgroups, MAX_WORKGROUPS_PER_DIM))
+    return (x if workgroups else 0, -(-workgroups // x) if workgroups else 1, 1)
+
+
+def bindings_wgsl(graph: Graph, bindings: list[Binding]) -> str:
+    """The WGSL declarations of `bindings`, numbered in order, all in group 0."""
+    lines = []
+    for index, binding in enumerate(bindings):
+        access = "read" if binding.access == "read" else "read_write"
+        element = wgsl_type(graph[binding.value].types[binding.index].dtype)
+        lines.append(f"@group(0) @binding({index}) var<storage, {access}> {binding.name}: array<{element}>;")
+    return "\n".join(lines)
+
+
+class Operands:
+    """The buffers a kernel reads elementwise: one read binding per distinct value, named `x0`, `x1`…
+    in order of first use, and literals instead of bindings for scalar constants."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.bindings: list[Binding] = []
+        self.names: dict[int, str] = {}
+
+    def read_at(self, node_id: int, index: str) -> str:
+        """A WGSL expression for input `node_id` at buffer index `index` (a literal for constants)."""
+        node = self.graph[node_id]
+        value = constant_value(self.graph, node_id)
+        if value is not None:
+            return literal(value, node.dtype)
+        if node_id not in self.names:
+            self.names[node_id] = f"x{len(self.bindings)}"
+            self.bindings.append(Binding(self.names[node_id], node_id, "read"))
+        return f"{self.names[node_id]}[{index}]"
+
+    def read(self, node_id: int, out_shape: tuple[int, ...], var: str = "i") -> str:
+        """Input `node_id` at row-major output element `var`, broadcast to `out_shape`."""
+        if constant_value(self.graph, node_id) is not None:
+            return self.read_at(node_id, "")
+        node = self.graph[node_id]
+        return self.read_at(node_id, index_expr(var, out_shape, broadcast_strides(node.shape, out_shape)))
+
+
+def sum_terms(*terms: str) -> str:
+    """WGSL u32 sum of index terms, leaving out zeros."""
+    kept = [term for term in terms if term != "0u"]
+    return " + ".join(kept) or "0u"
+
+
+def expression_code(tree: Expr, read: Callable[[str], str]) -> tuple[str, str]:
+    """(`let` statements, f32 expression) computing `tree`, where `read(name)` is the WGSL of `$name`.
+
+    A buffer read becomes one `let` (so an input that the expression uses twice is loaded once);
+    literals and plain names are inlined.
+    """
+    names = sorted(variables(tree), key=lambda name: (not name.isdigit(), int(name) if name.isdigit() else 0, name))
+    lets, values = [], {}
+    for name in names:
+        text = read(name)
+        if "[" in text:
+            lets.append(f"let v_{name} = {text};")
+            text = f"v_{name}"
+        values[name] = text
+    return "\n    ".join(lets), expr_to_wgsl(tree, values.__getitem__)
+
+
+def output_binding(node: Node, name: str = "out", index: int = 0) -> Binding:
+    return Binding(name, node.id, "read_write", index)
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape) or "scalar"
+
+
+def elementwise_kernel(
+    graph: Graph, node: Node, operands: Operands, reads: str, value: str, functions: str, label: str
+) -> KernelSpec:
+    bindings = operands.bindings + [output_binding(node)]
+    numel = node.type.numel
+    grid = grid_for(-(-numel // 256))
+    wgsl = render(
+        "elementwise",
+        {
+            "BINDINGS": bindings_wgsl(graph, bindings),
+            "NUMEL": numel,
+            "GRID_X": max(grid[0], 1),
+            "FUNCTIONS": functions,
+            "READS": reads,
+            "VALUE": value,
+        },
+    )
+    return KernelSpec(node.id, label, wgsl, "elementwise", tuple(bindings), grid, (256, 1, 1))

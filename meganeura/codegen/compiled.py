@@ -1,0 +1,45 @@
+"""CompiledStep: a step lowered and planned, as plain data the runtime only has to bind and run.
+
+`compile_step(graph)` lowers every kernel of a (fused) graph and plans its buffers, without any
+device: the WGSL of every kernel, its bindings and grid, the run order, every buffer's size and
+role, and the end-of-step copies are all decided here (`python -m meganeura explain --wgsl`
+prints them). The runtime (`runtime/executable.py`) creates the buffers, pipelines and bind
+groups once from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meganeura.codegen.buffers import BufferPlan, plan_buffers
+from meganeura.codegen.kernel import KernelSpec
+from meganeura.codegen.lower import lower_graph
+from meganeura.ir.graph import PERSISTENT, Graph, TensorType
+
+
+@dataclass(frozen=True)
+class CompiledStep:
+    """A graph's kernels in run order and its buffer plan."""
+
+    graph: Graph
+    plan: BufferPlan
+
+    @property
+    def kernels(self) -> list[KernelSpec]:
+        """The kernels in the order they run."""
+        return self.plan.schedule
+
+    @property
+    def leaf_types(self) -> dict[str, TensorType]:
+        """The type of every input, param and state leaf, by name."""
+        return {n.attr("name"): n.type for n in self.graph if n.op in PERSISTENT}
+
+    def wgsl(self) -> str:
+        """Every kernel's WGSL, in run order, each under a comment naming its node and label."""
+        parts = [f"// ---- kernel {i}: %{spec.node} {spec.label}\n{spec.wgsl}" for i, spec in enumerate(self.kernels)]
+        return "\n\n".join(parts)
+
+
+def compile_step(graph: Graph) -> CompiledStep:
+    """`graph` lowered to kernels, with its buffers planned (no device needed)."""
+    return CompiledStep(graph, plan_buffers(graph, lower_graph(graph)))

@@ -1,0 +1,30 @@
+"""The op set: every IR op, declared once in the module of its family (see `ir/op.py`).
+
+Importing this package registers every op in `meganeura.ir.op.OPS`; nothing else adds ops.
+
+| family | module | ops |
+|---|---|---|
+| leaves | `leaves.py` | input, param, state, const, causal_mask |
+| elementwise | `elementwise.py` | one op per function of `ir/functions.py`; pointwise (fused) |
+| shape | `shape.py` | reshape, broadcast_to, permute, slice, slice_grad, concat, result |
+| reduce | `reduce.py` | sum, max; fused_reduce (fused) |
+| matmul | `matmul.py` | matmul; fused_matmul (fused) |
+| rows | `rows.py` | softmax, log_softmax and their gradients; cross_entropy_rows(_grad) |
+| indexing | `indexing.py` | pick, scatter_rows, gather, scatter_add |
+| optimizer | `optimizer.py` | sgd_step, momentum_buffer, adam_moment, adam_step |
+| transformer | `transformer.py` | rope, rope_grad, attention, attention_grad_q, attention_grad_kv |
+| image | `image.py` | unfold, fold, max/avg_pool2d and their gradients; conv_gemm (fused) |
+"""
+
+from meganeura.ir.ops import (  # noqa: F401  (imported for their declarations)
+    elementwise,
+    image,
+    indexing,
+    leaves,
+    matmul,
+    optimizer,
+    reduce,
+    rows,
+    shape,
+    transformer,
+)

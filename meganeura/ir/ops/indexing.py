@@ -1,0 +1,151 @@
+"""Indexing by i32 tensors: label indexing for nll_loss (`pick`) and its gradient
+(`scatter_rows`), embedding lookup (`gather`) and its gradient (`scatter_add`).
+
+An index outside [0, num) gives NaN forward (a NaN value or a row of NaN, as on the device) and
+contributes nothing backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from meganeura.ir.graph import TensorType
+from meganeura.ir.op import INT, Attr, Op, ShapeError, require_float
+from meganeura.ir.ops.rows import check_labels
+
+FAMILY = "indexing"
+
+
+def valid_labels(labels: np.ndarray, classes: int) -> np.ndarray:
+    return (labels >= 0) & (labels < classes)
+
+
+def infer_pick(types, attrs) -> TensorType:
+    x, labels = types
+    if x.rank != 2 or x.dtype != "f32":
+        raise ShapeError(f"pick: expected f32 values [batch, classes], got {x}")
+    check_labels("pick", labels, x.shape[0], f"values {x}")
+    return TensorType(x.shape[:1], "f32")
+
+
+def evaluate_pick(x, labels):
+    """x[row, labels[row]] for each row (NaN where a label is outside [0, classes), as on the device)."""
+    labels = labels.astype(np.int64)
+    valid = valid_labels(labels, x.shape[1])
+    picked = x[np.arange(x.shape[0]), np.where(valid, labels, 0)]
+    return np.where(valid, picked, np.nan).astype(x.dtype)
+
+
+def infer_scatter_rows(types, attrs) -> TensorType:
+    g, labels = types
+    require_float([g], "scatter_rows")
+    classes = attrs["classes"]
+    if g.rank != 1 or classes < 1:
+        raise ShapeError(f"scatter_rows: expected f32 values [batch] and classes >= 1, got {g} and {classes!r}")
+    check_labels("scatter_rows", labels, g.shape[0], f"values {g}")
+    return TensorType((g.shape[0], classes), "f32")
+
+
+def evaluate_scatter_rows(g, labels, classes):
+    """out[row, c] = g[row] if c == labels[row] else 0: pick's VJP (a row of NaN for a bad label)."""
+    labels = labels.astype(np.int64)
+    out = (np.arange(classes)[None, :] == labels[:, None]) * g[:, None]
+    return np.where(valid_labels(labels, classes)[:, None], out, np.nan).astype(g.dtype)
+
+
+PICK = Op(
+    "pick",
+    family=FAMILY,
+    infer=infer_pick,
+    evaluate=evaluate_pick,
+    operands=("x", "labels"),
+    doc="x[row, labels[row]] per row",
+)
+SCATTER_ROWS = Op(
+    "scatter_rows",
+    family=FAMILY,
+    infer=infer_scatter_rows,
+    evaluate=evaluate_scatter_rows,
+    operands=("g", "labels"),
+    attrs=(Attr("classes", INT),),
+    doc="g[row] at column labels[row] of [batch, classes] zeros (pick's VJP)",
+)
+
+
+@PICK.vjp
+def _pick(b, node, g):
+    x, labels = node.inputs
+    return [b.emit("scatter_rows", [g, labels], classes=b.shape(x)[1]), None]
+
+
+@SCATTER_ROWS.vjp
+def _scatter_rows(b, node, g):
+    return [b.emit("pick", [g, node.inputs[1]]), None]
+
+
+def infer_gather(types, attrs) -> TensorType:
+    table, ids = types
+    if table.rank != 2 or table.dtype != "f32":
+        raise ShapeError(f"embedding: expected an f32 weight [num_embeddings, embedding_dim], got {table}")
+    if ids.dtype != "i32":
+        raise ShapeError(f"embedding: expected i32 indices, got {ids}")
+    return TensorType((*ids.shape, table.shape[1]), "f32")
+
+
+def evaluate_gather(table, ids):
+    """table[ids] (a row of NaN where an id is outside [0, num), as on the device)."""
+    ids = ids.astype(np.int64)
+    valid = valid_labels(ids, table.shape[0])
+    rows = table[np.where(valid, ids, 0)]
+    return np.where(valid[..., None], rows, np.nan).astype(table.dtype)
+
+
+def infer_scatter_add(types, attrs) -> TensorType:
+    g, ids = types
+    require_float([g], "scatter_add")
+    num = attrs["num"]
+    if ids.dtype != "i32" or g.rank != ids.rank + 1 or g.shape[:-1] != ids.shape:
+        raise ShapeError(f"scatter_add: expected values [..., dim] for i32 indices [...], got {g} and {ids}")
+    if num < 1:
+        raise ShapeError(f"scatter_add: expected num >= 1, got {num!r}")
+    return TensorType((num, g.shape[-1]), "f32")
+
+
+def evaluate_scatter_add(g, ids, num):
+    """out[r, c] = Σ g[j, c] over the j with ids[j] == r: gather's VJP (ids outside [0, num) are skipped)."""
+    ids = ids.astype(np.int64).reshape(-1)
+    rows = g.reshape(ids.size, g.shape[-1])
+    valid = valid_labels(ids, num)
+    out = np.zeros((num, g.shape[-1]), dtype=g.dtype)
+    np.add.at(out, ids[valid], rows[valid])
+    return out
+
+
+GATHER = Op(
+    "gather",
+    family=FAMILY,
+    infer=infer_gather,
+    evaluate=evaluate_gather,
+    operands=("table", "ids"),
+    doc="table[ids]: rows of [num, dim] at i32 indices of any shape (embedding lookup)",
+)
+SCATTER_ADD = Op(
+    "scatter_add",
+    family=FAMILY,
+    infer=infer_scatter_add,
+    evaluate=evaluate_scatter_add,
+    operands=("g", "ids"),
+    attrs=(Attr("num", INT),),
+    doc="the rows of g summed into [num, dim] at their ids (gather's VJP)",
+)
+
+
+@GATHER.vjp
+def _gather(b, node, g):
+    table, ids = node.inputs
+    return [b.emit("scatter_add", [g, ids], num=b.shape(table)[0]), None]
+
+
+@SCATTER_ADD.vjp
+def _scatter_add(b, node, g):
+    return [b.emit("gather", [g, node.inputs[1]]), None]

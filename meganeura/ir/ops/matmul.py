@@ -1,0 +1,187 @@
+"""Matmul over the last two dims, and `fused_matmul`, the matmul kernel with a prologue and an
+epilogue that the e-graph makes (rewrite/matmul.py).
+
+Both operands have the same leading (batch) dims, or one of them is 2-D and shared by every
+matrix of the other (a Linear applied to [batch, seq, features] is one matmul); transpose flags
+swap the last two dims of an operand, so that autodiff and the algebra rules express Aᵀ·B and
+A·Bᵀ without copies.
+
+`fused_matmul(a, b, extras…)`: epilogue(prologue(A, extras…) · B, extras…). The prologue reads
+`$a`, the element of A as stored (before any transpose), and extras broadcast to A's stored
+shape; it is applied while A is loaded, so its result is never written. The epilogue reads
+`$acc`, the dot product, and extras broadcast to the output. Both number the extras
+(inputs[2:]) the same way, `$0`, `$1`…; an extra that only the prologue reads need not broadcast
+to the output. With `flatten_a`, A (after the prologue) is read as the matrix [rows, K] of its
+row-major flattening (a prologue over a [batch, seq, features] tensor feeding a Linear).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from meganeura.ir.expr import check_expr, variables
+from meganeura.ir.expr import evaluate as evaluate_expr
+from meganeura.ir.expr import parse as parse_expr
+from meganeura.ir.graph import TensorType
+from meganeura.ir.op import BOOL, EXPR, Attr, Op, ShapeError, broadcasts_to, require_float
+
+FAMILY = "matmul"
+
+
+def matmul_dims(types, attrs, op="matmul") -> tuple[tuple[int, ...], int, int, int]:
+    """(batch dims, M, K, N) of a (possibly transposed) matmul, checking that the operands fit."""
+    a, b = types[0], types[1]
+    require_float([a, b], op)
+    if a.rank < 2 or b.rank < 2:
+        raise ShapeError(f"{op}: expected operands of rank >= 2, got {a} and {b}")
+    if a.rank > 2 and b.rank > 2 and a.shape[:-2] != b.shape[:-2]:
+        raise ShapeError(f"{op}: batch dimensions differ: {a} and {b}")
+    ta, tb = attrs.get("transpose_a"), attrs.get("transpose_b")
+    m, k = (a.shape[-1], a.shape[-2]) if ta else a.shape[-2:]
+    k2, n = (b.shape[-1], b.shape[-2]) if tb else b.shape[-2:]
+    if k != k2:
+        raise ShapeError(
+            f"{op}: inner dimensions differ: {a}{'ᵀ' if ta else ''} @ {b}{'ᵀ' if tb else ''} ({k} vs {k2})"
+        )
+    return a.shape[:-2] or b.shape[:-2], m, k, n
+
+
+def matmul_a_view(a: TensorType, attrs) -> TensorType:
+    """A as the product sees it: with `flatten_a`, the stored A [..., K] read as the matrix
+    [rows, K] of its row-major flattening."""
+    if attrs.get("flatten_a"):
+        rows = 1
+        for d in a.shape[:-1]:
+            rows *= d
+        return TensorType((rows, a.shape[-1]), a.dtype)
+    return a
+
+
+def infer_matmul(types, attrs) -> TensorType:
+    batch, m, _, n = matmul_dims(types, attrs)
+    return TensorType((*batch, m, n), "f32")
+
+
+def evaluate_matmul(a, b, transpose_a=False, transpose_b=False):
+    a = np.swapaxes(a, -1, -2) if transpose_a else a
+    b = np.swapaxes(b, -1, -2) if transpose_b else b
+    return a @ b
+
+
+def matmul_flops(operands, results, attrs) -> int:
+    """2·K per element of the product: 2·(batch·M·N)·K, also where a 2-D operand is shared by a batch."""
+    _, _, k, _ = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs)
+    return 2 * results[0].numel * k
+
+
+def describe_matmul(node) -> str:
+    flags = [name for name in ("transpose_a", "transpose_b") if node.attr(name)]
+    return " ".join(flags)
+
+
+TRANSPOSES = (Attr("transpose_a", BOOL, False), Attr("transpose_b", BOOL, False))
+
+MATMUL = Op(
+    "matmul",
+    family=FAMILY,
+    infer=infer_matmul,
+    evaluate=evaluate_matmul,
+    operands=("a", "b"),
+    attrs=TRANSPOSES,
+    flops=matmul_flops,
+    describe=describe_matmul,
+    doc="op(a)·op(b) over the last two dims (op: the transpose where the flag says so)",
+)
+
+
+def flat_rows(shape: tuple[int, ...]) -> int:
+    """The number of rows of `shape` seen as a 2-D matrix [rows, last dim]."""
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return rows
+
+
+@MATMUL.vjp
+def _matmul(b, node, g):
+    """Gradients of C = op(A)·op(B) as matmuls with transposed operands (no transpose copies).
+
+    A 2-D operand shared by a batched one gets the batch summed: for a weight W of
+    x [batch, seq, in] · W, dW is one matmul over the flattened rows of x and g.
+    """
+    a, w = node.inputs
+    ta, tb = node.attr("transpose_a"), node.attr("transpose_b")
+    if ta:  # dA = g·op(B)ᵀ (transposed back if A was used transposed); dB likewise.
+        grad_a = b.emit("matmul", [w, g], transpose_a=tb, transpose_b=True)
+    else:
+        grad_a = b.emit("matmul", [g, w], transpose_a=False, transpose_b=not tb)
+    shared_b = len(b.shape(w)) == 2 and len(b.shape(a)) > 2
+    if shared_b and not ta:
+        rows = b.emit("reshape", [a], shape=(flat_rows(b.shape(a)), b.shape(a)[-1]))
+        grads = b.emit("reshape", [g], shape=(flat_rows(b.shape(g)), b.shape(g)[-1]))
+        if tb:
+            grad_b = b.emit("matmul", [grads, rows], transpose_a=True, transpose_b=False)
+        else:
+            grad_b = b.emit("matmul", [rows, grads], transpose_a=True, transpose_b=False)
+    elif tb:
+        grad_b = b.emit("matmul", [g, a], transpose_a=True, transpose_b=ta)
+    else:
+        grad_b = b.emit("matmul", [a, g], transpose_a=not ta, transpose_b=False)
+    return [b.unbroadcast(grad_a, b.shape(a)), b.unbroadcast(grad_b, b.shape(w))]
+
+
+def infer_fused_matmul(types, attrs) -> TensorType:
+    if len(types) < 2:
+        raise ShapeError(f"fused_matmul: expected at least two operands (a, b), got {len(types)}")
+    batch, m, _, n = matmul_dims([matmul_a_view(types[0], attrs), *types[1:2]], attrs, "fused_matmul")
+    out = TensorType((*batch, m, n), "f32")
+    extras = types[2:]
+    names = set(map(str, range(len(extras))))
+    check_expr("fused_matmul", attrs["prologue"], {"a", *names})
+    check_expr("fused_matmul", attrs["epilogue"], {"acc", *names})
+    in_prologue = variables(parse_expr(attrs["prologue"]))
+    in_epilogue = variables(parse_expr(attrs["epilogue"]))
+    for index, extra in enumerate(extras):
+        name = str(index)
+        if name in in_prologue and not broadcasts_to(extra.shape, types[0].shape):
+            raise ShapeError(f"fused_matmul: prologue input ${index} {extra} does not broadcast to A {types[0]}")
+        if (name in in_epilogue or name not in in_prologue) and not broadcasts_to(extra.shape, out.shape):
+            raise ShapeError(f"fused_matmul: epilogue input ${index} {extra} does not broadcast to {out}")
+    return out
+
+
+def evaluate_fused_matmul(a, b, *extras, transpose_a, transpose_b, epilogue, prologue, flatten_a):
+    """epilogue(prologue(A, extras…) · B, extras…), as one kernel computes it (module docstring)."""
+    if prologue != "$a":
+        values = {"a": a, **{str(i): x for i, x in enumerate(extras)}}
+        a = np.broadcast_to(evaluate_expr(prologue, values, a.dtype), a.shape)
+    if flatten_a:
+        a = a.reshape(-1, a.shape[-1])
+    acc = evaluate_matmul(a, b, transpose_a, transpose_b)
+    values = {"acc": acc, **{str(i): x for i, x in enumerate(extras)}}
+    return np.broadcast_to(evaluate_expr(epilogue, values, acc.dtype), acc.shape)
+
+
+def describe_fused_matmul(node) -> str:
+    prologue = f"prologue {node.attr('prologue')}, " if node.attr("prologue") != "$a" else ""
+    flags = describe_matmul(node)
+    return f"{prologue}epilogue {node.attr('epilogue')}" + (f" {flags}" if flags else "")
+
+
+FUSED_MATMUL = Op(
+    "fused_matmul",
+    family=FAMILY,
+    infer=infer_fused_matmul,
+    evaluate=evaluate_fused_matmul,
+    operands=("a", "b", "*extras"),
+    attrs=(
+        *TRANSPOSES,
+        Attr("epilogue", EXPR, "$acc"),
+        Attr("prologue", EXPR, "$a"),
+        Attr("flatten_a", BOOL, False),
+    ),
+    egraph=None,
+    flops=matmul_flops,
+    describe=describe_fused_matmul,
+    doc="a matmul kernel with a prologue on A's load and an epilogue on the result",
+)

@@ -1,0 +1,148 @@
+"""Reductions: sum and max over axes, and `fused_reduce`, the reduction kernel the e-graph makes
+with an elementwise prologue (what is reduced) and epilogue (what is written).
+
+`fused_reduce(inputs…, kind, axes, keepdim, in_shape, prologue, epilogue)`:
+epilogue(reduce(prologue($0, $1, … broadcast to in_shape) over axes)), the epilogue reading only
+`$r`; produced only by the e-graph (rewrite/reductions.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from meganeura.ir.expr import check_expr
+from meganeura.ir.expr import evaluate as evaluate_expr
+from meganeura.ir.graph import TensorType
+from meganeura.ir.op import (
+    BOOL,
+    EXPR,
+    INTS,
+    STR,
+    Attr,
+    EGraphForm,
+    Op,
+    ShapeError,
+    broadcast_shapes,
+    normalize_axes,
+    require_float,
+)
+
+FAMILY = "reduce"
+REDUCE_KINDS = ("sum", "max")
+
+
+def reduced_type(shape: tuple[int, ...], axes, keepdim: bool) -> TensorType:
+    axes = normalize_axes(axes, len(shape))
+    if keepdim:
+        return TensorType(tuple(1 if i in axes else d for i, d in enumerate(shape)), "f32")
+    return TensorType(tuple(d for i, d in enumerate(shape) if i not in axes), "f32")
+
+
+def infer_reduce(types, attrs) -> TensorType:
+    require_float(types, "sum")
+    return reduced_type(types[0].shape, attrs["axes"], attrs["keepdim"])
+
+
+REDUCE_ATTRS = (Attr("axes", INTS), Attr("keepdim", BOOL, False))
+
+
+def describe_reduce(node) -> str:
+    return f"over {list(node.attr('axes'))}"
+
+
+SUM = Op(
+    "sum",
+    family=FAMILY,
+    infer=infer_reduce,
+    evaluate=lambda x, axes, keepdim: np.asarray(np.sum(x, axis=tuple(axes), keepdims=keepdim)),
+    operands=("x",),
+    attrs=REDUCE_ATTRS,
+    egraph=EGraphForm("Reduce", tag="sum"),
+    describe=describe_reduce,
+    doc="the sum over `axes`",
+)
+MAX = Op(
+    "max",
+    family=FAMILY,
+    infer=infer_reduce,
+    evaluate=lambda x, axes, keepdim: np.asarray(np.max(x, axis=tuple(axes), keepdims=keepdim)),
+    operands=("x",),
+    attrs=REDUCE_ATTRS,
+    egraph=EGraphForm("Reduce", tag="max"),
+    describe=describe_reduce,
+    doc="the maximum over `axes`",
+)
+
+
+def kept_shape(b, node) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(x's shape, the result's shape with the reduced dims kept as 1)."""
+    x_shape = b.shape(node.inputs[0])
+    axes = normalize_axes(node.attr("axes"), len(x_shape))
+    return x_shape, tuple(1 if i in axes else d for i, d in enumerate(x_shape))
+
+
+@SUM.vjp
+def _sum(b, node, g):
+    x_shape, kept = kept_shape(b, node)
+    if b.shape(g) != kept:
+        g = b.emit("reshape", [g], shape=kept)
+    return [b.emit("broadcast_to", [g], shape=x_shape)]
+
+
+@MAX.vjp
+def _max(b, node, g):
+    """The gradient goes to the maxima, split evenly between ties (as torch.amax does)."""
+    x = node.inputs[0]
+    x_shape, kept = kept_shape(b, node)
+    axes = normalize_axes(node.attr("axes"), len(x_shape))
+    peak = node.id if b.shape(node.id) == kept else b.emit("reshape", [node.id], shape=kept)
+    mask = b.emit("equal", [x, peak])
+    ties = b.emit("sum", [mask], axes=axes, keepdim=True)
+    g = g if b.shape(g) == kept else b.emit("reshape", [g], shape=kept)
+    return [b.emit("mul", [mask, b.emit("div", [g, ties])])]
+
+
+def infer_fused_reduce(types, attrs) -> TensorType:
+    in_shape = attrs["in_shape"]
+    require_float(types, "fused_reduce")
+    if attrs["kind"] not in REDUCE_KINDS:
+        raise ShapeError(f"fused_reduce: unknown kind {attrs['kind']!r}")
+    for index, t in enumerate(types):
+        if broadcast_shapes(t.shape, in_shape, "fused_reduce") != in_shape:
+            raise ShapeError(f"fused_reduce: input ${index} {t} does not broadcast to {list(in_shape)}")
+    check_expr("fused_reduce", attrs["prologue"], set(map(str, range(len(types)))))
+    check_expr("fused_reduce", attrs["epilogue"], {"r"})
+    return reduced_type(in_shape, attrs["axes"], attrs["keepdim"])
+
+
+def evaluate_fused_reduce(*inputs, kind, axes, keepdim, in_shape, prologue, epilogue):
+    """epilogue(reduce(prologue($0, $1, …) over `axes`)): a reduction with elementwise ends."""
+    values = {str(i): x for i, x in enumerate(inputs)}
+    dtype = inputs[0].dtype if inputs else np.float32
+    body = np.broadcast_to(evaluate_expr(prologue, values, dtype), tuple(in_shape))
+    reduce = np.sum if kind == "sum" else np.max
+    reduced = np.asarray(reduce(body, axis=tuple(axes), keepdims=keepdim))
+    return np.asarray(evaluate_expr(epilogue, {"r": reduced}, dtype))
+
+
+def describe_fused_reduce(node) -> str:
+    return f"{node.attr('kind')} over {list(node.attr('axes'))}: {node.attr('prologue')} -> {node.attr('epilogue')}"
+
+
+FUSED_REDUCE = Op(
+    "fused_reduce",
+    family=FAMILY,
+    infer=infer_fused_reduce,
+    evaluate=evaluate_fused_reduce,
+    operands=("*inputs",),
+    attrs=(
+        Attr("kind", STR),
+        *REDUCE_ATTRS,
+        Attr("in_shape", INTS),
+        Attr("prologue", EXPR, "$0"),
+        Attr("epilogue", EXPR, "$r"),
+    ),
+    egraph=None,
+    describe=describe_fused_reduce,
+    doc="a reduction kernel with an elementwise prologue and epilogue",
+)

@@ -1,0 +1,260 @@
+"""Transformer ops: rotary position embeddings and fused attention (whose forward has two results).
+
+Rotary position embeddings, the half-split convention of Llama/SmolLM2 (HF transformers):
+rope(x, cos, sin) = x·cos + rotate_half(x)·sin, rotate_half(x) = cat(−x[..., h:], x[..., :h])
+with h = D/2 of x's even last dim D; cos and sin broadcast to x (typically [seq, D] against
+x [batch, heads, seq, D]). rope_grad(g, cos, sin) = g·cos + rotate_halfᵀ(g·sin), the gradient
+w.r.t. x, with rotate_halfᵀ(y) = cat(y[..., h:], −y[..., :h]).
+
+Attention, PyTorch's layout: q [B, H, Sq, D], k and v [B, H_kv, Skv, D] with H % H_kv == 0
+(grouped KV heads: query head h reads KV head h // (H / H_kv)). `causal` masks key j > query i
+(top-left aligned, as torch's is_causal). `attention(q, k, v)` has two results: the output
+softmax(q·kᵀ·scale)·v and the row log-sum-exp [B, H, Sq], which the backward ops read to
+recompute P = exp(q·kᵀ·scale − lse) instead of keeping it. `attention_grad_q(q, k, v, o, lse,
+do)` is dQ; `attention_grad_kv(…)` has two results, dK and dV (one pass over the key rows
+recomputes P once for both), each summed over the query heads of a group; o is the forward's
+output and do its incoming gradient.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from meganeura.ir.graph import TensorType
+from meganeura.ir.op import BOOL, FLOAT, Attr, Op, ShapeError, broadcasts_to, require_float
+
+FAMILY = "transformer"
+
+# ---------------------------------------------------------------------------------------------
+# Rotary position embeddings
+
+
+def infer_rope(name: str):
+    def infer(types, attrs) -> TensorType:
+        require_float(types, name)
+        x, cos, sin = types
+        if x.rank < 1 or x.shape[-1] % 2 or x.shape[-1] == 0:
+            raise ShapeError(f"{name}: expected x with an even, nonzero last dim (head_dim), got {x}")
+        for what, t in (("cos", cos), ("sin", sin)):
+            if not broadcasts_to(t.shape, x.shape):
+                raise ShapeError(f"{name}: {what} {t} does not broadcast to x {x}")
+        return x
+
+    return infer
+
+
+def rotate_half(x: np.ndarray) -> np.ndarray:
+    """cat(−x[..., h:], x[..., :h]) along the last axis (h = half the last dim)."""
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+
+def rotate_half_transposed(y: np.ndarray) -> np.ndarray:
+    """cat(y[..., h:], −y[..., :h]): the transpose (and inverse) of rotate_half."""
+    h = y.shape[-1] // 2
+    return np.concatenate([y[..., h:], -y[..., :h]], axis=-1)
+
+
+def evaluate_rope(x, cos, sin):
+    """x·cos + rotate_half(x)·sin."""
+    return np.broadcast_to(x * cos + rotate_half(x) * sin, x.shape).copy()
+
+
+def evaluate_rope_grad(g, cos, sin):
+    """g·cos + rotate_halfᵀ(g·sin): rope's VJP w.r.t. x."""
+    return np.broadcast_to(g * cos + rotate_half_transposed(g * sin), g.shape).copy()
+
+
+ROPE = Op(
+    "rope",
+    family=FAMILY,
+    infer=infer_rope("rope"),
+    evaluate=evaluate_rope,
+    operands=("x", "cos", "sin"),
+    doc="x·cos + rotate_half(x)·sin (rotary position embeddings, half-split)",
+)
+ROPE_GRAD = Op(
+    "rope_grad",
+    family=FAMILY,
+    infer=infer_rope("rope_grad"),
+    evaluate=evaluate_rope_grad,
+    operands=("g", "cos", "sin"),
+    doc="g·cos + rotate_halfᵀ(g·sin) (rope's VJP w.r.t. x)",
+)
+
+
+def rotate_half_nodes(b, x: int) -> int:
+    """cat(−x[..., h:], x[..., :h]) along the last dim (h = half of it), from slice, neg and concat."""
+    shape = b.shape(x)
+    rank, h = len(shape), shape[-1] // 2
+    steps = (1,) * rank
+    low = b.emit("slice", [x], starts=(0,) * rank, stops=(*shape[:-1], h), steps=steps)
+    high = b.emit("slice", [x], starts=(0,) * (rank - 1) + (h,), stops=shape, steps=steps)
+    return b.emit("concat", [b.emit("neg", [high]), low], axis=rank - 1)
+
+
+@ROPE.vjp
+def _rope(b, node, g):
+    """dx = rope_grad(g, cos, sin); d cos = g·x and d sin = g·rotate_half(x), unbroadcast."""
+    x, cos, sin = node.inputs
+    grad_cos = b.unbroadcast(b.emit("mul", [g, x]), b.shape(cos))
+    grad_sin = b.unbroadcast(b.emit("mul", [g, rotate_half_nodes(b, x)]), b.shape(sin))
+    return [b.emit("rope_grad", [g, cos, sin]), grad_cos, grad_sin]
+
+
+@ROPE_GRAD.vjp
+def _rope_grad(b, node, g):
+    """rope_grad is linear in its first operand and rope is its transpose: d g = rope(gg, cos, sin);
+    d cos = gg·g and d sin = rotate_half(gg)·g, unbroadcast."""
+    upstream, cos, sin = node.inputs
+    grad_cos = b.unbroadcast(b.emit("mul", [g, upstream]), b.shape(cos))
+    grad_sin = b.unbroadcast(b.emit("mul", [rotate_half_nodes(b, g), upstream]), b.shape(sin))
+    return [b.emit("rope", [g, cos, sin]), grad_cos, grad_sin]
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+
+
+def attention_dims(types, op: str) -> tuple[int, int, int, int, int, int]:
+    """(B, H, H_kv, Sq, Skv, D) of attention operands q, k[, v], checking that they fit."""
+    require_float(types, op)
+    q, k = types[0], types[1]
+    if q.rank != 4 or k.rank != 4:
+        raise ShapeError(f"{op}: expected q and k of rank 4 [batch, heads, seq, head_dim], got {q} and {k}")
+    b, h, sq, d = q.shape
+    kb, hkv, skv, kd = k.shape
+    if kb != b or kd != d or hkv < 1 or h % hkv:
+        raise ShapeError(f"{op}: k {k} does not fit q {q} (same batch and head_dim, heads dividing {h})")
+    for t in types[2:3]:
+        if t.shape != k.shape:
+            raise ShapeError(f"{op}: v {t} differs from k {k}")
+    return b, h, hkv, sq, skv, d
+
+
+def infer_attention(types, attrs) -> tuple[TensorType, TensorType]:
+    b, h, _, sq, _, _ = attention_dims(types, "attention")
+    return (types[0], TensorType((b, h, sq), "f32"))
+
+
+def check_backward_operands(types, name: str) -> tuple[int, int, int]:
+    b, h, _, sq, _, _ = attention_dims(types[:3], name)
+    o, lse, do = types[3:]
+    if o.shape != types[0].shape or do.shape != types[0].shape or lse.shape != (b, h, sq):
+        raise ShapeError(f"{name}: o {o}, lse {lse} and do {do} do not fit q {types[0]}")
+    return b, h, sq
+
+
+def infer_attention_grad_q(types, attrs) -> TensorType:
+    check_backward_operands(types, "attention_grad_q")
+    return types[0]
+
+
+def infer_attention_grad_kv(types, attrs) -> tuple[TensorType, TensorType]:
+    check_backward_operands(types, "attention_grad_kv")
+    return (types[1], types[2])
+
+
+def attention_scores(q, k, causal, scale):
+    """q·kᵀ·scale per query head ([B, H, Sq, Skv]), −inf where the causal mask hides a key."""
+    group = q.shape[1] // k.shape[1]
+    scores = (q @ np.swapaxes(np.repeat(k, group, axis=1), -1, -2)) * q.dtype.type(scale)
+    if causal:
+        hidden = np.arange(k.shape[2])[None, :] > np.arange(q.shape[2])[:, None]
+        scores = np.where(hidden, -np.inf, scores)
+    return scores
+
+
+def evaluate_attention_lse(q, k, causal, scale):
+    """log Σ_j exp(q·kⱼ·scale) per query row (over the unmasked keys)."""
+    scores = attention_scores(q, k, causal, scale)
+    peak = scores.max(axis=-1, keepdims=True)
+    return (peak + np.log(np.exp(scores - peak).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def evaluate_attention(q, k, v, causal, scale):
+    """(softmax(q·kᵀ·scale, masked)·v, the row log-sum-exp)."""
+    lse = evaluate_attention_lse(q, k, causal, scale)
+    probs = np.exp(attention_scores(q, k, causal, scale) - lse[..., None])
+    return probs @ np.repeat(v, q.shape[1] // k.shape[1], axis=1), lse
+
+
+def sum_groups(x, kv_heads):
+    """[B, H, S, D] summed over the query heads of each KV head: [B, H_kv, S, D]."""
+    b, h, s, d = x.shape
+    return x.reshape(b, kv_heads, h // kv_heads, s, d).sum(axis=2)
+
+
+def attention_backward(q, k, v, o, lse, do, causal, scale):
+    """(P, dS) per query head, P recomputed from q, k and lse: dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O))."""
+    group = q.shape[1] // k.shape[1]
+    probs = np.exp(attention_scores(q, k, causal, scale) - lse[..., None])
+    dp = do @ np.swapaxes(np.repeat(v, group, axis=1), -1, -2)
+    return probs, probs * (dp - (do * o).sum(axis=-1, keepdims=True))
+
+
+def evaluate_attention_grad_q(q, k, v, o, lse, do, causal, scale):
+    """dQ = dS·K·scale."""
+    _, ds = attention_backward(q, k, v, o, lse, do, causal, scale)
+    return ds @ np.repeat(k, q.shape[1] // k.shape[1], axis=1) * q.dtype.type(scale)
+
+
+def evaluate_attention_grad_kv(q, k, v, o, lse, do, causal, scale):
+    """(dK = Σ_group dSᵀ·Q·scale, dV = Σ_group Pᵀ·dO)."""
+    probs, ds = attention_backward(q, k, v, o, lse, do, causal, scale)
+    grad_k = sum_groups(np.swapaxes(ds, -1, -2) @ q, k.shape[1]) * q.dtype.type(scale)
+    return grad_k, sum_groups(np.swapaxes(probs, -1, -2) @ do, k.shape[1])
+
+
+ATTENTION_ATTRS = (Attr("causal", BOOL, False), Attr("scale", FLOAT, 1.0))
+
+
+def describe_attention(node) -> str:
+    return "causal" if node.attr("causal") else ""
+
+
+ATTENTION = Op(
+    "attention",
+    family=FAMILY,
+    infer=infer_attention,
+    evaluate=evaluate_attention,
+    operands=("q", "k", "v"),
+    attrs=ATTENTION_ATTRS,
+    describe=describe_attention,
+    doc="(softmax(q·kᵀ·scale)·v, row log-sum-exp) with grouped KV heads and an optional causal mask",
+)
+ATTENTION_GRAD_Q = Op(
+    "attention_grad_q",
+    family=FAMILY,
+    infer=infer_attention_grad_q,
+    evaluate=evaluate_attention_grad_q,
+    operands=("q", "k", "v", "o", "lse", "do"),
+    attrs=ATTENTION_ATTRS,
+    describe=describe_attention,
+    doc="attention's gradient w.r.t. q",
+)
+ATTENTION_GRAD_KV = Op(
+    "attention_grad_kv",
+    family=FAMILY,
+    infer=infer_attention_grad_kv,
+    evaluate=evaluate_attention_grad_kv,
+    operands=("q", "k", "v", "o", "lse", "do"),
+    attrs=ATTENTION_ATTRS,
+    describe=describe_attention,
+    doc="attention's gradients w.r.t. k and v (two results)",
+)
+
+
+@ATTENTION.vjp
+def _attention(b, node, grads):
+    """Flash-style backward: dQ and (dK, dV) each rebuild P = exp(q·kᵀ·scale − lse) from the
+    forward's log-sum-exp (its second result), so the forward keeps no P."""
+    g, g_lse = grads
+    if g_lse is not None:
+        raise NotImplementedError(f"autodiff: attention's log-sum-exp has no gradient rule ({', '.join(node.sources)})")
+    q, k, v = node.inputs
+    attrs = {"causal": node.attr("causal"), "scale": node.attr("scale")}
+    operands = [q, k, v, b.result(node.id, 0), b.result(node.id, 1), g]
+    grad_q = b.emit("attention_grad_q", operands, **attrs)
+    grad_kv = b.emit("attention_grad_kv", operands, **attrs)
+    return [grad_q, b.result(grad_kv, 0), b.result(grad_kv, 1)]
