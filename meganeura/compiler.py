@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,7 @@ class TracedStep:
     initial_states: dict[str, np.ndarray]
     label_bounds: dict[str, tuple[int, str]]  # i32 input -> (rows it may index, what it is used as)
     recognition: Any = None  # the RewriteReport of the recognition pass on the forward graph, if it ran
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: trace, recognize, autodiff
 
 
 def trace_step(
@@ -90,6 +92,7 @@ def trace_step(
     runs when the forward has an op such a pattern ends in (`RECOGNIZABLE`).
     """
     check_input_specs(inputs)
+    started = time.perf_counter()
     tracer = Tracer()
     parameters = dict(model.named_parameters())
     for name, p in parameters.items():
@@ -114,10 +117,12 @@ def trace_step(
                 if not isinstance(item, Tensor):
                     raise TypeError(f"the model must return Tensors, got {type(item).__name__} at position {index}")
                 graph.outputs["output" if len(values) == 1 else f"output{index}"] = item.node
+    traced = time.perf_counter()
     recognition = None
     if recognize and any(node.op in RECOGNIZABLE for node in graph):
         graph, recognition = recognize_forward(graph)
         tracer.replace_graph(graph, parameters)
+    recognized = time.perf_counter()
     if loss is not None:
         if optimizer is None:
             raise ValueError("compile(loss=...) trains the model: pass optimizer=, e.g. optim.Adam(lr=1e-3)")
@@ -130,7 +135,8 @@ def trace_step(
         builder.sources = (user_source_line(),)
         initial_states = optimizer.build_updates(builder, trainable)
     graph = graph.pruned()
-    return TracedStep(graph, dict(model.named_state()), initial_states, label_bounds(graph), recognition)
+    timings = {"trace": traced - started, "recognize": recognized - traced, "autodiff": time.perf_counter() - recognized}
+    return TracedStep(graph, dict(model.named_state()), initial_states, label_bounds(graph), recognition, timings)
 
 
 # Ops that the recognition rules' patterns end in (attention's softmax, rotate_half's concat):
@@ -206,21 +212,65 @@ def explain_only() -> Iterator[list[Program]]:
         _EXPLAIN.pop()
 
 
+@dataclass
+class Compilation:
+    """Everything `compile()` decides before a device is involved: the traced step, the graph the
+    e-graph made of it with its report, the lowered kernels and buffer plan, and how long each
+    stage took (seconds: trace, recognize, autodiff, encode, saturate, extract, decode, lower)."""
+
+    inputs: dict[str, InputSpec]
+    traced: TracedStep
+    fused_graph: Graph
+    rewrite_report: Any  # meganeura.rewrite.RewriteReport
+    compiled: CompiledStep
+    timings: dict[str, float]
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.timings.values())
+
+
+def compile_plan(
+    model: nn.Module,
+    loss: Callable[..., Tensor] | None = None,
+    inputs: dict[str, InputSpec] | None = None,
+    optimizer: Optimizer | None = None,
+    rewrite: bool = True,
+) -> Compilation:
+    """`compile()` up to the plan, with no device: trace, optimize, lower and plan the buffers."""
+    from meganeura import rewrite as rewrite_stage
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"compile() expects an nn.Module, got {type(model).__name__}")
+    inputs = inputs or {}
+    traced = trace_step(model, loss, inputs, optimizer, recognize=rewrite)
+    fused_graph, report = rewrite_stage.optimize(traced.graph, enabled=rewrite)
+    if traced.recognition is not None and rewrite:
+        report.merge_recognition(traced.recognition)
+    lowering = time.perf_counter()
+    compiled = compile_step(fused_graph)
+    timings = dict(traced.timings)
+    if report.enabled:
+        timings |= {"encode": report.encode_s, "saturate": report.saturate_s, "extract": report.extract_s}
+        timings["decode"] = report.decode_s
+    timings["lower"] = time.perf_counter() - lowering
+    return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings)
+
+
 class Program:
     """A compiled step on the GPU: `train_step(**arrays)` for training, `program(**arrays)` for inference."""
 
-    def __init__(self, traced: TracedStep, inputs: dict[str, InputSpec], rewrite: bool = True) -> None:
-        from meganeura import rewrite as rewrite_stage
+    def __init__(self, compilation: Compilation) -> None:
         from meganeura import runtime
 
-        self.inputs = dict(inputs)
-        self.traced = traced
-        self.graph = traced.graph
-        self.fused_graph, self.rewrite_report = rewrite_stage.optimize(traced.graph, enabled=rewrite)
-        if traced.recognition is not None and rewrite:
-            self.rewrite_report.merge_recognition(traced.recognition)
+        self.compilation = compilation
+        self.inputs = compilation.inputs
+        self.traced = compilation.traced
+        self.graph = self.traced.graph
+        self.fused_graph, self.rewrite_report = compilation.fused_graph, compilation.rewrite_report
+        self.compiled: CompiledStep = compilation.compiled
         self.is_training = "loss" in self.graph.outputs
-        self.compiled: CompiledStep = compile_step(self.fused_graph)
+        traced = self.traced
         if _EXPLAIN:
             _EXPLAIN[-1].append(self)
             self.executable = None
@@ -319,7 +369,4 @@ def compile(
     Programs compiled from the same model share its parameters on the GPU. `rewrite=False`
     skips the e-graph (every op becomes its own kernel), for comparisons.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"compile() expects an nn.Module, got {type(model).__name__}")
-    traced = trace_step(model, loss, inputs or {}, optimizer, recognize=rewrite)
-    return Program(traced, inputs or {}, rewrite=rewrite)
+    return Program(compile_plan(model, loss, inputs, optimizer, rewrite))
