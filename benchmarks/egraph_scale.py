@@ -38,8 +38,8 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.compiler import trace_step
-from meganeura.tensor import Tensor
 from meganeura.rewrite import optimize
+from meganeura.tensor import Tensor
 
 HIDDEN = 576
 HEADS = 9

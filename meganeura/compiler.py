@@ -11,8 +11,9 @@ e-graph, and hand the plan to the GPU runtime. `Program` is what the user gets b
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import gc
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,7 +136,11 @@ def trace_step(
         builder.sources = (user_source_line(),)
         initial_states = optimizer.build_updates(builder, trainable)
     graph = graph.pruned()
-    timings = {"trace": traced - started, "recognize": recognized - traced, "autodiff": time.perf_counter() - recognized}
+    timings = {
+        "trace": traced - started,
+        "recognize": recognized - traced,
+        "autodiff": time.perf_counter() - recognized,
+    }
     return TracedStep(graph, dict(model.named_state()), initial_states, label_bounds(graph), recognition, timings)
 
 
@@ -238,11 +243,35 @@ def compile_plan(
     rewrite: bool = True,
 ) -> Compilation:
     """`compile()` up to the plan, with no device: trace, optimize, lower and plan the buffers."""
-    from meganeura import rewrite as rewrite_stage
-
     if not isinstance(model, nn.Module):
         raise TypeError(f"compile() expects an nn.Module, got {type(model).__name__}")
-    inputs = inputs or {}
+    with cyclic_gc_paused():
+        return compilation_of(model, loss, inputs or {}, optimizer, rewrite)
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused():
+    """Python's cyclic garbage collector off for a while (back on after, if it was on).
+
+    Compiling allocates hundreds of thousands of small objects that live until it ends (IR nodes,
+    e-nodes, memoised expansions); each collection walks them all again, which cost 0.3 s of the
+    2.3 s that the SmolLM2-shaped step took to compile (benchmarks/compile_scale.py). Nothing a
+    compilation builds needs the collector: what is garbage is freed by reference counting, or at
+    the next collection after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def compilation_of(
+    model: nn.Module, loss: Callable[..., Tensor] | None, inputs: dict, optimizer: Optimizer | None, rewrite: bool
+) -> Compilation:
+    from meganeura import rewrite as rewrite_stage
+
     traced = trace_step(model, loss, inputs, optimizer, recognize=rewrite)
     fused_graph, report = rewrite_stage.optimize(traced.graph, enabled=rewrite)
     if traced.recognition is not None and rewrite:
@@ -252,7 +281,7 @@ def compile_plan(
     timings = dict(traced.timings)
     if report.enabled:
         timings |= {"encode": report.encode_s, "saturate": report.saturate_s, "extract": report.extract_s}
-        timings["decode"] = report.decode_s
+        timings |= {"decode": report.decode_s, "report": report.report_s}
     timings["lower"] = time.perf_counter() - lowering
     return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings)
 

@@ -1,7 +1,7 @@
 """The e-graph stage end to end: the traced MLP step is fused as intended, the plan computes what
 the original did (numpy interpreter), the report says what happened, budgets and idempotence.
 
-Per-family rule tests are in test_rewrite_<family>.py; helpers in test_rewrite_support.py."""
+Per-family rule tests are in test_rewrite_<family>.py; helpers in conftest.py."""
 
 from __future__ import annotations
 
@@ -27,8 +27,12 @@ from meganeura.compiler import trace_step
 from meganeura.ir.expr import parse
 from meganeura.ir.graph import Graph
 from meganeura.rewrite import FAMILIES, RULE_NAMES, Budget, RewriteReport, optimize
-from meganeura.rewrite.cost import graph_cost
-from meganeura.rewrite.families import all_rules
+from meganeura.rewrite.encode import Encoding, empty_egraph, encode
+from meganeura.rewrite.extract import Extractor, input_choice
+from meganeura.rewrite.families import all_rules, family_facts
+from meganeura.rewrite.pipeline import root_classes
+from meganeura.rewrite.saturate import saturate
+from meganeura.rewrite.view import EGraphView, read_egraph
 
 # ---------------------------------------------------------------------------------------------
 # The MLP training step
@@ -306,10 +310,66 @@ def test_graph_without_fusion_sites_is_unchanged():
     assert result[unused].op == "param" and report.kernels_after == report.kernels_before == 1
 
 
-def test_cost_after_matches_the_graph_cost_of_the_result():
-    graph, *_ = mlp_step()
-    fused, report = optimize(graph)
-    assert report.cost_after == graph_cost(fused) and report.cost_before == graph_cost(graph)
+def searched(graph: Graph) -> tuple[Extractor, Encoding, EGraphView, list[int]]:
+    """The extraction stage of `optimize`, its extractor kept after the search."""
+    with empty_egraph() as egraph:
+        encoding = encode(graph, egraph)
+        egraph.parse_and_run_program("\n".join(family_facts(graph, encoding.encoded_ids, set(FAMILIES))))
+        saturate(egraph)
+        view = read_egraph(egraph)
+    extractor = Extractor(view, encoding)
+    roots = root_classes(graph, view.class_of_ir)
+    extractor.start(roots, input_choice(extractor, view, encoding))
+    extractor.search()
+    return extractor, encoding, view, roots
+
+
+def test_search_totals_kept_incrementally_match_the_plan_evaluated_from_scratch():
+    # The search keeps the plan's cost by increments and undoes rejected moves from a journal;
+    # evaluating its final choice afresh must give the same materialised classes and totals.
+    graph = block_step()[0].graph
+    extractor, encoding, view, roots = searched(graph)
+    fresh = Extractor(view, encoding)
+    fresh.start(roots, extractor.choice)
+    assert fresh.current == extractor.current
+    assert fresh.objective() == extractor.objective()
+    assert [fresh.refcount[c] for c in fresh.current] == [extractor.refcount[c] for c in fresh.current]
+    assert extractor.plan().cost.units == extractor.total > 0
+
+
+def test_rollback_restores_the_plan_state():
+    graph = block_step()[0].graph
+    extractor, encoding, view, roots = searched(graph)
+    state = (dict(extractor.choice), dict(extractor.current), list(extractor.refcount), extractor.objective())
+    moved = 0
+    for eclass, options in extractor.options.items():
+        if len(options) < 2 or not extractor.refcount[eclass]:
+            continue
+        mark = extractor.checkpoint()
+        extractor.set_option(eclass, (extractor.choice[eclass] + 1) % len(options))
+        moved += extractor.objective() != state[3]
+        extractor.rollback(mark)
+    assert moved > 10  # the moves changed the plan, and each was undone
+    assert (dict(extractor.choice), dict(extractor.current), list(extractor.refcount), extractor.objective()) == state
+    # Every use of a mode or a memo that evaluating the plan afresh records is still recorded
+    # (more may be: a stale entry costs one re-evaluation, a missing one a wrong plan).
+    fresh = Extractor(view, encoding)
+    fresh.start(roots, extractor.choice)
+    for table, kept in ((fresh.mode_dependents, extractor.mode_dependents), (fresh.dependents, extractor.dependents)):
+        assert table and all(users <= kept.get(key, set()) for key, users in table.items())
+
+
+def test_each_optimization_starts_from_an_empty_egraph():
+    # The declared e-graph is reused across compilations (its state pushed and popped): a graph
+    # optimized after another gets the same e-graph and plan as in an e-graph of its own.
+    first, *_ = mlp_step(batch=4, n_in=6, hidden=8, n_out=3)
+    second = block_step()[0].graph
+    optimize(first)
+    _, after_another = optimize(second)
+    with empty_egraph():  # holds the template: the next optimization declares a new e-graph
+        _, alone = optimize(second)
+    assert after_another.enodes == alone.enodes > 0
+    assert after_another.cost_after == alone.cost_after
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,14 +395,18 @@ class Block(nn.Module):
         return x + self.down(F.silu(self.gate(x)) * self.up(x))
 
 
-def test_transformer_block_step_keeps_results_and_uses_every_family():
-    model = Block()
+def block_step():
+    """The traced AdamW training step of `Block`, and its input spec."""
 
     def loss(model, x, target):
         return F.mse_loss(model(x), target)
 
     spec = {"x": mn.f32[2, 5, 8], "target": mn.f32[2, 5, 8]}
-    traced = trace_step(model, loss, spec, optim.AdamW(lr=1e-2))
+    return trace_step(Block(), loss, spec, optim.AdamW(lr=1e-2)), spec
+
+
+def test_transformer_block_step_keeps_results_and_uses_every_family():
+    traced, spec = block_step()
     graph = traced.graph
     fused, report = optimize(graph)
     rng = np.random.default_rng(3)

@@ -40,6 +40,7 @@ FAMILY = "conv"
 
 UNFOLD = "(= c (Unfold x wk ws wp))"  # x's columns for window (k, st, p)
 CONV = "(ConvKernel mode a b wk ws wp img chunks e)"
+PLAIN_CONV = "(ConvKernel mode a b wk ws wp img chunks (Acc))"  # the epilogue $acc
 
 CONV_FORWARD = Rule(
     "conv_forward",
@@ -108,7 +109,7 @@ CONV_MENTIONS = Rule(
     "conv_mentions",
     FAMILY,
     "the Pw classes that load a conv kernel's result (helper of conv_epilogue)",
-    (rule(["(= l (Load t))", f"(= t {CONV})"], "(mentions l t)"),),
+    (rule(["(= l (Load t))", f"(= t {PLAIN_CONV})"], "(set (mentions l t) 0)"),),
 )
 
 CONV_EPILOGUE = Rule(
@@ -117,8 +118,8 @@ CONV_EPILOGUE = Rule(
     "a pointwise kernel of a conv kernel's shape reading its result becomes the conv's epilogue",
     (
         rule(
-            ["(= k (Kernel body s))", "(mentions body t)", f"(= t {CONV})", "(= s (shape t))"],
-            "(union k (ConvKernel mode a b wk ws wp img chunks (Replace body t e)))",
+            ["(= k (Kernel body s))", "(= d (mentions body t))", f"(= t {PLAIN_CONV})", "(= s (shape t))"],
+            "(union k (ConvKernel mode a b wk ws wp img chunks (Replace body t (Acc))))",
         ),
     ),
 )

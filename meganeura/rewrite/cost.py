@@ -14,7 +14,8 @@ computed once: DAG cost).
 
 `price` takes what both callers know: the op a kernel runs (for an e-node, the IR op it decodes
 to), its result types, the bytes of the distinct tensors it reads, and its flops (`kernel_flops`,
-from the op's declaration). The pipeline checks that the plan's cost, summed by extraction,
+from the op's declaration); extraction keeps the part that does not depend on the reads per
+option (`pricing`). The pipeline checks that the plan's cost, summed by extraction,
 equals `graph_cost` of the decoded graph.
 
 Why bytes: elementwise kernels and epilogues are bound by memory traffic.
@@ -83,14 +84,38 @@ def kernel_flops(op: str, attrs: dict, operands: Sequence[TensorType], results: 
     return definition.flops(list(operands), tuple(results), attrs) if definition.flops else 0
 
 
+@dataclass(frozen=True)
+class Pricing:
+    """What one kernel costs apart from its reads (which differ between plans): its results'
+    bytes, its flops, and whether it launches at all (buffers and views do not)."""
+
+    launches: bool
+    written: int = 0
+    flops: int = 0
+
+    def units(self, read_bytes: int) -> int:
+        """The kernel's `Cost.units` when it reads `read_bytes` (extraction's hot path)."""
+        if not self.launches:
+            return 0
+        return 8 * (read_bytes + self.written) + self.flops * (8 // FLOPS_PER_BYTE) + 8 * DISPATCH_COST_BYTES
+
+    def cost(self, read_bytes: int) -> Cost:
+        if not self.launches:
+            return FREE
+        return Cost(read_bytes + self.written, self.flops, 1, self.units(read_bytes))
+
+
+def pricing(op: str, results: Sequence[TensorType], flops: int) -> Pricing:
+    """The pricing of a kernel running `op` with these results and `flops` (module docstring)."""
+    if not op_def(op).kernel:
+        return Pricing(False)
+    return Pricing(True, sum(t.nbytes for t in results), flops)
+
+
 def price(op: str, results: Sequence[TensorType], read_bytes: int, flops: int) -> Cost:
     """The cost of one kernel running `op`: it reads `read_bytes` (its distinct tensors), writes its
     results and computes `flops` (see the module docstring); free for buffers and views."""
-    if not op_def(op).kernel:
-        return FREE
-    moved = read_bytes + sum(t.nbytes for t in results)
-    units = 8 * moved + flops * (8 // FLOPS_PER_BYTE) + 8 * DISPATCH_COST_BYTES
-    return Cost(moved, flops, 1, units)
+    return pricing(op, results, flops).cost(read_bytes)
 
 
 def constant_node(graph: Graph, node_id: int) -> bool:

@@ -40,9 +40,11 @@ of a kernel's e-class helps, one compound move is tried, once per e-class: its m
 (stored ↔ inline) and then each e-class reading it switched to its best option given that
 (`switch_and_repair`), kept only if the plan's cost drops. Switching A back to stored from the
 prologues of its matmuls pays only together with its weight gradient reading A directly instead
-of a transposed product and a permute. Switches are evaluated incrementally: reference counts
+of a transposed product and a permute. (Compound moves are tried only where a reader has an
+option with a prologue: `prologue_readers`.) Switches are evaluated incrementally: reference counts
 of readers decide which values are materialised, and a change of mode re-expands only the
-kernels that inlined or loaded that e-class. Passes repeat, each over the e-classes near the
+kernels that inlined or loaded that e-class; a rejected switch is undone from a journal of its
+changes (`rollback`), without evaluating anything again. Passes repeat, each over the e-classes near the
 previous pass's accepted switches, until no switch helps (or `max_passes`). The result is
 always a complete, acyclic plan (the start is one, and every step keeps one; `Extractor.check`
 makes sure).
@@ -50,6 +52,7 @@ makes sure).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -58,7 +61,7 @@ from typing import NamedTuple
 
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import infer_type, op_def
-from meganeura.rewrite.cost import Cost, kernel_flops, price
+from meganeura.rewrite.cost import Cost, Pricing, kernel_flops, pricing
 from meganeura.rewrite.encode import Encoding, TermData
 from meganeura.rewrite.kernels import priced_as, prologue_operand, tree_loads
 from meganeura.rewrite.plan import Plan, PlanEntry, Provenance, PwTree
@@ -70,6 +73,13 @@ from meganeura.rewrite.view import EGraphView
 INVALID = 10**30  # the units of an invalid option: a move that makes one is always undone
 MAX_PASSES = 6
 NO_RANK = 1 << 62
+# What the journal records (`Extractor.log`), with what undoing it needs.
+CHOICE, CURRENT, REFCOUNT, MEMO, ADDED, CREATED, POPPED, REMOVED, USES = range(9)
+MISSING = object()
+# The forms of `Option.form`
+PLAIN, POINTWISE, MATMUL, REDUCE, PROLOGUE = range(5)
+FORMS = {"Kernel": POINTWISE, "MatmulKernel": MATMUL, "ConvKernel": MATMUL, "ReduceKernel": REDUCE}
+FORMS["MatmulPrologue"] = PROLOGUE
 PW_CALL_NODES = ("PUnary", "PBinary", "PTernary")
 
 
@@ -77,18 +87,26 @@ PW_CALL_NODES = ("PUnary", "PBinary", "PTernary")
 class Option:
     """One way to compute an e-class: an e-node, and (for a pointwise kernel) whether it is inlined.
 
-    `op` is the IR op the e-node is priced and decoded as, `flops` its arithmetic (static: it
-    depends on shapes only) and `launches` whether it runs a kernel (leaves, reshapes and
-    projections are buffers or views)."""
+    `op` is the IR op the e-node is priced and decoded as, `flops` its arithmetic and `pricing`
+    its cost apart from its reads (static: they depend on shapes only); `launches` is whether it
+    runs a kernel (leaves, reshapes and projections are buffers or views)."""
 
     node: ENode
     inline: bool = False
     op: str = ""
     flops: int = 0
+    pricing: Pricing = Pricing(False)
+    # How `Extractor.evaluate` reads it, fixed by the e-node: its form (one of FORMS), the Term
+    # classes it reads besides its bodies, whether their ranks are below the e-class's, and the
+    # elements its prologue runs over (a reduction's input, a matmul's A).
+    form: int = field(default=0, compare=False)
+    terms: tuple[int, ...] = field(default=(), compare=False)
+    terms_ok: bool = field(default=True, compare=False)
+    prologue_numel: int = field(default=0, compare=False)
 
     @property
     def launches(self) -> bool:
-        return op_def(self.op).kernel
+        return self.pricing.launches
 
 
 @dataclass
@@ -160,6 +178,7 @@ class Extractor:
         for eclass, types in enumerate(self.types):
             self.type[eclass] = types[0] if types is not None and len(types) == 1 else None
         self.nbytes = [sum(t.nbytes for t in ts) if ts is not None else 0 for ts in self.types]
+        self.numel = [t.numel if t is not None else 0 for t in self.type]
         self.constant = self.constant_classes()
         self.read_bytes = [0 if self.constant[c] else self.nbytes[c] for c in range(count)]
         self.pw: dict[int, PwInfo] = {}
@@ -174,12 +193,15 @@ class Extractor:
         self.memo: dict[int, Expansion] = {}
         self.dependents: dict[int, set[int]] = {}  # Pw class -> keys whose evaluation used its memo
         self.mode_dependents: dict[int, set[int]] = {}  # Term class -> keys that consulted its mode
+        self.uses: dict[int, list[tuple[dict, int]]] = {}  # key -> where its evaluation registered
+        self.frames: list[list[tuple[dict, int]]] = []  # the registrations of the keys being evaluated
         self.stack: set[int] = set()
         self.total = 0
         self.total2 = 0
         self.total3 = 0
         self.roots: list[int] = []
         self.touched: list[int] = []  # e-classes materialised or dropped by the current switch
+        self.log: list[tuple] = []  # every change of the plan state since the last `commit`
 
     # -- e-graph facts ---------------------------------------------------------------------
 
@@ -291,11 +313,22 @@ class Extractor:
                     continue  # the kernel twin with a trivial epilogue computes the same thing
                 if node.op == "MatmulKernel" and self.prologue_twin(node) is not None:
                     continue  # its prologue form reads A the same way while A is stored
-                op, flops = self.priced_as(node)
-                options.append(Option(node, False, op, flops))
+                option = self.option_of(node)
+                options.append(option)
                 if node.op == "Kernel":
-                    options.append(Option(node, True, op, flops))
+                    options.append(dataclasses.replace(option, inline=True))
             self.options[eclass] = options
+
+    def option_of(self, node: ENode) -> Option:
+        """The stored option of an e-node, priced."""
+        op, flops = self.priced_as(node)
+        form = FORMS.get(node.op, PLAIN)
+        terms = {MATMUL: node.children[:2], PROLOGUE: node.children[1:2], PLAIN: node.children}.get(form, ())
+        numel = {REDUCE: 3, PROLOGUE: 0}
+        prologue_numel = TensorType(node.primitives[numel[form]]).numel if form in numel else 0
+        terms_ok = all(self.rank[t] < self.rank[node.eclass] for t in terms)
+        cost = pricing(op, self.types[node.eclass], flops)
+        return Option(node, False, op, flops, cost, form, terms, terms_ok, prologue_numel)
 
     def priced_as(self, node: ENode) -> tuple[str, int]:
         """(the IR op an e-node decodes to, its flops), for `cost.price`."""
@@ -359,14 +392,17 @@ class Extractor:
             if not info.loads:
                 return BAD
             s = info.loads[0]
-            result = self.memo[pw_class] = Expansion(frozenset((s,)), self.rank[s])
+            result = Expansion(frozenset((s,)), self.rank[s])
+            self.set_memo(pw_class, result)
             return result
         self.stack.add(pw_class)
+        self.frames.append([])
         result = merge(self.child(child, pw_class) for child in node.children)
+        self.set_uses(pw_class, self.frames.pop())
         if result.ok and node.op in PW_CALL_NODES:
             result = result._replace(ops=result.ops + 1)
         self.stack.discard(pw_class)
-        self.memo[pw_class] = result
+        self.set_memo(pw_class, result)
         return result
 
     def child(self, pw_class: int, parent: int) -> Expansion:
@@ -378,60 +414,64 @@ class Extractor:
             return EMPTY
         if info.loads:
             for s in info.loads:
-                self.mode_dependents.setdefault(s, set()).add(parent)
+                self.register(self.mode_dependents, s, parent)
             for s in info.loads:
                 if self.inline_mode(s):
-                    self.dependents.setdefault(pw_class, set()).add(parent)
+                    self.register(self.dependents, pw_class, parent)
                     inner = self.root(pw_class)
                     if not inner.ok:
                         return BAD
                     return Expansion(inner.loads, max(inner.max_rank, self.rank[s]), True, inner.ops)
             s = info.loads[0]
             return Expansion(frozenset((s,)), self.rank[s])
-        self.dependents.setdefault(pw_class, set()).add(parent)
+        self.register(self.dependents, pw_class, parent)
         return self.root(pw_class)
 
     # -- evaluating options ------------------------------------------------------------------------
 
     def evaluate(self, eclass: int) -> Evaluation:
+        """The reads and cost of the e-class's chosen option, its uses of modes and memos recorded."""
+        self.frames.append([])
+        evaluation = self.evaluation(eclass)
+        self.set_uses(eclass, self.frames.pop())
+        return evaluation
+
+    def evaluation(self, eclass: int) -> Evaluation:
         """The reads and cost of the e-class's chosen option (priced by `cost.price`)."""
         option = self.options[eclass][self.choice[eclass]]
-        node = option.node
-        rank = self.rank[eclass]
-        op = node.op
-        out_numel = self.type[eclass].numel if self.type[eclass] is not None else 0
-        if op == "Kernel":
-            self.dependents.setdefault(node.children[0], set()).add(eclass)
-            expansion = self.root(node.children[0])
-            terms: tuple[int, ...] = ()
+        if not option.terms_ok:
+            return Evaluation(frozenset(), INVALID, 0, False)
+        children = option.node.children
+        form = option.form
+        out_numel = self.numel[eclass]
+        if form == POINTWISE:
+            self.register(self.dependents, children[0], eclass)
+            expansion = self.root(children[0])
             work = expansion.ops * out_numel
-        elif op in ("MatmulKernel", "ConvKernel"):
-            expansion = self.child(node.children[2], eclass)
-            terms = node.children[:2]
+        elif form == MATMUL:
+            expansion = self.child(children[2], eclass)
             work = expansion.ops * out_numel
-        elif op == "ReduceKernel":
-            prologue, epilogue = self.child(node.children[0], eclass), self.child(node.children[1], eclass)
+        elif form == REDUCE:
+            prologue, epilogue = self.child(children[0], eclass), self.child(children[1], eclass)
             expansion = merge((prologue, epilogue))
-            terms = ()
-            work = prologue.ops * TensorType(node.primitives[3]).numel + epilogue.ops * out_numel
-        elif op == "MatmulPrologue":
-            loaded, finish = self.prologue_expansion(node, eclass), self.child(node.children[2], eclass)
+            work = prologue.ops * option.prologue_numel + epilogue.ops * out_numel
+        elif form == PROLOGUE:
+            loaded, finish = self.prologue_expansion(option.node, eclass), self.child(children[2], eclass)
             expansion = merge((loaded, finish))
-            terms = (node.children[1],)
-            work = loaded.ops * TensorType(node.primitives[0]).numel + finish.ops * out_numel
+            work = loaded.ops * option.prologue_numel + finish.ops * out_numel
         else:
             expansion = EMPTY
-            terms = node.children
             work = 0
-        if not expansion.ok or expansion.max_rank >= rank or any(self.rank[t] >= rank for t in terms):
+        if not expansion.ok or expansion.max_rank >= self.rank[eclass]:
             return Evaluation(frozenset(), INVALID, 0, False)
+        terms = option.terms
         reads = expansion.loads.union(terms) if terms else expansion.loads
         if not option.launches:
             return Evaluation(reads, 0, 0, True)
         read_bytes = self.read_bytes
-        cost = price(option.op, self.types[eclass], sum([read_bytes[s] for s in reads]), option.flops)
+        units = option.pricing.units(sum([read_bytes[s] for s in reads]))
         leafish = self.leafish
-        return Evaluation(reads, cost.units, sum([1 for s in reads if not leafish[s]]), True, work)
+        return Evaluation(reads, units, sum([1 for s in reads if not leafish[s]]), True, work)
 
     def prologue_operand(self, loads: Iterable[int], a_shape: tuple[int, ...]) -> int | None:
         """The tensor a prologue reads as the matmul's A input (`$a`), see `kernels.prologue_operand`."""
@@ -453,6 +493,111 @@ class Extractor:
             return ("load", self.prologue_operand(self.pw[node.children[0]].loads, node.primitives[0]))
         return tree
 
+    # -- plan state: a journal, so that a rejected move is undone without evaluating anything ---------
+
+    def set_current(self, key: int, evaluation: Evaluation | None) -> None:
+        """Record e-class `key` as materialised with `evaluation` (None: no longer materialised)."""
+        self.log.append((CURRENT, key, self.current.get(key, MISSING)))
+        if evaluation is None:
+            del self.current[key]
+        else:
+            self.current[key] = evaluation
+
+    def set_memo(self, pw_class: int, expansion: Expansion | None) -> None:
+        """Memoise (or, with None, forget) the expansion of a Pw class."""
+        old = self.memo.get(pw_class, MISSING)
+        if expansion is None:
+            if old is MISSING:
+                return
+            del self.memo[pw_class]
+        else:
+            self.memo[pw_class] = expansion
+        self.log.append((MEMO, pw_class, old))
+
+    def register(self, table: dict[int, set[int]], key: int, parent: int) -> None:
+        """Note in `table` (`dependents` or `mode_dependents`) that the evaluation of `parent` (the
+        key being evaluated) used `key`."""
+        members = table.get(key)
+        if members is None:
+            members = table[key] = set()
+            self.log.append((CREATED, table, key))
+        if parent not in members:
+            members.add(parent)
+            self.log.append((ADDED, members, parent))
+        self.frames[-1].append((table, key))
+
+    def set_uses(self, key: int, uses: list[tuple[dict, int]]) -> None:
+        """Record where `key`'s evaluation (or memo) registered itself, for `forget`."""
+        old = self.uses.get(key, MISSING)
+        if old is MISSING and not uses:
+            return
+        self.log.append((USES, key, old))
+        self.uses[key] = uses
+
+    def forget(self, parent: int) -> None:
+        """Take `parent` out of every table its evaluation registered in: that evaluation (or
+        memo) is gone, so a change of what it used need not re-evaluate it. (Left in, such stale
+        entries made a change of one class re-evaluate every later block of a residual stream.)"""
+        where = self.uses.pop(parent, None)
+        if where is None:
+            return
+        self.log.append((USES, parent, where))
+        for table, key in where:
+            members = table.get(key)
+            if members is not None and parent in members:
+                members.discard(parent)
+                self.log.append((REMOVED, members, parent))
+
+    def pop_dependents(self, table: dict[int, set[int]], key: int) -> set[int] | tuple:
+        """Take the keys that used `key` out of `table` (they are about to be re-evaluated)."""
+        members = table.pop(key, None)
+        if members is None:
+            return ()
+        self.log.append((POPPED, table, key, members))
+        return members
+
+    def checkpoint(self) -> tuple[int, int, int, int]:
+        return (len(self.log), self.total, self.total2, self.total3)
+
+    def rollback(self, mark: tuple[int, int, int, int]) -> None:
+        """Undo every change since `checkpoint()` returned `mark`, newest first."""
+        length, self.total, self.total2, self.total3 = mark
+        log = self.log
+        while len(log) > length:
+            entry = log.pop()
+            kind = entry[0]
+            if kind == CURRENT:
+                if entry[2] is MISSING:
+                    del self.current[entry[1]]
+                else:
+                    self.current[entry[1]] = entry[2]
+            elif kind == REFCOUNT:
+                self.refcount[entry[1]] -= entry[2]
+            elif kind == MEMO:
+                if entry[2] is MISSING:
+                    del self.memo[entry[1]]
+                else:
+                    self.memo[entry[1]] = entry[2]
+            elif kind == ADDED:
+                entry[1].discard(entry[2])
+            elif kind == CREATED:
+                del entry[1][entry[2]]
+            elif kind == REMOVED:
+                entry[1].add(entry[2])
+            elif kind == USES:
+                if entry[2] is MISSING:
+                    del self.uses[entry[1]]
+                else:
+                    self.uses[entry[1]] = entry[2]
+            elif kind == POPPED:
+                entry[1][entry[2]] = entry[3]
+            else:  # CHOICE
+                self.choice[entry[1]] = entry[2]
+
+    def commit(self) -> None:
+        """Keep the changes made so far (nothing before this can be rolled back)."""
+        self.log.clear()
+
     # -- plan state: reference counts --------------------------------------------------------------
 
     def incref(self, eclass: int) -> None:
@@ -460,10 +605,11 @@ class Extractor:
         while stack:
             s = stack.pop()
             self.refcount[s] += 1
+            self.log.append((REFCOUNT, s, 1))
             if self.refcount[s] == 1:
                 self.touched.append(s)
                 evaluation = self.evaluate(s)
-                self.current[s] = evaluation
+                self.set_current(s, evaluation)
                 self.total += evaluation.units
                 self.total2 += evaluation.nonleaf_reads
                 self.total3 += evaluation.work
@@ -474,9 +620,12 @@ class Extractor:
         while stack:
             s = stack.pop()
             self.refcount[s] -= 1
+            self.log.append((REFCOUNT, s, -1))
             if self.refcount[s] == 0:
                 self.touched.append(s)
-                evaluation = self.current.pop(s)
+                evaluation = self.current[s]
+                self.set_current(s, None)
+                self.forget(s)
                 self.total -= evaluation.units
                 self.total2 -= evaluation.nonleaf_reads
                 self.total3 -= evaluation.work
@@ -493,8 +642,9 @@ class Extractor:
                 continue
             seen.add(key)
             if self.view.is_pw[key]:
-                self.memo.pop(key, None)
-                queue.extend(self.dependents.pop(key, ()))
+                self.set_memo(key, None)
+                self.forget(key)
+                queue.extend(self.pop_dependents(self.dependents, key))
             else:
                 affected.add(key)
         return affected
@@ -502,19 +652,21 @@ class Extractor:
     def set_option(self, eclass: int, index: int) -> None:
         """Switch an e-class to another option, updating the materialised set and the totals."""
         old = self.options[eclass][self.choice[eclass]]
+        self.log.append((CHOICE, eclass, self.choice[eclass]))
         self.choice[eclass] = index
         affected = {eclass}
         if old.inline != self.options[eclass][index].inline:
-            affected |= self.invalidate(self.mode_dependents.pop(eclass, ()))
+            affected |= self.invalidate(self.pop_dependents(self.mode_dependents, eclass))
         increments: list[int] = []
         decrements: list[int] = []
         self.touched.extend(affected)
         for key in affected:
+            self.forget(key)
             before = self.current.get(key)
             if before is None:
                 continue
             after = self.evaluate(key)
-            self.current[key] = after
+            self.set_current(key, after)
             self.total += after.units - before.units
             self.total2 += after.nonleaf_reads - before.nonleaf_reads
             self.total3 += after.work - before.work
@@ -537,6 +689,7 @@ class Extractor:
         self.roots = roots
         for root in roots:
             self.incref(root)
+        self.commit()
 
     def search(self, max_passes: int = MAX_PASSES, deadline: float | None = None) -> int:
         """Local search over single switches; returns the number of passes run.
@@ -566,6 +719,7 @@ class Extractor:
                     # What the option read before: their other readers may now pay to switch too
                     # (the last reader of a tensor frees it).
                     old_reads = self.current[eclass].reads if eclass in self.current else frozenset()
+                    mark = self.checkpoint()
                     self.set_option(eclass, index)
                     if self.objective() < before:
                         current = index
@@ -573,14 +727,21 @@ class Extractor:
                         touched.update(self.touched)
                         touched.update(old_reads)
                     else:
-                        self.set_option(eclass, current)
+                        self.rollback(mark)
+                    self.commit()
                 toggle = self.mode_twin(eclass)
-                if current == start and toggle is not None and eclass not in compounds_tried:
+                if (
+                    current == start
+                    and toggle is not None
+                    and eclass not in compounds_tried
+                    and self.prologue_readers(eclass, readers)
+                ):
                     compounds_tried.add(eclass)
                     self.touched = []
                     changed = self.switch_and_repair(eclass, toggle, readers.get(eclass, set()))
                     inline = self.choice[eclass] if self.option(eclass).inline else self.mode_twin(eclass)
                     changed += self.switch_and_repair(eclass, inline, readers.get(eclass, set()), detach=True)
+                    self.commit()
                     if changed:
                         touched.update(changed)
                         touched.update(self.touched)
@@ -592,12 +753,25 @@ class Extractor:
                 worklist.update(readers.get(eclass, ()))
         return passes
 
+    def prologue_readers(self, eclass: int, readers: dict[int, set[int]]) -> bool:
+        """Whether a class reading `eclass` has an option with a prologue (a matmul's or a
+        reduction's), which may recompute `eclass` there: only then does a compound move on
+        `eclass` pay. Its readers' other options follow a switch of its mode by themselves (a
+        pointwise kernel or an epilogue inlines what it loads in inline mode); on the four
+        models of benchmarks/compile_scale.py the moves this leaves out never changed a plan."""
+        return any(
+            option.form in (PROLOGUE, REDUCE)
+            for reader in readers.get(eclass, ())
+            if reader != eclass
+            for option in self.options[reader]
+        )
+
     def mode_twin(self, eclass: int) -> int | None:
         """The index of the chosen kernel's other mode (stored ↔ inline), if it is a kernel."""
         option = self.options[eclass][self.choice[eclass]]
         if option.node.op != "Kernel":
             return None
-        twin = Option(option.node, not option.inline, option.op, option.flops)
+        twin = dataclasses.replace(option, inline=not option.inline)
         return next((i for i, o in enumerate(self.options[eclass]) if o == twin), None)
 
     def switch_and_repair(self, eclass: int, index: int, readers: set[int], detach: bool = False) -> list[int]:
@@ -620,7 +794,8 @@ class Extractor:
         if not repairable:
             return []
         before = self.objective()
-        undo = [(eclass, self.choice[eclass])]
+        mark = self.checkpoint()
+        changed = [eclass]
         self.set_option(eclass, index)
         avoided = {eclass, *self.views_of(eclass, readers)} if detach else set()
         for reader in repairable:
@@ -631,17 +806,17 @@ class Extractor:
             for candidate in range(len(self.options[reader])):
                 if candidate == best_index:
                     continue
+                tried = self.checkpoint()
                 self.set_option(reader, candidate)
                 if not self.reads_any(reader, avoided) and (best is None or self.objective() < best):
                     best, best_index = self.objective(), candidate
                 else:
-                    self.set_option(reader, best_index)
+                    self.rollback(tried)
             if best_index != start:
-                undo.append((reader, start))
+                changed.append(reader)
         if self.objective() < before:
-            return [c for c, _ in undo]
-        for changed, previous in reversed(undo):
-            self.set_option(changed, previous)
+            return changed
+        self.rollback(mark)
         return []
 
     def views_of(self, eclass: int, readers: set[int]) -> set[int]:
@@ -800,7 +975,7 @@ class Extractor:
             option = self.option(eclass)
             node = self.stored_a_twin(option.node) or option.node
             if node is not option.node:
-                option = Option(node, False, *self.priced_as(node))
+                option = self.option_of(node)
             bodies, events = self.bodies(node)
             terms = [c for c, f in zip(node.children, CONSTRUCTORS[node.op].children, strict=True) if f.sort == TERM]
             reads = list(dict.fromkeys([*terms, *(c for tree in bodies for c in tree_loads(tree))]))
@@ -810,7 +985,7 @@ class Extractor:
                     f"extraction: the plan's entry for e-class {eclass} reads {reads}, its evaluation {evaluated}"
                 )
             read_bytes = sum(self.read_bytes[c] for c in reads)
-            cost = price(option.op, self.types[eclass], read_bytes, option.flops)
+            cost = option.pricing.cost(read_bytes)
             through = tuple(event[2] for event in events if event[0] == "node")
             literals = tuple(dict.fromkeys(event[1] for event in events if event[0] == "lit"))
             inlined = tuple(dict.fromkeys(event[1] for event in events if event[0] == "inline"))
@@ -909,6 +1084,7 @@ def input_choice(extractor: Extractor, view: EGraphView, encoding: Encoding) -> 
     extractor.memo.clear()
     extractor.dependents.clear()
     extractor.mode_dependents.clear()
+    extractor.uses.clear()
     return choice
 
 

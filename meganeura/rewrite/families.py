@@ -25,7 +25,7 @@ def rules_program() -> str:
     """The egglog text declaring the family rulesets, their guard relations and every rule."""
     lines = [f"(ruleset {family})" for family in FAMILIES]
     lines += [getattr(module, "DECLARATIONS", "") for module in MODULES]
-    lines.extend(r.program() for r in all_rules())
+    lines.extend(r.program for r in all_rules())
     return "\n".join(lines)
 
 

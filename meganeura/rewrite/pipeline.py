@@ -8,7 +8,7 @@ from meganeura.ir.graph import PERSISTENT, Graph
 from meganeura.rewrite.attribution import UNATTRIBUTED, rule_savings, rule_uses
 from meganeura.rewrite.cost import Cost, graph_cost, kernel_count
 from meganeura.rewrite.decode import decode
-from meganeura.rewrite.encode import encode
+from meganeura.rewrite.encode import empty_egraph, encode
 from meganeura.rewrite.extract import MAX_PASSES, Extractor, input_choice
 from meganeura.rewrite.families import FAMILIES, all_rules, family_facts
 from meganeura.rewrite.report import FamilyStats, RewriteReport, RuleStats
@@ -36,15 +36,16 @@ def optimize(
         report = RewriteReport(False, kernels_before=count, kernels_after=count, cost_before=cost, cost_after=cost)
         return pruned, report
     started = time.perf_counter()
-    encoding = encode(graph)
-    scheduled = {family for phase in schedule for family in phase}
-    facts = family_facts(graph, encoding.encoded_ids, scheduled)
-    if facts:
-        encoding.egraph.parse_and_run_program("\n".join(facts))
-    encoded = time.perf_counter()
-    saturation = saturate(encoding.egraph, budget, schedule)
-    saturated = time.perf_counter()
-    view = read_egraph(encoding.egraph)
+    with empty_egraph() as egraph:
+        encoding = encode(graph, egraph)
+        scheduled = {family for phase in schedule for family in phase}
+        facts = family_facts(graph, encoding.encoded_ids, scheduled)
+        if facts:
+            egraph.parse_and_run_program("\n".join(facts))
+        encoded = time.perf_counter()
+        saturation = saturate(egraph, budget, schedule)
+        saturated = time.perf_counter()
+        view = read_egraph(egraph)
     extractor = Extractor(view, encoding)
     extractor.start(root_classes(graph, view.class_of_ir), input_choice(extractor, view, encoding))
     passes = extractor.search(max_passes)
@@ -97,6 +98,7 @@ def optimize(
             if eclass in decoded.node_of_class
         },
     )
+    report.report_s = time.perf_counter() - decoded_at
     return rewritten, report
 
 

@@ -59,6 +59,7 @@ class RewriteReport:
     saturate_s: float = 0.0
     extract_s: float = 0.0  # read the e-graph and extract the plan
     decode_s: float = 0.0  # the plan back to IR
+    report_s: float = 0.0  # costs, rule uses and savings for this report
     # For each node of the rewritten graph, the ids of the original IR nodes it computes (what a
     # fused kernel covers); empty when the e-graph was skipped.
     covers: dict[int, list[int]] = field(default_factory=dict)
@@ -88,7 +89,7 @@ class RewriteReport:
 
     @property
     def total_s(self) -> float:
-        return self.encode_s + self.saturate_s + self.extract_s + self.decode_s
+        return self.encode_s + self.saturate_s + self.extract_s + self.decode_s + self.report_s
 
     def __str__(self) -> str:
         lines = ["Rewrite report (e-graph)"]
@@ -125,7 +126,8 @@ class RewriteReport:
         )
         lines.append(
             f"  time: encode {ms(self.encode_s)}, saturate {ms(self.saturate_s)}, extract {ms(self.extract_s)}"
-            f" ({self.search_passes} search passes), decode {ms(self.decode_s)}, total {ms(self.total_s)}"
+            f" ({self.search_passes} search passes), decode {ms(self.decode_s)}, report {ms(self.report_s)}"
+            f", total {ms(self.total_s)}"
         )
         return "\n".join(lines)
 

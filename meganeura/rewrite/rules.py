@@ -25,6 +25,7 @@ The families, one module each: `algebra`, `pointwise`, `matmul`, `reductions`, `
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from meganeura.rewrite.schema import CONSTRUCTORS
@@ -43,9 +44,10 @@ class Rule:
     def egglog_names(self) -> list[str]:
         return [f"{self.name}#{index}" for index in range(len(self.variants))]
 
+    @functools.cached_property
     def program(self) -> str:
         """The egglog commands declaring this rule's variants in its family's ruleset, each with
-        its provenance actions."""
+        its provenance actions (built once per rule: every compilation declares them)."""
         commands = []
         for variant, name in zip(self.variants, self.egglog_names(), strict=True):
             commands.append(f'{with_provenance(variant, self.name)} :ruleset {self.family} :name "{name}")')

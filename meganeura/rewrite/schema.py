@@ -11,7 +11,7 @@ Rules name constructors through `term(op, …)` (keyword arguments by field name
 follow the declarations. Facts every rule may read: `(shape t)`, the shape of every Term e-class
 of one result (set at encode time for each IR node; rules only ever union new terms into
 existing classes, so every such class has one); `(perm_compose p q)` and `(perm_inverse p q)` for
-the permutation pairs the graph composes (`algebra.py`); `(mentions p t)`, Pw class p loads t
+the permutation pairs the graph composes (`algebra.py`); `(mentions p t)`, how deep below Pw class p a load of t lies
 (the epilogue rules).
 """
 
@@ -119,7 +119,7 @@ SCHEMA = (
     + """(function shape (Term) String :merge old)
 (function perm_compose (String String) String :merge old)
 (relation perm_inverse (String String))
-(relation mentions (Pw Term))
+(function mentions (Pw Term) i64 :merge (min old new))
 """
 )
 
