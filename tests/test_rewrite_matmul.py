@@ -235,3 +235,29 @@ def test_prologue_rule_never_makes_the_plan_costlier(monkeypatch, mkn, recompute
     _, without = check_rewrite(graph)
     assert report.cost_after.units <= without.cost_after.units
     assert (report.cost_after.units < without.cost_after.units) is recomputed
+
+
+def residual_stack(depth: int, width: int = 8) -> Graph:
+    """The gradient stream of `depth` residual blocks: g_i = g_{i+1} + (h_i ⊙ g_{i+1})·W_iᵀ, with
+    the input gradient and every weight gradient outputs."""
+    graph = Graph()
+    g = leaf(graph, "g", (4, width))
+    for i in range(depth):
+        h, w = leaf(graph, f"h{i}", (4, width)), leaf(graph, f"w{i}", (width, width), "param")
+        masked = node(graph, "mul", (g, node(graph, "greater", (h, const(graph, 0.0)))))
+        graph.outputs[f"dw{i}"] = matmul(graph, masked, h, transpose_a=True)
+        g = node(graph, "add", (g, matmul(graph, masked, w, transpose_b=True)))
+    graph.outputs["dx"] = g
+    return graph
+
+
+def test_residual_streams_keep_the_egraph_linear_in_depth():
+    # A body class holds its producers inlined down the chain, so the gradient of a residual
+    # stream could mention every matmul upstream; the epilogue rules reach only plain matmul
+    # kernels, MENTION_DEPTH calls deep, so each block adds the same number of e-nodes.
+    sizes = []
+    for depth in (8, 16, 32):
+        fused, report = check_rewrite(residual_stack(depth), "matmul_epilogue")
+        sizes.append(report.enodes)
+        assert len(live_nodes(fused, "fused_matmul")) >= depth  # each dX matmul absorbs the residual add
+    assert sizes[2] - sizes[1] == 2 * (sizes[1] - sizes[0]), sizes

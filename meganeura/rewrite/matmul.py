@@ -3,14 +3,18 @@ an elementwise producer of operand A folds into A's load (a prologue).
 
 `lift_matmul`: matmul(a, b, ta, tb) ≡ (MatmulKernel a b ta tb (Acc)), the epilogue `$acc`.
 
-`matmul_epilogue`: a pointwise kernel of the matmul's shape whose body loads the matmul's result t
-(anywhere in the body) is the matmul kernel with that body as its epilogue, t's loads replaced by
-t's own epilogue: (Kernel F s), t ≡ (MatmulKernel a b ta tb E), (shape t) = s →
-(MatmulKernel a b ta tb F[(Load t) := E]). Pointwise kernels are lifted one op at a time and
-inlined into each other (`pointwise.py`), so applying it again absorbs whole chains: the bias add
-and then the activation of a linear layer (forward), the relu mask multiply on dX = g·Wᵀ
-(backward), an optimizer update of a weight gradient (SGD's p − lr·g, whose g is not at the root
-of the update's body), a fused pointwise kernel of an already optimized graph.
+`matmul_epilogue`: a pointwise kernel of the matmul's shape whose body loads the result t of a
+plain matmul kernel (epilogue `$acc`; anywhere in the body, at most `MENTION_DEPTH` calls deep)
+is that matmul kernel with the body as its epilogue, t's loads replaced by `$acc`:
+(Kernel F s), t ≡ (MatmulKernel a b ta tb (Acc)), (shape t) = s →
+(MatmulKernel a b ta tb F[(Load t) := (Acc)]). Pointwise kernels are lifted one op at a time and
+inlined into each other (`pointwise.py`): the body class of a kernel already holds its producers
+inlined, so one application absorbs a whole chain: the bias add and then the activation of a
+linear layer (forward), the relu mask multiply on dX = g·Wᵀ (backward), an optimizer update of a
+weight gradient (SGD's p − lr·g, whose g is not at the root of the update's body), a fused
+pointwise kernel of an already optimized graph. Absorbing into a kernel that already has an
+epilogue would add nothing the chain does not give, and through a residual stream it would give
+every class a form per matmul upstream (see `matmul_mentions`).
 
 Guard: the kernel has the matmul's shape (`s` is both the kernel's shape and `(shape t)`), so
 every other tensor of the body broadcasts into the matmul's result and never enlarges it ([M,1]
@@ -25,7 +29,7 @@ The substitution is spelled out by two helper rules:
   kernel form per later block (O(depth²) e-nodes, measured: 50 residual blocks, 93 s of
   extraction). The consumer chains an epilogue absorbs in practice (bias, activation, a mask,
   an optimizer formula with weight decay) are at most 4 calls deep;
-- `matmul_substitute`: (Replace p t E) ≡ p with t's loads replaced by E, one Pw node at a time
+- `matmul_substitute`: (Replace p t E) ≡ p with t's loads replaced by E (here `$acc`), one Pw node at a time
   (only below children that mention t; where both operands of a binary op mention t, the
   variants replacing one side only are kept too: they still read t and are sound).
 
