@@ -27,6 +27,7 @@ from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import ShapeError
 from meganeura.ir.trace import Tracer, tracing, user_source_line
 from meganeura.optim import Optimizer, ParamGrad
+from meganeura.target import GENERIC, Target
 from meganeura.tensor import Tensor
 
 
@@ -84,6 +85,7 @@ def trace_step(
     inputs: dict[str, InputSpec],
     optimizer: Optimizer | None,
     recognize: bool = True,
+    target: Target = GENERIC,
 ) -> TracedStep:
     """Run the user's model (and loss) on symbolic inputs; append autodiff and the optimizer.
 
@@ -121,7 +123,7 @@ def trace_step(
     traced = time.perf_counter()
     recognition = None
     if recognize and any(node.op in RECOGNIZABLE for node in graph):
-        graph, recognition = recognize_forward(graph)
+        graph, recognition = recognize_forward(graph, target)
         tracer.replace_graph(graph, parameters)
     recognized = time.perf_counter()
     if loss is not None:
@@ -149,11 +151,11 @@ def trace_step(
 RECOGNIZABLE = ("softmax", "concat")
 
 
-def recognize_forward(graph: Graph):
+def recognize_forward(graph: Graph, target: Target = GENERIC):
     """The forward graph with the recognition rules applied (extraction chooses), and the report."""
     from meganeura import rewrite as rewrite_stage
 
-    recognized, report = rewrite_stage.optimize(graph, schedule=(("recognition",),))
+    recognized, report = rewrite_stage.optimize(graph, schedule=(("recognition",),), target=target)
     if not any(stats.uses for stats in report.rules if stats.family == "recognition"):
         return graph, report  # nothing recognised: keep the traced graph as it is
     return recognized, report
@@ -229,6 +231,7 @@ class Compilation:
     rewrite_report: Any  # meganeura.rewrite.RewriteReport
     compiled: CompiledStep
     timings: dict[str, float]
+    target: Target = GENERIC
 
     @property
     def total_s(self) -> float:
@@ -241,12 +244,14 @@ def compile_plan(
     inputs: dict[str, InputSpec] | None = None,
     optimizer: Optimizer | None = None,
     rewrite: bool = True,
+    target: Target = GENERIC,
 ) -> Compilation:
-    """`compile()` up to the plan, with no device: trace, optimize, lower and plan the buffers."""
+    """`compile()` up to the plan, with no device: trace, optimize for `target` (the adapter the
+    cost model prices kernels for, meganeura/target.py), lower and plan the buffers."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"compile() expects an nn.Module, got {type(model).__name__}")
     with cyclic_gc_paused():
-        return compilation_of(model, loss, inputs or {}, optimizer, rewrite)
+        return compilation_of(model, loss, inputs or {}, optimizer, rewrite, target)
 
 
 @contextlib.contextmanager
@@ -268,22 +273,27 @@ def cyclic_gc_paused():
 
 
 def compilation_of(
-    model: nn.Module, loss: Callable[..., Tensor] | None, inputs: dict, optimizer: Optimizer | None, rewrite: bool
+    model: nn.Module,
+    loss: Callable[..., Tensor] | None,
+    inputs: dict,
+    optimizer: Optimizer | None,
+    rewrite: bool,
+    target: Target,
 ) -> Compilation:
     from meganeura import rewrite as rewrite_stage
 
-    traced = trace_step(model, loss, inputs, optimizer, recognize=rewrite)
-    fused_graph, report = rewrite_stage.optimize(traced.graph, enabled=rewrite)
+    traced = trace_step(model, loss, inputs, optimizer, recognize=rewrite, target=target)
+    fused_graph, report = rewrite_stage.optimize(traced.graph, enabled=rewrite, target=target)
     if traced.recognition is not None and rewrite:
         report.merge_recognition(traced.recognition)
     lowering = time.perf_counter()
-    compiled = compile_step(fused_graph)
+    compiled = compile_step(fused_graph, target)
     timings = dict(traced.timings)
     if report.enabled:
         timings |= {"encode": report.encode_s, "saturate": report.saturate_s, "extract": report.extract_s}
         timings |= {"decode": report.decode_s, "report": report.report_s}
     timings["lower"] = time.perf_counter() - lowering
-    return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings)
+    return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings, target)
 
 
 class Program:
@@ -396,6 +406,10 @@ def compile(
 
     The loss function receives the model and the inputs by name: `loss(model, x=..., y=...)`.
     Programs compiled from the same model share its parameters on the GPU. `rewrite=False`
-    skips the e-graph (every op becomes its own kernel), for comparisons.
+    skips the e-graph (every op becomes its own kernel), for comparisons. The plan is made for
+    the adapter the program runs on (its compute units and binding limit: meganeura/target.py).
     """
-    return Program(compile_plan(model, loss, inputs, optimizer, rewrite))
+    from meganeura import runtime
+
+    target = GENERIC if _EXPLAIN else runtime.default_device().target
+    return Program(compile_plan(model, loss, inputs, optimizer, rewrite, target))

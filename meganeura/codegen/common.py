@@ -115,6 +115,11 @@ class Operands:
         self.bindings: list[Binding] = []
         self.names: dict[int, str] = {}
 
+    def bound(self, node_id: int, name: str) -> None:
+        """`node_id` is already bound as `name` (a matmul's `a` or `b`): read it there, so that a
+        kernel binds each buffer once (its bindings are the distinct values it reads)."""
+        self.names.setdefault(node_id, name)
+
     def read_at(self, node_id: int, index: str) -> str:
         """A WGSL expression for input `node_id` at buffer index `index` (a literal for constants)."""
         node = self.graph[node_id]

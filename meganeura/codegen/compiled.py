@@ -15,6 +15,7 @@ from meganeura.codegen.buffers import BufferPlan, plan_buffers
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.lower import lower_graph
 from meganeura.ir.graph import PERSISTENT, Graph, TensorType
+from meganeura.target import GENERIC, Target
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class CompiledStep:
 
     graph: Graph
     plan: BufferPlan
+    target: Target = GENERIC  # the adapter it was compiled for
 
     @property
     def kernels(self) -> list[KernelSpec]:
@@ -40,6 +42,13 @@ class CompiledStep:
         return "\n\n".join(parts)
 
 
-def compile_step(graph: Graph) -> CompiledStep:
-    """`graph` lowered to kernels, with its buffers planned (no device needed)."""
-    return CompiledStep(graph, plan_buffers(graph, lower_graph(graph)))
+def compile_step(graph: Graph, target: Target = GENERIC) -> CompiledStep:
+    """`graph` lowered to kernels for `target`, with its buffers planned (no device needed)."""
+    kernels = lower_graph(graph)
+    for spec in kernels:
+        if len(spec.bindings) > target.max_storage_buffers:
+            raise ValueError(
+                f"kernel %{spec.node} ({spec.label[:120]}) binds {len(spec.bindings)} storage buffers; "
+                f"{target.name} allows {target.max_storage_buffers} per kernel"
+            )
+    return CompiledStep(graph, plan_buffers(graph, kernels), target)

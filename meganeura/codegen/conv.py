@@ -22,7 +22,7 @@ import math
 from meganeura.codegen.common import Operands, bindings_wgsl, expression_code, grid_for, output_binding, shape_text
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.matmul import matmul_tiling, register_tile
+from meganeura.codegen.matmul import matmul_tiling, register_tile, tile_size
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
@@ -40,28 +40,40 @@ B_STAGE = {
 }
 
 
-def conv_gemm_dims(graph: Graph, node: Node) -> tuple[int, int, int]:
-    """(M, N, K) of the node's GEMM."""
-    mode, kernel, _, _, _ = conv_gemm_geometry(node.attr_dict)
-    a, b = (graph[i].shape for i in node.inputs[:2])
+def conv_gemm_dims(attrs: dict, a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, int, int]:
+    """(M, N, K) of the GEMM of a conv_gemm with these attributes and operand and result shapes."""
+    mode, kernel, _, _, _ = conv_gemm_geometry(attrs)
     taps = kernel[0] * kernel[1]
     if mode == "forward":  # [O, C·taps] · [C·taps, N·L]
-        return a[0], node.shape[0] * math.prod(node.shape[2:]), a[1]
+        return a[0], out[0] * math.prod(out[2:]), a[1]
     if mode == "grad_input":  # per stride phase: [C, O·ti·tj] · [O·ti·tj, N·HP·WP], ti·tj ≤ TI·TJ
-        (ti, tj), (hp, wp) = phase_sizes(node)
-        return a[1] // taps, node.shape[0] * hp * wp, a[0] * ti * tj
-    chunks = node.attr("chunks", 1)  # grad_weight: [O, N·L] · [N·L, C·taps], per chunk of images
-    return a[1], node.shape[-1], a[0] // chunks * a[2]
+        (ti, tj), (hp, wp) = phase_sizes(attrs)
+        return a[1] // taps, out[0] * hp * wp, a[0] * ti * tj
+    chunks = attrs.get("chunks", 1)  # grad_weight: [O, N·L] · [N·L, C·taps], per chunk of images
+    return a[1], out[-1], a[0] // chunks * a[2]
 
 
-def phase_sizes(node: Node) -> tuple[tuple[int, int], tuple[int, int]]:
+def phase_sizes(attrs: dict) -> tuple[tuple[int, int], tuple[int, int]]:
     """((TI, TJ), (HP, WP)) of a grad_input: the most taps of a stride phase per kernel row and column
     (⌈KH/SH⌉, ⌈KW/SW⌉; the kernel bounds its reduction per phase), and the rows and columns of
     pixels of a phase (the largest phase: ⌈H/SH⌉, ⌈W/SW⌉)."""
-    _, kernel, stride, _, image = conv_gemm_geometry(node.attr_dict)
+    _, kernel, stride, _, image = conv_gemm_geometry(attrs)
     taps = tuple(-(-k // s) for k, s in zip(kernel, stride, strict=True))
     pixels = tuple(-(-extent // s) for extent, s in zip(image, stride, strict=True))
     return taps, pixels
+
+
+def conv_groups(attrs: dict) -> int:
+    """The independent GEMMs of one dispatch: the stride phases of grad_input, the chunks of grad_weight."""
+    mode, _, stride, _, _ = conv_gemm_geometry(attrs)
+    return stride[0] * stride[1] if mode == "grad_input" else attrs.get("chunks", 1)
+
+
+def conv_workgroups(attrs: dict, operands, results) -> int:
+    """One workgroup per output tile of each of the dispatch's GEMMs."""
+    m, n, _ = conv_gemm_dims(attrs, operands[0].shape, operands[1].shape, results[0].shape)
+    bm, bn = tile_size(matmul_tiling(m, n))
+    return -(-m // bm) * -(-n // bn) * conv_groups(attrs)
 
 
 def pair_text(prefix: str, value: tuple[int, int], default: int) -> str:
@@ -71,12 +83,12 @@ def pair_text(prefix: str, value: tuple[int, int], default: int) -> str:
     return f"/{prefix}{value[0]}" if value[0] == value[1] else f"/{prefix}{value[0]},{value[1]}"
 
 
-@lowering("conv_gemm")
+@lowering("conv_gemm", workgroups=conv_workgroups)
 def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
     """One conv_gemm node as a tiled implicit GEMM (see the module docstring)."""
     mode, kernel, stride, padding, image = conv_gemm_geometry(node.attr_dict)
     a, b, *extras = node.inputs
-    m, n, k = conv_gemm_dims(graph, node)
+    m, n, k = conv_gemm_dims(node.attr_dict, graph[a].shape, graph[b].shape, node.shape)
     ho, wo = conv_output_size(image, kernel, stride, padding, "conv_gemm")
     taps = kernel[0] * kernel[1]
     channels = graph[a].shape[1] // taps if mode != "grad_weight" else graph[b].shape[1]
@@ -84,6 +96,8 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
     epilogue_text = node.attr("epilogue", "$acc")
     tree = parse_expr(epilogue_text)
     operands = Operands(graph)
+    operands.bound(a, "a")
+    operands.bound(b, "b")
 
     def read(name: str) -> str:
         return "x" if name == "acc" else operands.read(extras[int(name)], node.shape, "i")
@@ -91,12 +105,12 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
     reads, epilogue = expression_code(tree, read)
     bindings = [Binding("a", a, "read"), Binding("b", b, "read"), *operands.bindings, output_binding(node)]
     tiling = matmul_tiling(m, n)
-    bm, bn = tiling["WG_Y"] * tiling["TM"], tiling["WG_X"] * tiling["NV"] * 4
+    bm, bn = tile_size(tiling)
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     chunks = node.attr("chunks", 1)
     images = graph[a].shape[0] if mode == "grad_weight" else 1
-    groups = stride[0] * stride[1] if mode == "grad_input" else chunks  # stride phases, or chunks
-    _, (hp, wp) = phase_sizes(node)
+    groups = conv_groups(node.attr_dict)
+    _, (hp, wp) = phase_sizes(node.attr_dict)
     grid = grid_for(tiles_m * tiles_n * groups)
     tile = register_tile(tiling["TM"], tiling["NV"], tiling["WG_X"], tiling["WG_Y"])
     tile["STORE"] = tile["STORE"].replace("store4(bat, ", "store4(")  # one GEMM: no batch index

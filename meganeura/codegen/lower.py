@@ -2,10 +2,12 @@
 
 The kernel families register their lowerings in `codegen/registry.py`; this module imports them
 all (elementwise, shape, matmul, reduce, rows, indexing, optimizer, transformer, image, conv),
-so `lower_node` and `lower_graph` see every op.
+so `lower_node`, `lower_graph` and `workgroups` see every op.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from meganeura.codegen import (  # noqa: F401  (imported for their registered lowerings)
     conv,
@@ -20,9 +22,14 @@ from meganeura.codegen import (  # noqa: F401  (imported for their registered lo
     transformer,
 )
 from meganeura.codegen.kernel import KernelSpec
-from meganeura.codegen.registry import LOWERINGS
-from meganeura.ir.graph import Graph
+from meganeura.codegen.registry import LOWERINGS, registered_workgroups
+from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import op_def
+
+
+def workgroups(op: str, attrs: dict, operands: Sequence[TensorType], results: Sequence[TensorType]) -> int:
+    """How many workgroups the kernel of `op` launches for these types (the cost model's question)."""
+    return registered_workgroups(op, attrs, operands, results)
 
 
 def lower_node(graph: Graph, node_id: int) -> KernelSpec:

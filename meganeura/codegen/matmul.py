@@ -54,7 +54,20 @@ def register_tile(tm: int, nv: int, wg_x: int, wg_y: int) -> dict[str, str]:
     }
 
 
-@lowering("matmul", "fused_matmul")
+def tile_size(tiling: dict[str, int]) -> tuple[int, int]:
+    """(rows, columns) of the output tile one workgroup computes."""
+    return tiling["WG_Y"] * tiling["TM"], tiling["WG_X"] * tiling["NV"] * 4
+
+
+def matmul_workgroups(attrs: dict, operands, results) -> int:
+    """One workgroup per output tile of every matrix of the batch."""
+    out = results[0].shape
+    m, n, batches = out[-2], out[-1], math.prod(out[:-2])
+    bm, bn = tile_size(matmul_tiling(m, n, batches))
+    return -(-m // bm) * -(-n // bn) * batches
+
+
+@lowering("matmul", "fused_matmul", workgroups=matmul_workgroups)
 def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
     """Tiled, register-blocked, batched matmul with transposes, a prologue and an epilogue expression.
 
@@ -77,6 +90,8 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
     tree = parse_expr(epilogue_text)
     prologue_tree = parse_expr(prologue_text)
     operands = Operands(graph)
+    operands.bound(a, "a")
+    operands.bound(b, "b")
 
     def read(name: str) -> str:
         if name == "acc":
@@ -112,7 +127,7 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
     a_reads, prologue = expression_code(prologue_tree, read_for_a)
     bindings = [Binding("a", a, "read"), Binding("b", b, "read"), *operands.bindings, output_binding(node)]
     tiling = matmul_tiling(m, n, batches)
-    bm, bn = tiling["WG_Y"] * tiling["TM"], tiling["WG_X"] * tiling["NV"] * 4
+    bm, bn = tile_size(tiling)
     tiles_m = -(-m // bm)
     rows_grid = grid_for(tiles_m * batches)  # (row tile, batch) pairs, folded over y and z
     wgsl = render(

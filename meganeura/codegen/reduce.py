@@ -39,7 +39,16 @@ def reduce_plan(outs: int, r: int, innermost_reduced: bool) -> tuple[str, int]:
     return "reduce_serial", 64
 
 
-@lowering("sum", "max", "fused_reduce")
+def reduce_workgroups(attrs: dict, operands, results) -> int:
+    """A workgroup per output (reduce_tree) or per WG outputs (reduce_serial), as `reduce_plan` says."""
+    in_shape = tuple(attrs.get("in_shape") or operands[0].shape)  # fused_reduce carries its input shape
+    axes = normalize_axes(attrs.get("axes"), len(in_shape))
+    outs = math.prod(in_shape[d] for d in range(len(in_shape)) if d not in axes)
+    entry, wg = reduce_plan(outs, math.prod(in_shape[d] for d in axes), bool(in_shape) and len(in_shape) - 1 in axes)
+    return outs if entry == "reduce_tree" else -(-outs // wg)
+
+
+@lowering("sum", "max", "fused_reduce", workgroups=reduce_workgroups)
 def lower_reduce(graph: Graph, node: Node) -> KernelSpec:
     """`sum`, `max` or `fused_reduce` over any axes: kept dims index the output, reduced dims are
     combined. `fused_reduce` reduces prologue($0, $1, … broadcast to in_shape) and writes epilogue($r)."""

@@ -16,7 +16,12 @@ from meganeura.ir.graph import Graph, Node
 from meganeura.ir.op import normalize_axes
 
 
-@lowering("cross_entropy_rows", "cross_entropy_rows_grad")
+def logit_rows(attrs: dict, operands, results) -> int:
+    """A workgroup per row of the logits."""
+    return operands[0].shape[0]
+
+
+@lowering("cross_entropy_rows", "cross_entropy_rows_grad", workgroups=logit_rows)
 def lower_cross_entropy(graph: Graph, node: Node) -> KernelSpec:
     """Softmax cross-entropy per row (forward) or its gradient (backward): a workgroup per row."""
     logits, labels = node.inputs[:2]
@@ -53,7 +58,14 @@ def lower_cross_entropy(graph: Graph, node: Node) -> KernelSpec:
 ROW_OPS = ("softmax", "log_softmax", "softmax_grad", "log_softmax_grad")
 
 
-@lowering(*ROW_OPS)
+def softmax_rows(attrs: dict, operands, results) -> int:
+    """A workgroup per row along the softmax axis."""
+    shape = results[0].shape
+    (axis,) = normalize_axes(attrs.get("axis"), len(shape))
+    return results[0].numel // max(shape[axis], 1)
+
+
+@lowering(*ROW_OPS, workgroups=softmax_rows)
 def lower_rows(graph: Graph, node: Node) -> KernelSpec:
     """softmax, log_softmax or a gradient of one along any axis: rows are strided, never transposed."""
     shape = node.shape

@@ -59,7 +59,20 @@ ATTENTION_KERNELS = {
 FLAGS = ("ATTENTION", "LSE", "GRAD_Q", "GRAD_K", "GRAD_V")
 
 
-@lowering(*ATTENTION_KERNELS)
+def query_rows(attrs: dict, operands, results) -> int:
+    """A workgroup per (batch, head, query) row."""
+    b, h, sq, _ = operands[0].shape
+    return b * h * sq
+
+
+def key_rows(attrs: dict, operands, results) -> int:
+    """A workgroup per (batch, key head, key) row: the gradient of K and V."""
+    b, hkv, skv, _ = operands[1].shape
+    return b * hkv * skv
+
+
+@lowering("attention_grad_kv", workgroups=key_rows)
+@lowering("attention", "attention_grad_q", workgroups=query_rows)
 def lower_attention(graph: Graph, node: Node) -> KernelSpec:
     """attention (output and log-sum-exp), attention_grad_q, attention_grad_kv (dK and dV):
     WG threads (a power of two, at least head_dim) per row, one element of the row's head_dim

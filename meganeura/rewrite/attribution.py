@@ -116,8 +116,8 @@ def rule_savings(plan: Plan, decoded: Decoded, order: dict[str, int]) -> dict[st
         for node_id in others:
             own, first_own = plan.own.get(node_id), plan.own.get(first)
             rules = prov.mergers(own) - creators if own is not None and own != first_own else frozenset()
-            credit(first_rule(rules, order), node_cost(graph, node_id))
-        before = node_cost(graph, first)
+            credit(first_rule(rules, order), node_cost(graph, node_id, plan.target))
+        before = node_cost(graph, first, plan.target)
         if eclass in plan.entries:
             entry = plan.entries[eclass]
             credit(first_rule(prov.creators(entry.node), order), before - entry.cost)

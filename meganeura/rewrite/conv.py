@@ -10,9 +10,12 @@ columns are never written:
 
 - `conv_forward`: reshape(matmul(W, unfold(x)), [N, O, Ho, Wo]) → ConvKernel "forward" W x;
 - `conv_grad_input`: fold(matmul(Wᵀ, g)) → ConvKernel "grad_input" W g (g [N, O, L]);
-- `conv_grad_weight`: sum over the batch of matmul(g, unfold(x)ᵀ) → ConvKernel "grad_weight" g x;
-  where that one GEMM would keep few workgroups busy over a long reduction (`weight_chunks`),
-  the per-image products matmul(g, unfold(x)ᵀ) instead (one GEMM per image, summed after it);
+- `conv_grad_weight`: sum over the batch of matmul(g, unfold(x)ᵀ) → ConvKernel "grad_weight" g x
+  (one GEMM over the whole batch), and the per-image products matmul(g, unfold(x)ᵀ) → the same
+  kernel in chunks of one image (N GEMMs in one dispatch, summed after it). Which one the plan
+  uses is the cost model's call: the whole-batch GEMM has a small output and a long reduction, so
+  few workgroups; where that leaves most of the adapter idle, N times the workgroups and the sum
+  cost less (`cost.py`, the fill of the target's compute units);
 - `conv_epilogue` (with the helper `conv_mentions`): a pointwise kernel of a conv kernel's shape
   that reads its result becomes its epilogue, as `matmul_epilogue` does for matmuls (the bias
   add and the activation after a convolution; the relu mask on an input gradient);
@@ -91,15 +94,15 @@ PARTIAL_WEIGHT_GRADIENT = [  # g·unfold(x)ᵀ per image, before autodiff's sum 
 CONV_GRAD_WEIGHT = Rule(
     "conv_grad_weight",
     FAMILY,
-    "Σₙ g·unfold(x)ᵀ → implicit-GEMM weight gradient (columns gathered from x); per image, summed "
-    "after it, where one GEMM would keep few workgroups busy over a long reduction",
+    "Σₙ g·unfold(x)ᵀ → implicit-GEMM weight gradient (columns gathered from x): one GEMM over the "
+    "batch, or one per image summed after them (the cost model's choice)",
     (
         rule(
-            ['(= t (Reduce "sum" m "0" false))', *PARTIAL_WEIGHT_GRADIENT, "(weight_chunks m 1)"],
+            ['(= t (Reduce "sum" m "0" false))', *PARTIAL_WEIGHT_GRADIENT],
             '(union t (ConvKernel "grad_weight" g x wk ws wp img 1 (Acc)))',
         ),
         rule(
-            [*PARTIAL_WEIGHT_GRADIENT, "(weight_chunks m images)", "(> images 1)"],
+            [*PARTIAL_WEIGHT_GRADIENT, "(batch_images m images)", "(> images 1)"],
             '(union m (ConvKernel "grad_weight" g x wk ws wp img images (Acc)))',
         ),
     ),
@@ -144,7 +147,7 @@ DECLARATIONS = """(relation rank (Term i64))
 (relation image (Term String))
 (relation positions (Term i64 i64 i64))
 (relation splits_positions (Term i64 i64 i64 i64))
-(relation weight_chunks (Term i64))
+(relation batch_images (Term i64))
 """
 
 
@@ -153,32 +156,15 @@ def window(node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     return node.attr("kernel"), node.attr("stride"), node.attr("padding")
 
 
-# A weight gradient (conv_gemm grad_weight) is one GEMM over the whole batch, [O, N·L]·[N·L, C·kh·kw],
-# unless that GEMM would keep only a few workgroups busy over a long reduction: then one GEMM per
-# image (chunks = N, [N, O, C·kh·kw]) whose results autodiff's batch sum adds up. (The cost model
-# counts bytes and dispatches, not parallelism, so this is a guard on shapes, not a cost choice.)
-PER_IMAGE_MAX_TILES = 64  # 64×64 output tiles of the whole-batch GEMM below which it is too narrow
-PER_IMAGE_MIN_POSITIONS = 256  # L: the reduction of each image's GEMM at least this long
-PER_IMAGE_MAX_BYTES = 64 << 20  # the per-image gradients at most this large
-
-
-def weight_chunks(graph: Graph, node) -> int | None:
-    """For matmul(g [N, O, L], unfold(x), transpose_b) (a weight gradient before its batch sum): N
-    when its implicit GEMM runs per image, 1 when over the whole batch; None for other nodes."""
+def batch_images(graph: Graph, node) -> int | None:
+    """For matmul(g [N, O, L], unfold(x), transpose_b) (a weight gradient before its batch sum): N;
+    None for other nodes."""
     if node.op != "matmul" or not node.attr("transpose_b") or node.attr("transpose_a"):
         return None
     g, columns = (graph[i] for i in node.inputs)
     if columns.op != "unfold" or g.type.rank != 3:
         return None
-    images, filters, positions = g.shape
-    tiles = -(-filters // 64) * -(-columns.shape[1] // 64)
-    per_image = (
-        images > 1
-        and tiles < PER_IMAGE_MAX_TILES
-        and positions >= PER_IMAGE_MIN_POSITIONS
-        and node.type.nbytes <= PER_IMAGE_MAX_BYTES
-    )
-    return images if per_image else 1
+    return g.shape[0]
 
 
 def facts(graph: Graph, node_ids: list[int]) -> list[str]:
@@ -200,9 +186,9 @@ def facts(graph: Graph, node_ids: list[int]) -> list[str]:
             n, o, ho, wo = node.shape
             if graph[node.inputs[0]].shape == (n, o, ho * wo):
                 lines.append(f"(splits_positions (Ref {node_id}) {n} {o} {ho} {wo})")
-        chunks = weight_chunks(graph, node)
-        if chunks is not None:
-            lines.append(f"(weight_chunks (Ref {node_id}) {chunks})")
+        images = batch_images(graph, node)
+        if images is not None:
+            lines.append(f"(batch_images (Ref {node_id}) {images})")
     for kernel, stride, padding in sorted(windows):
         kind = "pointwise" if (kernel, stride, padding) == ((1, 1), (1, 1), (0, 0)) else "spatial"
         lines.append(f"({kind}_window {ints(kernel)} {ints(stride)} {ints(padding)})")

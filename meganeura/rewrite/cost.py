@@ -2,7 +2,7 @@
 
 A kernel costs
 
-    bytes read + bytes written + flops / FLOPS_PER_BYTE + DISPATCH_COST_BYTES
+    (bytes read + bytes written + flops / FLOPS_PER_BYTE) / fill + DISPATCH_COST_BYTES
 
 all in bytes, where "bytes read" counts each DISTINCT tensor the kernel reads once (a kernel
 reading x twice, `mul(x, x)`, loads it once; the same tensor read by two kernels is paid by
@@ -12,11 +12,22 @@ or views: they cost nothing, and so does reading a scalar constant (kernels inli
 literal). A plan's cost is the sum over the kernels it launches (each value it materialises is
 computed once: DAG cost).
 
+`fill` is how much of the compute units the kernel needs it keeps busy: busy / needed, where
+`needed` is the units its work calls for, one per WORK_PER_UNIT bytes (a unit is worth occupying
+once it has a dispatch's worth of work; a smaller kernel finishes within its launch anyway),
+at most the `Target`'s compute units (meganeura/target.py: 132 on an H200, one per CPU thread on
+lavapipe, 64 for a generic GPU), and `busy` = min(workgroups, needed), with the workgroups its
+lowering launches (`codegen.lower.workgroups`, registered beside each lowering). A large kernel
+of 9 workgroups on 132 units moves its bytes and does its flops at 9/132 of the adapter's rate,
+so it costs 132/9 as much; this is what makes the weight gradient of a convolution over a large
+batch (a GEMM with a small output and a long reduction: few workgroups) cost more than one GEMM
+per image and a sum after them, where it does (`rewrite/conv.py`).
+
 `price` takes what both callers know: the op a kernel runs (for an e-node, the IR op it decodes
-to), its result types, the bytes of the distinct tensors it reads, and its flops (`kernel_flops`,
-from the op's declaration); extraction keeps the part that does not depend on the reads per
-option (`pricing`). The pipeline checks that the plan's cost, summed by extraction,
-equals `graph_cost` of the decoded graph.
+to), its attributes and operand and result types, the bytes of the distinct tensors it reads,
+its flops (`kernel_flops`, from the op's declaration) and the target; extraction keeps the part
+that does not depend on the reads per option (`pricing`). The pipeline checks that the plan's
+cost, summed by extraction, equals `graph_cost` of the decoded graph.
 
 Why bytes: elementwise kernels and epilogues are bound by memory traffic.
 Why flops for matmuls: fusing an epilogue into a matmul whose plain result is needed anyway
@@ -27,8 +38,10 @@ memory moves ~4 TB/s (platform.md).
 Why a fixed dispatch price: one dispatch costs a few microseconds inside a pass (about 6 µs on
 an H200, 46 µs on lavapipe, see platform.md), the time to move tens of kilobytes or more; 64 KiB
 is a moderate middle that makes removing a kernel worth more than a small tensor's traffic.
+The dispatch price does not scale with the fill: it is the launch, not the work.
 
-Extraction compares integer `units` (eighths of a byte) so that sums and differences are exact.
+Extraction compares integer `units` (eighths of a byte, the fill applied by integer division)
+so that sums and differences are exact.
 """
 
 from __future__ import annotations
@@ -36,11 +49,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from meganeura.codegen.lower import workgroups as launched_workgroups
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import op_def
+from meganeura.target import GENERIC, Target
 
 DISPATCH_COST_BYTES = 64 * 1024
 FLOPS_PER_BYTE = 8
+WORK_PER_UNIT = DISPATCH_COST_BYTES
 
 
 @dataclass(frozen=True)
@@ -87,17 +103,22 @@ def kernel_flops(op: str, attrs: dict, operands: Sequence[TensorType], results: 
 @dataclass(frozen=True)
 class Pricing:
     """What one kernel costs apart from its reads (which differ between plans): its results'
-    bytes, its flops, and whether it launches at all (buffers and views do not)."""
+    bytes, its flops, whether it launches at all (buffers and views do not), the workgroups it
+    launches and the compute units of the target."""
 
     launches: bool
     written: int = 0
     flops: int = 0
+    workgroups: int = 1
+    compute_units: int = 1
 
     def units(self, read_bytes: int) -> int:
         """The kernel's `Cost.units` when it reads `read_bytes` (extraction's hot path)."""
         if not self.launches:
             return 0
-        return 8 * (read_bytes + self.written) + self.flops * (8 // FLOPS_PER_BYTE) + 8 * DISPATCH_COST_BYTES
+        work = 8 * (read_bytes + self.written) + self.flops * (8 // FLOPS_PER_BYTE)
+        needed = min(self.compute_units, max(1, -(-work // (8 * WORK_PER_UNIT))))
+        return work * needed // min(self.workgroups, needed) + 8 * DISPATCH_COST_BYTES
 
     def cost(self, read_bytes: int) -> Cost:
         if not self.launches:
@@ -105,17 +126,33 @@ class Pricing:
         return Cost(read_bytes + self.written, self.flops, 1, self.units(read_bytes))
 
 
-def pricing(op: str, results: Sequence[TensorType], flops: int) -> Pricing:
-    """The pricing of a kernel running `op` with these results and `flops` (module docstring)."""
+def pricing(
+    op: str,
+    attrs: dict,
+    operands: Sequence[TensorType],
+    results: Sequence[TensorType],
+    flops: int,
+    target: Target = GENERIC,
+) -> Pricing:
+    """The pricing of a kernel running `op` on these types, with `flops`, on `target` (module docstring)."""
     if not op_def(op).kernel:
         return Pricing(False)
-    return Pricing(True, sum(t.nbytes for t in results), flops)
+    workgroups = launched_workgroups(op, attrs, operands, results)
+    return Pricing(True, sum(t.nbytes for t in results), flops, workgroups, target.compute_units)
 
 
-def price(op: str, results: Sequence[TensorType], read_bytes: int, flops: int) -> Cost:
+def price(
+    op: str,
+    attrs: dict,
+    operands: Sequence[TensorType],
+    results: Sequence[TensorType],
+    read_bytes: int,
+    target: Target = GENERIC,
+) -> Cost:
     """The cost of one kernel running `op`: it reads `read_bytes` (its distinct tensors), writes its
-    results and computes `flops` (see the module docstring); free for buffers and views."""
-    return pricing(op, results, flops).cost(read_bytes)
+    results, computes its flops, on `target` (see the module docstring); free for buffers and views."""
+    flops = kernel_flops(op, attrs, operands, results)
+    return pricing(op, attrs, operands, results, flops, target).cost(read_bytes)
 
 
 def constant_node(graph: Graph, node_id: int) -> bool:
@@ -126,21 +163,21 @@ def constant_node(graph: Graph, node_id: int) -> bool:
     return node.op == "const"
 
 
-def node_cost(graph: Graph, node_id: int) -> Cost:
-    """The cost of one IR node of a graph."""
+def node_cost(graph: Graph, node_id: int, target: Target = GENERIC) -> Cost:
+    """The cost of one IR node of a graph, on `target`."""
     node = graph[node_id]
     if not op_def(node.op).kernel:
         return FREE
     operands = [graph[i].type for i in node.inputs]
     read_bytes = sum(graph[i].type.nbytes for i in dict.fromkeys(node.inputs) if not constant_node(graph, i))
-    return price(node.op, node.types, read_bytes, kernel_flops(node.op, node.attr_dict, operands, node.types))
+    return price(node.op, node.attr_dict, operands, node.types, read_bytes, target)
 
 
-def graph_cost(graph: Graph) -> Cost:
-    """The total cost of the live nodes of an IR graph."""
+def graph_cost(graph: Graph, target: Target = GENERIC) -> Cost:
+    """The total cost of the live nodes of an IR graph, on `target`."""
     total = Cost()
     for node_id in sorted(graph.live_ids()):
-        total = total + node_cost(graph, node_id)
+        total = total + node_cost(graph, node_id, target)
     return total
 
 

@@ -25,7 +25,11 @@ The plan then determines everything else:
 Acyclicity: each Term e-class has a rank, the smallest id of the IR nodes in it. An option is
 valid only if every tensor it reads or inlines has a smaller rank, so any plan of valid options
 is acyclic (the cycle t ≡ Kernel(F), F ∋ Load(t) is ruled out, as are the self-loops that
-identities leave, x ≡ x·1). Options are checked when the plan's cost is evaluated.
+identities leave, x ≡ x·1). A fused kernel (a pointwise, matmul, reduction or conv kernel form)
+is valid only if it binds at most the target's storage buffers (`Target.max_storage_buffers`:
+its distinct tensors read, constants aside, and its results): inlining a long chain (the
+gradient of a residual stream recomputed in a prologue) could otherwise read more tensors than
+lavapipe's 32 bindings. Options are checked when the plan's cost is evaluated.
 
 Search: start from the input graph's own plan (each IR node's own e-node, kernels stored), then
 local search: for each e-class in rank order, try each other option and keep it if the plan's
@@ -69,6 +73,7 @@ from meganeura.rewrite.pointwise import LIFTED
 from meganeura.rewrite.schema import CONSTRUCTORS, op_of
 from meganeura.rewrite.sorts import PW_CALLS, TERM, ENode
 from meganeura.rewrite.view import EGraphView
+from meganeura.target import GENERIC, Target
 
 INVALID = 10**30  # the units of an invalid option: a move that makes one is always undone
 MAX_PASSES = 6
@@ -156,8 +161,9 @@ class Evaluation(NamedTuple):
 class Extractor:
     """The plan search over one saturated e-graph."""
 
-    def __init__(self, view: EGraphView, encoding: Encoding) -> None:
+    def __init__(self, view: EGraphView, encoding: Encoding, target: Target = GENERIC) -> None:
         self.view = view
+        self.target = target
         self.graph: Graph = encoding.graph
         self.encoding = encoding
         graph = self.graph
@@ -179,6 +185,7 @@ class Extractor:
             self.type[eclass] = types[0] if types is not None and len(types) == 1 else None
         self.nbytes = [sum(t.nbytes for t in ts) if ts is not None else 0 for ts in self.types]
         self.numel = [t.numel if t is not None else 0 for t in self.type]
+        self.results = [len(ts) if ts is not None else 0 for ts in self.types]
         self.constant = self.constant_classes()
         self.read_bytes = [0 if self.constant[c] else self.nbytes[c] for c in range(count)]
         self.pw: dict[int, PwInfo] = {}
@@ -320,18 +327,20 @@ class Extractor:
             self.options[eclass] = options
 
     def option_of(self, node: ENode) -> Option:
-        """The stored option of an e-node, priced."""
-        op, flops = self.priced_as(node)
+        """The stored option of an e-node, priced on the target."""
+        op, attrs, operands = self.priced_as(node)
+        out = self.types[node.eclass]
+        flops = kernel_flops(op, attrs, operands, out) if op_def(op).flops and None not in operands else 0
         form = FORMS.get(node.op, PLAIN)
         terms = {MATMUL: node.children[:2], PROLOGUE: node.children[1:2], PLAIN: node.children}.get(form, ())
         numel = {REDUCE: 3, PROLOGUE: 0}
         prologue_numel = TensorType(node.primitives[numel[form]]).numel if form in numel else 0
         terms_ok = all(self.rank[t] < self.rank[node.eclass] for t in terms)
-        cost = pricing(op, self.types[node.eclass], flops)
+        cost = pricing(op, attrs, operands, out, flops, self.target)
         return Option(node, False, op, flops, cost, form, terms, terms_ok, prologue_numel)
 
-    def priced_as(self, node: ENode) -> tuple[str, int]:
-        """(the IR op an e-node decodes to, its flops), for `cost.price`."""
+    def priced_as(self, node: ENode) -> tuple[str, dict, list]:
+        """(the IR op an e-node decodes to, its attributes, its operand types), for `cost.pricing`."""
         constructor = CONSTRUCTORS[node.op]
         children_types = [
             self.type[c] for c, f in zip(node.children, constructor.children, strict=True) if f.sort == TERM
@@ -343,9 +352,7 @@ class Extractor:
             op = op_of(node.op, node.primitives)
             attrs = {f.name: value for f, value in zip(constructor.primitives, node.primitives, strict=True)}
             operands = children_types
-        if not op_def(op).flops or any(t is None for t in operands):
-            return op, 0
-        return op, kernel_flops(op, attrs, operands, out)
+        return op, attrs, operands
 
     def twin(self, node: ENode) -> ENode | None:
         """The kernel e-node with a trivial epilogue (and prologue) of a Matmul or Reduce e-node."""
@@ -469,6 +476,13 @@ class Extractor:
         if not option.launches:
             return Evaluation(reads, 0, 0, True)
         read_bytes = self.read_bytes
+        # A matmul binds `a` and `b` apart even where they are one tensor (x·xᵀ): one more, to be safe.
+        written = self.results[eclass] + (form == MATMUL or form == PROLOGUE)
+        if form != PLAIN and len(reads) + written > self.target.max_storage_buffers:
+            constant = self.constant
+            bound = sum([1 for s in reads if not constant[s]]) + written  # constants are literals
+            if bound > self.target.max_storage_buffers:
+                return Evaluation(frozenset(), INVALID, 0, False)  # more buffers than a kernel may bind
         units = option.pricing.units(sum([read_bytes[s] for s in reads]))
         leafish = self.leafish
         return Evaluation(reads, units, sum([1 for s in reads if not leafish[s]]), True, work)
@@ -1025,6 +1039,7 @@ class Extractor:
             own=MappingProxyType(own),
             created_in=MappingProxyType({c: tuple(nodes) for c, nodes in created_in.items()}),
             merges_in=MappingProxyType({c: tuple(m) for c, m in merges_in.items()}),
+            target=self.target,
         )
 
     def events(self, pw_class: int, is_root: bool):
@@ -1125,13 +1140,3 @@ def pw_class_of(tree: PwTree, view: EGraphView) -> int | None:
     if any(child is None for child in children):
         return None
     return view.find(PW_CALLS[len(children)], tuple(children), (tree[1],))
-
-
-def extract(view: EGraphView, encoding: Encoding, roots: list[int], max_passes: int = MAX_PASSES) -> tuple[Plan, int]:
-    """The searched plan for `roots` (Term e-classes), and how many search passes it took."""
-    extractor = Extractor(view, encoding)
-    choice = input_choice(extractor, view, encoding)
-    extractor.start(roots, choice)
-    passes = extractor.search(max_passes)
-    extractor.check()
-    return extractor.plan(), passes

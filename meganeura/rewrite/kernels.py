@@ -251,8 +251,9 @@ DECODERS: dict[str, Callable[[PlanEntry, Plan], tuple[str, list[int], dict]]] = 
 
 
 def priced_as(op: str, primitives: tuple, children_types: list, out: tuple[TensorType, ...]):
-    """(IR op, attributes, flop operand types) of a kernel-form e-node, as `cost.kernel_flops` takes
-    them (`children_types`: the types of its Term children, in field order)."""
+    """(IR op, attributes, operand types) of a kernel-form e-node, as `cost.pricing` takes them:
+    enough for its flops and its workgroups (`children_types`: the types of its Term children, in
+    field order; the operands a body reads do not change either)."""
     if op == "Kernel":
         return "pointwise", {}, []
     if op == "MatmulKernel":
@@ -264,9 +265,10 @@ def priced_as(op: str, primitives: tuple, children_types: list, out: tuple[Tenso
         attrs = {"transpose_a": ta, "transpose_b": tb, "flatten_a": len(a_shape) > out[0].rank}
         return "fused_matmul", attrs, [TensorType(tuple(a_shape)), children_types[0]]
     if op == "ReduceKernel":
-        return "fused_reduce", {}, []
+        kind, axes, keepdim, in_shape = primitives
+        return "fused_reduce", {"kind": kind, "axes": axes, "keepdim": keepdim, "in_shape": in_shape}, []
     if op == "ConvKernel":
         mode, kernel, stride, padding, image, chunks = primitives
         attrs = {"mode": mode, "kernel": kernel, "stride": stride, "padding": padding, "image": image}
-        return "conv_gemm", attrs, children_types[:2]
+        return "conv_gemm", {**attrs, "chunks": chunks}, children_types[:2]
     raise ValueError(f"{op} is not a kernel form")

@@ -14,6 +14,7 @@ from meganeura.rewrite.families import FAMILIES, all_rules, family_facts
 from meganeura.rewrite.report import FamilyStats, RewriteReport, RuleStats
 from meganeura.rewrite.saturate import DEFAULT_BUDGET, SCHEDULE, Budget, saturate
 from meganeura.rewrite.view import read_egraph
+from meganeura.target import GENERIC, Target
 
 
 def optimize(
@@ -22,16 +23,18 @@ def optimize(
     budget: Budget = DEFAULT_BUDGET,
     schedule: tuple[tuple[str, ...], ...] = SCHEDULE,
     max_passes: int = MAX_PASSES,
+    target: Target = GENERIC,
 ) -> tuple[Graph, RewriteReport]:
     """The graph rewritten by the e-graph (fusions chosen by the cost model), and a report of it.
 
     With `enabled=False` the e-graph is skipped: the result is `graph.pruned()`. `budget` limits
     saturation, `schedule` lists the phases of rulesets to run (e.g. `(("algebra",),)` for the
-    algebra family alone), `max_passes` the local-search passes of extraction.
+    algebra family alone), `max_passes` the local-search passes of extraction, `target` the adapter
+    the cost model prices kernels for (meganeura/target.py).
     """
     if not enabled:
         pruned = graph.pruned()
-        cost = graph_cost(pruned)
+        cost = graph_cost(pruned, target)
         count = kernel_count(pruned)
         report = RewriteReport(False, kernels_before=count, kernels_after=count, cost_before=cost, cost_after=cost)
         return pruned, report
@@ -46,7 +49,7 @@ def optimize(
         saturation = saturate(egraph, budget, schedule)
         saturated = time.perf_counter()
         view = read_egraph(egraph)
-    extractor = Extractor(view, encoding)
+    extractor = Extractor(view, encoding, target)
     extractor.start(root_classes(graph, view.class_of_ir), input_choice(extractor, view, encoding))
     passes = extractor.search(max_passes)
     extractor.check()
@@ -55,7 +58,7 @@ def optimize(
     decoded = decode(plan)
     rewritten = decoded.graph
     decoded_at = time.perf_counter()
-    cost_after = graph_cost(rewritten)
+    cost_after = graph_cost(rewritten, target)
     if cost_after != plan.cost:
         raise RuntimeError(
             f"rewrite: the plan's cost {plan.cost} differs from its decoded graph's {cost_after}: extraction "
@@ -77,7 +80,7 @@ def optimize(
         families=families,
         kernels_before=kernel_count(graph),
         kernels_after=kernel_count(rewritten),
-        cost_before=graph_cost(graph),
+        cost_before=graph_cost(graph, target),
         cost_after=cost_after,
         ir_nodes=len(encoding.encoded_ids),
         cse_merged=encoding.duplicates,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.rewrite.cost import Cost
 from meganeura.rewrite.sorts import ENode
+from meganeura.target import GENERIC, Target
 
 PwTree = tuple
 
@@ -75,6 +76,7 @@ class Plan:
     created_in: Mapping[int, tuple[ENode, ...]]  # Term e-class -> its e-nodes that some rule created
     merges_in: Mapping[int, tuple[tuple[tuple, frozenset[str]], ...]]  # Pw e-class -> (e-node key, rules
     # that merged that e-node into the class): a producer's load merged with its body, a constant's with a literal
+    target: Target = GENERIC  # the adapter it was priced for
 
     def type(self, eclass: int) -> TensorType:
         (t,) = self.types[eclass]

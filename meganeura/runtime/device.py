@@ -12,6 +12,8 @@ import os
 
 import wgpu
 
+from meganeura.target import Target, target_for
+
 ADAPTER_ENV = "MEGANEURA_ADAPTER"
 
 # Limits worth raising to the adapter's own maximum: big tensors and big workgroups.
@@ -90,6 +92,13 @@ class Device:
 
     def __repr__(self) -> str:
         return f"Device({self.describe()})"
+
+    @property
+    def target(self) -> Target:
+        """What the compiler plans for on this device (meganeura/target.py)."""
+        info = self.adapter.info
+        limit = self.limits.get("max-storage-buffers-per-shader-stage")
+        return target_for(adapter_name(self.adapter), info.get("adapter_type", ""), limit)
 
     def shader_module(self, wgsl: str) -> wgpu.GPUShaderModule:
         """The compiled module of `wgsl`, compiled once per device."""

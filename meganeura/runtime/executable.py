@@ -66,6 +66,18 @@ class Executable:
     outputs named in `read`; parameters and optimizer states are updated on the device.
     """
 
+    def check_bindings(self) -> None:
+        """Fail before creating anything if a kernel binds more buffers than this device allows
+        (a step compiled for another target)."""
+        limit = self.device.limits.get("max-storage-buffers-per-shader-stage")
+        worst = max(self.kernels, key=lambda spec: len(spec.bindings), default=None)
+        if limit is not None and worst is not None and len(worst.bindings) > limit:
+            raise ValueError(
+                f"kernel %{worst.node} ({worst.label[:100]}) binds {len(worst.bindings)} storage buffers, "
+                f"{self.device.describe()} allows {limit}: the step was compiled for {self.step.target.name} "
+                "(compile it with this device's target: mn.compile does)"
+            )
+
     def __init__(
         self,
         step: CompiledStep,
@@ -79,6 +91,7 @@ class Executable:
         self.kernels: list[KernelSpec] = step.kernels
         self.plan: BufferPlan = step.plan
         self.leaf_types = step.leaf_types
+        self.check_bindings()
         self.check_leaves(parameters, initial_states)  # before any Parameter is moved to the device
         self.buffers = self.create_buffers(parameters)
         self.inputs = {name: self.buffers[b] for name, b in self.plan.leaf_buffers("input").items()}

@@ -1,0 +1,62 @@
+"""What the compiler assumes about the adapter a step will run on: how many workgroups it runs at
+once, and how many storage buffers one kernel may bind.
+
+A `Target` is plain data. `compile()` takes it from the adapter it runs on (`runtime.target_of`);
+`compile_plan` and `rewrite.optimize`, which need no device, default to `GENERIC`. The cost model
+(`rewrite/cost.py`) prices a kernel that launches fewer workgroups than the target has compute
+units at the fraction of the adapter it fills, and extraction never fuses a kernel that would
+bind more buffers than the target allows.
+
+Compute units per adapter (workgroups in flight at once, one per unit, the first-order model of
+`cost.py`; occupancy within a unit is not modelled):
+- NVIDIA H200: 132 streaming multiprocessors (NVIDIA's H200 datasheet; the H100 SXM has the same
+  132). An adapter named "H100" gets the same figure.
+- lavapipe (llvmpipe): one rasterizer thread per CPU, `LP_NUM_THREADS` or the CPU count (Mesa's
+  default): each thread runs one workgroup at a time.
+- any other adapter: `GENERIC.compute_units`, 64 (between a laptop GPU's ~30 and a large
+  discrete GPU's ~130 units).
+Storage buffers per kernel: the device's `max-storage-buffers-per-shader-stage` (lavapipe 32); 31
+for `GENERIC`, the most that Metal's 31 buffer slots and every Vulkan driver we know allow.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    """The adapter a plan is made for, as far as the compiler cares."""
+
+    name: str
+    compute_units: int  # workgroups that run at once (SMs, compute units, CPU threads)
+    max_storage_buffers: int  # storage buffers one kernel may bind
+
+    def __post_init__(self) -> None:
+        if self.compute_units < 1 or self.max_storage_buffers < 2:
+            raise ValueError(f"target {self.name!r}: needs ≥ 1 compute unit and ≥ 2 storage buffers, got {self}")
+
+
+GENERIC = Target("generic GPU", compute_units=64, max_storage_buffers=31)
+
+# Adapter name substring (lower case) → compute units, from the vendors' data (module docstring).
+COMPUTE_UNITS = {"h200": 132, "h100": 132}
+
+
+def cpu_threads() -> int:
+    """The rasterizer threads llvmpipe starts: LP_NUM_THREADS if set, else one per CPU."""
+    configured = os.environ.get("LP_NUM_THREADS", "").strip()
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    return os.cpu_count() or 1
+
+
+def target_for(adapter_name: str, adapter_type: str, max_storage_buffers: int | None) -> Target:
+    """The target of an adapter, from its name, its type ("CPU" for lavapipe) and its binding limit."""
+    name = adapter_name.lower()
+    units = next((count for key, count in COMPUTE_UNITS.items() if key in name), None)
+    if units is None:
+        units = cpu_threads() if adapter_type == "CPU" or "llvmpipe" in name else GENERIC.compute_units
+    buffers = max_storage_buffers if max_storage_buffers else GENERIC.max_storage_buffers
+    return Target(adapter_name, units, buffers)

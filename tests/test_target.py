@@ -1,0 +1,142 @@
+"""The target a plan is made for (meganeura/target.py): the workgroups the cost model counts are
+those the lowered kernels dispatch, the cost of a kernel sees how much of the adapter it fills,
+and no fused kernel binds more storage buffers than the target allows."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+
+import numpy as np
+import pytest
+from conftest import assert_same_results, mlp_step
+
+import meganeura as mn
+import meganeura.functional as F
+from meganeura import nn, optim
+from meganeura.codegen.compiled import compile_step
+from meganeura.codegen.registry import node_workgroups
+from meganeura.compiler import compile_plan, trace_step
+from meganeura.ir.graph import TensorType
+from meganeura.rewrite import optimize
+from meganeura.rewrite.cost import DISPATCH_COST_BYTES, WORK_PER_UNIT, pricing
+from meganeura.target import GENERIC, Target, target_for
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), os.pardir, "examples")
+
+
+def example(name: str):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(EXAMPLES, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def example_steps():
+    """The fused training steps of an MLP, the character LM (attention, rope, rows) and the ResNet
+    (convolutions, pools, batch norm), each compiled on the generic target."""
+    graph, *_ = mlp_step(batch=64, n_in=96, hidden=200, n_out=10)
+    yield "mlp", optimize(graph)[0]
+    char_lm = example("char_lm")
+    mn.manual_seed(0)
+    model = char_lm.CharLlama(40, dim=32, layers=2, heads=4, kv_heads=2)
+    spec = {"tokens": mn.i32[4, 16], "targets": mn.i32[64], **char_lm.model_inputs(model, 4, 16)}
+    traced = trace_step(model, char_lm.lm_loss, spec, optim.AdamW(lr=1e-3))
+    yield "char_lm", optimize(traced.graph)[0]
+    resnet = example("resnet_digits")
+    traced = trace_step(
+        resnet.ResNet(8), resnet.loss_fn, {"x": mn.f32[16, 1, 8, 8], "y": mn.i32[16]}, optim.SGD(lr=0.1)
+    )
+    yield "resnet", optimize(traced.graph)[0]
+
+
+def test_every_kernel_dispatches_the_workgroups_the_cost_model_counts():
+    seen = set()
+    for name, graph in example_steps():
+        for spec in compile_step(graph).kernels:
+            node = graph[spec.node]
+            assert math.prod(spec.grid) == node_workgroups(graph, node), (name, spec.label)
+            seen.add(node.op)
+    assert {"fused_matmul", "conv_gemm", "fused_reduce", "attention", "pointwise"} <= seen, seen
+
+
+# ---------------------------------------------------------------------------------------------
+# The fill of the adapter
+
+
+def test_a_kernel_with_few_workgroups_costs_what_it_leaves_idle():
+    # A matmul [32, 16]·[16, 32]ᵀ... with a long reduction: the product [64, 64] is one workgroup.
+    a, b = TensorType((64, 65536)), TensorType((65536, 64))
+    out = (TensorType((64, 64)),)
+    flops = 2 * 64 * 64 * 65536
+    read = a.nbytes + b.nbytes
+    one = pricing("matmul", {}, [a, b], out, flops, Target("one unit", 1, 31))
+    many = pricing("matmul", {}, [a, b], out, flops, Target("132 units", 132, 31))
+    assert one.workgroups == many.workgroups == 1
+    work = 8 * (read + out[0].nbytes) + flops
+    assert one.units(read) == work + 8 * DISPATCH_COST_BYTES
+    assert many.units(read) == work * 132 + 8 * DISPATCH_COST_BYTES  # it needs every unit, it has one
+    # A small kernel finishes within its launch: one workgroup is all it needs, on any target.
+    small = TensorType((8, 8))
+    tiny = [pricing("relu", {}, [small], (small,), 0, Target("t", units, 31)).units(small.nbytes) for units in (1, 132)]
+    assert tiny[0] == tiny[1] == 8 * 2 * small.nbytes + 8 * DISPATCH_COST_BYTES
+    assert 2 * small.nbytes < WORK_PER_UNIT
+
+
+def test_targets_of_known_adapters(monkeypatch):
+    assert target_for("NVIDIA H200", "DiscreteGPU", 1_000_000) == Target("NVIDIA H200", 132, 1_000_000)
+    monkeypatch.setenv("LP_NUM_THREADS", "3")
+    assert target_for("llvmpipe (LLVM 15.0.6, 256 bits)", "CPU", 32).compute_units == 3
+    other = target_for("Some GPU", "IntegratedGPU", None)
+    assert (other.compute_units, other.max_storage_buffers) == (GENERIC.compute_units, GENERIC.max_storage_buffers)
+    with pytest.raises(ValueError, match="storage buffers"):
+        Target("broken", 4, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The binding limit
+
+
+class Residual(nn.Module):
+    def __init__(self, blocks: int, dim: int) -> None:
+        super().__init__()
+        self.norms = nn.ModuleList([nn.LayerNorm(dim) for _ in range(blocks)])
+        self.layers = nn.ModuleList([nn.Linear(dim, dim) for _ in range(blocks)])
+
+    def forward(self, x):
+        for norm, layer in zip(self.norms, self.layers, strict=True):
+            x = x + layer(norm(x))
+        return x
+
+
+def mse(model, x, y):
+    return F.mse_loss(model(x), y)
+
+
+@pytest.mark.parametrize("limit", [8, 12, 32])
+def test_no_fused_kernel_binds_more_buffers_than_the_target_allows(limit):
+    # Six residual blocks x + Linear(LayerNorm(x)): recomputing the gradient of the residual stream
+    # in the weight gradients' prologues once read 37 tensors in one kernel, over lavapipe's 32.
+    spec = {"x": mn.f32[4, 16], "y": mn.f32[4, 16]}
+    mn.manual_seed(0)
+    model = Residual(6, 16)
+    target = Target("test", 16, limit)
+    compilation = compile_plan(model, mse, spec, optim.AdamW(lr=1e-3), target=target)
+    widest = max(len(spec.bindings) for spec in compilation.compiled.kernels)
+    assert widest <= limit
+    if limit == 32:
+        unbounded = compile_plan(model, mse, spec, optim.AdamW(lr=1e-3), target=Target("wide", 16, 1000))
+        assert max(len(s.bindings) for s in unbounded.compiled.kernels) > 32  # the limit is what held it
+    traced = compilation.traced
+    rng = np.random.default_rng(0)
+    inputs = {name: rng.normal(size=s.shape).astype(np.float32) for name, s in spec.items()}
+    params = {name: p.numpy() for name, p in traced.parameters.items()}
+    assert_same_results(traced.graph, compilation.fused_graph, inputs, params, traced.initial_states, tol=1e-4)
+
+
+def test_a_step_wider_than_its_target_is_refused_before_it_runs():
+    spec = {"x": mn.f32[4, 16], "y": mn.f32[4, 16]}
+    wide = compile_plan(Residual(6, 16), mse, spec, optim.AdamW(lr=1e-3), target=Target("wide", 16, 1000))
+    with pytest.raises(ValueError, match="allows 32 per kernel"):
+        compile_step(wide.fused_graph, Target("lavapipe", 2, 32))
