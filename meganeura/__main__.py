@@ -1,9 +1,11 @@
-"""Command line: `python -m meganeura explain [--out DIR] SCRIPT [ARGS...]`.
+"""Command line: `python -m meganeura explain [--out DIR] [--wgsl] SCRIPT [ARGS...]`.
 
-Runs SCRIPT until it first asks a compiled program to run (nothing runs on the GPU), prints
-the report of every program it compiled — the rewrites the e-graph chose, costs, e-graph
-figures, kernels with the source lines they cover — and writes each step graph as DOT, and as
-SVG when Graphviz's `dot` is installed.
+Runs SCRIPT until it first asks a compiled program to run (nothing runs on the GPU, no device
+is opened), prints the report of every program it compiled — the rewrites the e-graph chose,
+costs, e-graph figures, kernels with the source lines they cover — and writes each step graph
+as DOT, and as SVG when Graphviz's `dot` is installed. With `--wgsl`, it also prints the WGSL of
+every kernel, in the order they run. Plans are made for the generic target
+(`meganeura.target.GENERIC`); a run on a device plans for that device.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from meganeura import compiler
 
 
-def explain(script: str, script_args: list[str], out_dir: str) -> int:
+def explain(script: str, script_args: list[str], out_dir: str, wgsl: bool = False) -> int:
     """Trace and optimise the programs `script` compiles; print their reports; write pictures."""
     sys.argv = [script, *script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -35,9 +37,16 @@ def explain(script: str, script_args: list[str], out_dir: str) -> int:
     for index, program in enumerate(programs):
         kind = "training step" if program.is_training else "inference"
         print(f"=== program {index}: {kind}, inputs {', '.join(f'{k}: {v}' for k, v in program.inputs.items())}")
+        target = program.compilation.target
+        units, buffers = target.compute_units, target.max_storage_buffers
+        print(f"planned for {target.name}: {units} compute units, {buffers} buffers per kernel")
         report = program.report()
         print(report)
         print()
+        if wgsl:
+            print(f"--- WGSL of program {index}: {len(program.compiled.kernels)} kernels, in the order they run")
+            print(program.compiled.wgsl())
+            print()
         dot_path = os.path.join(out_dir, f"{stem}-{index}.dot")
         with open(dot_path, "w") as file:
             file.write(report.to_dot())
@@ -58,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     explain_parser = commands.add_parser("explain", help="print the compile report of a model script")
     explain_parser.add_argument("script")
     explain_parser.add_argument("--out", default="out/explain", help="folder for the .dot/.svg files")
+    explain_parser.add_argument("--wgsl", action="store_true", help="also print every kernel's WGSL")
     explain_parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     options = parser.parse_args(argv)
-    return explain(options.script, options.args, options.out)
+    return explain(options.script, options.args, options.out, options.wgsl)
 
 
 if __name__ == "__main__":

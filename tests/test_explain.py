@@ -110,10 +110,15 @@ def test_cli_explain_prints_reports_and_writes_dot(tmp_path, capsys):
             """
         )
     )
-    assert main(["explain", "--out", str(tmp_path / "out"), str(script)]) == 0
+    assert main(["explain", "--out", str(tmp_path / "out"), "--wgsl", str(script)]) == 0
     printed = capsys.readouterr().out
     assert "=== program 0: training step" in printed
     assert "Kernels (" in printed and "tiny_model.py:" in printed
+    assert "planned for generic GPU: 64 compute units" in printed
+    # --wgsl: every kernel's source, in run order, under a comment naming it
+    kernels = printed.count("// ---- kernel ")
+    assert kernels >= 3 and printed.count("@compute") >= kernels
+    assert f"--- WGSL of program 0: {kernels} kernels" in printed
     assert (tmp_path / "out" / "tiny_model-0.dot").read_text().startswith("digraph step {")
     if shutil.which("dot"):  # Graphviz installed: the picture is written too
         assert (tmp_path / "out" / "tiny_model-0.svg").read_text().lstrip().startswith("<?xml")
