@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import gradcheck, trace_leaf
+from conftest import gradcheck, run_traced, trace_leaf
 
+import meganeura as mn
 import meganeura.functional as F
 from meganeura.ir.autodiff import gradients
 from meganeura.ir.graph import TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.trace import Tracer, tracing
-from meganeura.tensor import apply
+from meganeura.tensor import Tensor, apply
 
 UNARY = {
     "neg": (lambda x: -x, {}),
@@ -231,3 +232,96 @@ def test_matmul_with_a_shared_2d_operand_gradients(ta, tb):
     a2 = (k, m) if ta else (m, k)
     b3 = (2, n, k) if tb else (2, k, n)
     assert gradcheck(op, [a2, b3], rng) < 1e-6  # A shared by the batch of B
+
+
+# ---------------------------------------------------------------------------------------------
+# where, masked_fill, clamp, abs, leaky_relu, softplus and the comparisons (issue 9's new ops)
+
+NEW_OPS = {
+    "abs": (lambda x: F.abs(x), [(3, 4)]),
+    "leaky_relu": (lambda x: F.leaky_relu(x, 0.2), [(3, 4)]),
+    "softplus": (lambda x: F.softplus(x), [(3, 4)]),
+    # beta 2 and threshold 1.5: some elements of 2·x are above the threshold (the gradient is 1 there)
+    "softplus beta threshold": (lambda x: F.softplus(x, beta=2.0, threshold=1.5), [(3, 4)]),
+    "where": (lambda c, a, b: mn.where(c > 0, a, b), [(3, 4), (3, 4), (4,)]),
+    "where of a broadcast condition": (lambda c, a, b: mn.where(c < 0, a, b), [(3, 1), (3, 4), (3, 4)]),
+    "masked_fill": (lambda x, m: x.masked_fill(m >= 0, -2.5), [(3, 4), (4,)]),
+    "clamp numbers": (lambda x: x.clamp(-1.0, 0.9), [(3, 4)]),
+    "clamp min only": (lambda x: mn.clamp(x, min=-0.8), [(3, 4)]),
+    "clamp tensors": (lambda x, lo, hi: mn.clamp(x, lo - 1.0, hi + 1.0), [(3, 4), (4,), (3, 1)]),
+    "a mask times x": (lambda x, y: (x > y) * x + (x <= y) * y * 0.5 + (x != y) * 0.1, [(3, 4), (3, 4)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_OPS))
+def test_gradients_of_the_new_ops_mid_chain(name):
+    # Away from zero: the ops have kinks or jumps at 0 (abs, leaky_relu, the masks), and a finite
+    # difference across one is no gradient; the chain A·p + B keeps every input in ±[0.25, 2.4].
+    op, shapes = NEW_OPS[name]
+    assert gradcheck(op, shapes, np.random.default_rng(20), away_from_zero=True) < 1e-6
+
+
+def test_comparisons_of_tensors_are_tensors_not_python_bools():
+    tracer = Tracer()
+    with tracing(tracer):
+        x = trace_leaf(tracer, "input", "x", TensorType((2, 3)))
+        y = trace_leaf(tracer, "input", "y", TensorType((3,)))
+        masks = {
+            "==": x == 0,
+            "!=": x != y,
+            "<": x < y,
+            "<=": 0.5 <= x,
+            "<=t": x <= y,
+            ">": x > 1,
+            ">=": x >= y,
+            "r==": 0 == x,
+        }
+    for symbol, mask in masks.items():
+        assert isinstance(mask, Tensor) and mask.shape == (2, 3), symbol
+    ops = {symbol: tracer.graph[m.node].op for symbol, m in masks.items()}
+    assert ops == {  # 0.5 <= x is x >= 0.5 (Python reflects it), 0 == x is x == 0
+        "==": "equal",
+        "!=": "not_equal",
+        "<": "less",
+        "<=": "greater_equal",
+        "<=t": "less_equal",
+        ">": "greater",
+        ">=": "greater_equal",
+        "r==": "equal",
+    }
+    assert (x == "text") is False  # not a number or a Tensor: Python's own comparison
+    assert len({x, y}) == 2  # tensors still hash by identity
+
+
+def test_the_new_ops_compute_what_pytorch_computes():
+    # PyTorch's results for these inputs, written out: masks are 0/1 floats, clamp lets max win
+    # where min > max, softplus follows x above the threshold, masked_fill fills where the mask is set.
+    values = {"x": np.array([[-2.0, -0.5, 0.0, 0.5, 30.0]]), "m": np.array([[1.0, 0.0, 1.0, 0.0, 0.0]])}
+    got = run_traced(
+        lambda x, m: {
+            "abs": F.abs(x),
+            "leaky": F.leaky_relu(x, 0.1),
+            "softplus": F.softplus(x, threshold=20.0),
+            "clamp": x.clamp(-1.0, 0.25),
+            "clamp_crossed": mn.clamp(x, 1.0, -1.0),
+            "where": mn.where(x >= 0, x, m),
+            "fill": x.masked_fill(m, 7.0),
+            "eq": x == 0.5,
+            "ne": x != 0.5,
+        },
+        values,
+    )
+    x = values["x"][0]
+    expected = {
+        "abs": [2.0, 0.5, 0.0, 0.5, 30.0],
+        "leaky": [-0.2, -0.05, 0.0, 0.5, 30.0],
+        "softplus": [np.log1p(np.exp(v)) if v <= 20 else v for v in x],
+        "clamp": [-1.0, -0.5, 0.0, 0.25, 0.25],
+        "clamp_crossed": [-1.0] * 5,
+        "where": [1.0, 0.0, 0.0, 0.5, 30.0],
+        "fill": [7.0, -0.5, 7.0, 0.5, 30.0],
+        "eq": [0.0, 0.0, 0.0, 1.0, 0.0],
+        "ne": [1.0, 1.0, 1.0, 0.0, 1.0],
+    }
+    for name, want in expected.items():
+        np.testing.assert_allclose(got[name][0], want, rtol=1e-12, err_msg=name)

@@ -21,7 +21,7 @@ from meganeura.codegen.matmul import matmul_tiling
 from meganeura.codegen.registry import LOWERINGS
 from meganeura.codegen.render import TemplateError, load_template, render
 from meganeura.ir.expr import parse
-from meganeura.ir.functions import BINARY_FUNCTIONS, FUNCTIONS, UNARY_FUNCTIONS
+from meganeura.ir.functions import BINARY_FUNCTIONS, FUNCTIONS, TERNARY_FUNCTIONS, UNARY_FUNCTIONS
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.op import OPS, ShapeError, infer_type, launches_kernel, op_def
@@ -298,11 +298,29 @@ def test_binary_broadcasting(op, shapes):
     a, b = normal(*shapes[0]), normal(*shapes[1])
     if op == "div":
         b = np.abs(b) + 0.5
-    if op in ("greater", "equal"):  # ties: equal is not greater
+    if FUNCTIONS[op].wgsl.startswith("select(0.0, 1.0"):  # a comparison: with ties (equal, ≥, ≤ differ there)
         a, b = np.round(a), np.round(b)
     if op == "swiglu":
         a.flat[:2] = [-100.0, 100.0][: a.size]
     check(one_op(op, list(shapes)), {"x0": a, "x1": b}, rtol=2e-6, atol=1e-6)
+
+
+def test_softplus_and_leaky_relu_at_extremes():
+    x = np.array([-1000.0, -100.0, -30.0, -1.0, 0.0, 1.0, 19.5, 20.5, 30.0, 100.0, 1000.0], np.float32)
+    check(one_op("softplus", [(11,), ()]), {"x0": x, "x1": np.float32(20.0)}, rtol=2e-6, atol=1e-6)
+    check(one_op("leaky_relu", [(11,), ()]), {"x0": x, "x1": np.float32(0.01)}, rtol=2e-6, atol=1e-6)
+
+
+TERNARY_SHAPES = [((7, 33), (7, 33), (7, 33)), ((7, 1), (33,), ()), ((), (2, 3, 4), (3, 1)), ((5,), (1,), (5,))]
+
+
+@pytest.mark.parametrize("shapes", TERNARY_SHAPES, ids=lambda s: "-".join(str(list(d)) for d in s))
+@pytest.mark.parametrize("op", TERNARY_FUNCTIONS)
+def test_ternary_broadcasting(op, shapes):
+    a, b, c = (normal(*shape) for shape in shapes)
+    if op == "where":  # a condition of zeros and other values (not only 0/1 masks)
+        a = np.where(np.abs(a) < 0.5, 0.0, a)
+    check(one_op(op, list(shapes)), {"x0": a, "x1": b, "x2": c}, rtol=2e-6, atol=1e-6)
 
 
 def test_scalar_constants_are_inlined_and_repeated_inputs_bound_once():

@@ -140,3 +140,31 @@ def test_report_shows_the_chosen_rewrites():
     assert {"relu(add($acc,$0))", "add($acc,$0)"} <= epilogues
     assert not any(node.op == "permute" for node in program.fused_graph)  # folded into operand layouts
     assert report.rewrite.kernels_after < report.rewrite.kernels_before
+
+
+class MaskedNet(nn.Module):
+    """The new elementwise ops of issue 9 in one training step: comparisons, where, masked_fill,
+    clamp, abs, leaky_relu and softplus (fused by the e-graph like any other elementwise op)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 8), nn.Linear(6, 8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h, g = self.a(x), self.b(x)
+        mixed = mn.where(h > g, F.leaky_relu(h, 0.1), F.softplus(g, beta=2.0))
+        mixed = mixed.masked_fill(F.abs(g) <= 0.05, 0.0).clamp(-1.5, 2.0)
+        return self.out(mixed + (h != 0) * 0.01)
+
+
+def test_the_new_elementwise_ops_train_on_the_gpu_like_the_interpreter():
+    mn.manual_seed(0)
+    model = MaskedNet()
+    program = mn.compile(model, ce_loss, {"x": mn.f32[16, 6], "y": mn.i32[16]}, optim.Adam(lr=1e-2))
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.normal(size=(16, 6)).astype(np.float32), "y": rng.integers(0, 3, 16)}] * 5  # one batch
+    losses = assert_steps_follow_interpreter(program, feeds)
+    assert losses[-1] < losses[0]
+    fused_ops = {n.op for n in program.fused_graph}
+    assert "pointwise" in fused_ops or "fused_matmul" in fused_ops  # the e-graph fused them
