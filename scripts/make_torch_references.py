@@ -121,24 +121,25 @@ class TorchMLP(nn.Module):
 
 
 class TorchCNN(nn.Module):
-    """conv (no bias) → BatchNorm → max-pool → relu → strided conv (bias) → GroupNorm → relu →
+    """conv 3×3 pad 1 (bias) → GroupNorm → max-pool 2 → relu → conv 3×3 stride 2 pad 1 (no bias) →
+    BatchNorm (training, running stats; 36 values per channel, so Bessel's n/(n−1) shows) → relu →
     avg-pool 3/1/1 → global average pool → flatten → linear."""
 
     def __init__(self, cfg):
         super().__init__()
         w = cfg["width"]
-        self.conv1 = nn.Conv2d(cfg["channels"], w, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(w)
+        self.conv1 = nn.Conv2d(cfg["channels"], w, 3, padding=1)
+        self.gn1 = nn.GroupNorm(cfg["groups"], w)
         self.pool1 = nn.MaxPool2d(2)
-        self.conv2 = nn.Conv2d(w, w, 3, stride=2, padding=1)
-        self.gn = nn.GroupNorm(cfg["groups"], w)
+        self.conv2 = nn.Conv2d(w, w, 3, stride=2, padding=1, bias=False)  # a bias before BatchNorm gets no gradient
+        self.bn2 = nn.BatchNorm2d(w)
         self.pool2 = nn.AvgPool2d(3, stride=1, padding=1)
         self.gap = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(w, cfg["classes"])
 
     def forward(self, x):
-        x = F.relu(self.pool1(self.bn1(self.conv1(x))))
-        x = F.relu(self.gn(self.conv2(x)))
+        x = F.relu(self.pool1(self.gn1(self.conv1(x))))
+        x = F.relu(self.bn2(self.conv2(x)))
         x = self.gap(self.pool2(x))
         return self.fc(torch.flatten(x, 1))
 

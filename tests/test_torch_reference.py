@@ -126,18 +126,18 @@ class CNN(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         w = cfg["width"]
-        self.conv1 = nn.Conv2d(cfg["channels"], w, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(w)
+        self.conv1 = nn.Conv2d(cfg["channels"], w, 3, padding=1)
+        self.gn1 = nn.GroupNorm(cfg["groups"], w)
         self.pool1 = nn.MaxPool2d(2)
-        self.conv2 = nn.Conv2d(w, w, 3, stride=2, padding=1)
-        self.gn = nn.GroupNorm(cfg["groups"], w)
+        self.conv2 = nn.Conv2d(w, w, 3, stride=2, padding=1, bias=False)  # a bias before BatchNorm gets no gradient
+        self.bn2 = nn.BatchNorm2d(w)
         self.pool2 = nn.AvgPool2d(3, stride=1, padding=1)
         self.gap = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(w, cfg["classes"])
 
     def forward(self, x):
-        x = F.relu(self.pool1(self.bn1(self.conv1(x))))
-        x = F.relu(self.gn(self.conv2(x)))
+        x = F.relu(self.pool1(self.gn1(self.conv1(x))))
+        x = F.relu(self.bn2(self.conv2(x)))
         x = self.gap(self.pool2(x))
         return self.fc(F.flatten(x, 1))
 
