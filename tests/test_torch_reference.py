@@ -5,10 +5,10 @@ Each file is one scenario (model, loss, optimizer, 5 steps in float64 on seeded 
 The model is mirrored here in meganeura's DSL with PyTorch's parameter names, loaded with the
 file's initial values and trained on the file's batches, two ways:
 
-- on the numpy interpreter of the traced graph (`interpreter_steps`): no adapter needed. Both the
-  GPU-vs-interpreter tests elsewhere and the fused kernels run the traced graph, so only a
-  reference from outside catches a wrong gradient (autodiff) or a wrong update rule (optimizer
-  graph); this is the path that does, on any machine.
+- on the numpy interpreter of the traced graph (`interpreter_steps`): no adapter needed. The
+  GPU-vs-interpreter tests elsewhere run one traced graph twice, so a wrong gradient (autodiff)
+  or a wrong update rule (the optimizer's graph) in it passes them; only a reference from
+  outside catches those, and this path does on any machine.
 - on the device (`train_step`, lavapipe counts): the e-graph's plan and the WGSL kernels,
   including shaders/optimizer.wgsl, which the interpreter never runs. Marked `gpu`.
 
@@ -29,7 +29,6 @@ import ast
 import importlib.util
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,12 +48,13 @@ SCENARIOS = sorted(path.stem for path in REFERENCE_DIR.glob("*.npz"))
 LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-5
 # The bound on ‖Δours − Δtorch‖ / ‖Δtorch‖ of a tensor: UPDATE_RTOL, or NOISE_FACTOR times what
 # float32 rounding alone does to that update in PyTorch (the file's noise32), whichever is larger.
-# Measured (float32 against float64, 5 steps): at most 7e-5 for nearly every tensor, on the
-# interpreter and on lavapipe alike (the largest: Adam's 1 − β₂ᵗ through WGSL's pow on the
-# device); a few tensors whose gradient is a sum that nearly cancels (the first layer of the
-# sigmoid-and-tanh MLP under SGD) reach 1e-3 in PyTorch's own float32 too: they get 10× that.
-# The bugs the tests must catch move the worst tensor of a scenario by 8e-3 (AdamW's default
-# weight decay halved, on the Llama) to 1 (a tanh gradient doubled, under SGD).
+# Measured (float32 against float64, 5 steps): at most 7e-5 for every other tensor, on the
+# interpreter and on lavapipe (the largest on the device: every Adam step 6e-5 long, 1 − β₂ᵗ
+# cancelling a few ulps of WGSL's pow); the few tensors whose gradient is a sum that nearly
+# cancels (the first layers of the sigmoid-and-tanh MLP under SGD) reach 1e-3 in PyTorch's own
+# float32 as well, and get 10× that. The bugs these tests are there to catch move the worst
+# tensor of their scenario by 5e-3 (AdamW's default weight decay halved, Llama; Bessel's
+# correction of BatchNorm's running variance dropped) to 1 (a tanh gradient doubled, SGD).
 UPDATE_RTOL = 5e-4
 NOISE_FACTOR = 10.0
 
@@ -277,15 +277,17 @@ def input_specs(feed: dict[str, np.ndarray]) -> dict:
 
 def compile_reference(ref: Reference, on_device: bool) -> mn.Program:
     """The scenario's training program with the reference's initial parameters and buffers. Off
-    the device it is compiled in explain mode (traced, nothing built on an adapter)."""
+    the device it is compiled in explain mode (traced and optimised, nothing built on an adapter),
+    which is all the interpreter needs."""
     cfg = ref.meta["model"]
     model = MODELS[cfg["kind"]](cfg)
-    args = (model, loss_function(cfg["kind"], ref.meta["loss"]), input_specs(ref.feeds[0]), optimizer_of(ref.meta))
+    loss = loss_function(cfg["kind"], ref.meta["loss"])
+    specs = input_specs(ref.feeds[0])
     if on_device:
-        program = mn.compile(*args[:1], loss=args[1], inputs=args[2], optimizer=args[3])
+        program = mn.compile(model, loss=loss, inputs=specs, optimizer=optimizer_of(ref.meta))
     else:
         with mn.compiler.explain_only():
-            program = mn.compile(*args[:1], loss=args[1], inputs=args[2], optimizer=args[3])
+            program = mn.compile(model, loss=loss, inputs=specs, optimizer=optimizer_of(ref.meta))
     assert sorted(program.state_dict()) == sorted(ref.init), "the mirrored model's names differ from PyTorch's"
     program.load_state_dict(ref.init)
     return program
@@ -410,7 +412,6 @@ def load_script():
     pytest.importorskip("torch")
     spec = importlib.util.spec_from_file_location("make_torch_references", SCRIPT)
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("make_torch_references", module)
     spec.loader.exec_module(module)
     return module
 
