@@ -1,13 +1,26 @@
 """What the tests share: building graphs and small traces, random values, the check every rule
-test makes, the traced MLP step, and "GPU steps follow the numpy interpreter". Tests that need a
-WebGPU adapter (lavapipe counts) carry the `gpu` marker.
+test makes, the traced MLP step, and "GPU steps follow the numpy interpreter".
+
+Tests that need a WebGPU adapter (lavapipe counts) carry the `gpu` marker: `pytest -m "not gpu"`
+runs the rest on a machine without one. The marker is given here, at collection, to every test
+whose code (or a helper's call in it) opens the device: the names in GPU_CALLS; a test that
+reaches the device some other way carries it by hand. (`MEGANEURA_ADAPTER=none pytest -m "not
+gpu"` shows that the marks are complete: no adapter matches, and nothing unmarked needs one.)
+
+Hypothesis runs derandomized (a fixed seed, the same examples every run, as in CI); set
+MEGANEURA_HYPOTHESIS=explore for fresh examples. Every failure found stays as an @example.
 
 Helpers are imported by name (`from conftest import ...`); pytest puts this folder on the path.
 """
 
 from __future__ import annotations
 
+import inspect
+import os
+import re
+
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
@@ -27,7 +40,44 @@ from meganeura.tensor import Tensor
 
 RNG = np.random.default_rng(0)
 
-PROPERTY = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("explore", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("MEGANEURA_HYPOTHESIS", "ci"))
+PROPERTY = settings(max_examples=12)
+
+# Calls that open the WebGPU device: a test is marked `gpu` if it makes one, or a function of its
+# module (or of this file) that it calls does, a few calls deep.
+GPU_CALLS = re.compile(r"\b(run_gpu|default_device|Executable|train_step)\(|mn\.compile\(|\bcheck\(|\bprogram\(")
+CALLED = re.compile(r"\b([A-Za-z_]\w*)\(")
+
+
+def opens_the_device(function, namespaces: list[dict], depth: int = 3, seen: set | None = None) -> bool:
+    seen = set() if seen is None else seen
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return False
+    if GPU_CALLS.search(source):
+        return True
+    if depth == 0:
+        return False
+    for name in set(CALLED.findall(source)) - seen:
+        seen.add(name)
+        for namespace in namespaces:
+            callee = namespace.get(name)
+            if inspect.isfunction(callee) and opens_the_device(callee, namespaces, depth - 1, seen):
+                return True
+    return False
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    here = globals()
+    for item in items:
+        function = getattr(item, "function", None)
+        if function is None or item.get_closest_marker("gpu"):
+            continue
+        if opens_the_device(function, [vars(item.module), here]):
+            item.add_marker(pytest.mark.gpu)
 dims = st.integers(min_value=1, max_value=5)
 seeds = st.integers(0, 2**16)
 
@@ -153,14 +203,22 @@ def interpreter_steps(program, feeds: list[dict[str, np.ndarray]]) -> tuple[list
     return losses, params
 
 
+UPDATE_RTOL = 5e-4  # float32 against the interpreter: up to 5e-5 over this suite (measured 2026-12-01)
+
+
 def assert_steps_follow_interpreter(program, feeds: list[dict[str, np.ndarray]]) -> list[float]:
-    """Train on `feeds` on the GPU and on the interpreter; losses (rtol 1e-4) and final parameters
-    (rtol 1e-3, float32 drift over several steps) must agree. Returns the GPU losses."""
+    """Train on `feeds` on the GPU and on the interpreter; the losses (rtol 1e-4) and, per tensor,
+    the updates p_k − p_0 relative to their size (‖Δgpu − Δinterpreter‖ / ‖Δinterpreter‖ ≤
+    UPDATE_RTOL) must agree. Comparing the parameters themselves would hide a wrong weight decay:
+    it moves a parameter by lr·wd·p per step, ~1e-4 of p. Returns the GPU losses."""
+    start = program.state_dict()
     expected_losses, expected_params = interpreter_steps(program, feeds)
     losses = [program.train_step(**feed) for feed in feeds]
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-4, atol=1e-5)
     for name, value in program.state_dict().items():
-        np.testing.assert_allclose(value, expected_params[name], rtol=1e-3, atol=1e-5, err_msg=name)
+        moved = expected_params[name].astype(np.float64) - start[name]
+        error = np.linalg.norm(value - start[name] - moved) / max(np.linalg.norm(moved), 1e-12)
+        assert error <= UPDATE_RTOL, f"{name}: update differs from the interpreter's by {error:.2e} of its size"
     return losses
 
 

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import interpreter_steps
+from conftest import assert_steps_follow_interpreter
 
 import meganeura as mn
 
@@ -49,15 +49,8 @@ def test_five_gpu_steps_follow_the_interpreter_and_sampling_uses_the_vocabulary(
     tables = char_lm.fixed_inputs(model, SEQ)
     tokens, targets = char_lm.get_batch(train, BATCH, SEQ, np.random.default_rng(0))
     batches = [{"tokens": tokens, "targets": targets, **tables}] * 5  # one batch: the loss must fall
-    expected_losses, expected_params = interpreter_steps(program, batches)
-    losses = [program.train_step(**inputs) for inputs in batches]
-    np.testing.assert_allclose(losses, expected_losses, rtol=1e-4, atol=1e-5)
+    losses = assert_steps_follow_interpreter(program, batches)
     assert losses[-1] < losses[0]
-    # AdamW's first steps move each weight by about lr·g/(|g| + eps): for the few near-zero
-    # gradients, f32 rounding (the fused attention's backward sums in another order) shows as a
-    # few 1e-4 of a 1e-2 step.
-    for name, value in program.state_dict().items():
-        np.testing.assert_allclose(value, expected_params[name], rtol=1e-3, atol=3e-4, err_msg=name)
     if not rewrite:
         return
     assert program.report().rewrite.rule("swiglu").uses > 0  # silu(gate(x)) · up(x), as written

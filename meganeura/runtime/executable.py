@@ -23,6 +23,7 @@ from meganeura.runtime.device import Device
 
 BUFFER_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 MAP_ALIGN = 8  # WebGPU's alignment of mapAsync offsets
+CANARY = 0x7F7FDEAD  # 3.4e38, near f32's largest: read past a value's end, it shows as huge or inf results
 
 
 def numpy_dtype(dtype: str) -> type:
@@ -64,19 +65,13 @@ class Executable:
 
     `run(inputs, read)` uploads the inputs, runs every kernel in one compute pass and returns the
     outputs named in `read`; parameters and optimizer states are updated on the device.
-    """
 
-    def check_bindings(self) -> None:
-        """Fail before creating anything if a kernel binds more buffers than this device allows
-        (a step compiled for another target)."""
-        limit = self.device.limits.get("max-storage-buffers-per-shader-stage")
-        worst = max(self.kernels, key=lambda spec: len(spec.bindings), default=None)
-        if limit is not None and worst is not None and len(worst.bindings) > limit:
-            raise ValueError(
-                f"kernel %{worst.node} ({worst.label[:100]}) binds {len(worst.bindings)} storage buffers, "
-                f"{self.device.describe()} allows {limit}: the step was compiled for {self.step.target.name} "
-                "(compile it with this device's target: mn.compile does)"
-            )
+    With `canary_words` (for tests), every buffer gets that many extra words after its data,
+    filled with CANARY, and every binding spans its whole buffer, so that a kernel writing past the
+    end of a value its buffer holds (an index ≥ its elements: a bound off by one) changes them
+    instead of being clamped into the value; `changed_canaries()` lists the buffers where that
+    happened.
+    """
 
     def __init__(
         self,
@@ -84,8 +79,10 @@ class Executable:
         device: Device,
         parameters: dict[str, nn.Parameter],
         initial_states: dict[str, np.ndarray],
+        canary_words: int = 0,
     ) -> None:
         self.step = step
+        self.canary_words = canary_words
         self.graph = step.graph
         self.device = device
         self.kernels: list[KernelSpec] = step.kernels
@@ -94,6 +91,7 @@ class Executable:
         self.check_bindings()
         self.check_leaves(parameters, initial_states)  # before any Parameter is moved to the device
         self.buffers = self.create_buffers(parameters)
+        self.write_canaries()
         self.inputs = {name: self.buffers[b] for name, b in self.plan.leaf_buffers("input").items()}
         self.states = {
             **{name: self.buffers[b] for name, b in self.plan.leaf_buffers("param").items()},
@@ -106,6 +104,18 @@ class Executable:
         self.readback_plans: dict[tuple[str, ...], tuple] = {}
 
     # -- construction ---------------------------------------------------------------------------
+
+    def check_bindings(self) -> None:
+        """Fail before creating anything if a kernel binds more buffers than this device allows
+        (a step compiled for another target)."""
+        limit = self.device.limits.get("max-storage-buffers-per-shader-stage")
+        worst = max(self.kernels, key=lambda spec: len(spec.bindings), default=None)
+        if limit is not None and worst is not None and len(worst.bindings) > limit:
+            raise ValueError(
+                f"kernel %{worst.node} ({worst.label[:100]}) binds {len(worst.bindings)} storage buffers, "
+                f"{self.device.describe()} allows {limit}: the step was compiled for {self.step.target.name} "
+                "(compile it with this device's target: mn.compile does)"
+            )
 
     def check_leaves(self, parameters: dict[str, nn.Parameter], initial_states: dict[str, np.ndarray]) -> None:
         """Every parameter and state of the graph is given, with the graph's shape."""
@@ -128,19 +138,36 @@ class Executable:
                 buffers.append(self.parameter_buffer(slot.name, parameters[slot.name], slot.nbytes))
             else:
                 label = f"#{slot.index} {slot.role} {slot.name}".strip()
-                buffers.append(self.device.device.create_buffer(label=label, size=slot.nbytes, usage=BUFFER_USAGE))
+                size = slot.nbytes + 4 * self.canary_words
+                buffers.append(self.device.device.create_buffer(label=label, size=size, usage=BUFFER_USAGE))
         return buffers
+
+    def write_canaries(self) -> None:
+        if self.canary_words:
+            words = np.full(self.canary_words, CANARY, np.uint32)
+            for slot, buffer in zip(self.plan.buffers, self.buffers, strict=True):
+                self.device.queue.write_buffer(buffer, slot.nbytes, words.tobytes())
+
+    def changed_canaries(self) -> list[str]:
+        """The buffers whose canary words a kernel overwrote (with `canary_words`), with what they hold."""
+        changed = []
+        for slot, buffer in zip(self.plan.buffers, self.buffers, strict=True):
+            words = np.frombuffer(self.device.queue.read_buffer(buffer, slot.nbytes, 4 * self.canary_words), np.uint32)
+            if (words != CANARY).any():
+                changed.append(f"#{slot.index} {slot.role} {slot.name}: {[hex(w) for w in words[:4]]}")
+        return changed
 
     def parameter_buffer(self, name: str, param: nn.Parameter, nbytes: int) -> wgpu.GPUBuffer:
         """The parameter's buffer on this device: its current storage if it has one here, else a new one."""
         storage = param.storage
-        if isinstance(storage, DeviceStorage) and storage.device is self.device:
+        if isinstance(storage, DeviceStorage) and storage.device is self.device and not self.canary_words:
             if storage.type != param.type:
                 raise ValueError(
                     f"parameter {name}: its device buffer holds {storage.type}, the graph needs {param.type}"
                 )
             return storage.buffer
-        buffer = self.device.device.create_buffer(label=f"param {name}", size=nbytes, usage=BUFFER_USAGE)
+        size = nbytes + 4 * self.canary_words
+        buffer = self.device.device.create_buffer(label=f"param {name}", size=size, usage=BUFFER_USAGE)
         new_storage = DeviceStorage(self.device, buffer, param.type)
         new_storage.write(param.numpy())  # reads the old storage (host or another device) first
         param.storage = new_storage
@@ -172,13 +199,16 @@ class Executable:
                 "resource": {
                     "buffer": self.buffers[slot],
                     "offset": 0,
-                    "size": max(4, self.graph[b.value].types[b.index].nbytes),
+                    "size": self.buffers[slot].size if self.canary_words else max(4, self.value_nbytes(b)),
                 },
             }
             for index, (b, slot) in enumerate(zip(spec.bindings, slots, strict=True))
         ]
         group = self.device.device.create_bind_group(layout=layout, entries=entries)
         return pipeline, group, spec.grid
+
+    def value_nbytes(self, binding) -> int:
+        return self.graph[binding.value].types[binding.index].nbytes
 
     def prepare_readback(self) -> tuple[dict[str, tuple[wgpu.GPUBuffer, int, TensorType]], wgpu.GPUBuffer | None]:
         """Each output's (buffer, offset in the readback buffer, type), and the readback buffer."""
