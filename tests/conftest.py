@@ -8,7 +8,8 @@ reaches the device some other way carries it by hand. (`MEGANEURA_ADAPTER=none p
 gpu"` shows that the marks are complete: no adapter matches, and nothing unmarked needs one.)
 
 Hypothesis runs derandomized (a fixed seed, the same examples every run, as in CI); set
-MEGANEURA_HYPOTHESIS=explore for fresh examples. Every failure found stays as an @example.
+MEGANEURA_HYPOTHESIS=explore for fresh examples (=audit: fixed examples, no shrinking, for mutation
+audits). Every failure found stays as an @example.
 
 Helpers are imported by name (`from conftest import ...`); pytest puts this folder on the path.
 """
@@ -21,7 +22,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 import meganeura as mn
@@ -40,8 +41,12 @@ from meganeura.tensor import Tensor
 
 RNG = np.random.default_rng(0)
 
+AUDIT_PHASES = (Phase.explicit, Phase.reuse, Phase.generate)
 settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("explore", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(  # for a mutation audit: a failing example is enough, no shrinking
+    "audit", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow], phases=AUDIT_PHASES
+)
 settings.load_profile(os.environ.get("MEGANEURA_HYPOTHESIS", "ci"))
 PROPERTY = settings(max_examples=12)
 
