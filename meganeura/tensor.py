@@ -538,13 +538,20 @@ def log_softmax(x, dim: int = -1) -> Tensor:
 
 def matmul(a, b) -> Tensor:
     """a @ b like torch.matmul: over the last two dims, batched over equal leading dims; a with
-    more dims than a 2-D b is flattened to rows first.
+    more dims than a 2-D b is flattened to rows first; a 1-D operand is a vector (a row of a, a
+    column of b), its dim dropped from the result.
 
     The IR's matmul also takes a 2-D operand shared by a batch directly, but tracing [batch,
     seq, features] @ W that way lets the matmul epilogue rules see whole residual streams, and
     the e-graph then grows past its budget on deep models; flattening keeps them apart for now.
     """
     a, b = lift(a), lift(b)
+    if a.ndim == 1 or b.ndim == 1:  # torch: a vector operand is a one-row (or one-column) matrix, squeezed after
+        if a.ndim == 0 or b.ndim == 0:
+            raise ShapeError(f"{user_source_line()}: matmul: both operands need ≥ 1 dim, got {a.type} and {b.type}")
+        out = matmul(unsqueeze(a, 0) if a.ndim == 1 else a, unsqueeze(b, -1) if b.ndim == 1 else b)
+        out = squeeze(out, -2) if a.ndim == 1 else out
+        return squeeze(out, -1) if b.ndim == 1 else out
     if a.ndim > 2 and b.ndim == 2:
         lead = a.shape[:-1]
         rows = reshape(a, (-1, a.shape[-1]))

@@ -234,6 +234,19 @@ def test_matmul_with_a_shared_2d_operand_gradients(ta, tb):
     assert gradcheck(op, [a2, b3], rng) < 1e-6  # A shared by the batch of B
 
 
+@pytest.mark.parametrize("shapes", [[(4,), (4, 3)], [(2, 3, 4), (4,)], [(4,), (4,)], [(5,), (2, 5, 3)]])
+def test_matmul_of_vectors_follows_torch(shapes):
+    # torch.matmul (and numpy's @): a 1-D operand is a row of a or a column of b, its dim dropped;
+    # F.linear of a 1-D input is the case the fuzzer found (it raised "rank >= 2").
+    rng = np.random.default_rng(17)
+    a, b = (rng.normal(size=shape) for shape in shapes)
+    got = run_traced(lambda a, b: {"out": a @ b}, {"a": a, "b": b})["out"]
+    np.testing.assert_allclose(got, a @ b, rtol=1e-12)
+    assert gradcheck(lambda a, b: a @ b, shapes, rng) < 1e-6
+    with pytest.raises(mn.ShapeError, match="need ≥ 1 dim"):
+        run_traced(lambda v: {"out": v @ v.sum()}, {"v": np.ones(3)})
+
+
 # ---------------------------------------------------------------------------------------------
 # where, masked_fill, clamp, abs, leaky_relu, softplus and the comparisons (issue 9's new ops)
 

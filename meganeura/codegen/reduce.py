@@ -41,7 +41,8 @@ def reduce_plan(outs: int, r: int, innermost_reduced: bool) -> tuple[str, int]:
 
 def reduce_workgroups(attrs: dict, operands, results) -> int:
     """A workgroup per output (reduce_tree) or per WG outputs (reduce_serial), as `reduce_plan` says."""
-    in_shape = tuple(attrs.get("in_shape") or operands[0].shape)  # fused_reduce carries its input shape
+    # fused_reduce carries its input shape (a scalar's is (), so test presence, not truth)
+    in_shape = tuple(attrs["in_shape"] if "in_shape" in attrs else operands[0].shape)
     axes = normalize_axes(attrs.get("axes"), len(in_shape))
     outs = math.prod(in_shape[d] for d in range(len(in_shape)) if d not in axes)
     entry, wg = reduce_plan(outs, math.prod(in_shape[d] for d in axes), bool(in_shape) and len(in_shape) - 1 in axes)
