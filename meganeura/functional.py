@@ -18,6 +18,7 @@ import numpy as np
 from meganeura.ir.op import ShapeError
 from meganeura.ir.ops.image import conv_output_size, pair
 from meganeura.ir.trace import user_source_line
+from meganeura.parameter import Buffer
 from meganeura.tensor import (  # noqa: F401  (re-exported: the primitive operations; erf, rsqrt, tanh are
     # among the elementwise functions generated from ir/functions.py)
     ELEMENTWISE,
@@ -508,8 +509,6 @@ def batch_norm(
     `momentum` may also be a traced scalar (BatchNorm's cumulative average, momentum=None).
     training=False: normalise with running_mean and running_var.
     """
-    from meganeura.nn import Buffer
-
     x = lift(input)
     at = user_source_line()
     if x.ndim < 2:
