@@ -156,7 +156,7 @@ def recognize_forward(graph: Graph, target: Target = GENERIC):
     from meganeura import rewrite as rewrite_stage
 
     recognized, report = rewrite_stage.optimize(graph, schedule=(("recognition",),), target=target)
-    if not any(stats.uses for stats in report.rules if stats.family == "recognition"):
+    if not report.uses_family("recognition"):
         return graph, report  # nothing recognised: keep the traced graph as it is
     return recognized, report
 

@@ -6,7 +6,6 @@ as JSON-ready data (`to_json`) and as a Graphviz picture of the step (`to_dot`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,7 +102,7 @@ class StepReport:
 
     def to_json(self) -> dict[str, Any]:
         """The same report as plain data (dicts, lists, numbers, strings): `json.dumps` works on it."""
-        rewrite = json.loads(json.dumps(dataclasses.asdict(self.rewrite), default=str))
+        rewrite = json.loads(json.dumps(self.rewrite.to_data(), default=str))
         return {
             "rewrite": rewrite,
             "kernels": [

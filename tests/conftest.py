@@ -83,6 +83,8 @@ def pytest_collection_modifyitems(config, items) -> None:
             continue
         if opens_the_device(function, [vars(item.module), here]):
             item.add_marker(pytest.mark.gpu)
+
+
 dims = st.integers(min_value=1, max_value=5)
 seeds = st.integers(0, 2**16)
 

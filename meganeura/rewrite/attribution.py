@@ -38,13 +38,12 @@ from meganeura.ir.op import op_def
 from meganeura.rewrite.cost import Cost, node_cost
 from meganeura.rewrite.decode import Decoded
 from meganeura.rewrite.plan import Plan
+from meganeura.rewrite.report import UNATTRIBUTED
 from meganeura.rewrite.schema import TERM_CONSTRUCTORS, op_of
 from meganeura.rewrite.sorts import ENode
 
 PW_CALLS = ("PUnary", "PBinary", "PTernary")
 OP_CONSTRUCTOR_NAMES = {name for name, c in TERM_CONSTRUCTORS.items() if c.op is not None or c.tag is not None}
-
-UNATTRIBUTED = "e-graph"  # what hash-consing and the search did without a rule of their own
 
 
 def rule_uses(plan: Plan) -> Counter:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 
 from meganeura.ir.graph import PERSISTENT, Graph
-from meganeura.rewrite.attribution import UNATTRIBUTED, rule_savings, rule_uses
-from meganeura.rewrite.cost import Cost, graph_cost, kernel_count
+from meganeura.rewrite.attribution import rule_savings, rule_uses
+from meganeura.rewrite.cost import graph_cost, kernel_count
 from meganeura.rewrite.decode import decode
 from meganeura.rewrite.encode import empty_egraph, encode
 from meganeura.rewrite.extract import MAX_PASSES, Extractor, input_choice
 from meganeura.rewrite.families import FAMILIES, all_rules, family_facts
-from meganeura.rewrite.report import FamilyStats, RewriteReport, RuleStats
+from meganeura.rewrite.report import RewriteReport
 from meganeura.rewrite.saturate import DEFAULT_BUDGET, SCHEDULE, Budget, saturate
 from meganeura.rewrite.view import read_egraph
 from meganeura.target import GENERIC, Target
@@ -66,18 +66,13 @@ def optimize(
         )
     rules = all_rules()
     order = {r.name: index for index, r in enumerate(rules)}
-    uses = rule_uses(plan)
-    saved = rule_savings(plan, decoded, order)
-    stats = [
-        RuleStats(r.name, saturation.matches.get(r.name, 0), uses.get(r.name, 0), r.family, saved.get(r.name, Cost()))
-        for r in rules
-    ]
-    families = [FamilyStats(family, sum((s.saved for s in stats if s.family == family), Cost())) for family in FAMILIES]
-    families.append(FamilyStats(UNATTRIBUTED, saved.get(UNATTRIBUTED, Cost())))
     report = RewriteReport(
         True,
-        rules=stats,
-        families=families,
+        matches=dict(saturation.matches),
+        rule_order=[(r.name, r.family) for r in rules],
+        family_order=list(FAMILIES),
+        count_uses=lambda: rule_uses(plan),
+        count_savings=lambda: rule_savings(plan, decoded, order),
         kernels_before=kernel_count(graph),
         kernels_after=kernel_count(rewritten),
         cost_before=graph_cost(graph, target),
