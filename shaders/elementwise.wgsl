@@ -3,8 +3,8 @@
 // Serves the unary ops (neg, exp, log, sqrt, rsqrt, relu, sigmoid, tanh, silu), the
 // broadcasting binary ops (add, sub, mul, div, greater, equal, swiglu), broadcast_to
 // (f = identity), `pointwise` (f = its expression over $0, $1, …) and permute (a gather);
-// also the indexing ops (pick, scatter_rows, gather, scatter_add, slice, slice_grad, concat),
-// whose READS compute their index arithmetic (scatter_add's is a loop over the ids).
+// also the indexing ops (pick, scatter_rows, gather, slice, slice_grad, concat),
+// whose READS compute their index arithmetic.
 // rope and rope_grad read each element's partner across the halves of the last dim.
 // Bindings (group 0, generated from the KernelSpec): one read binding per input buffer
 // (x0, x1, …; scalar constants are inlined as literals and have none), then out (read_write).

@@ -132,7 +132,7 @@ def test_embedding_and_scatter_add_gradients():
     rng = np.random.default_rng(6)
     ids = np.array([[0, 4, 2], [2, 2, 1], [4, 4, 4]], np.int32)  # repeats, and rows never used (3, 5)
     assert gradcheck(lambda w, labels: F.embedding(labels, w), [(6, 5)], rng, labels=ids) < 1e-6
-    scatter = lambda g, labels: apply("scatter_add", g, labels, num=6)  # noqa: E731
+    scatter = lambda g, labels: apply("scatter_add", g, labels, apply("sort_ids", labels), num=6)  # noqa: E731
     assert gradcheck(scatter, [(3, 3, 5)], rng, labels=ids) < 1e-6
 
 
@@ -146,7 +146,7 @@ def test_gather_and_scatter_add_kernels(num, dim, ids_shape):
         one_op("gather", [(num, dim), ids_shape], ["f32", "i32"]),
         {"x0": RNG.normal(size=(num, dim)).astype(np.float32), "x1": ids},
     )
-    graph = one_op("scatter_add", [(*ids_shape, dim), ids_shape], ["f32", "i32"], num=num)
+    graph = scatter_graph((*ids_shape, dim), ids_shape, num)
     check(graph, {"x0": RNG.normal(size=(*ids_shape, dim)).astype(np.float32), "x1": ids}, rtol=1e-5, atol=1e-5)
 
 
@@ -154,8 +154,44 @@ def test_gather_gives_nan_and_scatter_add_skips_bad_ids():
     ids = np.array([0, -1, 4, 3, 3], np.int32)
     gather = one_op("gather", [(4, 3), (5,)], ["f32", "i32"])
     check(gather, {"x0": RNG.normal(size=(4, 3)).astype(np.float32), "x1": ids})
-    scatter = one_op("scatter_add", [(5, 3), (5,)], ["f32", "i32"], num=4)
+    scatter = scatter_graph((5, 3), (5,), num=4)
     check(scatter, {"x0": RNG.normal(size=(5, 3)).astype(np.float32), "x1": ids})
+
+
+def scatter_graph(g_shape, ids_shape, num: int) -> Graph:
+    """out = scatter_add(x0, x1, sort_ids(x1)) and sorted = sort_ids(x1), both checked."""
+    graph = Graph()
+    g, ids = typed_leaf(graph, "input", "x0", g_shape), typed_leaf(graph, "input", "x1", ids_shape, "i32")
+    order = emit(graph, "sort_ids", [ids])
+    graph.outputs["sorted"] = order
+    graph.outputs["out"] = emit(graph, "scatter_add", [g, ids, order], num=num)
+    return graph
+
+
+@pytest.mark.parametrize("n", [1, 2, 255, 256, 257, 700])
+def test_sort_ids_is_a_stable_sort_on_the_device(n):
+    # few distinct values (long runs of ties), negatives and ids past any table: all sorted,
+    # ties by position, every rank written once; the same bytes on a second run
+    ids = RNG.integers(-2, 9, size=n).astype(np.int32)
+    graph = Graph()
+    graph.outputs["out"] = emit(graph, "sort_ids", [typed_leaf(graph, "input", "x0", (n,), "i32")])
+    executable = check(graph, {"x0": ids})
+    expected = np.stack([np.sort(ids, kind="stable"), np.argsort(ids, kind="stable")])
+    first = executable.run({"x0": ids}, read=("out",))["out"]
+    np.testing.assert_array_equal(first, expected)
+    np.testing.assert_array_equal(executable.run({"x0": ids}, read=("out",))["out"], first)
+
+
+def test_scatter_add_sums_a_row_in_order_of_position_with_one_id_repeated():
+    # every id the same (one run of 300) but two, which fall outside the table: the run's sum is
+    # the interpreter's up to float32 rounding, rows without ids are exact zeros
+    ids = np.full(300, 2, np.int32)
+    ids[[5, 200]] = [-1, 7]
+    g = RNG.normal(size=(300, 4)).astype(np.float32)
+    executable = check(scatter_graph((300, 4), (300,), num=5), {"x0": g, "x1": ids}, rtol=1e-5, atol=1e-5)
+    out = executable.run({"x0": g, "x1": ids}, read=("out",))["out"]
+    assert np.all(out[[0, 1, 3, 4]] == 0.0)
+    np.testing.assert_allclose(out[2], g[ids == 2].sum(0), rtol=1e-5, atol=1e-5)
 
 
 SLICES = [

@@ -1,12 +1,22 @@
-"""Lowering of the indexing ops: pick and scatter_rows (labels), gather and scatter_add
-(embeddings), one thread per output element (shaders/elementwise.wgsl)."""
+"""Lowering of the indexing ops: pick and scatter_rows (labels) and gather (embeddings), one
+thread per output element (shaders/elementwise.wgsl); the embedding gradient as sort_ids, a
+stable sort of the ids by rank (shaders/sort_ids.wgsl), and scatter_add, a workgroup per row of
+the table summing the gradient rows of its run of sorted ids (shaders/scatter_add.wgsl)."""
 
 from __future__ import annotations
 
-from meganeura.codegen.common import Operands, elementwise_kernel, shape_text
+from meganeura.codegen.common import (
+    Operands,
+    bindings_wgsl,
+    elementwise_kernel,
+    grid_for,
+    output_binding,
+    shape_text,
+)
 from meganeura.codegen.expressions import literal
-from meganeura.codegen.kernel import KernelSpec
+from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.registry import lowering
+from meganeura.codegen.render import render
 from meganeura.ir.graph import Graph, Node
 
 NAN = literal(float("nan"))
@@ -48,23 +58,43 @@ def lower_gather(graph: Graph, node: Node) -> KernelSpec:
     return elementwise_kernel(graph, node, operands, reads, value, "", f"gather {shape_text(node.shape)}")
 
 
-@lowering("scatter_add")
-def lower_scatter_add(graph: Graph, node: Node) -> KernelSpec:
-    """scatter_add (gather's gradient), deterministic and without atomics: one thread per (row,
-    column) of the [num, dim] table scans all n ids and sums, in order, the gradient rows whose
-    id selects its row. It reads n·num·dim ids (from cache: every thread reads the same ones) and
-    n·dim gradient values in all, so it costs O(n·num) per column: cheap for a small vocabulary
-    (a character LM), quadratic-ish for large vocabularies × long batches (a sort by id, then a
-    segmented sum, would be the next step)."""
-    g, ids = node.inputs
-    dim = node.shape[1]
+SORT_WORKGROUP = 256
+SORT_LANES = 8  # threads that count one id's rank together: 32 ids per workgroup
+
+
+def sort_workgroups(attrs: dict, operands, results) -> int:
+    """SORT_LANES threads per id, 256 threads per workgroup."""
+    return -(-operands[0].numel * SORT_LANES // SORT_WORKGROUP)
+
+
+@lowering("sort_ids", workgroups=sort_workgroups)
+def lower_sort_ids(graph: Graph, node: Node) -> KernelSpec:
+    """sort_ids: each id's rank among all (ties by position) counted by SORT_LANES threads, then
+    a write at its rank."""
+    (ids,) = node.inputs
     n = graph[ids].type.numel
-    operands = Operands(graph)
-    ids_at, g_at = operands.read_at(ids, "j"), operands.read_at(g, f"j * {dim}u + col")
-    reads = (
-        f"let row = i32(i / {dim}u);\n    let col = i % {dim}u;\n    var total = 0.0;\n"
-        f"    for (var j = 0u; j < {n}u; j++) {{\n"
-        f"        if ({ids_at} == row) {{\n            total += {g_at};\n        }}\n    }}"
-    )
+    bindings = [Binding("ids", ids, "read"), output_binding(node)]
+    grid = grid_for(-(-n * SORT_LANES // SORT_WORKGROUP))
+    values = {"BINDINGS": bindings_wgsl(graph, bindings), "N": n, "LANES": SORT_LANES, "GRID_X": grid[0]}
+    wgsl = render("sort_ids", values)
+    return KernelSpec(node.id, f"sort_ids {n}", wgsl, "sort_ids", tuple(bindings), grid, (SORT_WORKGROUP, 1, 1))
+
+
+def scatter_workgroups(attrs: dict, operands, results) -> int:
+    """A workgroup per row of the table."""
+    return results[0].shape[0]
+
+
+@lowering("scatter_add", workgroups=scatter_workgroups)
+def lower_scatter_add(graph: Graph, node: Node) -> KernelSpec:
+    """scatter_add (gather's gradient), deterministic and without atomics: a workgroup per row of
+    the [num, dim] table finds the row's run in the sorted ids (sort_ids) and sums the gradient
+    rows at its positions, in order of position (shaders/scatter_add.wgsl)."""
+    g, ids, order = node.inputs
+    num, dim = node.shape
+    n = graph[ids].type.numel
+    bindings = [Binding("g", g, "read"), Binding("order", order, "read"), output_binding(node)]
+    grid = grid_for(num)
+    values = {"BINDINGS": bindings_wgsl(graph, bindings), "N": n, "DIM": dim, "ROWS": num, "GRID_X": grid[0]}
     label = f"scatter_add {shape_text(graph[g].shape)} -> {shape_text(node.shape)}"
-    return elementwise_kernel(graph, node, operands, reads, "total", "", label)
+    return KernelSpec(node.id, label, render("scatter_add", values), "scatter_add", tuple(bindings), grid, (256, 1, 1))

@@ -1,5 +1,6 @@
 """Indexing by i32 tensors: label indexing for nll_loss (`pick`) and its gradient
-(`scatter_rows`), embedding lookup (`gather`) and its gradient (`scatter_add`).
+(`scatter_rows`), embedding lookup (`gather`) and its gradient (`scatter_add`), which reads the
+ids grouped by a stable sort (`sort_ids`) so that its kernel never compares every id with every row.
 
 An index outside [0, num) gives NaN forward (a NaN value or a row of NaN, as on the device) and
 contributes nothing backward.
@@ -100,25 +101,47 @@ def evaluate_gather(table, ids):
     return np.where(valid[..., None], rows, np.nan).astype(table.dtype)
 
 
+def infer_sort_ids(types, attrs) -> TensorType:
+    (ids,) = types
+    if ids.dtype != "i32":
+        raise ShapeError(f"sort_ids: expected i32 indices, got {ids}")
+    return TensorType((2, ids.numel), "i32")
+
+
+def evaluate_sort_ids(ids):
+    """[the ids in ascending order; their flat positions], ties in order of position (a stable sort)."""
+    flat = ids.reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    return np.stack([flat[order], order]).astype(np.int32)
+
+
 def infer_scatter_add(types, attrs) -> TensorType:
-    g, ids = types
+    g, ids, order = types
     require_float([g], "scatter_add")
     num = attrs["num"]
     if ids.dtype != "i32" or g.rank != ids.rank + 1 or g.shape[:-1] != ids.shape:
         raise ShapeError(f"scatter_add: expected values [..., dim] for i32 indices [...], got {g} and {ids}")
+    if order.dtype != "i32" or order.shape != (2, ids.numel):
+        raise ShapeError(f"scatter_add: expected sort_ids of the indices, i32[2,{ids.numel}], got {order}")
     if num < 1:
         raise ShapeError(f"scatter_add: expected num >= 1, got {num!r}")
     return TensorType((num, g.shape[-1]), "f32")
 
 
-def evaluate_scatter_add(g, ids, num):
-    """out[r, c] = Σ g[j, c] over the j with ids[j] == r: gather's VJP (ids outside [0, num) are skipped)."""
+def evaluate_scatter_add(g, ids, order, num):
+    """out[r, c] = Σ g[j, c] over the j with ids[j] == r: gather's VJP (ids outside [0, num) are
+    skipped). `order` (sort_ids of ids) is how the kernel finds the j of a row; the sum is the same."""
     ids = ids.astype(np.int64).reshape(-1)
     rows = g.reshape(ids.size, g.shape[-1])
     valid = valid_labels(ids, num)
     out = np.zeros((num, g.shape[-1]), dtype=g.dtype)
     np.add.at(out, ids[valid], rows[valid])
     return out
+
+
+def scatter_add(b, g: int, ids: int, num: int) -> int:
+    """Emit gather's VJP: the ids sorted once, then the gradient rows summed per row of the table."""
+    return b.emit("scatter_add", [g, ids, b.emit("sort_ids", [ids])], num=num)
 
 
 GATHER = Op(
@@ -129,23 +152,31 @@ GATHER = Op(
     operands=("table", "ids"),
     doc="table[ids]: rows of [num, dim] at i32 indices of any shape (embedding lookup)",
 )
+SORT_IDS = Op(
+    "sort_ids",
+    family=FAMILY,
+    infer=infer_sort_ids,
+    evaluate=evaluate_sort_ids,
+    operands=("ids",),
+    doc="[ids ascending; their positions]: a stable sort of i32 indices, for scatter_add",
+)
 SCATTER_ADD = Op(
     "scatter_add",
     family=FAMILY,
     infer=infer_scatter_add,
     evaluate=evaluate_scatter_add,
-    operands=("g", "ids"),
+    operands=("g", "ids", "order"),
     attrs=(Attr("num", INT),),
-    doc="the rows of g summed into [num, dim] at their ids (gather's VJP)",
+    doc="the rows of g summed into [num, dim] at their ids (gather's VJP); order = sort_ids(ids)",
 )
 
 
 @GATHER.vjp
 def _gather(b, node, g):
     table, ids = node.inputs
-    return [b.emit("scatter_add", [g, ids], num=b.shape(table)[0]), None]
+    return [scatter_add(b, g, ids, b.shape(table)[0]), None]
 
 
 @SCATTER_ADD.vjp
 def _scatter_add(b, node, g):
-    return [b.emit("gather", [g, node.inputs[1]]), None]
+    return [b.emit("gather", [g, node.inputs[1]]), None, None]
