@@ -1,11 +1,17 @@
-"""Command line: `python -m meganeura explain [--out DIR] [--wgsl] SCRIPT [ARGS...]`.
+"""Command line: `python -m meganeura explain [--out DIR] [--wgsl] SCRIPT [ARGS...]` and
+`python -m meganeura profile [--trace FILE] SCRIPT [ARGS...]`.
 
-Runs SCRIPT until it first asks a compiled program to run (nothing runs on the GPU, no device
+explain runs SCRIPT until it first asks a compiled program to run (nothing runs on the GPU, no device
 is opened), prints the report of every program it compiled — the rewrites the e-graph chose,
 costs, e-graph figures, kernels with the source lines they cover — and writes each step graph
 as DOT, and as SVG when Graphviz's `dot` is installed. With `--wgsl`, it also prints the WGSL of
 every kernel, in the order they run. Plans are made for the generic target
 (`meganeura.target.GENERIC`); a run on a device plans for that device.
+
+profile runs SCRIPT on the device with MEGANEURA_TRACE set: the first program to reach its 4th
+step times every kernel of that step with GPU timestamps, prints the time by kernel kind (count,
+time, share, GB/s, TFLOP/s) and the slowest kernels with their source lines, and writes a
+Chrome trace (open it in https://ui.perfetto.dev). See meganeura/runtime/profile.py.
 """
 
 from __future__ import annotations
@@ -61,6 +67,19 @@ def explain(script: str, script_args: list[str], out_dir: str, wgsl: bool = Fals
     return 0
 
 
+def profile(script: str, script_args: list[str], trace: str) -> int:
+    """Run `script` with MEGANEURA_TRACE=`trace` (the runtime prints the table and writes the trace)."""
+    sys.argv = [script, *script_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    os.environ["MEGANEURA_TRACE"] = trace
+    runpy.run_path(script, run_name="__main__")
+    if not compiler._TRACED:
+        steps = compiler.TRACE_AFTER + 1
+        print(f"{script}: no program ran {steps} steps, so no step was profiled", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m meganeura", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -69,7 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     explain_parser.add_argument("--out", default="out/explain", help="folder for the .dot/.svg files")
     explain_parser.add_argument("--wgsl", action="store_true", help="also print every kernel's WGSL")
     explain_parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    profile_parser = commands.add_parser("profile", help="time every kernel of a model script's step on the GPU")
+    profile_parser.add_argument("script")
+    profile_parser.add_argument("--trace", default="trace.json", help="where to write the Chrome trace")
+    profile_parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     options = parser.parse_args(argv)
+    if options.command == "profile":
+        return profile(options.script, options.args, options.trace)
     return explain(options.script, options.args, options.out, options.wgsl)
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -205,6 +207,8 @@ class StopExplain(Exception):
 
 
 _EXPLAIN: list[list[Program]] = []
+TRACE_AFTER = 3  # MEGANEURA_TRACE profiles a program's step after this many (GPU clocks idle low)
+_TRACED: list[str] = []  # where MEGANEURA_TRACE wrote its trace in this process, once written
 
 
 @contextlib.contextmanager
@@ -310,6 +314,7 @@ class Program:
         self.compiled: CompiledStep = compilation.compiled
         self.is_training = "loss" in self.graph.outputs
         traced = self.traced
+        self.runs = 0  # steps run, for MEGANEURA_TRACE
         if _EXPLAIN:
             _EXPLAIN[-1].append(self)
             self.executable = None
@@ -317,6 +322,35 @@ class Program:
         self.executable = runtime.Executable(
             self.compiled, runtime.default_device(), traced.parameters, traced.initial_states
         )
+
+    def run(self, values: dict[str, np.ndarray], read: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """One step on the device; with MEGANEURA_TRACE set, the first program to reach its
+        TRACE_AFTER + 1-th step profiles it and writes the trace there (once per process)."""
+        executable = self.require_executable()
+        self.runs += 1
+        path = os.environ.get("MEGANEURA_TRACE")
+        if path and self.runs == TRACE_AFTER + 1 and not _TRACED:
+            _TRACED.append(path)
+            out, profile = executable.profile(values, read)
+            profile.write_chrome_trace(path)
+            print(f"{profile}\nwrote the Chrome trace of step {self.runs} to {path}", file=sys.stderr)
+            return out
+        return executable.run(values, read)
+
+    def profile(self, warmup: int = 3, **arrays: np.ndarray):
+        """Run `warmup` steps, then one more with every kernel timed on the GPU (runtime/profile.py):
+        its Profile, to print (time by kernel kind, the slowest kernels with their source lines) or
+        to write as a Chrome trace (`profile.write_chrome_trace("trace.json")`). The steps are real:
+        a training program trains on `arrays` warmup + 1 times.
+
+        >>> # print(program.profile(x=xb, y=yb))
+        """
+        values = self.check_inputs(arrays)
+        read = ("loss",) if self.is_training else tuple(self.graph.outputs)
+        for _ in range(warmup):
+            self.run(values, read)
+        self.runs += 1
+        return self.require_executable().profile(values, read)[1]
 
     def require_executable(self):
         """The GPU executable; in explain mode (none was built) stop the user's script instead."""
@@ -329,7 +363,7 @@ class Program:
         if not self.is_training:
             raise RuntimeError("this program was compiled without loss=: call it, program(**inputs), to run the model")
         values = self.check_inputs(arrays)
-        out = self.require_executable().run(values, read=("loss",))
+        out = self.run(values, ("loss",))
         return float(out["loss"].reshape(()))
 
     def __call__(self, **arrays: np.ndarray):
@@ -338,7 +372,7 @@ class Program:
             raise RuntimeError("this is a training program: use train_step(**inputs)")
         values = self.check_inputs(arrays)
         names = list(self.graph.outputs)
-        out = self.require_executable().run(values, read=tuple(names))
+        out = self.run(values, tuple(names))
         results = tuple(out[name] for name in names)
         return results[0] if len(results) == 1 else results
 

@@ -79,7 +79,10 @@ class Device:
     def __init__(self, adapter: wgpu.GPUAdapter) -> None:
         self.adapter = adapter
         limits = {name: adapter.limits[name] for name in RAISED_LIMITS if name in adapter.limits}
-        self.device = adapter.request_device_sync(label="meganeura", required_limits=limits)
+        # Timestamps only cost anything when a profiled step writes them (runtime/profile.py).
+        features = [f for f in ("timestamp-query",) if f in adapter.features]
+        self.device = adapter.request_device_sync(label="meganeura", required_limits=limits, required_features=features)
+        self.has_timestamps = "timestamp-query" in features
         self.queue = self.device.queue
         self.limits = dict(self.device.limits)
         self._modules: dict[str, wgpu.GPUShaderModule] = {}

@@ -19,7 +19,9 @@ from meganeura.codegen.buffers import BufferPlan
 from meganeura.codegen.compiled import CompiledStep
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.ir.graph import TensorType
+from meganeura.rewrite.cost import node_cost
 from meganeura.runtime.device import Device
+from meganeura.runtime.profile import DISPATCHES_PER_SET, Profile, kernel_times
 
 BUFFER_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 MAP_ALIGN = 8  # WebGPU's alignment of mapAsync offsets
@@ -240,6 +242,65 @@ class Executable:
 
     def run(self, inputs: dict[str, np.ndarray], read: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
         """Upload `inputs`, run the step with one submit, and return the outputs named in `read`."""
+        read, copies, start, size = self.upload(inputs, read)
+        encoder = self.device.device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        self.encode_dispatches(compute, self.dispatches)
+        compute.end()
+        self.encode_copies(encoder, copies)
+        self.device.queue.submit([encoder.finish()])
+        return self.read_outputs(read, start, size)
+
+    def profile(self, inputs: dict[str, np.ndarray], read: tuple[str, ...] = ()) -> tuple[dict, Profile]:
+        """`run`, with every dispatch in a compute pass of its own that writes GPU timestamps at its
+        start and end: the outputs named in `read`, and the time of each kernel (runtime/profile.py)."""
+        if not self.device.has_timestamps:
+            raise RuntimeError(
+                f"profiling needs the adapter's timestamp-query feature, which {self.device.describe()} lacks"
+            )
+        read, copies, start, size = self.upload(inputs, read)
+        device = self.device.device
+        encoder = device.create_command_encoder()
+        stamp_buffers = []
+        for first in range(0, len(self.dispatches), DISPATCHES_PER_SET):
+            chunk = self.dispatches[first : first + DISPATCHES_PER_SET]
+            queries = device.create_query_set(label="kernel timestamps", type="timestamp", count=2 * len(chunk))
+            for index, dispatch in enumerate(chunk):
+                writes = {
+                    "query_set": queries,
+                    "beginning_of_pass_write_index": 2 * index,
+                    "end_of_pass_write_index": 2 * index + 1,
+                }
+                compute = encoder.begin_compute_pass(timestamp_writes=writes)
+                self.encode_dispatches(compute, [dispatch])
+                compute.end()
+            nbytes = 16 * len(chunk)  # two u64 per dispatch
+            usage = wgpu.BufferUsage
+            resolved = device.create_buffer(size=nbytes, usage=usage.QUERY_RESOLVE | usage.COPY_SRC)
+            readable = device.create_buffer(size=nbytes, usage=usage.MAP_READ | usage.COPY_DST)
+            encoder.resolve_query_set(queries, 0, 2 * len(chunk), resolved, 0)
+            encoder.copy_buffer_to_buffer(resolved, 0, readable, 0, nbytes)
+            stamp_buffers.append(readable)
+        self.encode_copies(encoder, copies)
+        self.device.queue.submit([encoder.finish()])
+        outputs = self.read_outputs(read, start, size)
+        stamps: list[int] = []
+        for buffer in stamp_buffers:
+            buffer.map_sync(wgpu.MapMode.READ)
+            stamps.extend(np.frombuffer(buffer.read_mapped(), np.uint64).astype(np.int64).tolist())
+            buffer.unmap()
+        return outputs, Profile(self.device.describe(), kernel_times(self.kernel_facts(), stamps))
+
+    def kernel_facts(self) -> list[tuple]:
+        """(node, op, label, source lines, bytes, flops) of each dispatch, in run order."""
+        facts = []
+        for spec in self.plan.schedule:
+            node, cost = self.graph[spec.node], node_cost(self.graph, spec.node)
+            facts.append((spec.node, node.op, spec.label, node.sources, cost.bytes, cost.flops))
+        return facts
+
+    def upload(self, inputs: dict[str, np.ndarray], read: tuple[str, ...]) -> tuple[tuple[str, ...], list, int, int]:
+        """Check and upload `inputs`; the outputs to read, their copies and the range to map."""
         if inputs.keys() != self.inputs.keys():
             missing = [name for name in self.inputs if name not in inputs]
             unknown = [name for name in inputs if name not in self.inputs]
@@ -248,25 +309,26 @@ class Executable:
         copies, start, size = self.readback_plan(read) if read else ([], 0, 0)
         for name, buffer in self.inputs.items():
             write_buffer(self.device, buffer, self.leaf_types[name], inputs[name], f"input {name!r}")
+        return read, copies, start, size
 
-        encoder = self.device.device.create_command_encoder()
-        compute = encoder.begin_compute_pass()
+    @staticmethod
+    def encode_dispatches(compute: wgpu.GPUComputePassEncoder, dispatches: list[tuple]) -> None:
         current = None
-        for pipeline, group, grid in self.dispatches:
+        for pipeline, group, grid in dispatches:
             if pipeline is not current:
                 compute.set_pipeline(pipeline)
                 current = pipeline
             compute.set_bind_group(0, group)
             compute.dispatch_workgroups(*grid)
-        compute.end()
+
+    def encode_copies(self, encoder: wgpu.GPUCommandEncoder, copies: list[tuple]) -> None:
+        """The readback copies of the outputs asked for, then the end-of-step state copies."""
         # Outputs are read before the state copies, so an output that is an updated leaf's old
         # value still reads as the old value.
         for source, offset, nbytes in copies:
             encoder.copy_buffer_to_buffer(source, 0, self.readback, offset, nbytes)
         for source, target, nbytes in self.copies:
             encoder.copy_buffer_to_buffer(source, 0, target, 0, nbytes)
-        self.device.queue.submit([encoder.finish()])
-        return self.read_outputs(read, start, size)
 
     def read_outputs(self, read: tuple[str, ...], start: int, size: int) -> dict[str, np.ndarray]:
         """Map the readback range once and slice out each requested output."""

@@ -1,0 +1,152 @@
+"""The GPU profiler (meganeura/runtime/profile.py): timestamps around every dispatch, the table by
+kernel kind, the Chrome trace, MEGANEURA_TRACE and `python -m meganeura profile` — on lavapipe,
+which has the timestamp-query feature."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import MLP, ce_loss, emit, typed_leaf
+
+import meganeura as mn
+from meganeura import compiler, optim
+from meganeura.__main__ import main
+from meganeura.codegen.compiled import compile_step
+from meganeura.ir.graph import Graph
+from meganeura.rewrite.cost import node_cost
+from meganeura.runtime import Executable, default_device
+
+pytestmark = pytest.mark.gpu
+
+RNG = np.random.default_rng(0)
+
+
+def mlp_program():
+    model = MLP(n_in=6, hidden=5, n_out=3)
+    inputs = {"x": mn.f32[4, 6], "y": mn.i32[4]}
+    return mn.compile(model, loss=ce_loss, inputs=inputs, optimizer=optim.Adam(lr=1e-2))
+
+
+def batch():
+    return {"x": RNG.normal(size=(4, 6)).astype(np.float32), "y": np.array([0, 1, 2, 1], np.int32)}
+
+
+def test_a_profiled_step_times_every_dispatch_and_computes_what_a_step_computes():
+    mn.manual_seed(3)
+    profiled = mlp_program()
+    mn.manual_seed(3)
+    plain = mlp_program()
+    feed = batch()
+    profile = profiled.profile(warmup=2, **feed)
+    losses = [plain.train_step(**feed) for _ in range(3)]
+    for name, value in plain.state_dict().items():  # three real steps on both: the same parameters
+        np.testing.assert_array_equal(profiled.state_dict()[name], value, err_msg=name)
+    assert np.isfinite(losses).all()
+    kernels = profiled.compiled.kernels
+    fused = profiled.fused_graph
+    assert [k.node for k in profile.kernels] == [spec.node for spec in profiled.executable.plan.schedule]
+    assert len(profile.kernels) == len(kernels)
+    assert {k.kind for k in profile.kernels} == {fused[spec.node].op for spec in kernels}
+    assert all(k.ns > 0 for k in profile.kernels)
+    starts = [k.start_ns for k in profile.kernels]
+    assert starts[0] == 0 and starts == sorted(starts)  # one queue: kernels run one after another
+    for k in profile.kernels:
+        cost = node_cost(fused, k.node)
+        assert (k.bytes, k.flops) == (cost.bytes, cost.flops)
+        assert any("test_profile.py" in s or "conftest.py" in s for s in k.sources), k
+    rows = profile.by_kind()
+    assert sum(r.count for r in rows) == len(kernels) and sum(r.ns for r in rows) == profile.total_ns
+    assert abs(sum(r.share for r in rows) - 1.0) < 1e-9 and rows == sorted(rows, key=lambda r: -r.ns)
+    matmul = next(r for r in rows if r.kind == "fused_matmul")
+    assert matmul.tflop_per_s == pytest.approx(matmul.flops / matmul.ns / 1000)
+    text = str(profile)
+    assert "fused_matmul" in text and "slowest" in text and "ms in" in text
+
+
+def test_the_chrome_trace_has_one_complete_event_per_kernel(tmp_path):
+    program = mlp_program()
+    profile = program.profile(warmup=0, **batch())
+    path = tmp_path / "trace.json"
+    profile.write_chrome_trace(str(path))
+    trace = json.loads(path.read_text())
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(events) == len(profile.kernels)
+    for event, kernel in zip(events, profile.kernels, strict=True):
+        assert event["name"] == kernel.label and event["cat"] == kernel.kind
+        assert event["ts"] == kernel.start_ns / 1000 and event["dur"] == kernel.ns / 1000 > 0
+        assert event["args"]["sources"] == list(kernel.sources)
+
+
+def test_a_step_of_more_dispatches_than_a_query_set_holds():
+    # 2,100 kernels: two query sets (2,048 dispatches each at most)
+    graph = Graph()
+    value = typed_leaf(graph, "input", "x", (3,))
+    for _ in range(2100):
+        value = emit(graph, "neg", [value])
+    graph.outputs["out"] = value
+    executable = Executable(compile_step(graph, default_device().target), default_device(), {}, {})
+    x = np.arange(3, dtype=np.float32)
+    out, profile = executable.profile({"x": x}, read=("out",))
+    np.testing.assert_array_equal(out["out"], x)  # an even number of negations
+    assert len(profile.kernels) == 2100 and all(k.ns > 0 for k in profile.kernels)
+    starts = [k.start_ns for k in profile.kernels]
+    assert starts == sorted(starts) and starts[2048] > starts[2047]
+
+
+def test_without_timestamps_profiling_says_why(monkeypatch):
+    program = mlp_program()
+    monkeypatch.setattr(program.executable.device, "has_timestamps", False)
+    with pytest.raises(RuntimeError, match="timestamp-query"):
+        program.profile(warmup=0, **batch())
+
+
+def test_meganeura_trace_profiles_the_fourth_step_of_the_first_program_once(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "trace.json"
+    monkeypatch.setenv("MEGANEURA_TRACE", str(path))
+    monkeypatch.setattr(compiler, "_TRACED", [])
+    program = mlp_program()
+    feed = batch()
+    for _ in range(compiler.TRACE_AFTER):
+        program.train_step(**feed)
+    assert not path.exists()
+    program.train_step(**feed)
+    assert path.exists() and compiler._TRACED == [str(path)]
+    assert "wrote the Chrome trace of step 4" in capsys.readouterr().err
+    path.unlink()
+    for _ in range(5):
+        program.train_step(**feed)
+    mlp_program().train_step(**feed)
+    assert not path.exists()  # once per process
+
+
+def test_cli_profile_runs_a_script_and_writes_its_trace(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(compiler, "_TRACED", [])
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            import numpy as np
+            import meganeura as mn
+            import meganeura.functional as F
+            from meganeura import nn, optim
+
+            model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+            program = mn.compile(model, loss=lambda m, x, y: F.cross_entropy(m(x), y),
+                                 inputs={"x": mn.f32[5, 4], "y": mn.i32[5]}, optimizer=optim.SGD(lr=0.1))
+            x, y = np.ones((5, 4), np.float32), np.zeros(5, np.int32)
+            for _ in range(int(sys.argv[1])):
+                program.train_step(x=x, y=y)
+            """
+        )
+    )
+    trace = tmp_path / "out.json"
+    assert main(["profile", "--trace", str(trace), str(script), "5"]) == 0
+    assert json.loads(trace.read_text())["traceEvents"]
+    assert "GPU time of one step" in capsys.readouterr().err
+    monkeypatch.setattr(compiler, "_TRACED", [])
+    assert main(["profile", "--trace", str(tmp_path / "none.json"), str(script), "2"]) == 1
+    assert "no program ran 4 steps" in capsys.readouterr().err
