@@ -32,6 +32,7 @@ class Target:
     name: str
     compute_units: int  # workgroups that run at once (SMs, compute units, CPU threads)
     max_storage_buffers: int  # storage buffers one kernel may bind
+    cpu: bool = False  # a CPU (lavapipe): kernels whose tiling was measured there pick it (codegen/matmul.py)
 
     def __post_init__(self) -> None:
         if self.compute_units < 1 or self.max_storage_buffers < 2:
@@ -59,4 +60,4 @@ def target_for(adapter_name: str, adapter_type: str, max_storage_buffers: int | 
     if units is None:
         units = cpu_threads() if adapter_type == "CPU" or "llvmpipe" in name else GENERIC.compute_units
     buffers = max_storage_buffers if max_storage_buffers else GENERIC.max_storage_buffers
-    return Target(adapter_name, units, buffers)
+    return Target(adapter_name, units, buffers, cpu=adapter_type == "CPU" or "llvmpipe" in name)

@@ -16,6 +16,7 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen.compiled import compile_step
+from meganeura.codegen.matmul import CPU_TILING, matmul_tiling
 from meganeura.codegen.registry import node_workgroups
 from meganeura.compiler import compile_plan, trace_step
 from meganeura.ir.graph import TensorType
@@ -59,6 +60,22 @@ def test_every_kernel_dispatches_the_workgroups_the_cost_model_counts():
             assert math.prod(spec.grid) == node_workgroups(graph, node), (name, spec.label)
             seen.add(node.op)
     assert {"fused_matmul", "conv_gemm", "fused_reduce", "attention", "pointwise"} <= seen, seen
+
+
+def test_on_a_cpu_large_matmuls_take_the_cpu_tiling_and_dispatch_what_the_cost_model_counts():
+    cpu = Target("cpu", 2, 32, cpu=True)
+    graph = next(graph for name, graph in example_steps() if name == "mlp")  # 64×96 · 96×200 and more
+    large = []
+    for spec in compile_step(graph, cpu).kernels:
+        node = graph[spec.node]
+        assert math.prod(spec.grid) == node_workgroups(graph, node, cpu), spec.label
+        if node.op in ("matmul", "fused_matmul"):
+            m, n = node.shape[-2:]
+            large.append(m >= 64 and n >= 64)
+            assert (spec.workgroup_size == (8, 8, 1)) == large[-1], spec.label
+    assert any(large) and not all(large)
+    assert matmul_tiling(64, 64, 1, cpu) == CPU_TILING and matmul_tiling(63, 64, 1, cpu) != CPU_TILING
+    assert matmul_tiling(4096, 4096) != CPU_TILING  # GPUs keep theirs
 
 
 # ---------------------------------------------------------------------------------------------

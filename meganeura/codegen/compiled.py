@@ -44,7 +44,7 @@ class CompiledStep:
 
 def compile_step(graph: Graph, target: Target = GENERIC) -> CompiledStep:
     """`graph` lowered to kernels for `target`, with its buffers planned (no device needed)."""
-    kernels = lower_graph(graph)
+    kernels = lower_graph(graph, target)
     for spec in kernels:
         if len(spec.bindings) > target.max_storage_buffers:
             raise ValueError(

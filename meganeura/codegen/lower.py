@@ -22,28 +22,32 @@ from meganeura.codegen import (  # noqa: F401  (imported for their registered lo
     transformer,
 )
 from meganeura.codegen.kernel import KernelSpec
-from meganeura.codegen.registry import LOWERINGS, registered_workgroups
+from meganeura.codegen.registry import LOWERINGS, lowered, registered_workgroups
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import op_def
+from meganeura.target import GENERIC, Target
 
 
-def workgroups(op: str, attrs: dict, operands: Sequence[TensorType], results: Sequence[TensorType]) -> int:
-    """How many workgroups the kernel of `op` launches for these types (the cost model's question)."""
-    return registered_workgroups(op, attrs, operands, results)
+def workgroups(
+    op: str, attrs: dict, operands: Sequence[TensorType], results: Sequence[TensorType], target: Target = GENERIC
+) -> int:
+    """How many workgroups the kernel of `op` launches for these types on `target` (the cost model's question)."""
+    return registered_workgroups(op, attrs, operands, results, target)
 
 
-def lower_node(graph: Graph, node_id: int) -> KernelSpec:
-    """The kernel that computes node `node_id`."""
+def lower_node(graph: Graph, node_id: int, target: Target = GENERIC) -> KernelSpec:
+    """The kernel that computes node `node_id` on `target`."""
     node = graph[node_id]
     lowering = LOWERINGS.get(node.op)
     if lowering is None:
         raise NotImplementedError(
             f"no GPU kernel for op {node.op!r} (node %{node_id}); the code generator lowers {sorted(LOWERINGS)}"
         )
-    return lowering(graph, node)
+    return lowered(graph, node, target)
 
 
-def lower_graph(graph: Graph) -> list[KernelSpec]:
-    """A kernel for every live node that computes something (not leaves, views or projections), in graph order."""
+def lower_graph(graph: Graph, target: Target = GENERIC) -> list[KernelSpec]:
+    """A kernel for every live node that computes something (not leaves, views or projections), in
+    graph order, for `target`."""
     live = graph.live_ids()
-    return [lower_node(graph, n.id) for n in graph if n.id in live and op_def(n.op).kernel]
+    return [lower_node(graph, n.id, target) for n in graph if n.id in live and op_def(n.op).kernel]

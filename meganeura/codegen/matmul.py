@@ -24,12 +24,22 @@ from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
+from meganeura.target import GENERIC, Target
+
+# On a CPU (lavapipe) large register tiles win: 128×128 per workgroup of 8×8 threads, 16×16
+# outputs each. 1024×256×256 on this project's 2-core machine (benchmarks/gemm.py with each
+# tiling, 2026-12-01): 9.6 GFLOP/s, against 2.4 for the GPU tiling (64×64, 16×16 threads of 4×4);
+# 8×8 threads of 8×16: 7.5, 8×16 of 16×16: 9.2, 16×16 of 8×16: 7.6.
+CPU_TILING = {"WG_X": 8, "WG_Y": 8, "TM": 16, "NV": 4, "BK": 16}
 
 
-def matmul_tiling(m: int, n: int, batch: int = 1) -> dict[str, int]:
+def matmul_tiling(m: int, n: int, batch: int = 1, target: Target = GENERIC) -> dict[str, int]:
     """Workgroup shape and register tile: the smallest tile that covers small outputs, 64×64 for
     most, 64×128 when there are workgroups enough to fill a large GPU anyway (measured on an H200:
-    13 TFLOP/s for 64×64 and 16 for 64×128 at 4096³; 64×64 wins at 1024³)."""
+    13 TFLOP/s for 64×64 and 16 for 64×128 at 4096³; 64×64 wins at 1024³); on a CPU, CPU_TILING
+    for outputs of at least 64×64."""
+    if target.cpu and m >= 64 and n >= 64:
+        return dict(CPU_TILING)
     bm = next((size for size in (8, 16, 32) if m <= size), 64)
     bn = next((size for size in (16, 32) if n <= size), 64)
     if bm == 64 and batch * -(-m // 64) * -(-n // 128) >= 512:
@@ -59,16 +69,16 @@ def tile_size(tiling: dict[str, int]) -> tuple[int, int]:
     return tiling["WG_Y"] * tiling["TM"], tiling["WG_X"] * tiling["NV"] * 4
 
 
-def matmul_workgroups(attrs: dict, operands, results) -> int:
+def matmul_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
     """One workgroup per output tile of every matrix of the batch."""
     out = results[0].shape
     m, n, batches = out[-2], out[-1], math.prod(out[:-2])
-    bm, bn = tile_size(matmul_tiling(m, n, batches))
+    bm, bn = tile_size(matmul_tiling(m, n, batches, target))
     return -(-m // bm) * -(-n // bn) * batches
 
 
-@lowering("matmul", "fused_matmul", workgroups=matmul_workgroups)
-def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
+@lowering("matmul", "fused_matmul", workgroups=matmul_workgroups, per_target=True)
+def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
     """Tiled, register-blocked, batched matmul with transposes, a prologue and an epilogue expression.
 
     `fused_matmul` inputs are (a, b, *extras); its `epilogue` reads `$acc` and the extras `$0…`,
@@ -126,7 +136,7 @@ def lower_matmul(graph: Graph, node: Node) -> KernelSpec:
     reads, epilogue = expression_code(tree, read)
     a_reads, prologue = expression_code(prologue_tree, read_for_a)
     bindings = [Binding("a", a, "read"), Binding("b", b, "read"), *operands.bindings, output_binding(node)]
-    tiling = matmul_tiling(m, n, batches)
+    tiling = matmul_tiling(m, n, batches, target)
     bm, bn = tile_size(tiling)
     tiles_m = -(-m // bm)
     rows_grid = grid_for(tiles_m * batches)  # (row tile, batch) pairs, folded over y and z

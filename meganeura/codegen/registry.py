@@ -6,9 +6,13 @@ Each kernel family module registers its lowerings beside them, `@lowering("matmu
 table is complete wherever lowering happens. A lowering is `fn(graph, node) -> KernelSpec`; a
 workgroup count is `fn(attrs, operand types, result types) -> int`, computed from types alone so
 that the cost model can ask it of an e-node before any IR node exists (`rewrite/cost.py`). It
-sits beside the lowering and shares its tiling helpers; tests/test_kernels.py checks that it is
+sits beside the lowering and shares its tiling helpers; tests/test_target.py checks that it is
 what every lowered kernel of several models dispatches. The default count is the elementwise
 kernel's: a workgroup of 256 threads per 256 elements of the first result.
+
+A family whose kernel is tuned per adapter registers with `per_target=True`: its lowering is
+then `fn(graph, node, target)` and its workgroup count `fn(attrs, operands, results, target)`
+(`meganeura/target.py`), so that both pick the same tiling for the adapter.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from collections.abc import Callable, Sequence
 
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.ir.graph import Graph, Node, TensorType
+from meganeura.target import GENERIC, Target
 
 Lowering = Callable[[Graph, Node], KernelSpec]
 Workgroups = Callable[[dict, Sequence[TensorType], tuple[TensorType, ...]], int]
 LOWERINGS: dict[str, Lowering] = {}
 WORKGROUPS: dict[str, Workgroups] = {}
+PER_TARGET: set[str] = set()  # ops whose lowering and workgroup count also take the target
 ELEMENTWISE_WORKGROUP = 256
 
 
@@ -30,8 +36,11 @@ def elementwise_workgroups(attrs: dict, operands: Sequence[TensorType], results:
     return -(-results[0].numel // ELEMENTWISE_WORKGROUP)
 
 
-def lowering(*ops: str, workgroups: Workgroups = elementwise_workgroups) -> Callable[[Lowering], Lowering]:
-    """Decorator: register the function as the lowering of `ops`, launching `workgroups`."""
+def lowering(
+    *ops: str, workgroups: Workgroups = elementwise_workgroups, per_target: bool = False
+) -> Callable[[Lowering], Lowering]:
+    """Decorator: register the function as the lowering of `ops`, launching `workgroups` (both
+    given the target as a last argument with `per_target`)."""
 
     def register(fn: Lowering) -> Lowering:
         for op in ops:
@@ -39,20 +48,32 @@ def lowering(*ops: str, workgroups: Workgroups = elementwise_workgroups) -> Call
                 raise ValueError(f"op {op!r} has two lowerings: {LOWERINGS[op].__name__} and {fn.__name__}")
             LOWERINGS[op] = fn
             WORKGROUPS[op] = workgroups
+            if per_target:
+                PER_TARGET.add(op)
         return fn
 
     return register
 
 
-def registered_workgroups(op: str, attrs: dict, operands: Sequence[TensorType], results: Sequence[TensorType]) -> int:
-    """How many workgroups the kernel of `op` launches for these types (at least one). Every op's
-    entry is there once its family module is imported: `lower.workgroups` makes sure of that."""
+def registered_workgroups(
+    op: str, attrs: dict, operands: Sequence[TensorType], results: Sequence[TensorType], target: Target = GENERIC
+) -> int:
+    """How many workgroups the kernel of `op` launches for these types on `target` (at least one).
+    Every op's entry is there once its family module is imported: `lower.workgroups` makes sure."""
     count = WORKGROUPS.get(op)
     if count is None:
         raise KeyError(f"op {op!r} launches a kernel but has no lowering")
-    return max(1, count(attrs, operands, tuple(results)))
+    extra = (target,) if op in PER_TARGET else ()
+    return max(1, count(attrs, operands, tuple(results), *extra))
 
 
-def node_workgroups(graph: Graph, node: Node) -> int:
-    """The workgroups the kernel of an IR node launches (what its lowering dispatches)."""
-    return registered_workgroups(node.op, node.attr_dict, [graph[i].type for i in node.inputs], node.types)
+def lowered(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
+    """The registered lowering of `node` for `target`."""
+    extra = (target,) if node.op in PER_TARGET else ()
+    return LOWERINGS[node.op](graph, node, *extra)
+
+
+def node_workgroups(graph: Graph, node: Node, target: Target = GENERIC) -> int:
+    """The workgroups the kernel of an IR node launches on `target` (what its lowering dispatches)."""
+    types = [graph[i].type for i in node.inputs]
+    return registered_workgroups(node.op, node.attr_dict, types, node.types, target)

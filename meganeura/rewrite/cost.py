@@ -137,7 +137,7 @@ def pricing(
     """The pricing of a kernel running `op` on these types, with `flops`, on `target` (module docstring)."""
     if not op_def(op).kernel:
         return Pricing(False)
-    workgroups = launched_workgroups(op, attrs, operands, results)
+    workgroups = launched_workgroups(op, attrs, operands, results, target)
     return Pricing(True, sum(t.nbytes for t in results), flops, workgroups, target.compute_units)
 
 
