@@ -331,6 +331,9 @@ class Program:
         path = os.environ.get("MEGANEURA_TRACE")
         if path and self.runs == TRACE_AFTER + 1 and not _TRACED:
             _TRACED.append(path)
+            if not executable.device.has_timestamps:  # a trace was asked for, not a failed run
+                print(f"MEGANEURA_TRACE: {executable.device.describe()} has no timestamp queries", file=sys.stderr)
+                return executable.run(values, read)
             out, profile = executable.profile(values, read)
             profile.write_chrome_trace(path)
             print(f"{profile}\nwrote the Chrome trace of step {self.runs} to {path}", file=sys.stderr)

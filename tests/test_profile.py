@@ -103,6 +103,17 @@ def test_without_timestamps_profiling_says_why(monkeypatch):
         program.profile(warmup=0, **batch())
 
 
+def test_meganeura_trace_on_an_adapter_without_timestamps_warns_and_trains_on(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "trace.json"
+    monkeypatch.setenv("MEGANEURA_TRACE", str(path))
+    monkeypatch.setattr(compiler, "_TRACED", [])
+    program = mlp_program()
+    monkeypatch.setattr(program.executable.device, "has_timestamps", False)
+    losses = [program.train_step(**batch()) for _ in range(compiler.TRACE_AFTER + 2)]
+    assert np.isfinite(losses).all() and not path.exists()
+    assert "has no timestamp queries" in capsys.readouterr().err
+
+
 def test_meganeura_trace_profiles_the_fourth_step_of_the_first_program_once(tmp_path, monkeypatch, capsys):
     path = tmp_path / "trace.json"
     monkeypatch.setenv("MEGANEURA_TRACE", str(path))
