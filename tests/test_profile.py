@@ -66,6 +66,15 @@ def test_a_profiled_step_times_every_dispatch_and_computes_what_a_step_computes(
     assert "fused_matmul" in text and "slowest" in text and "ms in" in text
 
 
+def test_an_inference_program_profiles_too():
+    model = MLP(n_in=6, hidden=5, n_out=3)
+    predict = mn.compile(model, inputs={"x": mn.f32[4, 6]})
+    x = batch()["x"]
+    profile = predict.profile(warmup=1, x=x)
+    assert [k.node for k in profile.kernels] == [spec.node for spec in predict.executable.plan.schedule]
+    assert predict.runs == 2 and np.isfinite(predict(x=x)).all()
+
+
 def test_the_chrome_trace_has_one_complete_event_per_kernel(tmp_path):
     program = mlp_program()
     profile = program.profile(warmup=0, **batch())
