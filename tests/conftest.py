@@ -37,6 +37,7 @@ from meganeura.ir.op import checked_type, launches_kernel, operand_types
 from meganeura.ir.trace import Tracer, tracing
 from meganeura.rewrite import optimize
 from meganeura.runtime import Executable, default_device
+from meganeura.target import GENERIC, Target
 from meganeura.tensor import Tensor
 
 RNG = np.random.default_rng(0)
@@ -276,14 +277,18 @@ def normal(*shape: int, scale: float = 1.0) -> np.ndarray:
     return (scale * RNG.normal(size=shape)).astype(np.float32)
 
 
-def run_gpu(graph: Graph, inputs: dict, params: dict | None = None, states: dict | None = None) -> Executable:
+def run_gpu(
+    graph: Graph, inputs: dict, params: dict | None = None, states: dict | None = None, target: Target = GENERIC
+) -> Executable:
+    """`graph` lowered for `target` (the generic GPU's kernels unless told) on the test device."""
     parameters = {name: nn.Parameter(value) for name, value in (params or {}).items()}
-    return Executable(compile_step(graph), default_device(), parameters, dict(states or {}))
+    return Executable(compile_step(graph, target), default_device(), parameters, dict(states or {}))
 
 
-def check(graph: Graph, inputs: dict, rtol: float = 1e-5, atol: float = 1e-5) -> Executable:
-    """Run `graph` on the GPU and compare every output with the interpreter in float64."""
-    executable = run_gpu(graph, inputs)
+def check(graph: Graph, inputs: dict, rtol: float = 1e-5, atol: float = 1e-5, target: Target = GENERIC) -> Executable:
+    """Run `graph` on the GPU (its kernels for `target`) and compare every output with the
+    interpreter in float64."""
+    executable = run_gpu(graph, inputs, target=target)
     got = executable.run(inputs, read=tuple(graph.outputs))
     expected = interpret(graph, inputs, dtype=np.float64).outputs
     for name, value in expected.items():

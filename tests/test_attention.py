@@ -16,6 +16,7 @@ from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import ShapeError
 from meganeura.ir.ops.transformer import evaluate_attention, evaluate_attention_lse
 from meganeura.ir.trace import Tracer, tracing
+from meganeura.target import GENERIC, Target
 
 RNG = np.random.default_rng(7)
 
@@ -132,9 +133,13 @@ KERNEL_CASES = [
 ]
 
 
+CPU = Target("cpu", 2, 32, cpu=True)  # shaders/attention_rows.wgsl: a thread per row
+
+
+@pytest.mark.parametrize("target", [GENERIC, CPU], ids=["gpu-kernels", "cpu-kernels"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shapes", KERNEL_CASES, ids=lambda s: f"q{shape_id(s[0])}-kv{shape_id(s[1])}")
-def test_attention_kernels(causal, shapes):
+def test_attention_kernels(causal, shapes, target):
     q_shape, kv_shape = shapes
     graph = attention_graph(q_shape, kv_shape, causal, 1.0 / np.sqrt(q_shape[-1]))
     rng = np.random.default_rng(3)
@@ -142,7 +147,7 @@ def test_attention_kernels(causal, shapes):
         name: rng.normal(size=shape).astype(np.float32)
         for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
     }
-    executable = check(graph, inputs, rtol=1e-4, atol=2e-5)
+    executable = check(graph, inputs, rtol=1e-4, atol=2e-5, target=target)
     # One pass writes o and the LSE; one key-row kernel writes dK and dV: three dispatches.
     labels = sorted(spec.label.split(" q ")[0] for spec in executable.kernels)
     assert labels == ["attention", "attention_grad_kv", "attention_grad_q"]

@@ -12,6 +12,7 @@ from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.graph import Graph, Node
+from meganeura.target import GENERIC, Target
 
 # ---------------------------------------------------------------------------------------------
 # Rotary position embeddings: one thread per output element, reading its partner across the halves
@@ -59,24 +60,34 @@ ATTENTION_KERNELS = {
 FLAGS = ("ATTENTION", "LSE", "GRAD_Q", "GRAD_K", "GRAD_V")
 
 
-def query_rows(attrs: dict, operands, results) -> int:
-    """A workgroup per (batch, head, query) row."""
+ROWS_PER_CPU_WORKGROUP = 64  # shaders/attention_rows.wgsl: a thread per row
+
+
+def row_workgroups(rows: int, target: Target) -> int:
+    """A workgroup per row (attention.wgsl), or a thread per row on a CPU (attention_rows.wgsl)."""
+    return -(-rows // ROWS_PER_CPU_WORKGROUP) if target.cpu else rows
+
+
+def query_rows(attrs: dict, operands, results, target: Target = GENERIC) -> int:
+    """A workgroup (a thread on a CPU) per (batch, head, query) row."""
     b, h, sq, _ = operands[0].shape
-    return b * h * sq
+    return row_workgroups(b * h * sq, target)
 
 
-def key_rows(attrs: dict, operands, results) -> int:
-    """A workgroup per (batch, key head, key) row: the gradient of K and V."""
+def key_rows(attrs: dict, operands, results, target: Target = GENERIC) -> int:
+    """A workgroup (a thread on a CPU) per (batch, key head, key) row: the gradient of K and V."""
     b, hkv, skv, _ = operands[1].shape
-    return b * hkv * skv
+    return row_workgroups(b * hkv * skv, target)
 
 
-@lowering("attention_grad_kv", workgroups=key_rows)
-@lowering("attention", "attention_grad_q", workgroups=query_rows)
-def lower_attention(graph: Graph, node: Node) -> KernelSpec:
+@lowering("attention_grad_kv", workgroups=key_rows, per_target=True)
+@lowering("attention", "attention_grad_q", workgroups=query_rows, per_target=True)
+def lower_attention(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
     """attention (output and log-sum-exp), attention_grad_q, attention_grad_kv (dK and dV):
     WG threads (a power of two, at least head_dim) per row, one element of the row's head_dim
-    vector each; keys or query rows are walked in tiles of WG."""
+    vector each; keys or query rows are walked in tiles of WG. On a CPU, where workgroup barriers
+    cost much, a thread per row instead (shaders/attention_rows.wgsl; the character LM's three
+    attention kernels took 10-17 ms each on lavapipe the other way)."""
     q, k = node.inputs[:2]
     b, h, sq, d = graph[q].shape
     _, hkv, skv, _ = graph[k].shape
@@ -88,13 +99,16 @@ def lower_attention(graph: Graph, node: Node) -> KernelSpec:
     per_key = node.op == "attention_grad_kv"
     rows = b * hkv * skv if per_key else b * h * sq
     wg = max(32, 1 << (d - 1).bit_length())
-    grid = grid_for(rows)
+    template = "attention_rows" if target.cpu else "attention"
+    if target.cpu:
+        wg = ROWS_PER_CPU_WORKGROUP
+    grid = grid_for(row_workgroups(rows, target))
     written = {flag for _, flag in writes}
     flags = {flag: flag in written for flag in FLAGS}
     flags |= {"CAUSAL": bool(node.attr("causal")), "FORWARD": node.op == "attention", "GRAD_KV": per_key}
     sizes = {"ROWS": rows, "H": h, "HKV": hkv, "SQ": sq, "SKV": skv, "D": d, "WG": wg}
     wgsl = render(
-        "attention",
+        template,
         {
             "BINDINGS": bindings_wgsl(graph, bindings),
             **sizes,
