@@ -20,27 +20,22 @@ import numpy as np
 
 from meganeura import nn
 from meganeura.codegen.compiled import compile_step
-from meganeura.ir.graph import Graph
-from meganeura.ir.op import checked_type, operand_types
+from meganeura.ir.graph import TensorType
+from meganeura.ir.trace import Tracer
 from meganeura.runtime import Executable, default_device
 
 
-def add(graph: Graph, op: str, inputs: list[int], **attrs) -> int:
-    """A node typed (and its attributes checked) by the op's declaration."""
-    canonical, value_type = checked_type(op, operand_types(graph, inputs), attrs)
-    return graph.add(op, inputs, value_type, canonical)
-
-
 def program(vocab: int, dim: int, n: int, with_gradient: bool, sort_only: bool = False) -> Executable:
-    graph = Graph()
-    table = add(graph, "param", [], name="table", shape=(vocab, dim))
-    ids = add(graph, "input", [], name="ids", shape=(n,), dtype="i32")
-    rows = add(graph, "gather", [table, ids])
+    tracer = Tracer()  # builds the graph node by node, each typed by its op's declaration
+    graph = tracer.graph
+    table = tracer.leaf("param", "table", TensorType((vocab, dim)))
+    ids = tracer.leaf("input", "ids", TensorType((n,), "i32"))
+    rows = tracer.emit("gather", [table, ids])
     if with_gradient and sort_only:
-        graph.outputs["order"] = add(graph, "sort_ids", [ids])
+        graph.outputs["order"] = tracer.emit("sort_ids", [ids])
     elif with_gradient:  # an output that is not read back: computed, but no reduction of it is timed
-        graph.outputs["grad"] = add(graph, "scatter_add", [rows, ids, add(graph, "sort_ids", [ids])], num=vocab)
-    graph.outputs["total"] = add(graph, "sum", [rows], axes=(0, 1))
+        graph.outputs["grad"] = tracer.emit("scatter_add", [rows, ids, tracer.emit("sort_ids", [ids])], num=vocab)
+    graph.outputs["total"] = tracer.emit("sum", [rows], axes=(0, 1))
     device = default_device()
     weights = {"table": nn.Parameter(np.random.default_rng(0).normal(size=(vocab, dim)).astype(np.float32))}
     return Executable(compile_step(graph, device.target), device, weights, {})

@@ -16,25 +16,21 @@ import argparse
 import numpy as np
 
 from meganeura.codegen.compiled import compile_step
-from meganeura.ir.graph import Graph
-from meganeura.ir.op import checked_type, operand_types
+from meganeura.ir.graph import TensorType
+from meganeura.ir.trace import Tracer
 from meganeura.runtime import Executable, default_device
 
 SHAPES = "4096x4096x4096,8192x768x3072,2048x576x1536,2048x1536x576,2048x576x49152"
 
 
-def add(graph: Graph, op: str, inputs: list[int], **attrs) -> int:
-    canonical, value_type = checked_type(op, operand_types(graph, inputs), attrs)
-    return graph.add(op, inputs, value_type, canonical)
-
-
 def ours_seconds(m: int, k: int, n: int, repeat: int) -> float:
     """The median time of one matmul dispatch, from `repeat` profiled in one step."""
-    graph = Graph()
-    a = add(graph, "input", [], name="a", shape=(m, k))
-    b = add(graph, "input", [], name="b", shape=(k, n))
+    tracer = Tracer()  # builds the graph node by node, each typed by its op's declaration
+    graph = tracer.graph
+    a = tracer.leaf("input", "a", TensorType((m, k)))
+    b = tracer.leaf("input", "b", TensorType((k, n)))
     for index in range(repeat):
-        graph.outputs[f"c{index}"] = add(graph, "matmul", [a, b])  # no e-graph here: `repeat` kernels
+        graph.outputs[f"c{index}"] = tracer.emit("matmul", [a, b])  # no e-graph here: `repeat` kernels
     device = default_device()
     executable = Executable(compile_step(graph, device.target), device, {}, {})
     rng = np.random.default_rng(0)

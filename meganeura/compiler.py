@@ -315,6 +315,7 @@ class Program:
         self.is_training = "loss" in self.graph.outputs
         traced = self.traced
         self.runs = 0  # steps run, for MEGANEURA_TRACE
+        self.trace_path = os.environ.get("MEGANEURA_TRACE")
         if _EXPLAIN:
             _EXPLAIN[-1].append(self)
             self.executable = None
@@ -328,7 +329,7 @@ class Program:
         TRACE_AFTER + 1-th step profiles it and writes the trace there (once per process)."""
         executable = self.require_executable()
         self.runs += 1
-        path = os.environ.get("MEGANEURA_TRACE")
+        path = self.trace_path
         if path and self.runs == TRACE_AFTER + 1 and not _TRACED:
             _TRACED.append(path)
             if not executable.device.has_timestamps:  # a trace was asked for, not a failed run

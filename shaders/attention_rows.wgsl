@@ -11,34 +11,11 @@
 //     of KV head hk that see key j, dV_j = Σ_r P_rj·do_r and dK_j = scale·Σ_r dS_rj·q_r.
 //
 // Grid: ceil(ROWS / 64) workgroups of 64 threads, folded into (GRID_X, y).
-// Placeholders: BINDINGS, ROWS, H, HKV, SQ, SKV, D, GRID_X, SCALE; flags CAUSAL, FORWARD, GRAD_Q,
-// GRAD_KV.
+// Placeholders: BINDINGS and attention_layout's; flags CAUSAL, FORWARD, GRAD_Q, GRAD_KV.
 
 {{BINDINGS}}
 
-const ROWS: u32 = {{ROWS}}u;
-const H: u32 = {{H}}u;
-const HKV: u32 = {{HKV}}u;
-const GROUP: u32 = H / HKV;
-const SQ: u32 = {{SQ}}u;
-const SKV: u32 = {{SKV}}u;
-const D: u32 = {{D}}u;
-const GRID_X: u32 = {{GRID_X}}u;
-const SCALE: f32 = {{SCALE}};
-const LOWEST: f32 = -3.4028234663852886e38;
-
-fn kv_at(b: u32, hk: u32, j: u32) -> u32 {
-    return ((b * HKV + hk) * SKV + j) * D;
-}
-
-// The keys query i sees: all, or 0..=i when causal.
-fn key_end(i: u32) -> u32 {
-//#if CAUSAL
-    return min(SKV, i + 1u);
-//#else
-    return SKV;
-//#endif
-}
+//#include attention_layout
 
 // The first query that sees key j: 0, or j when causal.
 fn query_start(j: u32) -> u32 {
@@ -47,15 +24,6 @@ fn query_start(j: u32) -> u32 {
 //#else
     return 0u;
 //#endif
-}
-
-// q·k of query row `qi` and key row `kj` (element offsets), unscaled.
-fn qk(qi: u32, kj: u32) -> f32 {
-    var dot = 0.0;
-    for (var d = 0u; d < D; d++) {
-        dot += q[qi + d] * k[kj + d];
-    }
-    return dot;
 }
 
 fn row_index(wid: vec3<u32>, lid: u32) -> u32 {
@@ -69,15 +37,13 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     if (row >= ROWS) {
         return;
     }
-    let bh = row / SQ;
-    let b = bh / H;
-    let hk = (bh % H) / GROUP;
-    let qi = row * D;
+    let r = query_row(row);
+    let qi = r.qi;
     var m = LOWEST;
     var l = 0.0;
     var acc: array<f32, D>;
-    for (var j = 0u; j < key_end(row % SQ); j++) {
-        let kj = kv_at(b, hk, j);
+    for (var j = 0u; j < r.end; j++) {
+        let kj = kv_at(r.b, r.hk, j);
         let s = qk(qi, kj) * SCALE;
         let m_new = max(m, s);
         let alpha = exp(m - m_new);
@@ -102,18 +68,16 @@ fn attention_grad_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     if (row >= ROWS) {
         return;
     }
-    let bh = row / SQ;
-    let b = bh / H;
-    let hk = (bh % H) / GROUP;
-    let qi = row * D;
+    let r = query_row(row);
+    let qi = r.qi;
     var di = 0.0;
     for (var d = 0u; d < D; d++) {
         di += d_o[qi + d] * o[qi + d];
     }
     let lse_i = lse[row];
     var acc: array<f32, D>;
-    for (var j = 0u; j < key_end(row % SQ); j++) {
-        let kj = kv_at(b, hk, j);
+    for (var j = 0u; j < r.end; j++) {
+        let kj = kv_at(r.b, r.hk, j);
         let p = exp(qk(qi, kj) * SCALE - lse_i);
         var dp = 0.0;
         for (var d = 0u; d < D; d++) {

@@ -98,10 +98,8 @@ def lower_attention(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
     bindings += [output_binding(node, name, index) for index, (name, _) in enumerate(writes)]
     per_key = node.op == "attention_grad_kv"
     rows = b * hkv * skv if per_key else b * h * sq
-    wg = max(32, 1 << (d - 1).bit_length())
     template = "attention_rows" if target.cpu else "attention"
-    if target.cpu:
-        wg = ROWS_PER_CPU_WORKGROUP
+    wg = ROWS_PER_CPU_WORKGROUP if target.cpu else max(32, 1 << (d - 1).bit_length())
     grid = grid_for(row_workgroups(rows, target))
     written = {flag for _, flag in writes}
     flags = {flag: flag in written for flag in FLAGS}
