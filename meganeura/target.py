@@ -32,7 +32,8 @@ class Target:
     name: str
     compute_units: int  # workgroups that run at once (SMs, compute units, CPU threads)
     max_storage_buffers: int  # storage buffers one kernel may bind
-    cpu: bool = False  # a CPU (lavapipe): kernels whose tiling was measured there pick it (codegen/matmul.py)
+    cpu: bool = False  # a CPU (lavapipe): kernels with a CPU form pick it (attention rows, codegen/transformer.py)
+    tuning: str = "generic"  # the GPU family whose measured kernel tables it uses (codegen/gemm_table.py)
 
     def __post_init__(self) -> None:
         if self.compute_units < 1 or self.max_storage_buffers < 2:
@@ -43,6 +44,8 @@ GENERIC = Target("generic GPU", compute_units=64, max_storage_buffers=31)
 
 # Adapter name substring (lower case) → compute units, from the vendors' data (module docstring).
 COMPUTE_UNITS = {"h200": 132, "h100": 132}
+# Adapter name substring → the family of measured kernel tables (codegen/gemm_table.py).
+TUNINGS = {"h200": "hopper", "h100": "hopper"}
 
 
 def cpu_threads() -> int:
@@ -60,4 +63,6 @@ def target_for(adapter_name: str, adapter_type: str, max_storage_buffers: int | 
     if units is None:
         units = cpu_threads() if adapter_type == "CPU" or "llvmpipe" in name else GENERIC.compute_units
     buffers = max_storage_buffers if max_storage_buffers else GENERIC.max_storage_buffers
-    return Target(adapter_name, units, buffers, cpu=adapter_type == "CPU" or "llvmpipe" in name)
+    cpu = adapter_type == "CPU" or "llvmpipe" in name
+    tuning = next((family for key, family in TUNINGS.items() if key in name), "generic")
+    return Target(adapter_name, units, buffers, cpu=cpu, tuning=tuning)

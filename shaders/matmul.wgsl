@@ -1,68 +1,48 @@
 // matmul.wgsl: out = epilogue(op(prologue(A)) · op(B), extras…), op(X) = X or Xᵀ, batched over
-// leading dims (serves matmul and fused_matmul).
+// leading dims (serves matmul and fused_matmul). The generator is codegen/matmul.py; its module
+// docstring describes the tiling.
 //
 // Shapes: op(A) is [M, K] (A stored [M, K], or [K, M] when transposed), op(B) is [K, N]
 // (B stored [K, N], or [N, K] when transposed); out is [M, N], all row-major f32. With batch
 // dims, A, B and out hold BATCH such matrices back to back; a 2-D A or B is shared by all of them.
 // Bindings (group 0, generated from the KernelSpec): a (read), b (read), the prologue's and
 // epilogue's extra inputs that are buffers (x0, x1, …, read; scalar constants are inlined), out
-// (read_write).
-// Grid: (ceil(N / BN), y, z) workgroups of (WG_X, WG_Y) threads, where the TILES = BATCH ·
+// (read_write). a, b and out are arrays of vec4 where the generator loads or stores them as such.
+// Grid: (ceil(N / BN), y, z) workgroups of (TX, TY) threads, where the TILES = BATCH ·
 // ceil(M / BM) (row tile, batch) pairs are numbered t = y + z · GRID_Y (folded into z only
 // when y would exceed the per-dimension limit); workgroups past TILES return at once.
 //
-// Each workgroup computes a BM × BN tile of out, walking K in steps of BK: both operand
-// tiles are staged in workgroup memory (zero-padded past the matrix edges, so sizes need not
-// divide the tile; A's elements go through the prologue on the way, so a normalised or scaled
-// A is never written to memory), then every thread accumulates TM rows × NV vec4 columns in
-// registers. A thread's rows are WG_Y apart and its vec4 columns WG_X apart, so neighbouring
-// threads read neighbouring workgroup words (no bank conflicts) and store neighbouring vec4s of
-// out.
-// The accumulators are separate named variables and the inner product is unrolled by the
-// generator (ACCUMULATORS, MULTIPLY, STORE): a dynamically indexed private array would
-// leave registers for local memory on some drivers.
-//
-// Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_Y, WG_X, WG_Y, TM, NV, BK;
-// A_BATCH_STRIDE / B_BATCH_STRIDE (elements between an operand's matrices; 0u for a 2-D operand
-// shared by the whole batch); A_INDEX
-// (index of op(A)[m, k] within one matrix), B_INDEX (of op(B)[k, n]); A_STAGE / B_STAGE
-// (which tile coordinate varies fastest while staging, chosen so consecutive threads read
-// consecutive addresses); FUNCTIONS (helpers the prologue and epilogue call), A_READS (`let`
-// statements loading the prologue's extras at `bat` and A's stored coordinates), PROLOGUE (an
-// f32 expression of `x`, the stored A element, and the A_READS; `x` when there is none), READS
-// (`let` statements loading the epilogue's extras at `bat`, `row`, `col`), EPILOGUE (an f32
-// expression of `x`, the dot product, and the READS); ACCUMULATORS, MULTIPLY, STORE.
+// Placeholders: BINDINGS, M, N, K, BM, BN, BK, TX, TY, TILES_M, TILES, GRID_Y; A_BATCH_STRIDE /
+// B_BATCH_STRIDE (elements between an operand's matrices; 0u for a 2-D operand shared by the
+// batch); A_INDEX / B_INDEX (index of element (m or n, k) within one stored matrix, for the
+// scalar loads); FUNCTIONS (helpers the prologue and epilogue call), A_READS / PROLOGUE (the
+// prologue's extra loads and f32 expression of `x`, the stored A element), READS / EPILOGUE (the
+// same for the epilogue, `x` the dot product), STORE4 (the function storing 4 columns); the
+// generated blocks REGISTERS (staging registers), ACCUMULATORS, LOAD_FIRST / LOAD / LOAD_NEXT
+// (global loads of the K tile at 0, k0, k0 + BK into the registers), STAGE (registers → workgroup
+// tiles), MULTIPLY (the unrolled K tile), STORE. Flag: PREFETCH (load the next tile while
+// multiplying this one), A_SCALAR / B_SCALAR (the operand is loaded by element).
 
 {{BINDINGS}}
 
 const M: u32 = {{M}}u;
 const N: u32 = {{N}}u;
 const K: u32 = {{K}}u;
+const BM: u32 = {{BM}}u;
+const BN: u32 = {{BN}}u;
+const BK: u32 = {{BK}}u;
 const TILES_M: u32 = {{TILES_M}}u;
 const TILES: u32 = {{TILES}}u;
 const GRID_Y: u32 = {{GRID_Y}}u;
-//#include gemm_tiles
+
+var<workgroup> tile_a: array<vec4<f32>, BK * BM / 4u>;  // [k][m / 4]
+var<workgroup> tile_b: array<vec4<f32>, BK * BN / 4u>;  // [k][n / 4]
 
 {{FUNCTIONS}}
-
-// op(A)[m, k] of batch `bat` through the prologue; 0 outside the matrix (padding, not prologue(0)).
-fn load_a(base: u32, bat: u32, m: u32, k: u32) -> f32 {
-    if (m < M && k < K) {
-        return prologue(a[base + {{A_INDEX}}], bat, m, k);
-    }
-    return 0.0;
-}
 
 fn prologue(x: f32, bat: u32, m: u32, k: u32) -> f32 {
     {{A_READS}}
     return {{PROLOGUE}};
-}
-
-fn load_b(base: u32, k: u32, n: u32) -> f32 {
-    if (k < K && n < N) {
-        return b[base + {{B_INDEX}}];
-    }
-    return 0.0;
 }
 
 fn epilogue(x: f32, bat: u32, row: u32, col: u32) -> f32 {
@@ -70,19 +50,28 @@ fn epilogue(x: f32, bat: u32, row: u32, col: u32) -> f32 {
     return {{EPILOGUE}};
 }
 
-// Store one accumulator: out[bat, row, col .. col + 3], inside the matrix.
-fn store4(bat: u32, row: u32, col: u32, v: vec4<f32>) {
-    if (row >= M) {
-        return;
+// Scalar loads (where an operand's contiguous length is not a multiple of 4): op(A)[m, k] through
+// the prologue and op(B)[k, n], 0 outside the matrix (padding, not prologue(0)).
+//#if A_SCALAR
+fn load_a(bat: u32, m: u32, k: u32) -> f32 {
+    if (m < M && k < K) {
+        return prologue(a[bat * {{A_BATCH_STRIDE}} + {{A_INDEX}}], bat, m, k);
     }
-    for (var c = 0u; c < 4u; c++) {
-        if (col + c < N) {
-            out[(bat * M + row) * N + col + c] = epilogue(v[c], bat, row, col + c);
-        }
-    }
+    return 0.0;
 }
+//#endif
+//#if B_SCALAR
+fn load_b(bat: u32, n: u32, k: u32) -> f32 {
+    if (k < K && n < N) {
+        return b[bat * {{B_BATCH_STRIDE}} + {{B_INDEX}}];
+    }
+    return 0.0;
+}
+//#endif
 
-@compute @workgroup_size(WG_X, WG_Y, 1)
+{{STORE4}}
+
+@compute @workgroup_size({{TX}}, {{TY}}, 1)
 fn matmul(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_id) local: vec3<u32>,
@@ -92,29 +81,31 @@ fn matmul(
     if (t >= TILES) {
         return;  // uniform: the whole workgroup leaves
     }
-    let tile_m = t % TILES_M;
     let bat = t / TILES_M;
+    let m0 = (t % TILES_M) * BM;
+    let n0 = wid.x * BN;
     let a_base = bat * {{A_BATCH_STRIDE}};
     let b_base = bat * {{B_BATCH_STRIDE}};
-    let row0 = tile_m * BM + local.y;  // this thread's first row; the others are WG_Y apart
-    let col0 = wid.x * BN + 4u * local.x;  // its first column; the other vec4s are 4·WG_X apart
+    let tx = local.x;
+    let ty = local.y;
+    {{REGISTERS}}
     {{ACCUMULATORS}}
-
+//#if PREFETCH
+    {{LOAD_FIRST}}
+//#endif
     for (var k0 = 0u; k0 < K; k0 += BK) {
-        for (var s = lid; s < BM * BK; s += THREADS) {
-            {{A_STAGE}}
-            tile_a[k * BM + m] = load_a(a_base, bat, tile_m * BM + m, k0 + k);
-        }
-        for (var s = lid; s < BK * BN; s += THREADS) {
-            {{B_STAGE}}
-            tile_b[k * BN4 + n / 4u][n % 4u] = load_b(b_base, k0 + k, wid.x * BN + n);
-        }
+//#if PREFETCH
+        {{STAGE}}
         workgroupBarrier();
-        for (var k = 0u; k < BK; k++) {
-            let a_row = k * BM + local.y;
-            let b_row = k * BN4 + local.x;
-            {{MULTIPLY}}
+        if (k0 + BK < K) {
+            {{LOAD_NEXT}}
         }
+//#else
+        {{LOAD}}
+        {{STAGE}}
+        workgroupBarrier();
+//#endif
+        {{MULTIPLY}}
         workgroupBarrier();
     }
     {{STORE}}

@@ -17,7 +17,7 @@ from meganeura import nn
 from meganeura.codegen import common, expressions
 from meganeura.codegen import matmul as codegen_matmul
 from meganeura.codegen.compiled import compile_step
-from meganeura.codegen.matmul import matmul_tiling
+from meganeura.codegen.gemm_table import TABLES, GemmTiling, gemm_tiling
 from meganeura.codegen.registry import LOWERINGS
 from meganeura.codegen.render import TemplateError, load_template, render
 from meganeura.ir.expr import parse
@@ -56,7 +56,8 @@ def test_index_expressions_merge_contiguous_and_broadcast_dims():
 
 # -- matmul ---------------------------------------------------------------------------------------
 
-MATMUL_SHAPES = [(1, 1, 1), (7, 33, 65), (65, 130, 7), (130, 7, 33), (33, 65, 130)]
+# Ragged everywhere, and ragged but multiples of 4 (the kernel's vec4 loads and stores: 36x20x44).
+MATMUL_SHAPES = [(1, 1, 1), (7, 33, 65), (65, 130, 7), (130, 7, 33), (33, 65, 130), (36, 20, 44), (100, 132, 68)]
 TRANSPOSES = [(False, False), (False, True), (True, False), (True, True)]
 
 
@@ -84,7 +85,8 @@ def test_batched_matmul(mkn, batch, transposes):
     graph = one_op("matmul", shapes, transpose_a=transposes[0], transpose_b=transposes[1])
     executable = check(graph, {"x0": normal(*shapes[0]), "x1": normal(*shapes[1])}, rtol=1e-4, atol=1e-4)
     spec = executable.kernels[0]
-    tiles_m = -(-mkn[0] // (spec.workgroup_size[1] * matmul_tiling(mkn[0], mkn[2])["TM"]))
+    tiling = gemm_tiling(mkn[0], mkn[2], mkn[1], int(np.prod(batch)), default_device().target)
+    tiles_m = -(-mkn[0] // tiling.bm)
     assert spec.grid[1:] == (tiles_m * int(np.prod(batch)), 1)  # the batch is in the grid
 
 
@@ -241,29 +243,60 @@ def test_fused_matmul_prologue_shapes_are_checked():
 
 
 @pytest.mark.parametrize(
-    "tiling", [(8, 8, 16, 4, 16), (16, 16, 8, 2, 16), (16, 16, 4, 2, 16), (4, 8, 2, 2, 8), (8, 4, 3, 1, 4)], ids=str
+    "tiling",
+    [
+        GemmTiling(128, 128, 16, 4, 4),  # the CPU's: 16x16 per thread
+        GemmTiling(128, 128, 32, 2, 2),
+        GemmTiling(64, 128, 16, 2, 2, prefetch=True),
+        GemmTiling(32, 64, 16, 2, 1),
+        GemmTiling(4, 64, 16, 1, 1),
+        GemmTiling(64, 16, 16, 1, 1, prefetch=True),
+    ],
+    ids=str,
 )
-def test_matmul_register_tilings(monkeypatch, tiling):
-    """Tile shapes the test sizes would not pick (the CPU's 128×128 of 16×16 per thread, 128×128
-    with 8×8 per thread, 64×128, 2 vec4s, 3 rows per thread), on ragged sizes. (128×128 of 8×8
-    was slower than 64×128 on the H200 with this kernel: 14.2 against 16.0 TFLOP/s at 4096³,
-    benchmarks/gemm.py, 2026-12-01.)"""
-    fixed = dict(zip(("WG_X", "WG_Y", "TM", "NV", "BK"), tiling, strict=True))
-    monkeypatch.setattr(codegen_matmul, "matmul_tiling", lambda *_: fixed)
-    for (transpose_a, transpose_b), batch in [((False, False), ()), ((True, True), (2,))]:
-        shapes = operand_shapes(37, 29, 45, transpose_a, transpose_b, batch) + [(45,)]
+def test_matmul_tilings_on_ragged_shapes(monkeypatch, tiling):
+    """Tile configurations the test sizes would not pick, on shapes ragged on every axis (scalar
+    loads) and ragged multiples of 4 (vec4 loads and stores), with a prologue and an epilogue."""
+    monkeypatch.setattr(codegen_matmul, "gemm_tiling", lambda *_: tiling)
+    cases = [((37, 29, 45), (False, False), ()), ((36, 28, 44), (True, True), (2,)), ((36, 28, 44), (False, True), ())]
+    for (m, k, n), (transpose_a, transpose_b), batch in cases:
+        shapes = operand_shapes(m, k, n, transpose_a, transpose_b, batch) + [(n,), (k if transpose_a else m, 1)]
         graph = one_op(
-            "fused_matmul", shapes, transpose_a=transpose_a, transpose_b=transpose_b, epilogue="relu(add($acc,$0))"
-        )
+            "fused_matmul", shapes, transpose_a=transpose_a, transpose_b=transpose_b,
+            epilogue="relu(add($acc,$0))", prologue="mul($a,$1)",
+        )  # fmt: skip
         check(graph, {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}, rtol=1e-4, atol=1e-4)
 
 
-def test_matmul_tiles_stay_within_workgroup_memory():
-    for m, n in [(1, 1), (8, 16), (33, 33), (1000, 1000), (4096, 4096)]:
-        tiling = matmul_tiling(m, n)
-        tile_bytes = 4 * tiling["BK"] * (tiling["WG_Y"] * tiling["TM"] + tiling["WG_X"] * tiling["NV"] * 4)
-        assert tile_bytes <= 32 * 1024
-        assert tiling["WG_X"] * tiling["WG_Y"] <= 256
+def test_matmul_kernels_run_without_bounds_checks_when_the_user_opts_in(monkeypatch):
+    """MEGANEURA_UNCHECKED_KERNELS=1: the matmul kernels (indexing tested at ragged shapes above) get
+    modules without runtime bounds checks and compute the same; kernels not marked trusted keep them."""
+    monkeypatch.setenv("MEGANEURA_UNCHECKED_KERNELS", "1")
+    shapes = operand_shapes(37, 28, 44, True, False)
+    graph = one_op("fused_matmul", shapes + [(44,)], transpose_a=True, epilogue="relu(add($acc,$0))")
+    executable = check(
+        graph, {f"x{i}": normal(*shape) for i, shape in enumerate(shapes + [(44,)])}, rtol=1e-4, atol=1e-4
+    )
+    modules = default_device()._modules
+    assert all(spec.trusted for spec in executable.kernels)
+    assert all((spec.wgsl, True) in modules for spec in executable.kernels)
+    relu = one_op("relu", [(5, 7)])
+    relu_kernels = check(relu, {"x0": normal(5, 7)}).kernels
+    assert not any(spec.trusted for spec in relu_kernels) and (relu_kernels[0].wgsl, False) in modules
+
+
+def test_every_gemm_table_entry_is_a_valid_tiling_and_bad_ones_say_why():
+    for family, table in TABLES.items():
+        for shape_class, tiling in table.items():
+            assert 4 * tiling.bk * (tiling.bm + tiling.bn) <= 32 * 1024, (family, shape_class)
+            assert tiling.threads <= 256 and tiling.threads_x * 4 * tiling.rn == tiling.bn
+    for m, n, k in [(1, 1, 1), (8, 16, 3), (33, 33, 5), (1000, 1000, 64), (4096, 4096, 4096), (1, 50000, 64)]:
+        tiling = gemm_tiling(m, n, k)
+        assert tiling.bm <= max(4 * tiling.rm, 2 * m) and tiling.bn <= max(16 * tiling.rn, 2 * n)  # shrunk to fit
+    with pytest.raises(ValueError, match="workgroup memory"):
+        GemmTiling(256, 256, 32, 4, 4)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        GemmTiling(64, 64, 6, 1, 1)
 
 
 # -- expressions ----------------------------------------------------------------------------------

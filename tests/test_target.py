@@ -16,10 +16,11 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen.compiled import compile_step
-from meganeura.codegen.matmul import CPU_TILING, matmul_tiling
+from meganeura.codegen.gemm_table import CPU_TABLE, gemm_tiling
 from meganeura.codegen.registry import node_workgroups
 from meganeura.compiler import compile_plan, trace_step
 from meganeura.ir.graph import TensorType
+from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
 from meganeura.rewrite import optimize
 from meganeura.rewrite.cost import DISPATCH_COST_BYTES, WORK_PER_UNIT, pricing
 from meganeura.target import GENERIC, Target, target_for
@@ -62,20 +63,22 @@ def test_every_kernel_dispatches_the_workgroups_the_cost_model_counts():
     assert {"fused_matmul", "conv_gemm", "fused_reduce", "attention", "pointwise"} <= seen, seen
 
 
-def test_on_a_cpu_large_matmuls_take_the_cpu_tiling_and_dispatch_what_the_cost_model_counts():
+def test_on_a_cpu_matmuls_take_the_cpu_table_and_dispatch_what_the_cost_model_counts():
     cpu = Target("cpu", 2, 32, cpu=True)
     graph = next(graph for name, graph in example_steps() if name == "mlp")  # 64×96 · 96×200 and more
-    large = []
+    sizes = []
     for spec in compile_step(graph, cpu).kernels:
         node = graph[spec.node]
         assert math.prod(spec.grid) == node_workgroups(graph, node, cpu), spec.label
         if node.op in ("matmul", "fused_matmul"):
-            m, n = node.shape[-2:]
-            large.append(m >= 64 and n >= 64)
-            assert (spec.workgroup_size == (8, 8, 1)) == large[-1], spec.label
-    assert any(large) and not all(large)
-    assert matmul_tiling(64, 64, 1, cpu) == CPU_TILING and matmul_tiling(63, 64, 1, cpu) != CPU_TILING
-    assert matmul_tiling(4096, 4096) != CPU_TILING  # GPUs keep theirs
+            a, b = (graph[i].type for i in node.inputs[:2])
+            batch, m, k, n = matmul_dims([matmul_a_view(a, node.attr_dict), b], node.attr_dict, node.op)
+            tiling = gemm_tiling(m, n, k, math.prod(batch), cpu)
+            assert spec.workgroup_size == (tiling.threads_x, tiling.threads_y, 1), spec.label
+            sizes.append(spec.workgroup_size)
+    assert len(set(sizes)) > 1  # the shapes pick different tiles
+    assert gemm_tiling(1024, 256, 256, 1, cpu) == CPU_TABLE["narrow"]
+    assert gemm_tiling(1024, 256, 256) != CPU_TABLE["narrow"]  # GPUs keep theirs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,17 +86,20 @@ def test_on_a_cpu_large_matmuls_take_the_cpu_tiling_and_dispatch_what_the_cost_m
 
 
 def test_a_kernel_with_few_workgroups_costs_what_it_leaves_idle():
-    # A matmul [32, 16]·[16, 32]ᵀ... with a long reduction: the product [64, 64] is one workgroup.
+    # A matmul with a long reduction: the product [64, 64] is a couple of workgroups.
     a, b = TensorType((64, 65536)), TensorType((65536, 64))
     out = (TensorType((64, 64)),)
     flops = 2 * 64 * 64 * 65536
     read = a.nbytes + b.nbytes
     one = pricing("matmul", {}, [a, b], out, flops, Target("one unit", 1, 31))
     many = pricing("matmul", {}, [a, b], out, flops, Target("132 units", 132, 31))
-    assert one.workgroups == many.workgroups == 1
+    tiling = gemm_tiling(64, 64, 65536)
+    workgroups = -(-64 // tiling.bm) * -(-64 // tiling.bn)
+    assert one.workgroups == many.workgroups == workgroups < 4
     work = 8 * (read + out[0].nbytes) + flops
     assert one.units(read) == work + 8 * DISPATCH_COST_BYTES
-    assert many.units(read) == work * 132 + 8 * DISPATCH_COST_BYTES  # it needs every unit, it has one
+    # it needs every unit, it has `workgroups`
+    assert many.units(read) == work * 132 // workgroups + 8 * DISPATCH_COST_BYTES
     # A small kernel finishes within its launch: one workgroup is all it needs, on any target.
     small = TensorType((8, 8))
     tiny = [pricing("relu", {}, [small], (small,), 0, Target("t", units, 31)).units(small.nbytes) for units in (1, 132)]
@@ -102,7 +108,7 @@ def test_a_kernel_with_few_workgroups_costs_what_it_leaves_idle():
 
 
 def test_targets_of_known_adapters(monkeypatch):
-    assert target_for("NVIDIA H200", "DiscreteGPU", 1_000_000) == Target("NVIDIA H200", 132, 1_000_000)
+    assert target_for("NVIDIA H200", "DiscreteGPU", 1_000_000) == Target("NVIDIA H200", 132, 1_000_000, tuning="hopper")
     monkeypatch.setenv("LP_NUM_THREADS", "3")
     assert target_for("llvmpipe (LLVM 15.0.6, 256 bits)", "CPU", 32).compute_units == 3
     other = target_for("Some GPU", "IntegratedGPU", None)

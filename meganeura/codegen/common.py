@@ -96,12 +96,14 @@ def grid_for(workgroups: int) -> tuple[int, int, int]:
     return (x if workgroups else 0, -(-workgroups // x) if workgroups else 1, 1)
 
 
-def bindings_wgsl(graph: Graph, bindings: list[Binding]) -> str:
-    """The WGSL declarations of `bindings`, numbered in order, all in group 0."""
+def bindings_wgsl(graph: Graph, bindings: list[Binding], vec4_names: set[str] = frozenset()) -> str:
+    """The WGSL declarations of `bindings`, numbered in order, all in group 0; the f32 ones named in
+    `vec4_names` as arrays of vec4 (a kernel that loads or stores them 16 bytes at a time)."""
     lines = []
     for index, binding in enumerate(bindings):
         access = "read" if binding.access == "read" else "read_write"
         element = wgsl_type(graph[binding.value].types[binding.index].dtype)
+        element = f"vec4<{element}>" if binding.name in vec4_names else element
         lines.append(f"@group(0) @binding({index}) var<storage, {access}> {binding.name}: array<{element}>;")
     return "\n".join(lines)
 

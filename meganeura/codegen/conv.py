@@ -1,12 +1,12 @@
 """Lowering of the implicit-GEMM convolution kernels (`conv_gemm`) to shaders/conv_gemm.wgsl.
 
 A conv_gemm node is one tiled GEMM whose im2col operand is gathered from the image while the
-GEMM tile is staged (see `meganeura/ir/ops/image.py` for the three modes as GEMMs). The tiling,
-the register tile and the epilogue are matmul's (`matmul.matmul_tiling`, `matmul.register_tile`,
-`common.expression_code`); what differs is how a tile element is loaded (the mode's gather,
-selected by a template flag) and where an output element is stored (NCHW for forward and
-grad_input, the weight matrix for grad_weight). The images are folded into the GEMM's columns
-(forward, grad_input) or its reduction (grad_weight), so there is no batch dimension in the grid;
+GEMM tile is staged (see `meganeura/ir/ops/image.py` for the three modes as GEMMs). The tiling
+and the register tile are codegen/gemm_tiles.py's, the epilogue `common.expression_code`; what
+differs is how a tile element is loaded (the mode's gather, selected by a template flag) and
+where an output element is stored (NCHW for forward and grad_input, the weight matrix for
+grad_weight). The images are folded into the GEMM's columns (forward, grad_input) or its
+reduction (grad_weight), so there is no batch dimension in the grid;
 independent GEMMs of one dispatch ("groups") are the stride phases of grad_input (each pixel only
 meets the taps of its phase: no multiplications by the zeros between strided positions) and the
 chunks of images of grad_weight.
@@ -21,8 +21,8 @@ import math
 
 from meganeura.codegen.common import Operands, bindings_wgsl, expression_code, grid_for, output_binding, shape_text
 from meganeura.codegen.expressions import helper_functions
+from meganeura.codegen.gemm_tiles import conv_tiling, register_tile, tile_size
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.matmul import matmul_tiling, register_tile, tile_size
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
@@ -72,7 +72,7 @@ def conv_groups(attrs: dict) -> int:
 def conv_workgroups(attrs: dict, operands, results) -> int:
     """One workgroup per output tile of each of the dispatch's GEMMs."""
     m, n, _ = conv_gemm_dims(attrs, operands[0].shape, operands[1].shape, results[0].shape)
-    bm, bn = tile_size(matmul_tiling(m, n))
+    bm, bn = tile_size(conv_tiling(m, n))
     return -(-m // bm) * -(-n // bn) * conv_groups(attrs)
 
 
@@ -104,7 +104,7 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
 
     reads, epilogue = expression_code(tree, read)
     bindings = [Binding("a", a, "read"), Binding("b", b, "read"), *operands.bindings, output_binding(node)]
-    tiling = matmul_tiling(m, n)
+    tiling = conv_tiling(m, n)
     bm, bn = tile_size(tiling)
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     chunks = node.attr("chunks", 1)
@@ -113,7 +113,6 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
     _, (hp, wp) = phase_sizes(node.attr_dict)
     grid = grid_for(tiles_m * tiles_n * groups)
     tile = register_tile(tiling["TM"], tiling["NV"], tiling["WG_X"], tiling["WG_Y"])
-    tile["STORE"] = tile["STORE"].replace("store4(bat, ", "store4(")  # one GEMM: no batch index
     wgsl = render(
         "conv_gemm",
         {

@@ -34,6 +34,9 @@ class KernelSpec:
     `inplace_input`, when set, is the id of an input whose buffer the kernel updates in place:
     the output binding holds that input's value on entry (optimizer updates work this way,
     because WebGPU forbids binding one buffer both read-only and read-write in a dispatch).
+    `trusted` marks a kernel whose indexing the suite tests at ragged shapes, so that it may run
+    without the shader compiler's runtime bounds checks when the user opts in
+    (`MEGANEURA_UNCHECKED_KERNELS=1`, runtime/device.py).
     """
 
     node: int
@@ -45,6 +48,7 @@ class KernelSpec:
     workgroup_size: tuple[int, int, int]
     inplace_input: int | None = None
     results: int = 1
+    trusted: bool = False
 
     @property
     def written(self) -> tuple[Value, ...]:

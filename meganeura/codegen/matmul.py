@@ -1,10 +1,34 @@
-"""Lowering of matmul and fused_matmul: a tiled, register-blocked, batched GEMM with transposes, a
-prologue on A's load and an epilogue on the result (shaders/matmul.wgsl).
+"""Lowering of matmul and fused_matmul (shaders/matmul.wgsl): a batched GEMM with transposes, a
+prologue on A's load and an epilogue on the result, register-tiled by a generator whose tile
+configuration comes from a table measured per adapter family (codegen/gemm_table.py).
+
+The kernel, for one BM × BN tile of the output per workgroup, walking K in steps of BK:
+- Workgroup memory holds both operand tiles in one layout, k-major rows of vec4 along the output
+  axis (A as [k][m / 4], B as [k][n / 4]), so the inner product is the same code for every
+  transpose: per k, a thread loads RM vec4s of A (4 consecutive rows each) and RN vec4s of B and
+  does 16·RM·RN scalar FMAs (4·RM·RN vec4 `fma`), 16 FMAs per 128-bit workgroup load.
+- A thread's rows are RM groups of 4 consecutive rows, BM / RM apart; its columns RN vec4s,
+  BN / RN apart: neighbouring threads read neighbouring vec4s of the B tile (no bank conflicts),
+  threads of one row read the same A vec4 (a broadcast), and stores are neighbouring vec4s.
+- Staging reads each operand along its contiguous axis. When that axis is the tile's output axis
+  (A transposed, B not) a unit is one vec4 stored as is; when it is K, a unit is 4 consecutive k
+  of one row, scattered into 4 workgroup words (consecutive threads take consecutive rows, so the
+  scattered stores do not collide on banks). Units are vec4 loads from a vec4 binding where the
+  contiguous length is a multiple of 4, else 4 scalar loads.
+- Every bound check the shape makes unnecessary is left out (M, N, K are constants): a tile-multiple
+  shape runs without a single comparison; a ragged one checks only its ragged axes, zero-filling
+  the padding (never prologue(0)).
+- `prefetch`: the next K tile's units are loaded into registers while this one is multiplied.
+- The generator unrolls the whole K tile into straight-line code with named accumulators:
+  dynamically indexed private arrays would leave registers for local memory on some drivers.
+What each configuration reaches on the H200 and on lavapipe is in codegen/gemm_table.py, with the
+command that measured it.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from meganeura.codegen.common import (
     Operands,
@@ -18,6 +42,7 @@ from meganeura.codegen.common import (
     sum_terms,
 )
 from meganeura.codegen.expressions import helper_functions
+from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling
 from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
@@ -26,55 +51,117 @@ from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
 from meganeura.target import GENERIC, Target
 
-# On a CPU (lavapipe) large register tiles win: 128×128 per workgroup of 8×8 threads, 16×16
-# outputs each. 1024×256×256 on this project's 2-core machine (benchmarks/gemm.py with each
-# tiling, 2026-12-01): 9.6 GFLOP/s, against 2.4 for the GPU tiling (64×64, 16×16 threads of 4×4);
-# 8×8 threads of 8×16: 7.5, 8×16 of 16×16: 9.2, 16×16 of 8×16: 7.6.
-CPU_TILING = {"WG_X": 8, "WG_Y": 8, "TM": 16, "NV": 4, "BK": 16}
+
+@dataclass(frozen=True)
+class OperandTile:
+    """How one operand's tile is staged: `name` "a" or "b", `outer` its output axis ("m" or "n")
+    with `outer_size` (M or N) and `tile` (BM or BN) elements per tile, whether it is stored
+    contiguous along that axis (else along K), whether units are vec4 loads, and the WGSL name of
+    the function that loads one scalar element with its bound checks."""
+
+    name: str
+    outer: str
+    outer_size: int
+    tile: int
+    outer_contiguous: bool
+    vector: bool
+
+    def element_index(self, o: str, k: str) -> str:
+        """Index of element (outer o, k) within one matrix of the stored operand."""
+        return f"({k}) * {self.outer_size}u + ({o})" if self.outer_contiguous else f"({o}) * K + ({k})"
 
 
-def matmul_tiling(m: int, n: int, batch: int = 1, target: Target = GENERIC) -> dict[str, int]:
-    """Workgroup shape and register tile: the smallest tile that covers small outputs, 64×64 for
-    most, 64×128 when there are workgroups enough to fill a large GPU anyway (measured on an H200:
-    13 TFLOP/s for 64×64 and 16 for 64×128 at 4096³; 64×64 wins at 1024³); on a CPU, CPU_TILING
-    for outputs of at least 64×64."""
-    if target.cpu and m >= 64 and n >= 64:
-        return dict(CPU_TILING)
-    bm = next((size for size in (8, 16, 32) if m <= size), 64)
-    bn = next((size for size in (16, 32) if n <= size), 64)
-    if bm == 64 and batch * -(-m // 64) * -(-n // 128) >= 512:
-        bn = 128
-    wg_y, tm = {8: (8, 1), 16: (8, 2), 32: (16, 2), 64: (16, 4)}[bm]
-    wg_x, nv = {16: (4, 1), 32: (8, 1), 64: (16, 1), 128: (16, 2)}[bn]
-    return {"WG_X": wg_x, "WG_Y": wg_y, "TM": tm, "NV": nv, "BK": 16}
+def unit_code(op: OperandTile, tiling: GemmTiling, k: int, j: int, kt: str, register: str, prologue: bool) -> list[str]:
+    """WGSL that loads unit j of this thread's share of `op`'s tile at K offset `kt` into the vec4
+    variable `register`: zeros outside the matrix, A's elements through the prologue."""
+    s = f"lid + {j * tiling.threads}u" if j else "lid"
+    if op.outer_contiguous:  # 4 consecutive outer elements at one k
+        o, kk = f"{op.outer}0 + ({s}) % {op.tile // 4}u * 4u", f"{kt} + ({s}) / {op.tile // 4}u"
+        steps = [(f"uo + {i}u", "uk") for i in range(4)]
+    else:  # 4 consecutive k of one row; consecutive threads take consecutive rows
+        o, kk = f"{op.outer}0 + ({s}) % {op.tile}u", f"{kt} + ({s}) / {op.tile}u * 4u"
+        steps = [("uo", f"uk + {i}u") for i in range(4)]
+    if not op.vector:
+        loads = ", ".join(f"load_{op.name}(bat, {oc}, {kc})" for oc, kc in steps)
+        return [f"{{ let uo = {o}; let uk = {kk}; {register} = vec4<f32>({loads}); }}"]
+    load = f"{op.name}[({op.name}_base + {op.element_index('uo', 'uk')}) / 4u]"
+    if prologue:
+        parts = ", ".join(f"prologue(v.{comp}, bat, {oc}, {kc})" for comp, (oc, kc) in zip("xyzw", steps, strict=True))
+        body = f"let v = {load}; {register} = vec4<f32>({parts});"
+    else:
+        body = f"{register} = {load};"
+    # With a vec4 unit, the contiguous axis is a multiple of 4 long: a unit is all in or all out.
+    checks = [f"uo < {op.outer_size}u"] * (op.outer_size % op.tile != 0) + ["uk < K"] * (k % tiling.bk != 0)
+    if checks:
+        body = f"{register} = vec4<f32>(0.0); if ({' && '.join(checks)}) {{ {body} }}"
+    return [f"{{ let uo = {o}; let uk = {kk}; {body} }}"]
 
 
-def register_tile(tm: int, nv: int, wg_x: int, wg_y: int) -> dict[str, str]:
-    """The unrolled per-thread code of matmul.wgsl: TM × NV vec4 accumulators, their update, their store."""
-    pairs = [(i, j) for i in range(tm) for j in range(nv)]
-    declare = [f"var acc_{i}_{j} = vec4<f32>(0.0);" for i, j in pairs]
-    loads = [f"let b_{j} = tile_b[b_row + {j * wg_x}u];" for j in range(nv)]
-    loads += [f"let a_{i} = vec4<f32>(tile_a[a_row + {i * wg_y}u]);" for i in range(tm)]
-    fmas = [f"acc_{i}_{j} = fma(a_{i}, b_{j}, acc_{i}_{j});" for i, j in pairs]
-    stores = [f"store4(bat, row0 + {i * wg_y}u, col0 + {4 * j * wg_x}u, acc_{i}_{j});" for i, j in pairs]
-    return {
-        "ACCUMULATORS": "\n    ".join(declare),
-        "MULTIPLY": "\n            ".join(loads + fmas),
-        "STORE": "\n    ".join(stores),
-    }
+def store_code(op: OperandTile, tiling: GemmTiling, j: int, register: str) -> list[str]:
+    """WGSL that stores unit j (in `register`) into the workgroup tile of `op`."""
+    s = f"lid + {j * tiling.threads}u" if j else "lid"
+    tile4 = op.tile // 4
+    shared = f"tile_{op.name}"
+    if op.outer_contiguous:
+        return [f"{shared}[({s}) / {tile4}u * {tile4}u + ({s}) % {tile4}u] = {register};"]
+    row = f"({s}) % {op.tile}u"
+    kq = f"({s}) / {op.tile}u * 4u"
+    return [
+        f"{shared}[({kq} + {c}u) * {tile4}u + {row} / 4u][{row} % 4u] = {register}.{comp};"
+        for c, comp in enumerate("xyzw")
+    ]
 
 
-def tile_size(tiling: dict[str, int]) -> tuple[int, int]:
-    """(rows, columns) of the output tile one workgroup computes."""
-    return tiling["WG_Y"] * tiling["TM"], tiling["WG_X"] * tiling["NV"] * 4
+def multiply_code(tiling: GemmTiling) -> list[str]:
+    """The unrolled inner product of one K tile: per k, RM vec4 loads of A, RN of B, 4·RM·RN fmas."""
+    bm4, bn4 = tiling.bm // 4, tiling.bn // 4
+    lines = []
+    for k in range(tiling.bk):
+        lines.append("{")
+        lines += [f"  let a{g} = tile_a[{k * bm4 + g * tiling.threads_y}u + ty];" for g in range(tiling.rm)]
+        lines += [f"  let b{h} = tile_b[{k * bn4 + h * tiling.threads_x}u + tx];" for h in range(tiling.rn)]
+        for g in range(tiling.rm):
+            for c, comp in enumerate("xyzw"):
+                for h in range(tiling.rn):
+                    acc = f"acc_{4 * g + c}_{h}"
+                    lines.append(f"  {acc} = fma(vec4<f32>(a{g}.{comp}), b{h}, {acc});")
+        lines.append("}")
+    return lines
+
+
+def output_code(tiling: GemmTiling) -> list[str]:
+    """Stores of every accumulator through the epilogue (`store4`)."""
+    lines = []
+    for g in range(tiling.rm):
+        for c in range(4):
+            row = f"m0 + {g * 4 * tiling.threads_y + c}u + 4u * ty"
+            for h in range(tiling.rn):
+                col = f"n0 + {h * 4 * tiling.threads_x}u + 4u * tx"
+                lines.append(f"store4(bat, {row}, {col}, acc_{4 * g + c}_{h});")
+    return lines
+
+
+def store4_function(m: int, n: int, bm: int, bn: int, vector: bool) -> str:
+    """`store4(bat, row, col, v)`: out[bat, row, col .. col + 3] = epilogue(v), inside the matrix."""
+    checks = (["row < M"] if m % bm else []) + (["col < N"] if n % bn else [])
+    guard = f"if (!({' && '.join(checks)})) {{ return; }}" if checks else ""
+    if vector:
+        parts = ", ".join(f"epilogue(v.{comp}, bat, row, col + {c}u)" for c, comp in enumerate("xyzw"))
+        body = f"out[((bat * M + row) * N + col) / 4u] = vec4<f32>({parts});"
+    else:
+        body = (
+            "for (var c = 0u; c < 4u; c++) { if (col + c < N) {"
+            " out[(bat * M + row) * N + col + c] = epilogue(v[c], bat, row, col + c); } }"
+        )
+    return f"fn store4(bat: u32, row: u32, col: u32, v: vec4<f32>) {{\n    {guard}\n    {body}\n}}"
 
 
 def matmul_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
     """One workgroup per output tile of every matrix of the batch."""
-    out = results[0].shape
-    m, n, batches = out[-2], out[-1], math.prod(out[:-2])
-    bm, bn = tile_size(matmul_tiling(m, n, batches, target))
-    return -(-m // bm) * -(-n // bn) * batches
+    batch, m, k, n = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs, "matmul")
+    batches = math.prod(batch)
+    tiling = gemm_tiling(m, n, k, batches, target)
+    return -(-m // tiling.bm) * -(-n // tiling.bn) * batches
 
 
 @lowering("matmul", "fused_matmul", workgroups=matmul_workgroups, per_target=True)
@@ -135,40 +222,77 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
 
     reads, epilogue = expression_code(tree, read)
     a_reads, prologue = expression_code(prologue_tree, read_for_a)
+    tiling = gemm_tiling(m, n, k, batches, target)
+    # An operand an epilogue or prologue also reads by element keeps its scalar binding.
+    elementwise = set(extras)
+    op_a = OperandTile("a", "m", m, tiling.bm, transpose_a, (m if transpose_a else k) % 4 == 0 and a not in elementwise)
+    op_b = OperandTile(
+        "b", "n", n, tiling.bn, not transpose_b, (k if transpose_b else n) % 4 == 0 and b not in elementwise
+    )
+    vector_out = n % 4 == 0
     bindings = [Binding("a", a, "read"), Binding("b", b, "read"), *operands.bindings, output_binding(node)]
-    tiling = matmul_tiling(m, n, batches, target)
-    bm, bn = tile_size(tiling)
-    tiles_m = -(-m // bm)
+    vec4_names = {name for name, on in (("a", op_a.vector), ("b", op_b.vector), ("out", vector_out)) if on}
+    tiles_m = -(-m // tiling.bm)
     rows_grid = grid_for(tiles_m * batches)  # (row tile, batch) pairs, folded over y and z
+    units_a, units_b = tiling.units_per_thread
+    registers = [f"var ra{j}: vec4<f32>;" for j in range(units_a)] + [f"var rb{j}: vec4<f32>;" for j in range(units_b)]
+    loads = [
+        line
+        for op, units in ((op_a, units_a), (op_b, units_b))
+        for j in range(units)
+        for line in unit_code(op, tiling, k, j, "KT", f"r{op.name}{j}", op is op_a and prologue_text != "$a")
+    ]
+    stores = [
+        line
+        for op, units in ((op_a, units_a), (op_b, units_b))
+        for j in range(units)
+        for line in store_code(op, tiling, j, f"r{op.name}{j}")
+    ]
+    load_text = "\n        ".join(loads)
     wgsl = render(
         "matmul",
         {
-            "BINDINGS": bindings_wgsl(graph, bindings),
+            "BINDINGS": bindings_wgsl(graph, bindings, vec4_names),
             "M": m,
             "N": n,
             "K": k,
+            "BM": tiling.bm,
+            "BN": tiling.bn,
+            "BK": tiling.bk,
+            "TX": tiling.threads_x,
+            "TY": tiling.threads_y,
             "TILES_M": tiles_m,
             "TILES": tiles_m * batches,
             "GRID_Y": max(rows_grid[0], 1),
-            **tiling,
-            # Stage along the operand's contiguous axis so neighbouring threads read neighbouring words.
-            # A 2-D operand beside a batched one is shared: the same matrix for every batch.
+            "PREFETCH": tiling.prefetch,
+            "A_SCALAR": not op_a.vector,
+            "B_SCALAR": not op_b.vector,
+            # Elements between an operand's matrices; 0u for a 2-D operand shared by the whole batch.
             "A_BATCH_STRIDE": "(M * K)" if len(a_batch) else "0u",
             "B_BATCH_STRIDE": "(K * N)" if len(graph[b].shape) > 2 else "0u",
-            "A_INDEX": "k * M + m" if transpose_a else "m * K + k",
-            "A_STAGE": "let k = s / BM; let m = s % BM;" if transpose_a else "let m = s / BK; let k = s % BK;",
-            "B_INDEX": "n * K + k" if transpose_b else "k * N + n",
-            "B_STAGE": "let n = s / BK; let k = s % BK;" if transpose_b else "let k = s / BN; let n = s % BN;",
+            "A_INDEX": op_a.element_index("m", "k"),
+            "B_INDEX": op_b.element_index("n", "k"),
             "FUNCTIONS": helper_functions([tree, prologue_tree]),
             "A_READS": a_reads,
             "PROLOGUE": prologue,
             "READS": reads,
             "EPILOGUE": epilogue,
-            **register_tile(tiling["TM"], tiling["NV"], tiling["WG_X"], tiling["WG_Y"]),
+            "STORE4": store4_function(m, n, tiling.bm, tiling.bn, vector_out),
+            "REGISTERS": "\n    ".join(registers),
+            "ACCUMULATORS": "\n    ".join(
+                f"var acc_{i}_{h} = vec4<f32>(0.0);" for i in range(4 * tiling.rm) for h in range(tiling.rn)
+            ),
+            "LOAD_FIRST": load_text.replace("KT", "0u"),
+            "LOAD": load_text.replace("KT", "k0"),
+            "LOAD_NEXT": load_text.replace("KT", "(k0 + BK)"),
+            "STAGE": "\n        ".join(stores),
+            "MULTIPLY": "\n        ".join(multiply_code(tiling)),
+            "STORE": "\n    ".join(output_code(tiling)),
         },
     )
     label = f"{node.op} {shape_text(batch) + '×' if batch else ''}{m}x{k}x{n}"
     label += " Aᵀ" * transpose_a + " Bᵀ" * transpose_b + ("" if epilogue_text == "$acc" else f" {epilogue_text}")
     label += "" if prologue_text == "$a" else f" A={prologue_text}"
-    grid = (-(-n // bn), rows_grid[0], rows_grid[1])
-    return KernelSpec(node.id, label, wgsl, "matmul", tuple(bindings), grid, (tiling["WG_X"], tiling["WG_Y"], 1))
+    grid = (-(-n // tiling.bn), rows_grid[0], rows_grid[1])
+    workgroup = (tiling.threads_x, tiling.threads_y, 1)
+    return KernelSpec(node.id, label, wgsl, "matmul", tuple(bindings), grid, workgroup, trusted=True)

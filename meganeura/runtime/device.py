@@ -4,6 +4,13 @@
 buffer they share) lives on the same wgpu device. The adapter is the high-performance one,
 unless the environment variable MEGANEURA_ADAPTER names another: a case-insensitive substring
 of the adapter's name, or "gpu" / "cpu" for the adapter type.
+
+MEGANEURA_UNCHECKED_KERNELS=1 opts in to shader modules without the shader compiler's runtime
+bounds checks (index clamping, loop bounding) for the kernels marked `trusted` — those whose
+indexing the suite tests at ragged shapes (codegen/kernel.py). wgpu-native's
+`wgpuDeviceCreateShaderModuleTrusted` makes them; wgpu-py does not wrap it, so it is called
+through cffi. On the H200 the probe (shared/notes/gemm-probe.md) measured 29 → 35 TFLOP/s for
+one GEMM kernel without the checks.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import wgpu
 from meganeura.target import Target, target_for
 
 ADAPTER_ENV = "MEGANEURA_ADAPTER"
+UNCHECKED_ENV = "MEGANEURA_UNCHECKED_KERNELS"
 
 # Limits worth raising to the adapter's own maximum: big tensors and big workgroups.
 RAISED_LIMITS = (
@@ -103,18 +111,21 @@ class Device:
         limit = self.limits.get("max-storage-buffers-per-shader-stage")
         return target_for(adapter_name(self.adapter), info.get("adapter_type", ""), limit)
 
-    def shader_module(self, wgsl: str) -> wgpu.GPUShaderModule:
-        """The compiled module of `wgsl`, compiled once per device."""
-        module = self._modules.get(wgsl)
+    def shader_module(self, wgsl: str, trusted: bool = False) -> wgpu.GPUShaderModule:
+        """The compiled module of `wgsl`, compiled once per device; without runtime bounds checks
+        when `trusted` and the user opted in (module docstring)."""
+        unchecked = trusted and os.environ.get(UNCHECKED_ENV, "") == "1"
+        module = self._modules.get((wgsl, unchecked))
         if module is None:
-            module = self._modules[wgsl] = self.device.create_shader_module(code=wgsl)
+            make = unchecked_module if unchecked else lambda device, code: device.create_shader_module(code=code)
+            module = self._modules[(wgsl, unchecked)] = make(self.device, wgsl)
         return module
 
     def pipeline(
-        self, wgsl: str, entry_point: str, accesses: tuple[str, ...]
+        self, wgsl: str, entry_point: str, accesses: tuple[str, ...], trusted: bool = False
     ) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
         """A compute pipeline for one entry point whose group 0 holds storage bindings of `accesses`."""
-        key = (wgsl, entry_point, accesses)
+        key = (wgsl, entry_point, accesses, trusted)
         cached = self._pipelines.get(key)
         if cached is None:
             layout = self.device.create_bind_group_layout(
@@ -129,10 +140,30 @@ class Device:
             )
             pipeline = self.device.create_compute_pipeline(
                 layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
-                compute={"module": self.shader_module(wgsl), "entry_point": entry_point},
+                compute={"module": self.shader_module(wgsl, trusted), "entry_point": entry_point},
             )
             cached = self._pipelines[key] = (pipeline, layout)
         return cached
+
+
+def unchecked_module(device: wgpu.GPUDevice, wgsl: str) -> wgpu.GPUShaderModule:
+    """A shader module of `wgsl` compiled without runtime bounds checks (wgpu-native only)."""
+    from wgpu.backends.wgpu_native import _api, ffi, lib
+
+    source = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(wgsl))
+    source[0].chain.next = ffi.NULL
+    source[0].chain.sType = lib.WGPUSType_ShaderSourceWGSL
+    descriptor = _api.new_struct_p(
+        "WGPUShaderModuleDescriptor *",
+        nextInChain=ffi.cast("WGPUChainedStruct *", source),
+        label=_api.to_c_string_view("meganeura unchecked"),
+    )
+    handle = _api.libf.wgpuDeviceCreateShaderModuleTrusted(
+        device._internal, descriptor, lib.WGPUShaderRuntimeChecks_None
+    )
+    if handle == ffi.NULL:
+        raise RuntimeError(f"{UNCHECKED_ENV}=1: wgpu-native could not create a shader module without bounds checks")
+    return _api.GPUShaderModule("meganeura unchecked", handle, device)
 
 
 _default: Device | None = None
