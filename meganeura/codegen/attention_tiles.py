@@ -50,7 +50,7 @@ CHOSEN: dict[tuple[str, int], Tiles] = {
 # (larger tiles first, then more threads; small head_dims need fewer threads for their output tile).
 CANDIDATES = tuple(
     Tiles(br, bc, threads)
-    for br, bc in ((32, 32), (32, 16), (16, 32), (16, 16), (16, 8), (8, 16), (8, 8), (4, 4))
+    for br, bc in ((32, 32), (32, 16), (16, 32), (16, 16), (16, 8), (8, 16), (8, 8), (8, 4), (4, 8), (4, 4))
     for threads in (128, 64, 32, 16)
 )
 
