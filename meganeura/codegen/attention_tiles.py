@@ -107,7 +107,8 @@ class Layout:
 
 
 def layout_of(kind: str, tiles: Tiles, d: int) -> Layout | str:
-    """The register tiles of `kind` with `tiles` at head_dim d, or why there are none."""
+    """The register tiles of `kind` with `tiles` at head_dim d, or why there are none. The limits
+    are read at call time (benchmarks/attention.py raises them to sweep wider configurations)."""
     t = tiles.threads
     rows, cols = (tiles.bc, tiles.br) if kind == "attention_grad_kv" else (tiles.br, tiles.bc)
     if (rows * cols) % t or rows * cols < t:
