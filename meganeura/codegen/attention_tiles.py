@@ -8,9 +8,11 @@ A configuration is (BR query rows, BC key rows, THREADS). Every kernel has two r
 thread, both of named accumulators (the GEMM probe, shared/notes/gemm-probe.md: dynamically
 indexed private arrays spill on the H200):
 - a score tile: SR × SC scores of the workgroup's [BR, BC] tile (dK/dV: its transpose [BC, BR]),
-  rows SR apart by THREADS / … so that neighbouring threads read neighbouring rows of workgroup
-  memory; the backward kernels keep two per score (q·k and do·v);
-- an output tile: OR rows × OV vec4 columns of the [BR, D] output (dK/dV: [BC, D], twice).
+  spread over the tile (a thread's rows are BR / SR apart, its columns BC / SC apart) so that the
+  threads of a warp read different padded rows of workgroup memory (different banks) or the same
+  one (a broadcast); the backward kernels keep two sums per score (q·k and do·v);
+- an output tile: OR rows × OV vec4 columns of the [BR, D] output (dK/dV: [BC, D], twice), spread
+  the same way, so that neighbouring threads read and write neighbouring vec4s.
 """
 
 from __future__ import annotations
@@ -210,7 +212,11 @@ def score_tile(layout: Layout, products: tuple[tuple[str, str, str], ...], epilo
     cols_threads = layout.score_cols // layout.sc
     row_step = layout.score_rows // layout.sr
     cells = [(a, b) for a in range(layout.sr) for b in range(layout.sc)]
-    lines = ["{", f"    let sx = lid % {cols_threads}u;", f"    let sy = lid / {cols_threads}u;"]
+    lines = [
+        "{",
+        f"    let sx = lid % {cols_threads}u;",
+        f"    let sy = lid / {cols_threads}u;",
+    ]  # column threads vary fastest
     for name, _, _ in products:
         lines += [f"    var {name}_{a}_{b} = 0.0;" for a, b in cells]
     lines.append("    for (var d = 0u; d < DV; d++) {")
@@ -232,7 +238,7 @@ def score_tile(layout: Layout, products: tuple[tuple[str, str, str], ...], epilo
             lines.append(f"        {text}")
         lines.append("    }")
     lines.append("}")
-    return indent(lines, 2 if layout.kind == "attention_grad_kv" else 1)
+    return indent(lines, 3 if layout.kind == "attention_grad_kv" else 1)
 
 
 def output_cells(layout: Layout) -> tuple[int, int, list[tuple[int, int]]]:
@@ -267,7 +273,7 @@ def output_update(layout: Layout, sums: tuple[tuple[str, str, str], ...], weight
             f"        {name}_{a}_{b} = fma(vec4<f32>({name}_w{a}), {name}_x{b}, {name}_{a}_{b});" for a, b in cells
         ]
     lines += ["    }", "}"]
-    return indent(lines, 2 if layout.kind == "attention_grad_kv" else 1)
+    return indent(lines, 3 if layout.kind == "attention_grad_kv" else 1)
 
 
 def output_store(layout: Layout, stores: tuple[tuple[str, str, str], ...], row0: str, limit: str, base: str) -> str:
