@@ -1,207 +1,242 @@
-// attention.wgsl: fused attention softmax(q·kᵀ·scale)·v, its row log-sum-exp, and the backward
-// kernels dQ, dK, dV that recompute P = exp(q·kᵀ·scale − lse) instead of reading it.
+// attention.wgsl: flash-style tiled attention for GPUs: the forward softmax(q·kᵀ·scale)·v with its
+// row log-sum-exp, and the backward kernels dQ and (dK, dV), which recompute
+// P = exp(q·kᵀ·scale − lse) from the saved log-sum-exp instead of reading it. (On a CPU target
+// the lowering picks attention_rows.wgsl instead: a thread per row, no barriers.)
 //
 // Layout (PyTorch's): q, o, do [B, H, SQ, D]; k, v, dK, dV [B, HKV, SKV, D]; lse [B, H, SQ].
 // Query head h reads KV head h / GROUP (GROUP = H / HKV). With CAUSAL, query i sees keys j <= i.
-// A simple design: one workgroup of WG threads (a power of two, WG >= D) per output row; a
-// thread owns one element d of the row's D-vector, and the other axis (keys, or query rows) is
-// walked in tiles of WG, one element per thread, the tile's weights shared in workgroup memory.
 //
-//   attention (a workgroup per query row (b, h, i)): online softmax over key tiles: a thread
-//     scores one key of the tile, the tile max and Σ exp go through `combine`, the running
-//     output is rescaled by exp(m_old − m_new) and gains Σ_j p_j·v_j. Writes o = acc / l
-//     (ATTENTION) and lse = m + log l (LSE) in the same pass (the op's two results); the scores
-//     are never stored.
-//   attention_grad_q (a workgroup per query row): Dᵢ = do_i·o_i, then per key tile
-//     dS_ij = P_ij·(do_i·v_j − Dᵢ) and dQ_i = scale·Σ_j dS_ij·k_j.
-//   attention_grad_kv (a workgroup per key row (b, hk, j)): the query rows of all GROUP heads of
-//     KV head hk (GROUP·SQ of them) in tiles; a thread recomputes P and dS for one row r:
-//     dV_j = Σ_r P_rj·do_r, dK_j = scale·Σ_r dS_rj·q_r (GRAD_K and GRAD_V: the op's two
-//     results, sharing P).
+// Tiles: BR query rows, BC key rows, THREADS threads per workgroup. Rows of D floats are staged
+// in workgroup memory as DV = ceil(D / 4) vec4s, with one vec4 of padding per row (DS = DV + 1)
+// so that threads reading the same column of different rows hit different banks; score tiles
+// have one float of padding per row for the same reason. Every thread owns a register tile of
+// named accumulators (no dynamically indexed private arrays): several scores of the score tile,
+// and several rows × vec4 columns of its output tile. The unrolled per-thread code is generated
+// (codegen/attention_tiles.py) into the {{…}} placeholders below.
+//
+//   attention (a workgroup per (b, h, query tile), the longest causal tiles first): Q staged
+//     once; per key tile (causal: up to the diagonal tile only): stage K, scores S = Q·Kᵀ·scale
+//     (masked keys: LOWEST), a thread per row folds the tile into its running max and sum and
+//     turns S into P; stage V over K, O = O·alpha + P·V. Writes o = O / l and lse = m + log l.
+//   attention_grad_q (a workgroup per (b, h, query tile)): Q and dO staged once, per row
+//     lse and Dᵢ = rowsum(dOᵢ ∘ Oᵢ) (computed here from o and do: no extra kernel); per key
+//     tile: stage K and V, dS = P ∘ (dO·Vᵀ − D), dQ += dS·K. Writes dQ·scale.
+//   attention_grad_kv (a workgroup per (b, kv head, key tile)): K and V staged once; for every
+//     query head of the group and every query tile that sees the key tile (causal: from the
+//     diagonal tile on): stage Q and dO, per row lse and D (recomputed per tile from o and do:
+//     BR·D multiply-adds beside the tile's 4·BR·BC·D), Pᵀ and dSᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q.
+//     Writes dK·scale and dV. No atomics: each workgroup owns its output rows.
 //
 // Bindings (group 0, generated from the KernelSpec; all f32, the outputs read_write): q, k and
-// v, then out (ATTENTION) and out_lse (LSE); the backward: q, k, v, o, lse, d_o, then out
-// (GRAD_Q) or out_k (GRAD_K) and out_v (GRAD_V).
-// Grid: ROWS workgroups (B·H·SQ query rows or B·HKV·SKV key rows), folded into (GRID_X, y).
+// v, then out and out_lse; the backward: q, k, v, o, lse, d_o, then out (dQ) or out_k and out_v.
+// Grid: TILES workgroups, folded into (GRID_X, y).
 //
-// Placeholders: BINDINGS, ROWS, H, HKV, SQ, SKV, D, WG, GRID_X, SCALE; flags CAUSAL, FORWARD
-// (attention), ATTENTION, LSE, GRAD_Q, GRAD_KV (attention_grad_kv), GRAD_K, GRAD_V.
+// Placeholders: BINDINGS and attention_layout's, BR, BC, THREADS, DV, TILES, SEQ_TILES, VEC4
+// (load/store helpers) and the per-kernel code; flags CAUSAL, FORWARD, GRAD_Q, GRAD_KV.
 
 {{BINDINGS}}
 
 //#include attention_layout
-const WG: u32 = {{WG}}u;
 
-//#include workgroup_combine
+const BR: u32 = {{BR}}u;
+const BC: u32 = {{BC}}u;
+const THREADS: u32 = {{THREADS}}u;
+const DV: u32 = {{DV}}u;
+const DS: u32 = DV + 1u;
+const TILES: u32 = {{TILES}}u;
+const SEQ_TILES: u32 = {{SEQ_TILES}}u;  // query tiles per head (forward, dQ) or key tiles per kv head (dK, dV)
 
-var<workgroup> weights: array<f32, WG>;
-//#if GRAD_K
-var<workgroup> weights2: array<f32, WG>;
+// Whether query i sees key j (both inside their sequences).
+fn visible(i: u32, j: u32) -> bool {
+//#if CAUSAL
+    return i < SQ && j < SKV && j <= i;
+//#else
+    return i < SQ && j < SKV;
 //#endif
+}
+
+// The end of the keys a query tile starting at q0 needs: all, or up to its last row's diagonal.
+fn key_stop(q0: u32) -> u32 {
+//#if CAUSAL
+    return min(SKV, min(SQ, q0 + BR));
+//#else
+    return SKV;
+//#endif
+}
+
+// The first query tile that sees the key tile starting at k0: 0, or the diagonal tile.
+fn query_start(k0: u32) -> u32 {
+//#if CAUSAL
+    return (k0 / BR) * BR;
+//#else
+    return 0u;
+//#endif
+}
 
 //#if FORWARD
-@compute @workgroup_size(WG)
+//#else
+// D_i = do_i · o_i of the query row starting at element `at` (the backward kernels).
+fn row_delta_of(at: u32) -> f32 {
+    var sum = 0.0;
+    for (var d = 0u; d < D; d++) {
+        sum += d_o[at + d] * o[at + d];
+    }
+    return sum;
+}
+//#endif
+
+{{VEC4}}
+
+//#if FORWARD
+var<workgroup> tile_q: array<vec4<f32>, BR * DS>;
+var<workgroup> tile_kv: array<vec4<f32>, BC * DS>;  // K for the scores, then V over it
+var<workgroup> tile_s: array<f32, BR * (BC + 1u)>;   // scores, then P
+var<workgroup> row_m: array<f32, BR>;
+var<workgroup> row_l: array<f32, BR>;
+var<workgroup> row_scale: array<f32, BR>;  // exp(m_old − m_new) of the current key tile
+
+@compute @workgroup_size(THREADS)
 fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x + wid.y * GRID_X;
-    if (row >= ROWS) {
+    let tile = wid.x + wid.y * GRID_X;
+    if (tile >= TILES) {
         return;
     }
-    let r = query_row(row);
-    let b = r.b;
-    let hk = r.hk;
-    let qi = r.qi;
-    let end = r.end;
-    var m = LOWEST;
-    var l = 0.0;
-    var acc = 0.0;
-    for (var t0 = 0u; t0 < end; t0 += WG) {
-        let j = t0 + lid;
-        var s = LOWEST;
-        if (j < end) {
-            let kj = kv_at(b, hk, j);
-            s = qk(qi, kj) * SCALE;
-        }
-        let m_new = max(m, combine(s, lid, true));
-        let p = select(0.0, exp(s - m_new), j < end);
-        weights[lid] = p;
-        let alpha = exp(m - m_new);
-        l = l * alpha + combine(p, lid, false);  // its barriers also publish `weights`
-//#if ATTENTION
-        acc *= alpha;
-        if (lid < D) {
-            let count = min(WG, end - t0);
-            for (var jj = 0u; jj < count; jj++) {
-                acc += weights[jj] * v[kv_at(b, hk, t0 + jj) + lid];
+    let bh = tile / SEQ_TILES;
+    let q0 = (SEQ_TILES - 1u - tile % SEQ_TILES) * BR;  // the longest causal tiles start first
+    let b = bh / H;
+    let q_base = q_at(b, bh % H, 0u);
+    let kv_base = kv_at(b, (bh % H) / GROUP, 0u);
+    {{STAGE_Q}}
+    for (var r = lid; r < BR; r += THREADS) {
+        row_m[r] = LOWEST;
+        row_l[r] = 0.0;
+    }
+    {{O_DECLARE}}
+    let stop = key_stop(q0);
+    for (var k0 = 0u; k0 < stop; k0 += BC) {
+        workgroupBarrier();  // the previous tile's readers are done (first time: Q is staged)
+        {{STAGE_K}}
+        workgroupBarrier();
+        {{SCORES}}
+        workgroupBarrier();
+        {{STAGE_V}}
+        // A thread per row: fold the tile into the running max and sum; P = exp(S − m_new).
+        for (var r = lid; r < BR; r += THREADS) {
+            let base = r * (BC + 1u);
+            var peak = row_m[r];
+            for (var j = 0u; j < BC; j++) {
+                peak = max(peak, tile_s[base + j]);
             }
+            var sum = 0.0;
+            for (var j = 0u; j < BC; j++) {
+                let p = exp(tile_s[base + j] - peak);
+                tile_s[base + j] = p;
+                sum += p;
+            }
+            let alpha = exp(row_m[r] - peak);
+            row_scale[r] = alpha;
+            row_l[r] = row_l[r] * alpha + sum;
+            row_m[r] = peak;
         }
-//#endif
-        m = m_new;
-        workgroupBarrier();  // `weights` is rewritten by the next tile
+        workgroupBarrier();
+        let count = min(BC, stop - k0);
+        {{O_UPDATE}}
     }
-//#if ATTENTION
-    if (lid < D) {
-        out[qi + lid] = acc / l;
+    workgroupBarrier();
+    {{O_STORE}}
+    for (var r = lid; r < BR; r += THREADS) {
+        if (q0 + r < SQ) {
+            out_lse[bh * SQ + q0 + r] = row_m[r] + log(row_l[r]);
+        }
     }
-//#endif
-//#if LSE
-    if (lid == 0u) {
-        out_lse[row] = m + log(l);
-    }
-//#endif
 }
 //#endif
+
 //#if GRAD_Q
-@compute @workgroup_size(WG)
+var<workgroup> tile_q: array<vec4<f32>, BR * DS>;
+var<workgroup> tile_do: array<vec4<f32>, BR * DS>;
+var<workgroup> tile_k: array<vec4<f32>, BC * DS>;
+var<workgroup> tile_v: array<vec4<f32>, BC * DS>;
+var<workgroup> tile_s: array<f32, BR * (BC + 1u)>;  // dS
+var<workgroup> row_lse: array<f32, BR>;
+var<workgroup> row_delta: array<f32, BR>;
+
+@compute @workgroup_size(THREADS)
 fn attention_grad_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x + wid.y * GRID_X;
-    if (row >= ROWS) {
+    let tile = wid.x + wid.y * GRID_X;
+    if (tile >= TILES) {
         return;
     }
-    let r = query_row(row);
-    let b = r.b;
-    let hk = r.hk;
-    let qi = r.qi;
-    let end = r.end;
-    var part = 0.0;
-    if (lid < D) {
-        part = d_o[qi + lid] * o[qi + lid];
+    let bh = tile / SEQ_TILES;
+    let q0 = (SEQ_TILES - 1u - tile % SEQ_TILES) * BR;
+    let b = bh / H;
+    let q_base = q_at(b, bh % H, 0u);
+    let kv_base = kv_at(b, (bh % H) / GROUP, 0u);
+    {{STAGE_Q}}
+    {{STAGE_DO}}
+    for (var r = lid; r < BR; r += THREADS) {
+        let i = q0 + r;
+        row_lse[r] = select(0.0, lse[bh * SQ + min(i, SQ - 1u)], i < SQ);
+        row_delta[r] = select(0.0, row_delta_of(q_base + min(i, SQ - 1u) * D), i < SQ);
     }
-    let delta = combine(part, lid, false);
-    let lse_i = lse[row];
-    var acc = 0.0;
-    for (var t0 = 0u; t0 < end; t0 += WG) {
-        let j = t0 + lid;
-        var ds = 0.0;
-        if (j < end) {
-            let kj = kv_at(b, hk, j);
-            var dp = 0.0;
-            for (var d = 0u; d < D; d++) {
-                dp += d_o[qi + d] * v[kj + d];
-            }
-            ds = exp(qk(qi, kj) * SCALE - lse_i) * (dp - delta);
-        }
-        weights[lid] = ds;
+    {{DQ_DECLARE}}
+    let stop = key_stop(q0);
+    for (var k0 = 0u; k0 < stop; k0 += BC) {
         workgroupBarrier();
-        if (lid < D) {
-            let count = min(WG, end - t0);
-            for (var jj = 0u; jj < count; jj++) {
-                acc += weights[jj] * k[kv_at(b, hk, t0 + jj) + lid];
-            }
-        }
+        {{STAGE_K}}
+        {{STAGE_V}}
         workgroupBarrier();
+        {{SCORES}}
+        workgroupBarrier();
+        let count = min(BC, stop - k0);
+        {{DQ_UPDATE}}
     }
-    if (lid < D) {
-        out[qi + lid] = acc * SCALE;
-    }
+    {{DQ_STORE}}
 }
 //#endif
+
 //#if GRAD_KV
-@compute @workgroup_size(WG)
+var<workgroup> tile_k: array<vec4<f32>, BC * DS>;
+var<workgroup> tile_v: array<vec4<f32>, BC * DS>;
+var<workgroup> tile_q: array<vec4<f32>, BR * DS>;
+var<workgroup> tile_do: array<vec4<f32>, BR * DS>;
+var<workgroup> tile_p: array<f32, BC * (BR + 1u)>;   // Pᵀ: [key][query]
+var<workgroup> tile_ds: array<f32, BC * (BR + 1u)>;  // dSᵀ
+var<workgroup> row_lse: array<f32, BR>;
+var<workgroup> row_delta: array<f32, BR>;
+
+@compute @workgroup_size(THREADS)
 fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x + wid.y * GRID_X;
-    if (row >= ROWS) {
+    let tile = wid.x + wid.y * GRID_X;
+    if (tile >= TILES) {
         return;
     }
-    let j = row % SKV;
-    let bhk = row / SKV;
+    let bhk = tile / SEQ_TILES;
+    let k0 = (tile % SEQ_TILES) * BC;  // causal: the first key tiles see the most queries, and start first
     let b = bhk / HKV;
-    let hk = bhk % HKV;
-    let kj = row * D;
-    // Query rows r = g·SQ + i of the group's heads h = hk·GROUP + g; causal: only i >= j.
-    var first = 0u;
-//#if CAUSAL
-    first = j;
-//#endif
-    let per_head = SQ - min(first, SQ);
-    let count_rows = GROUP * per_head;
-    var acc_k = 0.0;
-    var acc_v = 0.0;
-    for (var t0 = 0u; t0 < count_rows; t0 += WG) {
-        let r = t0 + lid;
-        var p = 0.0;
-        var ds = 0.0;
-        if (r < count_rows) {
-            let h = hk * GROUP + r / per_head;
-            let i = first + r % per_head;
-            let qi = q_at(b, h, i);
-            p = exp(qk(qi, kj) * SCALE - lse[(b * H + h) * SQ + i]);
-//#if GRAD_K
-            var dp = 0.0;
-            var delta = 0.0;
-            for (var d = 0u; d < D; d++) {
-                dp += d_o[qi + d] * v[kj + d];
-                delta += d_o[qi + d] * o[qi + d];
+    let kv_base = kv_at(b, bhk % HKV, 0u);
+    {{STAGE_K}}
+    {{STAGE_V}}
+    {{DKV_DECLARE}}
+    for (var g = 0u; g < GROUP; g++) {
+        let bh = b * H + (bhk % HKV) * GROUP + g;
+        let q_base = bh * SQ * D;
+        for (var q0 = query_start(k0); q0 < SQ; q0 += BR) {
+            workgroupBarrier();  // the previous tile's readers are done (first time: K, V are staged)
+            {{STAGE_Q}}
+            {{STAGE_DO}}
+            for (var r = lid; r < BR; r += THREADS) {
+                let i = q0 + r;
+                row_lse[r] = select(0.0, lse[bh * SQ + min(i, SQ - 1u)], i < SQ);
+                row_delta[r] = select(0.0, row_delta_of(q_base + min(i, SQ - 1u) * D), i < SQ);
             }
-            ds = p * (dp - delta);
-//#endif
+            workgroupBarrier();
+            {{SCORES}}
+            workgroupBarrier();
+            let count = min(BR, SQ - q0);
+            {{DKV_UPDATE}}
         }
-        weights[lid] = p;
-//#if GRAD_K
-        weights2[lid] = ds;
-//#endif
-        workgroupBarrier();
-        if (lid < D) {
-            let count = min(WG, count_rows - t0);
-            for (var rr = 0u; rr < count; rr++) {
-                let r2 = t0 + rr;
-                let qi2 = q_at(b, hk * GROUP + r2 / per_head, first + r2 % per_head);
-//#if GRAD_V
-                acc_v += weights[rr] * d_o[qi2 + lid];
-//#endif
-//#if GRAD_K
-                acc_k += weights2[rr] * q[qi2 + lid];
-//#endif
-            }
-        }
-        workgroupBarrier();
     }
-    if (lid < D) {
-//#if GRAD_V
-        out_v[kj + lid] = acc_v;
-//#endif
-//#if GRAD_K
-        out_k[kj + lid] = acc_k * SCALE;
-//#endif
-    }
+    {{DKV_STORE}}
 }
 //#endif

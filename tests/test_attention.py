@@ -5,6 +5,8 @@ interpreter."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from conftest import assert_steps_follow_interpreter, check, emit, gradcheck, trace_leaf, typed_leaf
@@ -12,6 +14,9 @@ from conftest import assert_steps_follow_interpreter, check, emit, gradcheck, tr
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
+from meganeura.codegen import attention_tiles
+from meganeura.codegen.attention_tiles import Tiles
+from meganeura.codegen.registry import node_workgroups
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import ShapeError
 from meganeura.ir.ops.transformer import evaluate_attention, evaluate_attention_lse
@@ -152,6 +157,70 @@ def test_attention_kernels(causal, shapes, target):
     labels = sorted(spec.label.split(" q ")[0] for spec in executable.kernels)
     assert labels == ["attention", "attention_grad_kv", "attention_grad_q"]
     assert sorted(spec.results for spec in executable.kernels) == [1, 2, 2]
+
+
+# The tiled GPU kernels (codegen/attention_tiles.py) at sequence lengths that are no multiple of
+# any tile, the head_dims of real models, and several tile configurations each.
+RAGGED_CASES = [
+    ((2, 3, 37, 64), (2, 1, 45, 64)),  # GQA 3/1 as SmolLM2's 9/3, Sq < Skv, batch 2
+    ((1, 2, 45, 64), (1, 2, 19, 64)),  # MHA, Sq > Skv
+    ((1, 3, 21, 48), (1, 3, 21, 48)),
+    ((1, 2, 19, 80), (1, 1, 23, 80)),
+    ((1, 2, 17, 128), (1, 1, 33, 128)),
+    ((1, 2, 9, 6), (1, 1, 11, 6)),  # head_dim not a multiple of 4: guarded vec4 loads and stores
+]
+TILINGS = {  # per head_dim: configurations tried beside the chosen one (by each kernel that it fits)
+    64: [Tiles(16, 16, 64), Tiles(32, 32, 64), Tiles(8, 16, 32)],
+    6: [Tiles(8, 4, 4)],  # fewer threads than query rows: the per-row loops take several rows a thread
+}
+
+
+def tiling_cases():
+    for q_shape, kv_shape in RAGGED_CASES:
+        yield q_shape, kv_shape, None
+        for tiles in TILINGS.get(q_shape[-1], []):
+            yield q_shape, kv_shape, tiles
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(
+    "q_shape, kv_shape, tiles",
+    list(tiling_cases()),
+    ids=lambda v: "chosen" if v is None else str(v) if isinstance(v, Tiles) else shape_id(v),
+)
+def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, tiles, monkeypatch):
+    d = q_shape[-1]
+    kinds = ("attention", "attention_grad_q", "attention_grad_kv")
+    if tiles is not None:
+        fitting = [kind for kind in kinds if not isinstance(attention_tiles.layout_of(kind, tiles, d), str)]
+        assert fitting, f"{tiles} fits no kernel at head_dim {d}"
+        for kind in fitting:  # the lowering and the workgroup count both read the table
+            monkeypatch.setitem(attention_tiles.CHOSEN, (kind, d), tiles)
+    graph = attention_graph(q_shape, kv_shape, causal, 1.0 / np.sqrt(d))
+    rng = np.random.default_rng(11)
+    inputs = {
+        name: rng.normal(size=shape).astype(np.float32)
+        for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
+    }
+    executable = check(graph, inputs, rtol=1e-4, atol=3e-5)
+    for spec in executable.kernels:
+        node = graph[spec.node]
+        wanted = attention_tiles.tiles_for(node.op, d)
+        assert f"tiles {wanted} " in spec.label and spec.workgroup_size == (wanted.threads, 1, 1)
+        assert math.prod(spec.grid) == node_workgroups(graph, node)  # what the cost model counts
+
+
+def test_tile_configurations_that_do_not_fit_are_refused_with_a_reason():
+    assert "workgroup memory" in attention_tiles.layout_of("attention_grad_kv", Tiles(32, 32, 128), 128)
+    assert "does not split" in attention_tiles.layout_of("attention", Tiles(32, 32, 96), 64)
+    with pytest.raises(ValueError, match="head_dim 128"):
+        attention_tiles.layout_for("attention_grad_q", Tiles(64, 64, 256), 128)
+    for kind in ("attention", "attention_grad_q", "attention_grad_kv"):
+        for d in (1, 3, 48, 64, 80, 96, 128, 256):
+            tiles = attention_tiles.tiles_for(kind, d)  # every head_dim gets a configuration that fits
+            layout = attention_tiles.layout_for(kind, tiles, d)
+            assert attention_tiles.workgroup_bytes(kind, tiles, d) <= attention_tiles.WORKGROUP_BYTES
+            assert layout.sr * layout.sc * tiles.threads == tiles.br * tiles.bc
 
 
 def test_the_report_counts_one_dispatch_for_each_node_with_two_results():

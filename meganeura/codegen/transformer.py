@@ -1,11 +1,22 @@
 """Lowering of the transformer ops: rope and rope_grad (elementwise, reading each element's partner
-across the halves of the last dim) and the attention kernels (shaders/attention.wgsl): the
-forward writes the output and the row log-sum-exp in one pass, and one pass over the key rows
-writes dK and dV.
+across the halves of the last dim) and the attention kernels: on a GPU flash-style tiles
+(shaders/attention.wgsl, tiled by codegen/attention_tiles.py), on a CPU a thread per row
+(shaders/attention_rows.wgsl). The forward writes the output and the row log-sum-exp in one
+pass; one kernel writes dQ, one writes dK and dV.
 """
 
 from __future__ import annotations
 
+from meganeura.codegen.attention_tiles import (
+    Tiles,
+    layout_for,
+    per_thread_work,
+    tile_code,
+    tiles_for,
+    tiles_needed,
+    vec4_helpers,
+    vec4s,
+)
 from meganeura.codegen.common import Operands, bindings_wgsl, elementwise_kernel, grid_for, output_binding, shape_text
 from meganeura.codegen.expressions import literal
 from meganeura.codegen.kernel import Binding, KernelSpec
@@ -48,7 +59,8 @@ def lower_rope(graph: Graph, node: Node) -> KernelSpec:
 
 
 # ---------------------------------------------------------------------------------------------
-# Attention: a workgroup per query row (forward, dQ) or per key row (dK and dV)
+# Attention: flash-style tiles on a GPU (attention.wgsl, tiling in codegen/attention_tiles.py),
+# a thread per row on a CPU (attention_rows.wgsl)
 
 READS = ("q", "k", "v", "o", "lse", "d_o")  # the WGSL names of the operands, in order
 # Per op: the operands its kernel reads, and the binding and shader flag of each result it writes.
@@ -63,58 +75,125 @@ FLAGS = ("ATTENTION", "LSE", "GRAD_Q", "GRAD_K", "GRAD_V")
 ROWS_PER_CPU_WORKGROUP = 64  # shaders/attention_rows.wgsl: a thread per row
 
 
-def row_workgroups(rows: int, target: Target) -> int:
-    """A workgroup per row (attention.wgsl), or a thread per row on a CPU (attention_rows.wgsl)."""
-    return -(-rows // ROWS_PER_CPU_WORKGROUP) if target.cpu else rows
+def attention_workgroups(op: str, b: int, h: int, hkv: int, sq: int, skv: int, d: int, target: Target) -> int:
+    """A workgroup per query tile (forward, dQ) or key tile (dK, dV) of each head on a GPU; on a
+    CPU a thread per row, 64 to a workgroup."""
+    if target.cpu:
+        rows = b * hkv * skv if op == "attention_grad_kv" else b * h * sq
+        return -(-rows // ROWS_PER_CPU_WORKGROUP)
+    tiles = tiles_for(op, d)
+    if op == "attention_grad_kv":
+        return b * hkv * tiles_needed(skv, tiles.bc)
+    return b * h * tiles_needed(sq, tiles.br)
 
 
-def query_rows(attrs: dict, operands, results, target: Target = GENERIC) -> int:
-    """A workgroup (a thread on a CPU) per (batch, head, query) row."""
-    b, h, sq, _ = operands[0].shape
-    return row_workgroups(b * h * sq, target)
+def attention_op_workgroups(op: str):
+    def count(attrs: dict, operands, results, target: Target = GENERIC) -> int:
+        b, h, sq, d = operands[0].shape
+        _, hkv, skv, _ = operands[1].shape
+        return attention_workgroups(op, b, h, hkv, sq, skv, d, target)
+
+    count.__name__ = f"{op}_workgroups"
+    return count
 
 
-def key_rows(attrs: dict, operands, results, target: Target = GENERIC) -> int:
-    """A workgroup (a thread on a CPU) per (batch, key head, key) row: the gradient of K and V."""
-    b, hkv, skv, _ = operands[1].shape
-    return row_workgroups(b * hkv * skv, target)
-
-
-@lowering("attention_grad_kv", workgroups=key_rows, per_target=True)
-@lowering("attention", "attention_grad_q", workgroups=query_rows, per_target=True)
+@lowering("attention_grad_kv", workgroups=attention_op_workgroups("attention_grad_kv"), per_target=True)
+@lowering("attention_grad_q", workgroups=attention_op_workgroups("attention_grad_q"), per_target=True)
+@lowering("attention", workgroups=attention_op_workgroups("attention"), per_target=True)
 def lower_attention(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
-    """attention (output and log-sum-exp), attention_grad_q, attention_grad_kv (dK and dV):
-    WG threads (a power of two, at least head_dim) per row, one element of the row's head_dim
-    vector each; keys or query rows are walked in tiles of WG. On a CPU, where workgroup barriers
-    cost much, a thread per row instead (shaders/attention_rows.wgsl; the character LM's three
-    attention kernels took 10-17 ms each on lavapipe the other way)."""
-    q, k = node.inputs[:2]
-    b, h, sq, d = graph[q].shape
-    _, hkv, skv, _ = graph[k].shape
-    if d > 256:
-        raise NotImplementedError(f"{node.op} %{node.id}: head_dim {d} > 256 is not supported by the attention kernel")
+    """attention (output and log-sum-exp), attention_grad_q, attention_grad_kv (dK and dV). On a
+    GPU, flash-style tiles (`tiles_for` the op and head_dim); on a CPU, where workgroup barriers
+    cost much, a thread per row (the character LM's three attention kernels took 10-17 ms each on
+    lavapipe with a workgroup per row)."""
+    if target.cpu:
+        return lower_attention_rows(graph, node)
+    return lower_attention_tiles(graph, node, tiles_for(node.op, graph[node.inputs[0]].shape[-1]))
+
+
+def attention_bindings(node: Node) -> tuple[list[Binding], dict[str, bool]]:
+    """The kernel's bindings (its reads, then one output per result) and the flags of what it writes."""
     reads, writes = ATTENTION_KERNELS[node.op]
     bindings = [Binding(name, value, "read") for name, value in zip(reads, node.inputs, strict=True)]
     bindings += [output_binding(node, name, index) for index, (name, _) in enumerate(writes)]
-    per_key = node.op == "attention_grad_kv"
-    rows = b * hkv * skv if per_key else b * h * sq
-    template = "attention_rows" if target.cpu else "attention"
-    wg = ROWS_PER_CPU_WORKGROUP if target.cpu else max(32, 1 << (d - 1).bit_length())
-    grid = grid_for(row_workgroups(rows, target))
     written = {flag for _, flag in writes}
     flags = {flag: flag in written for flag in FLAGS}
-    flags |= {"CAUSAL": bool(node.attr("causal")), "FORWARD": node.op == "attention", "GRAD_KV": per_key}
-    sizes = {"ROWS": rows, "H": h, "HKV": hkv, "SQ": sq, "SKV": skv, "D": d, "WG": wg}
+    flags |= {
+        "CAUSAL": bool(node.attr("causal")),
+        "FORWARD": node.op == "attention",
+        "GRAD_KV": node.op == "attention_grad_kv",
+    }
+    return bindings, flags
+
+
+def attention_sizes(graph: Graph, node: Node) -> dict[str, int | str]:
+    q, k = node.inputs[:2]
+    b, h, sq, d = graph[q].shape
+    _, hkv, skv, _ = graph[k].shape
+    rows = b * hkv * skv if node.op == "attention_grad_kv" else b * h * sq
+    return {"ROWS": rows, "H": h, "HKV": hkv, "SQ": sq, "SKV": skv, "D": d, "SCALE": literal(float(node.attr("scale")))}
+
+
+def attention_label(graph: Graph, node: Node, extra: str = "") -> str:
+    q, k = node.inputs[:2]
+    causal = " causal" if node.attr("causal") else ""
+    return f"{node.op} q {shape_text(graph[q].shape)} kv {shape_text(graph[k].shape)}{causal}{extra}"
+
+
+def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles) -> KernelSpec:
+    """The flash-style kernel of `node` with `tiles` (the benchmark and tests pass others than the
+    chosen ones)."""
+    bindings, flags = attention_bindings(node)
+    sizes = attention_sizes(graph, node)
+    b, h, sq, d = graph[node.inputs[0]].shape
+    _, hkv, skv, _ = graph[node.inputs[1]].shape
+    layout = layout_for(node.op, tiles, d)
+    if node.op == "attention_grad_kv":
+        per_head, heads = tiles_needed(skv, tiles.bc), b * hkv
+    else:
+        per_head, heads = tiles_needed(sq, tiles.br), b * h
+    count = per_head * heads
+    grid = grid_for(count)
+    reads = tuple(binding.name for binding in bindings if binding.access == "read")
+    writes = tuple(binding.name for binding in bindings if binding.access != "read")
     wgsl = render(
-        template,
+        "attention",
         {
             "BINDINGS": bindings_wgsl(graph, bindings),
             **sizes,
             "GRID_X": max(grid[0], 1),
-            "SCALE": literal(float(node.attr("scale"))),
+            "BR": tiles.br,
+            "BC": tiles.bc,
+            "THREADS": tiles.threads,
+            "DV": vec4s(d),
+            "TILES": count,
+            "SEQ_TILES": per_head,
+            "VEC4": vec4_helpers(reads, writes, d),
+            **tile_code(layout),
             **flags,
         },
     )
-    causal = " causal" if flags["CAUSAL"] else ""
-    label = f"{node.op} q {shape_text(graph[q].shape)} kv {shape_text(graph[k].shape)}{causal}"
-    return KernelSpec(node.id, label, wgsl, node.op, tuple(bindings), grid, (wg, 1, 1), results=len(writes))
+    label = attention_label(graph, node, f" tiles {tiles} {per_thread_work(layout)}")
+    results = len(ATTENTION_KERNELS[node.op][1])
+    return KernelSpec(node.id, label, wgsl, node.op, tuple(bindings), grid, (tiles.threads, 1, 1), results=results)
+
+
+def lower_attention_rows(graph: Graph, node: Node) -> KernelSpec:
+    """The CPU kernel of `node`: a thread per row (attention_rows.wgsl)."""
+    bindings, flags = attention_bindings(node)
+    sizes = attention_sizes(graph, node)
+    grid = grid_for(-(-int(sizes["ROWS"]) // ROWS_PER_CPU_WORKGROUP))
+    wgsl = render(
+        "attention_rows",
+        {"BINDINGS": bindings_wgsl(graph, bindings), **sizes, "GRID_X": max(grid[0], 1), **flags},
+    )
+    results = len(ATTENTION_KERNELS[node.op][1])
+    return KernelSpec(
+        node.id,
+        attention_label(graph, node),
+        wgsl,
+        node.op,
+        tuple(bindings),
+        grid,
+        (ROWS_PER_CPU_WORKGROUP, 1, 1),
+        results=results,
+    )

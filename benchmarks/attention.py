@@ -1,0 +1,197 @@
+"""The three attention kernels alone, each tile configuration timed with GPU timestamps in one
+process, side by side with PyTorch's SDPA forward + backward at the same shape.
+
+    PYTHONPATH=. python benchmarks/attention.py [--shapes smollm2,gpt2] [--repeat 20] [--seq 256]
+        [--batch 8] [--kernels attention,attention_grad_q,attention_grad_kv]
+
+Shapes (both causal, head_dim 64, seq 256, batch 8): smollm2, 9 query heads over 3 KV heads
+(SmolLM2-135M's attention); gpt2, 12 heads MHA (GPT-2 small's). For every kernel (attention,
+attention_grad_q, attention_grad_kv) and every tile configuration (BR query rows × BC key rows /
+threads, codegen/attention_tiles.py) that fits the adapter's workgroup memory, `repeat` dispatches
+of that kernel run in one step and the median dispatch time is printed (Executable.profile: a
+compute pass per dispatch with timestamps), after two warm-up steps (GPU clocks idle low). The
+per-layer total of the chosen configurations (attention_tiles.CHOSEN) and of the fastest of each
+kernel close the table. Each configuration's first result is checked against the ops' numpy
+semantics (float64); a wrong one is marked and left out of the totals. PyTorch (fp32, when torch
+and CUDA are there): SDPA forward and forward + backward, `repeat` iterations between CUDA events.
+
+On a CPU adapter (lavapipe) the GPU kernels are forced (the compiler would pick attention_rows);
+use small --seq/--batch there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import numpy as np
+
+from meganeura.codegen import attention_tiles
+from meganeura.codegen.attention_tiles import KINDS, Tiles, layout_of, per_thread_work
+from meganeura.codegen.compiled import compile_step
+from meganeura.ir.graph import TensorType
+from meganeura.ir.ops.transformer import evaluate_attention, evaluate_attention_grad_kv, evaluate_attention_grad_q
+from meganeura.ir.trace import Tracer
+from meganeura.runtime import Executable, default_device
+
+SHAPES = {"smollm2": (9, 3), "gpt2": (12, 12)}  # (query heads, KV heads)
+HEAD_DIM = 64
+
+# The sweep: tiles × threads; configurations that do not divide or fit are left out per kernel.
+SWEEP_TILES = ((64, 64), (64, 32), (32, 64), (32, 32), (32, 16), (16, 32), (16, 16), (16, 8), (8, 16))
+SWEEP_THREADS = (32, 64, 128, 256)
+
+
+def attention_step(kind: str, q_shape, kv_shape, repeat: int):
+    """A graph of `repeat` `kind` kernels on the same inputs (the backward reads o and lse as inputs)."""
+    tracer = Tracer()
+    graph = tracer.graph
+    q = tracer.leaf("input", "q", TensorType(q_shape))
+    k = tracer.leaf("input", "k", TensorType(kv_shape))
+    v = tracer.leaf("input", "v", TensorType(kv_shape))
+    attrs = {"causal": True, "scale": 1.0 / np.sqrt(q_shape[-1])}
+    operands = [q, k, v]
+    if kind != "attention":
+        o = tracer.leaf("input", "o", TensorType(q_shape))
+        lse = tracer.leaf("input", "lse", TensorType(q_shape[:3]))
+        d_o = tracer.leaf("input", "do", TensorType(q_shape))
+        operands += [o, lse, d_o]
+    for index in range(repeat):
+        node = tracer.emit(kind, operands, **attrs)
+        several = kind != "attention_grad_q"  # the forward and dK/dV have two results
+        graph.outputs[f"r{index}"] = tracer.emit("result", [node], index=0) if several else node
+    return graph
+
+
+def step_inputs(q_shape, kv_shape) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    q, k, v, d_o = (rng.normal(size=s).astype(np.float32) for s in (q_shape, kv_shape, kv_shape, q_shape))
+    o, lse = evaluate_attention(q, k, v, True, 1.0 / np.sqrt(q_shape[-1]))
+    return {"q": q, "k": k, "v": v, "o": o.astype(np.float32), "lse": lse.astype(np.float32), "do": d_o}
+
+
+def expected_result(kind: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The first result of `kind` in float64 (the ops' numpy semantics), to check each configuration."""
+    values = {name: value.astype(np.float64) for name, value in inputs.items()}
+    q, k, v = values["q"], values["k"], values["v"]
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    if kind == "attention":
+        return evaluate_attention(q, k, v, True, scale)[0]
+    backward = (q, k, v, values["o"], values["lse"], values["do"], True, scale)
+    if kind == "attention_grad_q":
+        return evaluate_attention_grad_q(*backward)
+    return evaluate_attention_grad_kv(*backward)[0]
+
+
+def kernel_ms(device, target, kind: str, tiles: Tiles, q_shape, kv_shape, inputs, repeat: int) -> tuple[float, float]:
+    """The median time of one `kind` dispatch with `tiles` in ms, and the largest error of its
+    first result relative to the largest magnitude of the expected one."""
+    saved = attention_tiles.CHOSEN.get((kind, q_shape[-1]))
+    attention_tiles.CHOSEN[(kind, q_shape[-1])] = tiles
+    try:
+        graph = attention_step(kind, q_shape, kv_shape, repeat)
+        executable = Executable(compile_step(graph, target), device, {}, {})
+    finally:
+        attention_tiles.CHOSEN[(kind, q_shape[-1])] = saved
+    used = {name: value for name, value in inputs.items() if name in {"q", "k", "v"} or kind != "attention"}
+    got = executable.run(used, read=("r0",))["r0"]
+    executable.run(used)  # warm-up: GPU clocks idle low
+    _, profile = executable.profile(used)
+    times = sorted(kernel.ns for kernel in profile.kernels if kernel.kind == kind)
+    expected = expected_result(kind, used)
+    error = float(np.abs(got - expected).max() / np.abs(expected).max())
+    return times[len(times) // 2] / 1e6, error
+
+
+def torch_ms(q_shape, kv_shape, repeat: int) -> tuple[float, float] | None:
+    """PyTorch SDPA (fp32, causal, GQA) forward, and forward + backward, in ms; None without CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    import torch.nn.functional as tf
+
+    q = torch.randn(q_shape, device="cuda", requires_grad=True)
+    k = torch.randn(kv_shape, device="cuda", requires_grad=True)
+    v = torch.randn(kv_shape, device="cuda", requires_grad=True)
+    grad = torch.randn(q_shape, device="cuda")
+    gqa = q_shape[1] != kv_shape[1]
+
+    def forward():
+        return tf.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+
+    def both():
+        forward().backward(grad)
+
+    timings = []
+    for fn in (forward, both):
+        for _ in range(5):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeat):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        timings.append(start.elapsed_time(end) / repeat)
+    return timings[0], timings[1]
+
+
+def sweep(kind: str, d: int) -> list[Tiles]:
+    """The configurations of the sweep that `kind`'s kernel can take at head_dim d, the chosen one first."""
+    chosen = attention_tiles.tiles_for(kind, d)
+    options = [Tiles(br, bc, t) for br, bc in SWEEP_TILES for t in SWEEP_THREADS]
+    fitting = [t for t in options if t != chosen and not isinstance(layout_of(kind, t, d), str)]
+    return [chosen, *fitting]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="smollm2,gpt2")
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--kernels", default=",".join(KINDS))
+    args = parser.parse_args()
+    device = default_device()
+    target = dataclasses.replace(device.target, cpu=False)  # the tiled GPU kernels, on any adapter
+    limit = device.limits.get("max-compute-workgroup-storage-size", attention_tiles.WORKGROUP_BYTES)
+    # Sweep wider than the compiler's own limits: what fits this adapter, more registers a thread.
+    attention_tiles.WORKGROUP_BYTES = limit
+    attention_tiles.MAX_SCORES = attention_tiles.MAX_OUTPUT_VEC4 = 32
+    print(f"adapter: {device.describe()}, workgroup memory {limit} bytes, {args.repeat} dispatches a kernel")
+    for name in args.shapes.split(","):
+        heads, kv_heads = SHAPES[name]
+        q_shape = (args.batch, heads, args.seq, HEAD_DIM)
+        kv_shape = (args.batch, kv_heads, args.seq, HEAD_DIM)
+        inputs = step_inputs(q_shape, kv_shape)
+        print(f"\n{name}: q {q_shape} kv {kv_shape} causal")
+        print(f"  {'kernel':<18} {'tiles':<12} {'per thread':<12} {'bytes':>6} {'ms':>9} {'rel err':>8}")
+        chosen_total, best_total = 0.0, 0.0
+        for kind in args.kernels.split(","):
+            results = []
+            for index, tiles in enumerate(sweep(kind, HEAD_DIM)):
+                layout = layout_of(kind, tiles, HEAD_DIM)
+                ms, error = kernel_ms(device, target, kind, tiles, q_shape, kv_shape, inputs, args.repeat)
+                wrong = error > 1e-4  # f32 against float64: ~1e-6 when right
+                if not wrong:
+                    results.append((ms, tiles))
+                mark = " (chosen)" if index == 0 else ""
+                mark += " WRONG: left out" if wrong else ""
+                used = attention_tiles.workgroup_bytes(kind, tiles, HEAD_DIM)
+                work = per_thread_work(layout)
+                print(f"  {kind:<18} {tiles!s:<12} {work:<12} {used:>6} {ms:>9.4f} {error:>8.1e}{mark}", flush=True)
+            chosen_total += results[0][0] if results and results[0][1] == sweep(kind, HEAD_DIM)[0] else float("nan")
+            best_ms, best_tiles = min(results, key=lambda r: r[0])
+            best_total += best_ms
+            print(f"  {kind:<18} fastest {best_tiles}: {best_ms:.4f} ms")
+        print(f"  per layer, chosen tiles: {chosen_total:.4f} ms; fastest of each kernel: {best_total:.4f} ms")
+        theirs = torch_ms(q_shape, kv_shape, args.repeat)
+        if theirs is not None:
+            print(f"  pytorch fp32 SDPA: forward {theirs[0]:.4f} ms, forward + backward {theirs[1]:.4f} ms")
+
+
+if __name__ == "__main__":
+    main()

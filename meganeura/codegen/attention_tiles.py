@@ -1,0 +1,363 @@
+"""The tiling of the flash-style attention kernels for GPUs (shaders/attention.wgsl): which tile
+configuration each kernel takes per head_dim (`tiles_for`), the per-thread register tiles that
+configuration implies (`Layout`), and the unrolled per-thread WGSL that the template leaves as
+placeholders (`tile_code`). codegen/transformer.py lowers the ops with it and registers the
+workgroup counts from the same `tiles_for`, so the cost model counts what is dispatched.
+
+A configuration is (BR query rows, BC key rows, THREADS). Every kernel has two register tiles per
+thread, both of named accumulators (the GEMM probe, shared/notes/gemm-probe.md: dynamically
+indexed private arrays spill on the H200):
+- a score tile: SR × SC scores of the workgroup's [BR, BC] tile (dK/dV: its transpose [BC, BR]),
+  spread over the tile (a thread's rows are BR / SR apart, its columns BC / SC apart) so that the
+  threads of a warp read different padded rows of workgroup memory (different banks) or the same
+  one (a broadcast); the backward kernels keep two sums per score (q·k and do·v);
+- an output tile: OR rows × OV vec4 columns of the [BR, D] output (dK/dV: [BC, D], twice), spread
+  the same way, so that neighbouring threads read and write neighbouring vec4s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+KINDS = ("attention", "attention_grad_q", "attention_grad_kv")
+
+# Every chosen configuration fits 32 KiB of workgroup memory: lavapipe's limit, so that the GPU
+# kernels run in the tests here, and under the H200's 48 KiB.
+WORKGROUP_BYTES = 32 * 1024
+MAX_SCORES = 16  # per thread and score tile: beyond it, registers run out with the output tile
+MAX_OUTPUT_VEC4 = 16  # per thread, all output tiles together
+
+
+@dataclass(frozen=True)
+class Tiles:
+    br: int  # query rows per tile
+    bc: int  # key rows per tile
+    threads: int
+
+    def __str__(self) -> str:
+        return f"{self.br}x{self.bc}/{self.threads}"
+
+
+# The configuration of each kernel at head_dim 64, the SmolLM2 and GPT-2 shape. Not yet measured
+# on the H200: benchmarks/attention.py times every candidate there (the lead fills in the pick
+# and its figures). Until then, tiles that keep per-thread work moderate and fit 32 KiB.
+CHOSEN: dict[tuple[str, int], Tiles] = {
+    ("attention", 64): Tiles(32, 32, 128),
+    ("attention_grad_q", 64): Tiles(32, 16, 128),
+    ("attention_grad_kv", 64): Tiles(16, 32, 128),
+}
+
+# Tried in order for a head_dim without a chosen configuration: the first that fits and divides
+# (larger tiles first, then more threads; small head_dims need fewer threads for their output tile).
+CANDIDATES = tuple(
+    Tiles(br, bc, threads)
+    for br, bc in ((32, 32), (32, 16), (16, 32), (16, 16), (16, 8), (8, 16), (8, 8), (8, 4), (4, 8), (4, 4))
+    for threads in (128, 64, 32, 16)
+)
+
+
+def vec4s(d: int) -> int:
+    """Vec4s per staged row of head_dim d."""
+    return -(-d // 4)
+
+
+def workgroup_bytes(kind: str, tiles: Tiles, d: int) -> int:
+    """The workgroup memory of `kind`'s kernel with `tiles` (shaders/attention.wgsl's arrays)."""
+    row = 16 * (vec4s(d) + 1)  # a staged row of D floats, one vec4 of padding
+    br, bc = tiles.br, tiles.bc
+    if kind == "attention":
+        return (br + bc) * row + 4 * br * (bc + 1) + 3 * 4 * br
+    if kind == "attention_grad_q":
+        return 2 * (br + bc) * row + 4 * br * (bc + 1) + 2 * 4 * br
+    if kind == "attention_grad_kv":
+        return 2 * (br + bc) * row + 2 * 4 * bc * (br + 1) + 2 * 4 * br
+    raise ValueError(f"no attention kernel {kind!r}; expected one of {KINDS}")
+
+
+def split(per_thread: int, rows: int, cols: int) -> tuple[int, int] | None:
+    """(a, b) with a·b = per_thread, a dividing rows and b dividing cols, the most square; None if none."""
+    options = [(a, per_thread // a) for a in range(1, per_thread + 1) if per_thread % a == 0]
+    options = [(a, b) for a, b in options if rows % a == 0 and cols % b == 0]
+    return min(options, key=lambda ab: (abs(ab[0] - ab[1]), -ab[1]), default=None)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The register tiles of one kernel: score tile [rows, cols] split SR × SC per thread, output
+    tile [out_rows, DV vec4s] split OR × OV per thread."""
+
+    kind: str
+    tiles: Tiles
+    d: int
+    sr: int
+    sc: int
+    orows: int
+    ov: int
+
+    @property
+    def score_rows(self) -> int:
+        return self.tiles.bc if self.kind == "attention_grad_kv" else self.tiles.br
+
+    @property
+    def score_cols(self) -> int:
+        return self.tiles.br if self.kind == "attention_grad_kv" else self.tiles.bc
+
+    @property
+    def out_rows(self) -> int:
+        return self.score_rows
+
+
+def layout_of(kind: str, tiles: Tiles, d: int) -> Layout | str:
+    """The register tiles of `kind` with `tiles` at head_dim d, or why there are none. The limits
+    are read at call time (benchmarks/attention.py raises them to sweep wider configurations)."""
+    t = tiles.threads
+    rows, cols = (tiles.bc, tiles.br) if kind == "attention_grad_kv" else (tiles.br, tiles.bc)
+    if (rows * cols) % t or rows * cols < t:
+        return f"the {rows}x{cols} score tile does not split over {t} threads"
+    scores = split(rows * cols // t, rows, cols)
+    if scores is None or scores[0] * scores[1] > MAX_SCORES:
+        return f"the {rows}x{cols} score tile gives more than {MAX_SCORES} scores per thread, or no split"
+    dv = vec4s(d)
+    if (rows * dv) % t or rows * dv < t:
+        return f"the {rows}x{dv} vec4 output tile does not split over {t} threads"
+    outputs = split(rows * dv // t, rows, dv)
+    copies = 2 if kind == "attention_grad_kv" else 1  # dK and dV
+    if outputs is None or copies * outputs[0] * outputs[1] > MAX_OUTPUT_VEC4:
+        return f"the {rows}x{dv} vec4 output tile gives too many accumulators per thread, or no split"
+    used = workgroup_bytes(kind, tiles, d)
+    if used > WORKGROUP_BYTES:
+        return f"needs {used} bytes of workgroup memory, over {WORKGROUP_BYTES}"
+    return Layout(kind, tiles, d, scores[0], scores[1], outputs[0], outputs[1])
+
+
+def tiles_for(kind: str, d: int) -> Tiles:
+    """The tile configuration of `kind`'s kernel at head_dim d: the chosen one, else the first
+    candidate that fits (types alone decide it, so the workgroup count can be asked before lowering)."""
+    chosen = CHOSEN.get((kind, d))
+    if chosen is not None:
+        return chosen
+    for tiles in CANDIDATES:
+        if isinstance(layout_of(kind, tiles, d), Layout):
+            return tiles
+    raise NotImplementedError(f"{kind}: no tile configuration fits head_dim {d} in {WORKGROUP_BYTES} bytes")
+
+
+def layout_for(kind: str, tiles: Tiles, d: int) -> Layout:
+    layout = layout_of(kind, tiles, d)
+    if isinstance(layout, str):
+        raise ValueError(f"{kind}: tiles {tiles} at head_dim {d}: {layout}")
+    return layout
+
+
+# ---------------------------------------------------------------------------------------------
+# The unrolled per-thread code
+
+
+def vec4_helpers(reads: tuple[str, ...], writes: tuple[str, ...], d: int) -> str:
+    """load4_<name>(row start, vec4 index) and store4_<name>(…, value) for the bindings: four
+    scalars each (the bindings are arrays of f32), guarded when d is not a multiple of 4."""
+    parts = ("x", "y", "z", "w")
+    lines = []
+    for name in reads:
+        values = [
+            f"{name}[i + {k}u]"
+            if d % 4 == 0
+            else f"select(0.0, {name}[i + min({k}u, D - 1u - 4u * c)], 4u * c + {k}u < D)"
+            for k in range(4)
+        ]
+        lines += [
+            f"fn load4_{name}(at: u32, c: u32) -> vec4<f32> {{",
+            "    let i = at + 4u * c;",
+            f"    return vec4<f32>({', '.join(values)});",
+            "}",
+        ]
+    for name in writes:
+        lines += [f"fn store4_{name}(at: u32, c: u32, x: vec4<f32>) {{", "    let i = at + 4u * c;"]
+        for k, part in enumerate(parts):
+            store = f"{name}[i + {k}u] = x.{part};"
+            lines.append(f"    {store}" if d % 4 == 0 else f"    if (4u * c + {k}u < D) {{ {store} }}")
+        lines.append("}")
+    return "\n".join(lines)
+
+
+def stage(array: str, source: str, rows: int, threads: int, row0: str, limit: str, base: str) -> str:
+    """Copy rows row0 … row0 + rows of `source` (row-major [·, D] from element `base`) into the
+    workgroup array `array` (DS vec4s a row), zeros past row `limit`: consecutive threads load
+    consecutive vec4s."""
+    return "\n    ".join(
+        [
+            f"for (var e = lid; e < {rows}u * DV; e += {threads}u) {{",
+            "    let r = e / DV;",
+            "    let c = e % DV;",
+            "    var x = vec4<f32>(0.0);",
+            f"    if ({row0} + r < {limit}) {{",
+            f"        x = load4_{source}({base} + ({row0} + r) * D, c);",
+            "    }",
+            f"    {array}[r * DS + c] = x;",
+            "}",
+        ]
+    )
+
+
+def indent(lines: list[str], depth: int = 1) -> str:
+    pad = "    " * depth
+    return ("\n" + pad).join(lines)
+
+
+def score_tile(layout: Layout, products: tuple[tuple[str, str, str], ...], epilogue: list[str]) -> str:
+    """The score tile: per product (name, row array, column array) SR × SC dot products over D of a
+    row-array row and a column-array row, then `epilogue` per score with `ri`, `cj` (its row and
+    column in the tile) and `{name}` (each product's sum) substituted."""
+    cols_threads = layout.score_cols // layout.sc
+    row_step = layout.score_rows // layout.sr
+    cells = [(a, b) for a in range(layout.sr) for b in range(layout.sc)]
+    lines = [
+        "{",
+        f"    let sx = lid % {cols_threads}u;",
+        f"    let sy = lid / {cols_threads}u;",
+    ]  # column threads vary fastest
+    for name, _, _ in products:
+        lines += [f"    var {name}_{a}_{b} = 0.0;" for a, b in cells]
+    lines.append("    for (var d = 0u; d < DV; d++) {")
+    for name, row_array, col_array in products:
+        lines += [f"        let {name}_r{a} = {row_array}[(sy + {a * row_step}u) * DS + d];" for a in range(layout.sr)]
+        lines += [
+            f"        let {name}_c{b} = {col_array}[(sx + {b * cols_threads}u) * DS + d];" for b in range(layout.sc)
+        ]
+        lines += [f"        {name}_{a}_{b} += dot({name}_r{a}, {name}_c{b});" for a, b in cells]
+    lines.append("    }")
+    for a, b in cells:
+        lines.append("    {")
+        lines.append(f"        let ri = sy + {a * row_step}u;")
+        lines.append(f"        let cj = sx + {b * cols_threads}u;")
+        for line in epilogue:
+            text = line
+            for name, _, _ in products:
+                text = text.replace("{" + name + "}", f"{name}_{a}_{b}")
+            lines.append(f"        {text}")
+        lines.append("    }")
+    lines.append("}")
+    return indent(lines, 3 if layout.kind == "attention_grad_kv" else 1)
+
+
+def output_cells(layout: Layout) -> tuple[int, int, list[tuple[int, int]]]:
+    cols_threads = vec4s(layout.d) // layout.ov
+    row_step = layout.out_rows // layout.orows
+    return cols_threads, row_step, [(a, b) for a in range(layout.orows) for b in range(layout.ov)]
+
+
+def output_declare(layout: Layout, names: tuple[str, ...]) -> str:
+    _, _, cells = output_cells(layout)
+    return indent([f"var {name}_{a}_{b} = vec4<f32>(0.0);" for name in names for a, b in cells])
+
+
+def output_update(layout: Layout, sums: tuple[tuple[str, str, str], ...], weight_stride: str, rescale: str = "") -> str:
+    """acc += Σ_j w[row][j]·x[j][col] over j < count, per (accumulator, weight array, x array);
+    first acc *= rescale[row] when given (the forward's online softmax)."""
+    cols_threads, row_step, cells = output_cells(layout)
+    lines = ["{", f"    let ox = lid % {cols_threads}u;", f"    let oy = lid / {cols_threads}u;"]
+    if rescale:
+        for a in range(layout.orows):
+            lines.append(f"    let alpha_{a} = {rescale}[oy + {a * row_step}u];")
+        for name, _, _ in sums:
+            lines += [f"    {name}_{a}_{b} *= alpha_{a};" for a, b in cells]
+    lines.append("    for (var j = 0u; j < count; j++) {")
+    for name, weights, values in sums:
+        lines += [
+            f"        let {name}_w{a} = {weights}[(oy + {a * row_step}u) * ({weight_stride} + 1u) + j];"
+            for a in range(layout.orows)
+        ]
+        lines += [f"        let {name}_x{b} = {values}[j * DS + ox + {b * cols_threads}u];" for b in range(layout.ov)]
+        lines += [
+            f"        {name}_{a}_{b} = fma(vec4<f32>({name}_w{a}), {name}_x{b}, {name}_{a}_{b});" for a, b in cells
+        ]
+    lines += ["    }", "}"]
+    return indent(lines, 3 if layout.kind == "attention_grad_kv" else 1)
+
+
+def output_store(layout: Layout, stores: tuple[tuple[str, str, str], ...], row0: str, limit: str, base: str) -> str:
+    """Per (accumulator, binding, expression of `{x}` (the accumulator) and the tile row `r`): store the thread's
+    rows below `limit` to the binding's row-major [·, D] rows from element `base`."""
+    cols_threads, row_step, cells = output_cells(layout)
+    lines = ["{", f"    let ox = lid % {cols_threads}u;", f"    let oy = lid / {cols_threads}u;"]
+    for a in range(layout.orows):
+        lines.append(f"    if ({row0} + oy + {a * row_step}u < {limit}) {{")
+        lines.append(f"        let r = oy + {a * row_step}u;")
+        lines.append(f"        let at = {base} + ({row0} + r) * D;")
+        for name, binding, expression in stores:
+            for b in range(layout.ov):
+                value = expression.replace("{x}", f"{name}_{a}_{b}")
+                lines.append(f"        store4_{binding}(at, ox + {b * cols_threads}u, {value});")
+        lines.append("    }")
+    lines.append("}")
+    return indent(lines)
+
+
+def tile_code(layout: Layout) -> dict[str, str]:
+    """The per-kernel placeholders of attention.wgsl for `layout`."""
+    t = layout.tiles
+    n = t.threads
+    if layout.kind == "attention":
+        return {
+            "STAGE_Q": stage("tile_q", "q", t.br, n, "q0", "SQ", "q_base"),
+            "STAGE_K": indent(stage("tile_kv", "k", t.bc, n, "k0", "SKV", "kv_base").split("\n    "), 2),
+            "STAGE_V": indent(stage("tile_kv", "v", t.bc, n, "k0", "SKV", "kv_base").split("\n    "), 2),
+            "SCORES": score_tile(
+                layout,
+                (("s", "tile_q", "tile_kv"),),
+                ["tile_s[ri * (BC + 1u) + cj] = select(LOWEST, {s} * SCALE, visible(q0 + ri, k0 + cj));"],
+            ),
+            "O_DECLARE": output_declare(layout, ("o",)),
+            "O_UPDATE": output_update(layout, (("o", "tile_s", "tile_kv"),), "BC", rescale="row_scale"),
+            "O_STORE": output_store(layout, (("o", "out", "{x} / row_l[r]"),), "q0", "SQ", "q_base"),
+        }
+    backward_epilogue = [
+        "let p = select(0.0, exp({s} * SCALE - row_lse[{row}]), visible({i}, {j}));",
+    ]
+    if layout.kind == "attention_grad_q":
+        epilogue = [line.format_map(SafeFormat(row="ri", i="q0 + ri", j="k0 + cj")) for line in backward_epilogue]
+        epilogue.append("tile_s[ri * (BC + 1u) + cj] = p * ({dp} - row_delta[ri]);")
+        return {
+            "STAGE_Q": stage("tile_q", "q", t.br, n, "q0", "SQ", "q_base"),
+            "STAGE_DO": stage("tile_do", "d_o", t.br, n, "q0", "SQ", "q_base"),
+            "STAGE_K": indent(stage("tile_k", "k", t.bc, n, "k0", "SKV", "kv_base").split("\n    "), 2),
+            "STAGE_V": indent(stage("tile_v", "v", t.bc, n, "k0", "SKV", "kv_base").split("\n    "), 2),
+            "SCORES": score_tile(layout, (("s", "tile_q", "tile_k"), ("dp", "tile_do", "tile_v")), epilogue),
+            "DQ_DECLARE": output_declare(layout, ("dq",)),
+            "DQ_UPDATE": output_update(layout, (("dq", "tile_s", "tile_k"),), "BC"),
+            "DQ_STORE": output_store(layout, (("dq", "out", "{x} * SCALE"),), "q0", "SQ", "q_base"),
+        }
+    epilogue = [line.format_map(SafeFormat(row="cj", i="q0 + cj", j="k0 + ri")) for line in backward_epilogue]
+    epilogue += [
+        "tile_p[ri * (BR + 1u) + cj] = p;",
+        "tile_ds[ri * (BR + 1u) + cj] = p * ({dp} - row_delta[cj]);",
+    ]
+    return {
+        "STAGE_K": stage("tile_k", "k", t.bc, n, "k0", "SKV", "kv_base"),
+        "STAGE_V": stage("tile_v", "v", t.bc, n, "k0", "SKV", "kv_base"),
+        "STAGE_Q": indent(stage("tile_q", "q", t.br, n, "q0", "SQ", "q_base").split("\n    "), 3),
+        "STAGE_DO": indent(stage("tile_do", "d_o", t.br, n, "q0", "SQ", "q_base").split("\n    "), 3),
+        "SCORES": score_tile(layout, (("s", "tile_k", "tile_q"), ("dp", "tile_v", "tile_do")), epilogue),
+        "DKV_DECLARE": output_declare(layout, ("dk", "dv")),
+        "DKV_UPDATE": output_update(layout, (("dv", "tile_p", "tile_do"), ("dk", "tile_ds", "tile_q")), "BR"),
+        "DKV_STORE": output_store(
+            layout, (("dk", "out_k", "{x} * SCALE"), ("dv", "out_v", "{x}")), "k0", "SKV", "kv_base"
+        ),
+    }
+
+
+class SafeFormat(dict):
+    """format_map that leaves unknown {names} (the products' sums) in place."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def per_thread_work(layout: Layout) -> str:
+    """The register tiles in words, for labels: scores SR×SC, outputs OR×OV vec4."""
+    return f"s{layout.sr}x{layout.sc} o{layout.orows}x{layout.ov}"
+
+
+def tiles_needed(rows: int, tile: int) -> int:
+    return math.ceil(rows / tile)
