@@ -8,8 +8,11 @@ dispatch inside this lowering: `fused_reduce` with `splits` S writes S partials 
 ([S, *out], ir/ops/reduce.py) and an ordinary reduction over axis 0 combines them, so the
 partials are a tensor like any other (the buffer plan reuses their memory, the interpreter
 checks both levels, the cost model prices both kernels, and extraction chooses the split only
-where it pays: rewrite/reductions.py `split_reduce`). The combine is deterministic: a fixed
-order of additions, no atomics (WGSL has no float atomics).
+where it pays: rewrite/reductions.py `split_reduce`). Two dispatches from one lowering would
+need what nothing here has: a lowering returns one KernelSpec, a KernelSpec writes only its
+node's results (no scratch buffer in the buffer plan), and the cost model, the workgroup
+registry and the profiler all count one dispatch per node. The combine is deterministic: a
+fixed order of additions, no atomics (WGSL has no float atomics).
 """
 
 from __future__ import annotations
