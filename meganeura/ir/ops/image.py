@@ -294,7 +294,7 @@ def conv_gemm_flops(operands, results, attrs) -> int:
 
 def describe_conv_gemm(node) -> str:
     epilogue = f", epilogue {node.attr('epilogue')}" if node.attr("epilogue") != "$acc" else ""
-    chunks = f" in {node.attr('chunks')} chunks" if node.attr("chunks") != 1 else ""
+    chunks = f" in {node.attr('chunks')} parts of N·L" if node.attr("chunks") != 1 else ""
     return f"{node.attr('mode')} {describe_window(node)}{chunks}{epilogue}"
 
 
