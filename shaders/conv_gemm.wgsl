@@ -13,12 +13,13 @@
 //                tap i0, so the phases share the KH·KW taps out) and the pixels of that phase
 //                (HP·WP per image, the last row/column of a phase possibly past the image: skipped).
 // - GRAD_WEIGHT: rows o, columns (c, i, j), reduction (n, ho, wo); a = g [NIMG, O, HO·WO],
-//                b = x gathered; out [O, C·KH·KW]. With CHUNKS > 1, one GEMM per chunk of
-//                IMGS_PER_CHUNK images (the reduction K is that chunk's n, ho, wo), chunk s
-//                writing out[s, O, C·KH·KW].
+//                b = x gathered; out [O, C·KH·KW]. With GROUPS > 1 (split-K), one GEMM per part
+//                of the reduction: part s covers (n, ho, wo) flattened in [s·K, (s+1)·K) ∩
+//                [0, K_TOTAL) (K_TOTAL = NIMG·HO·WO; the last part may be shorter) and writes
+//                out[s, O, C·KH·KW].
 // Bindings (group 0, generated from the KernelSpec): a (read), b (read), the epilogue's extras
 // that are buffers (x0, x1, …, read; scalar constants are inlined), out (read_write).
-// Grid: TILES = GROUPS · TILES_M · TILES_N workgroups of (WG_X, WG_Y) threads (GROUPS: the chunks
+// Grid: TILES = GROUPS · TILES_M · TILES_N workgroups of (WG_X, WG_Y) threads (GROUPS: the parts
 // of grad_weight, the stride phases of grad_input, else 1), tile t = x + y · GRID_X (y only when x
 // would exceed the per-dimension limit); workgroups past TILES return.
 //
@@ -30,7 +31,7 @@
 // MULTIPLY, STORE).
 //
 // Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_X, WG_X, WG_Y, TM, NV, BK; the geometry
-// C, O, H, W, HO, WO, KH, KW, SH, SW, PH, PW; GROUPS, IMGS_PER_CHUNK, HP, WP; FUNCTIONS (helpers the
+// C, O, H, W, HO, WO, KH, KW, SH, SW, PH, PW; GROUPS, K_TOTAL, HP, WP; FUNCTIONS (helpers the
 // epilogue calls), READS
 // (`let` statements loading the epilogue's extras at the output's row-major index `i`),
 // EPILOGUE (an f32 expression of `x`, the dot product, and the READS); ACCUMULATORS, MULTIPLY,
@@ -60,18 +61,20 @@ const SH: u32 = {{SH}}u;
 const SW: u32 = {{SW}}u;
 const PH: u32 = {{PH}}u;
 const PW: u32 = {{PW}}u;
-const GROUPS: u32 = {{GROUPS}}u;  // independent GEMMs of one dispatch (chunks or phases)
-const IMGS_PER_CHUNK: u32 = {{IMGS_PER_CHUNK}}u;  // grad_weight
+const GROUPS: u32 = {{GROUPS}}u;  // independent GEMMs of one dispatch (parts of K or phases)
+const K_TOTAL: u32 = {{K_TOTAL}}u;  // grad_weight: the whole reduction, NIMG·HO·WO
 const HP: u32 = {{HP}}u;  // grad_input: rows and columns of a stride phase, ⌈H/SH⌉ and ⌈W/SW⌉
 const WP: u32 = {{WP}}u;
 
-// The workgroup's GEMM: its reduction length k_len (K but for grad_input); grad_weight, its chunk's
-// first image; grad_input, its stride phase (py, px), the phase's first tap (i0, j0), its taps per
-// kernel row and column (ti, tj) and (py + PH) / SH, (px + PW) / SW.
+// The workgroup's GEMM: its index gemm_group; its reduction length k_len (K, but for grad_input
+// and the last part of a grad_weight); grad_weight, its part's first reduction index k_first;
+// grad_input, its stride phase (py, px), the phase's first tap (i0, j0), its taps per kernel row
+// and column (ti, tj) and (py + PH) / SH, (px + PW) / SW.
 var<private> k_len: u32;
 var<private> ti: u32;
 var<private> tj: u32;
-var<private> first_img: u32;
+var<private> gemm_group: u32;
+var<private> k_first: u32;
 var<private> py: u32;
 var<private> px: u32;
 var<private> i0: u32;
@@ -110,8 +113,8 @@ fn load_a(m: u32, k: u32) -> f32 {
     return a[(o * C + m) * TAPS + i * KW + j];
 //#endif
 //#if GRAD_WEIGHT
-    let img = first_img + k / L;  // A[o, (n, l)] = g[n, o, l]
-    return a[(img * O + m) * L + k % L];
+    let nl = k_first + k;  // A[o, (n, l)] = g[n, o, l]
+    return a[((nl / L) * O + m) * L + nl % L];
 //#endif
 }
 
@@ -144,8 +147,9 @@ fn load_b(k: u32, n: u32) -> f32 {
     return b[(img * O + o) * L + u32(ho) * WO + u32(wo)];
 //#endif
 //#if GRAD_WEIGHT
-    let img = first_img + k / L;  // B[(n, ho, wo), (c, i, j)]
-    let l = k % L;
+    let nl = k_first + k;  // B[(n, ho, wo), (c, i, j)]
+    let img = nl / L;
+    let l = nl % L;
     let ij = n % TAPS;
     return gather_x(img, n / TAPS, ij / KW, ij % KW, l / WO, l % WO);
 //#endif
@@ -167,7 +171,7 @@ fn out_index(row: u32, col: u32) -> u32 {
     return ((col / (HP * WP)) * C + row) * (H * W) + y * W + x;
 //#endif
 //#if GRAD_WEIGHT
-    return (first_img / IMGS_PER_CHUNK) * M * N + row * N + col;
+    return gemm_group * M * N + row * N + col;
 //#endif
 }
 
@@ -202,15 +206,18 @@ fn conv_gemm(
         return;  // uniform: the whole workgroup leaves
     }
     let tiles_per_group = TILES / GROUPS;
-    let group = t / tiles_per_group;
-    first_img = group * IMGS_PER_CHUNK;
-    py = group / SW;
-    px = group % SW;
+    gemm_group = t / tiles_per_group;
+    k_first = gemm_group * K;
+    py = gemm_group / SW;
+    px = gemm_group % SW;
     i0 = (py + PH) % SH;
     j0 = (px + PW) % SW;
     qy = (py + PH) / SH;
     qx = (px + PW) / SW;
     k_len = K;
+//#if GRAD_WEIGHT
+    k_len = min(K, K_TOTAL - k_first);
+//#endif
 //#if GRAD_INPUT
     ti = (KH + SH - 1u - min(i0, KH)) / SH;  // ⌈(KH − i0)/SH⌉, 0 when the phase has no tap
     tj = (KW + SW - 1u - min(j0, KW)) / SW;

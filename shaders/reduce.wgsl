@@ -1,29 +1,36 @@
 // reduce.wgsl: out[o] = epilogue(⊕_r prologue(inputs at (o, r))): sum, max and fused_reduce
-// over any set of axes, ⊕ being + or max.
+// over any set of axes, ⊕ being + or max; with SPLITS > 1, the first level of a two-level
+// reduction: out[s, o] = epilogue(⊕ over r in part s), part s being [s·PART, (s+1)·PART) ∩ [0, R).
 //
 // The generator splits the reduced shape's dims into kept dims (indexed by the output element
 // o, in row-major order, which is the output's layout with or without keepdim) and reduced
 // dims (indexed by r in [0, R)); each input is read at base(o) + offset(r), its index
-// expression through broadcasting (stride 0 along broadcast dims).
+// expression through broadcasting (stride 0 along broadcast dims). An item is one value the
+// kernel writes: item = s·OUTS + o, its index in out ([SPLITS, OUTS] row-major; SPLITS = 1
+// and PART = R for a plain reduction), so neighbouring items are neighbouring outputs of one part.
 // Bindings (group 0, generated from the KernelSpec): one read binding per input buffer (x0,
 // x1, …; scalar constants are inlined), then out (read_write).
 // Two entry points:
-// - reduce_tree: one workgroup of WG threads per output element; each thread combines a
-//   strided slice of r, then a tree reduction in workgroup memory. For long reductions.
-//   Grid: OUTS workgroups, folded into (GRID_X, y).
-// - reduce_serial: one thread per output element, looping over r. For short reductions with
+// - reduce_tree: one workgroup of WG threads per item; each thread combines a strided slice
+//   of its part, then a tree reduction in workgroup memory. For long reductions.
+//   Grid: ITEMS workgroups, folded into (GRID_X, y).
+// - reduce_serial: one thread per item, looping over its part. For short reductions with
 //   many outputs, where neighbouring threads then read neighbouring addresses.
-//   Grid: OUTS / WG workgroups, folded into (GRID_X, y).
+//   Grid: ITEMS / WG workgroups, folded into (GRID_X, y).
+// Either way the order of the additions is fixed by the sizes: results are deterministic.
 //
-// Placeholders: BINDINGS, OUTS, R, WG (a power of two), GRID_X, FUNCTIONS (helpers the
-// expressions call), READS (`let` statements loading the inputs at `o`, `r`), PROLOGUE (the
-// f32 value reduced at (o, r)), INIT (the identity of ⊕), COMBINE (⊕ of `a` and `b`),
-// EPILOGUE (an f32 expression of `value`, the reduced value).
+// Placeholders: BINDINGS, OUTS, R, SPLITS, PART (⌈R/SPLITS⌉), WG (a power of two), GRID_X,
+// FUNCTIONS (helpers the expressions call), READS (`let` statements loading the inputs at `o`,
+// `r`), PROLOGUE (the f32 value reduced at (o, r)), INIT (the identity of ⊕), COMBINE (⊕ of `a`
+// and `b`), EPILOGUE (an f32 expression of `value`, the reduced value).
 
 {{BINDINGS}}
 
 const OUTS: u32 = {{OUTS}}u;
 const R: u32 = {{R}}u;
+const SPLITS: u32 = {{SPLITS}}u;
+const PART: u32 = {{PART}}u;
+const ITEMS: u32 = OUTS * SPLITS;
 const WG: u32 = {{WG}}u;
 const GRID_X: u32 = {{GRID_X}}u;
 
@@ -46,10 +53,13 @@ fn finish(value: f32) -> f32 {
 
 @compute @workgroup_size(WG)
 fn reduce_tree(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let o = wid.x + wid.y * GRID_X;
+    let item = wid.x + wid.y * GRID_X;
+    let o = item % OUTS;
+    let first = (item / OUTS) * PART;
+    let end = min(first + PART, R);
     var acc = {{INIT}};
-    if (o < OUTS) {
-        for (var r = lid; r < R; r += WG) {
+    if (item < ITEMS) {
+        for (var r = first + lid; r < end; r += WG) {
             acc = combine(acc, value_at(o, r));
         }
     }
@@ -61,20 +71,23 @@ fn reduce_tree(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         }
         workgroupBarrier();
     }
-    if (lid == 0u && o < OUTS) {
-        out[o] = finish(partial[0]);
+    if (lid == 0u && item < ITEMS) {
+        out[item] = finish(partial[0]);
     }
 }
 
 @compute @workgroup_size(WG)
 fn reduce_serial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let o = (wid.x + wid.y * GRID_X) * WG + lid;
-    if (o >= OUTS) {
+    let item = (wid.x + wid.y * GRID_X) * WG + lid;
+    if (item >= ITEMS) {
         return;
     }
+    let o = item % OUTS;
+    let first = (item / OUTS) * PART;
+    let end = min(first + PART, R);
     var acc = {{INIT}};
-    for (var r = 0u; r < R; r++) {
+    for (var r = first; r < end; r++) {
         acc = combine(acc, value_at(o, r));
     }
-    out[o] = finish(acc);
+    out[item] = finish(acc);
 }

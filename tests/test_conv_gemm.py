@@ -265,22 +265,40 @@ def test_kernel_matches_interpreter(mode, geometry):
     check_gpu(graph, feeds)
 
 
-@pytest.mark.parametrize("chunks", [3, 6], ids=lambda c: f"{c}chunks")
+@pytest.mark.parametrize("chunks", [3, 6, 7, 11], ids=lambda c: f"{c}parts")
 @pytest.mark.parametrize("geometry", KERNEL_GEOMETRIES[1:3] + KERNEL_GEOMETRIES[-1:], ids=geometry_id)
-def test_grad_weight_in_chunks_of_images(geometry, chunks):
-    """chunks = S: one partial weight gradient per chunk of N/S images, [S, O, C·kh·kw], whose sum
-    is the whole batch's gradient."""
+def test_grad_weight_split_along_its_reduction(geometry, chunks):
+    """chunks = S (split-K): the reduction (n, ho, wo), N·L long, in S parts of ⌈N·L/S⌉, one
+    partial weight gradient per part, [S, O, C·kh·kw], whose sum is the whole batch's gradient.
+    3 and 6 parts are chunks of whole images (6 images); 7 and 11 cut images apart and leave a
+    shorter last part (N·L is 72, 180 or 486 here)."""
     n, c, o, image, kernel, stride, padding = geometry
-    geometry = (6, c, o, image, kernel, stride, padding)  # 6 images: 2 or 3 chunks divide it
+    geometry = (6, c, o, image, kernel, stride, padding)
     whole_graph, feeds = conv_graph("grad_weight", geometry)
     whole = interpret(whole_graph, feeds, dtype=np.float64).outputs["out"]
     graph, _ = conv_graph("grad_weight", geometry, chunks=chunks)
     got = check_gpu(graph, feeds)
     assert got.shape == (chunks, *whole.shape)
     np.testing.assert_allclose(got.sum(axis=0), whole, rtol=1e-4, atol=1e-4)
+    # each partial is the GEMM over its own slice of (n, l): g [O, N·L] · columns [N·L, C·kh·kw]
+    g, x = feeds["x0"].astype(np.float64), feeds["x1"].astype(np.float64)
+    columns = op_def("unfold").evaluate(x, kernel=kernel, stride=stride, padding=padding)
+    rows = g.transpose(1, 0, 2).reshape(o, -1)
+    cols = columns.transpose(1, 0, 2).reshape(columns.shape[1], -1)
+    part = -(-rows.shape[1] // chunks)
+    last = rows[:, (chunks - 1) * part :] @ cols[:, (chunks - 1) * part :].T
+    np.testing.assert_allclose(got[-1], last, rtol=1e-4, atol=1e-4)
+
+
+def test_grad_weight_split_refuses_an_empty_part():
+    """N·L = 72 in 10 parts of 8 would leave the tenth empty: a loud error, not a zero partial."""
+    geometry = (6, 5, 6, (7, 5), (3, 3), (2, 2), (1, 1))  # L = 4·3 = 12
+    graph, _ = conv_graph("grad_weight", geometry)
     types = [graph[i].type for i in graph[graph.outputs["out"]].inputs]
-    with pytest.raises(ShapeError, match="must divide the batch size"):
-        infer_type("conv_gemm", types, {**graph[graph.outputs["out"]].attr_dict, "chunks": 4})
+    with pytest.raises(ShapeError, match="leave the last part empty"):
+        infer_type("conv_gemm", types, {**graph[graph.outputs["out"]].attr_dict, "chunks": 10})
+    with pytest.raises(ShapeError, match="positive int"):
+        infer_type("conv_gemm", types, {**graph[graph.outputs["out"]].attr_dict, "chunks": 0})
 
 
 def test_forward_kernel_with_bias_relu_epilogue():

@@ -15,6 +15,7 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen.buffers import plan_buffers
+from meganeura.codegen.conv import weight_splits
 from meganeura.codegen.lower import lower_graph
 from meganeura.compiler import trace_step
 from meganeura.rewrite import optimize
@@ -125,19 +126,24 @@ def test_no_buffer_of_im2col_size_with_the_rewrite(rewrite):
         assert [v for v, _ in plan.buffer_of if fused[v].op == "unfold"]
 
 
-@pytest.mark.parametrize("units, chunks", [(64, 16), (1, 1)], ids=["64 units", "1 unit"])
-def test_the_weight_gradient_runs_per_image_where_the_adapter_has_units_to_fill(units, chunks):
+@pytest.mark.parametrize("units", [64, 1], ids=["64 units", "1 unit"])
+def test_the_weight_gradient_splits_its_reduction_where_the_adapter_has_units_to_fill(units):
     """32×32 images (L = 1024 positions per image) and a small weight: one GEMM over the whole batch
     is a few output tiles reducing over N·L, so few workgroups. Where the target has units to fill,
-    the cost model prefers one weight gradient per image (conv_gemm chunks = N) and the batch sum
-    after it; on one unit, the whole-batch GEMM (no partial gradients to write and add)."""
+    the cost model prefers the GEMM split along its reduction (conv_gemm chunks = S, split-K: here
+    64 parts of 256, more workgroups than one part per image, N = 16, gives) and the sum of the
+    partials after it; on one unit, the whole-batch GEMM (no partial gradients to write and add)."""
     model = ConvNet(channels=(8, 8, 8), first=(3, 1, 1), second=(3, 1, 1))
     graph, inputs, params, states = conv_step(model, image=(16, 8, 32, 32))
-    fused, report = optimize(graph, target=Target("test", units, 31))
+    target = Target("test", units, 31)
+    fused, report = optimize(graph, target=target)
     assert_same_results(graph, fused, inputs, params, states, tol=1e-4)
     weight_gradients = [n for n in live_nodes(fused, "conv_gemm") if n.attr("mode") == "grad_weight"]
+    chunks = weight_splits(8, 8 * 9, 16 * 32 * 32, target)
+    assert chunks == (64 if units == 64 else 1)
     assert [n.attr("chunks", 1) for n in weight_gradients] == [chunks, chunks]
-    assert all(n.type.rank == (3 if chunks > 1 else 2) for n in weight_gradients)  # [N, O, C·kh·kw], summed after
+    assert all(n.type.rank == (3 if chunks > 1 else 2) for n in weight_gradients)  # [S, O, C·kh·kw], summed after
+    assert (report.rule("conv_split_k").uses > 0) == (units > 1)
 
 
 def test_the_example_resnet_plan_has_no_column_buffer():

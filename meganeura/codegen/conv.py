@@ -9,7 +9,7 @@ grad_weight). The images are folded into the GEMM's columns (forward, grad_input
 reduction (grad_weight), so there is no batch dimension in the grid;
 independent GEMMs of one dispatch ("groups") are the stride phases of grad_input (each pixel only
 meets the taps of its phase: no multiplications by the zeros between strided positions) and the
-chunks of images of grad_weight.
+parts of the reduction of grad_weight (split-K: `chunks`, see `weight_splits`).
 
 The epilogue reads `$acc` and the extras `$0…`, each broadcast to the node's output shape and
 indexed by the output element's row-major index.
@@ -28,6 +28,8 @@ from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops.image import conv_gemm_geometry, conv_output_size
+from meganeura.ir.ops.reduce import split_length
+from meganeura.target import Target
 
 # How a staging loop walks the B tile: the coordinate that varies fastest between neighbouring
 # threads. forward/grad_input: the column (neighbouring output positions, or pixels, read
@@ -49,8 +51,8 @@ def conv_gemm_dims(attrs: dict, a: tuple[int, ...], b: tuple[int, ...], out: tup
     if mode == "grad_input":  # per stride phase: [C, O·ti·tj] · [O·ti·tj, N·HP·WP], ti·tj ≤ TI·TJ
         (ti, tj), (hp, wp) = phase_sizes(attrs)
         return a[1] // taps, out[0] * hp * wp, a[0] * ti * tj
-    chunks = attrs.get("chunks", 1)  # grad_weight: [O, N·L] · [N·L, C·taps], per chunk of images
-    return a[1], out[-1], a[0] // chunks * a[2]
+    chunks = attrs.get("chunks", 1)  # grad_weight: [O, N·L] · [N·L, C·taps], per part of N·L
+    return a[1], out[-1], split_length(a[0] * a[2], chunks)
 
 
 def phase_sizes(attrs: dict) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -64,7 +66,7 @@ def phase_sizes(attrs: dict) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 def conv_groups(attrs: dict) -> int:
-    """The independent GEMMs of one dispatch: the stride phases of grad_input, the chunks of grad_weight."""
+    """The independent GEMMs of one dispatch: the stride phases of grad_input, the parts of grad_weight."""
     mode, _, stride, _, _ = conv_gemm_geometry(attrs)
     return stride[0] * stride[1] if mode == "grad_input" else attrs.get("chunks", 1)
 
@@ -74,6 +76,29 @@ def conv_workgroups(attrs: dict, operands, results) -> int:
     m, n, _ = conv_gemm_dims(attrs, operands[0].shape, operands[1].shape, results[0].shape)
     bm, bn = tile_size(conv_tiling(m, n))
     return -(-m // bm) * -(-n // bn) * conv_groups(attrs)
+
+
+# Split-K of a weight gradient aims at SPLIT_WAVES workgroups per compute unit (an SM holds
+# several; the same guess as a reduction's split, codegen/reduce.py), each part of the reduction
+# at least MIN_SPLIT_K long: a part does 2·K flops per output element against 8 bytes of
+# partials (written, then read by the sum), so K ≥ 256 keeps its arithmetic well above that
+# traffic (cost.py: 8 flops a byte). Both are guesses to tune with benchmarks/reductions.py.
+SPLIT_WAVES = 4
+MIN_SPLIT_K = 256
+
+
+def weight_splits(filters: int, columns: int, reduction: int, target: Target) -> int:
+    """The parts to split a weight gradient's reduction (N·L long, output [filters, columns]) into
+    on `target`: 1 where the one GEMM's tiles already cover the compute units, else as many as
+    give SPLIT_WAVES workgroups per unit, each part at least MIN_SPLIT_K long, none empty. The
+    cost model decides whether the split is used (rewrite/conv.py `conv_split_k`)."""
+    bm, bn = tile_size(matmul_tiling(filters, columns))
+    tiles = -(-filters // bm) * -(-columns // bn)
+    if tiles >= target.compute_units or reduction < 2 * MIN_SPLIT_K:
+        return 1
+    splits = min(-(-SPLIT_WAVES * target.compute_units // tiles), reduction // MIN_SPLIT_K)
+    splits = -(-reduction // split_length(reduction, splits))  # no empty part
+    return splits if splits > 1 else 1
 
 
 def pair_text(prefix: str, value: tuple[int, int], default: int) -> str:
@@ -108,7 +133,6 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
     bm, bn = tile_size(tiling)
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     chunks = node.attr("chunks", 1)
-    images = graph[a].shape[0] if mode == "grad_weight" else 1
     groups = conv_groups(node.attr_dict)
     _, (hp, wp) = phase_sizes(node.attr_dict)
     grid = grid_for(tiles_m * tiles_n * groups)
@@ -123,7 +147,7 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
             "TILES_M": tiles_m,
             "TILES": tiles_m * tiles_n * groups,
             "GROUPS": groups,
-            "IMGS_PER_CHUNK": images // chunks,
+            "K_TOTAL": graph[a].shape[0] * graph[a].shape[2] if mode == "grad_weight" else k,
             "HP": hp,
             "WP": wp,
             "GRID_X": grid[0],
@@ -151,7 +175,7 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
         },
     )
     geometry = f"{kernel[0]}x{kernel[1]}{pair_text('s', stride, 1)}{pair_text('p', padding, 0)}"
-    geometry += f" in {chunks} chunks" if chunks > 1 else ""
+    geometry += f" in {chunks} parts" if chunks > 1 else ""
     label = f"conv_gemm {mode} {geometry} {shape_text(graph[a].shape)},{shape_text(graph[b].shape)}"
     label += f" -> {shape_text(node.shape)} ({m}x{k}x{n})"
     label += "" if epilogue_text == "$acc" else f" {epilogue_text}"

@@ -1,4 +1,19 @@
-"""Lowering of the reductions: sum, max and fused_reduce over any axes (shaders/reduce.wgsl)."""
+"""Lowering of the reductions: sum, max and fused_reduce over any axes (shaders/reduce.wgsl), and
+how far a long reduction with few outputs is split into partial reductions (`reduce_splits`).
+
+Two-level reductions. A reduction launches a workgroup per output (or per 64 outputs): a
+batch-norm statistic [N, C, H, W] → [C] runs C workgroups, a full sum one, whatever the length
+of the reduction, and leaves most of a GPU idle. The split is an IR rewrite, not a second
+dispatch inside this lowering: `fused_reduce` with `splits` S writes S partials per output
+([S, *out], ir/ops/reduce.py) and an ordinary reduction over axis 0 combines them, so the
+partials are a tensor like any other (the buffer plan reuses their memory, the interpreter
+checks both levels, the cost model prices both kernels, and extraction chooses the split only
+where it pays: rewrite/reductions.py `split_reduce`). Two dispatches from one lowering would
+need what nothing here has: a lowering returns one KernelSpec, a KernelSpec writes only its
+node's results (no scratch buffer in the buffer plan), and the cost model, the workgroup
+registry and the profiler all count one dispatch per node. The combine is deterministic: a
+fixed order of additions, no atomics (WGSL has no float atomics).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +37,8 @@ from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.op import normalize_axes
+from meganeura.ir.ops.reduce import split_length
+from meganeura.target import Target
 
 REDUCE_INIT = {"sum": "0.0", "max": literal(float("-inf"))}
 REDUCE_COMBINE = {"sum": "a + b", "max": "max(a, b)"}
@@ -39,14 +56,63 @@ def reduce_plan(outs: int, r: int, innermost_reduced: bool) -> tuple[str, int]:
     return "reduce_serial", 64
 
 
+# A split aims at SPLIT_WAVES workgroups per compute unit: a unit (an SM) holds several
+# workgroups at once, and a memory-bound reduction needs many loads in flight to hide latency.
+# A guess to tune with benchmarks/reductions.py (it times several split sizes on the target).
+SPLIT_WAVES = 4
+# The shortest part worth its own workgroup (reduce_tree: a few elements per thread) or thread
+# (reduce_serial): shorter parts spend more on writing and combining partials than they save.
+MIN_TREE_PART = 1024
+MIN_SERIAL_PART = 64
+
+
+def reduce_geometry(in_shape: tuple[int, ...], axes) -> tuple[int, int, bool]:
+    """(outputs, reduction length, whether the innermost dim is reduced) of a reduction of
+    `in_shape` over `axes`."""
+    axes = normalize_axes(axes, len(in_shape))
+    outs = math.prod(in_shape[d] for d in range(len(in_shape)) if d not in axes)
+    return outs, math.prod(in_shape[d] for d in axes), bool(in_shape) and len(in_shape) - 1 in axes
+
+
+def plan_workgroups(items: int, part: int, innermost_reduced: bool) -> int:
+    """The workgroups of a reduction computing `items` values (outputs, or partials), each over
+    `part` elements: one per item (reduce_tree) or per WG items (reduce_serial)."""
+    entry, wg = reduce_plan(items, part, innermost_reduced)
+    return items if entry == "reduce_tree" else -(-items // wg)
+
+
+def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
+    """How many parts to split a reduction of `in_shape` over `axes` into on `target` (1: none).
+
+    Only a reduction that leaves units of the target idle is split: into as many parts as give
+    SPLIT_WAVES workgroups per unit, each part at least MIN_TREE_PART (MIN_SERIAL_PART) long, and
+    no part empty. Whether the split is used is the cost model's call (it pays an extra dispatch
+    and the partials' traffic for the units it fills)."""
+    outs, r, innermost = reduce_geometry(in_shape, axes)
+    if outs == 0 or r == 0 or plan_workgroups(outs, r, innermost) >= target.compute_units:
+        return 1
+    wanted = SPLIT_WAVES * target.compute_units
+    splits = 1
+    while splits < r:  # the entry point of the partials depends on their count: settle it
+        entry, wg = reduce_plan(outs * splits, split_length(r, splits), innermost)
+        per_item = 1 if entry == "reduce_tree" else wg
+        shortest = MIN_TREE_PART if entry == "reduce_tree" else MIN_SERIAL_PART
+        proposal = min(-(-wanted * per_item // outs), max(1, r // shortest))
+        proposal = -(-r // split_length(r, proposal))  # no empty part
+        if proposal <= splits:
+            break
+        splits = proposal
+    return splits if splits > 1 else 1
+
+
 def reduce_workgroups(attrs: dict, operands, results) -> int:
-    """A workgroup per output (reduce_tree) or per WG outputs (reduce_serial), as `reduce_plan` says."""
+    """A workgroup per output or partial (reduce_tree) or per WG of them (reduce_serial), as
+    `reduce_plan` says."""
     # fused_reduce carries its input shape (a scalar's is (), so test presence, not truth)
     in_shape = tuple(attrs["in_shape"] if "in_shape" in attrs else operands[0].shape)
-    axes = normalize_axes(attrs.get("axes"), len(in_shape))
-    outs = math.prod(in_shape[d] for d in range(len(in_shape)) if d not in axes)
-    entry, wg = reduce_plan(outs, math.prod(in_shape[d] for d in axes), bool(in_shape) and len(in_shape) - 1 in axes)
-    return outs if entry == "reduce_tree" else -(-outs // wg)
+    outs, r, innermost = reduce_geometry(in_shape, attrs.get("axes"))
+    splits = attrs.get("splits", 1)
+    return plan_workgroups(outs * splits, split_length(r, splits), innermost)
 
 
 @lowering("sum", "max", "fused_reduce", workgroups=reduce_workgroups)
@@ -75,8 +141,10 @@ def lower_reduce(graph: Graph, node: Node) -> KernelSpec:
 
     reads, value = expression_code(prologue, read)
     _, finish = expression_code(epilogue, lambda name: "value")
-    entry, wg = reduce_plan(outs, r, bool(in_shape) and (len(in_shape) - 1) in axes)
-    grid = grid_for(outs if entry == "reduce_tree" else -(-outs // wg))
+    splits = node.attr("splits", 1) if node.op == "fused_reduce" else 1
+    part = split_length(r, splits)
+    entry, wg = reduce_plan(outs * splits, part, bool(in_shape) and (len(in_shape) - 1) in axes)
+    grid = grid_for(plan_workgroups(outs * splits, part, bool(in_shape) and (len(in_shape) - 1) in axes))
     bindings = operands.bindings + [output_binding(node)]
     wgsl = render(
         "reduce",
@@ -84,6 +152,8 @@ def lower_reduce(graph: Graph, node: Node) -> KernelSpec:
             "BINDINGS": bindings_wgsl(graph, bindings),
             "OUTS": outs,
             "R": r,
+            "SPLITS": splits,
+            "PART": part,
             "WG": wg,
             "GRID_X": max(grid[0], 1),
             "FUNCTIONS": helper_functions([prologue, epilogue]),
@@ -95,7 +165,8 @@ def lower_reduce(graph: Graph, node: Node) -> KernelSpec:
         },
     )
     keep = ", keepdim" if node.attr("keepdim", False) else ""
-    label = f"{kind} {shape_text(in_shape)} axes={axes}{keep} ({entry})"
+    split = f" in {splits} parts" if splits > 1 else ""
+    label = f"{kind} {shape_text(in_shape)} axes={axes}{keep}{split} ({entry})"
     if node.op == "fused_reduce":
         label = f"fused_reduce {label} of {prologue_text} then {epilogue_text}"
     return KernelSpec(node.id, label, wgsl, entry, tuple(bindings), grid, (wg, 1, 1))

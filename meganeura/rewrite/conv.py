@@ -16,6 +16,11 @@ columns are never written:
   uses is the cost model's call: the whole-batch GEMM has a small output and a long reduction, so
   few workgroups; where that leaves most of the adapter idle, N times the workgroups and the sum
   cost less (`cost.py`, the fill of the target's compute units);
+- `conv_split_k`: the same sum as one GEMM split along its reduction N·L into S parts (split-K),
+  the partials [S, O, C·kh·kw] summed after it: where the whole-batch GEMM has fewer output
+  tiles than the target has units, S of them (a target fact, `weight_split`, from
+  `codegen.conv.weight_splits`) fill the units while writing far fewer partials than one per
+  image. Per image, whole batch or split: the cost model's choice;
 - `conv_epilogue` (with the helper `conv_mentions`): a pointwise kernel of a conv kernel's shape
   that reads its result becomes its epilogue, as `matmul_epilogue` does for matmuls (the bias
   add and the activation after a convolution; the relu mask on an input gradient);
@@ -29,15 +34,19 @@ window (kernel, stride, padding) of each unfold/fold is `(spatial_window k s p)`
 `(positions t n ho wo)` for an unfold's result [N, C·kh·kw, Ho·Wo], and
 `(splits_positions t n o ho wo)` for a 4-D reshape [N, O, Ho, Wo] of a 3-D [N, O, Ho·Wo]: the
 forward rule needs the reshape to be the one that unflattens the output positions. The weight
-is a matrix (rank 2), the gradient g of rank 3.
+is a matrix (rank 2), the gradient g of rank 3. A target fact (`target_facts`): `(weight_split m S p)`
+for a per-image weight-gradient product m whose sum the target splits into S parts, p the
+partials' shape.
 """
 
 from __future__ import annotations
 
+from meganeura.codegen.conv import weight_splits
 from meganeura.ir.graph import Graph
 from meganeura.ir.ops.image import conv_output_size
 from meganeura.rewrite.rules import Rule, rule
 from meganeura.rewrite.sorts import ints
+from meganeura.target import Target
 
 FAMILY = "conv"
 
@@ -108,6 +117,20 @@ CONV_GRAD_WEIGHT = Rule(
     ),
 )
 
+SPLIT_CONV = '(ConvKernel "grad_weight" g x wk ws wp img n (Acc))'
+CONV_SPLIT_K = Rule(
+    "conv_split_k",
+    FAMILY,
+    "Σₙ g·unfold(x)ᵀ → an implicit-GEMM weight gradient split along its reduction (split-K) into "
+    "partials, summed after it",
+    (
+        rule(
+            ['(= t (Reduce "sum" m "0" false))', *PARTIAL_WEIGHT_GRADIENT, "(weight_split m n p)"],
+            [f"(set (shape {SPLIT_CONV}) p)", f'(union t (Reduce "sum" {SPLIT_CONV} "0" false))'],
+        ),
+    ),
+)
+
 CONV_MENTIONS = Rule(
     "conv_mentions",
     FAMILY,
@@ -139,7 +162,7 @@ POINTWISE_CONV = Rule(
     ),
 )
 
-RULES = [CONV_FORWARD, CONV_GRAD_INPUT, CONV_GRAD_WEIGHT, CONV_EPILOGUE, CONV_MENTIONS, POINTWISE_CONV]
+RULES = [CONV_FORWARD, CONV_GRAD_INPUT, CONV_GRAD_WEIGHT, CONV_SPLIT_K, CONV_EPILOGUE, CONV_MENTIONS, POINTWISE_CONV]
 
 DECLARATIONS = """(relation rank (Term i64))
 (relation spatial_window (String String String))
@@ -148,6 +171,7 @@ DECLARATIONS = """(relation rank (Term i64))
 (relation positions (Term i64 i64 i64))
 (relation splits_positions (Term i64 i64 i64 i64))
 (relation batch_images (Term i64))
+(relation weight_split (Term i64 String))
 """
 
 
@@ -192,4 +216,21 @@ def facts(graph: Graph, node_ids: list[int]) -> list[str]:
     for kernel, stride, padding in sorted(windows):
         kind = "pointwise" if (kernel, stride, padding) == ((1, 1), (1, 1), (0, 0)) else "spatial"
         lines.append(f"({kind}_window {ints(kernel)} {ints(stride)} {ints(padding)})")
+    return lines
+
+
+def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]:
+    """`(weight_split m S p)` for each per-image weight-gradient product m (before its batch sum)
+    whose one GEMM `target` would split into S > 1 parts (`codegen.conv.weight_splits`)."""
+    lines = []
+    for node_id in node_ids:
+        node = graph[node_id]
+        images = batch_images(graph, node)
+        if images is None:
+            continue
+        g = graph[node.inputs[0]]  # [N, O, L]
+        filters, columns = node.shape[1], node.shape[2]
+        splits = weight_splits(filters, columns, images * g.shape[2], target)
+        if splits > 1:
+            lines.append(f"(weight_split (Ref {node_id}) {splits} {ints((splits, filters, columns))})")
     return lines

@@ -67,7 +67,7 @@ from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import infer_type, op_def
 from meganeura.rewrite.cost import Cost, Pricing, kernel_flops, pricing
 from meganeura.rewrite.encode import Encoding, TermData
-from meganeura.rewrite.kernels import priced_as, prologue_operand, tree_loads
+from meganeura.rewrite.kernels import form_type, priced_as, prologue_operand, tree_loads
 from meganeura.rewrite.plan import Plan, PlanEntry, Provenance, PwTree
 from meganeura.rewrite.pointwise import LIFTED
 from meganeura.rewrite.schema import CONSTRUCTORS, op_of
@@ -84,6 +84,7 @@ MISSING = object()
 # The forms of `Option.form`
 PLAIN, POINTWISE, MATMUL, REDUCE, PROLOGUE = range(5)
 FORMS = {"Kernel": POINTWISE, "MatmulKernel": MATMUL, "ConvKernel": MATMUL, "ReduceKernel": REDUCE}
+FORMS["ReduceSplit"] = REDUCE
 FORMS["MatmulPrologue"] = PROLOGUE
 PW_CALL_NODES = ("PUnary", "PBinary", "PTernary")
 
@@ -214,9 +215,10 @@ class Extractor:
 
     def derive_classes(self) -> None:
         """Rank and type the Term e-classes that rules made and no IR node is in (the tuple of an
-        attention that recognition built): such a class ranks just before the earliest e-class
-        with an e-node reading it (ranks of IR e-classes are even, twice their first IR node's id),
-        and takes the type its op infers from its e-node's operands."""
+        attention that recognition built, the partials of a split reduction): such a class ranks
+        just before the earliest e-class with an e-node reading it (ranks of IR e-classes are even,
+        twice their first IR node's id), and takes the type its op infers from its e-node's
+        operands (a kernel form's, `kernels.form_type`)."""
         view = self.view
         readers: dict[int, int] = {}
         for eclass, nodes in view.nodes.items():
@@ -229,6 +231,13 @@ class Extractor:
         for eclass, reader in readers.items():
             for node in view.nodes.get(eclass, ()):
                 op = op_of(node.op, node.primitives) if node.op in CONSTRUCTORS else None
+                if op is None and node.op in FORMS:  # a kernel form (the partials of a split)
+                    inferred = self.form_type(node)
+                    if inferred is not None:
+                        self.types[eclass] = (inferred,)
+                        self.rank[eclass] = reader - 1
+                        break
+                    continue
                 children = [self.types[c] for c in node.children]
                 if op is None or any(t is None or len(t) != 1 for t in children):
                     continue
@@ -240,6 +249,14 @@ class Extractor:
                 self.types[eclass] = inferred if isinstance(inferred, tuple) else (inferred,)
                 self.rank[eclass] = reader - 1
                 break
+
+    def form_type(self, node: ENode) -> TensorType | None:
+        """The type of a kernel-form e-node from its primitives and Term children (`kernels.form_type`)."""
+        fields = CONSTRUCTORS[node.op].children
+        terms = [self.types[c] for c, f in zip(node.children, fields, strict=True) if f.sort == TERM]
+        if any(t is not None and len(t) != 1 for t in terms):
+            return None
+        return form_type(node.op, node.primitives, [t[0] if t is not None else None for t in terms])
 
     def read_pw_classes(self) -> None:
         for eclass, nodes in self.view.nodes.items():

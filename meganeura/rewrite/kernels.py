@@ -11,11 +11,17 @@ what the cost model prices them as.
     (MatmulPrologue prologue "M,K" b ta tb epilogue) the same with A computed while it is loaded: A
                                                      is the body `prologue` over A's stored shape
     (ReduceKernel kind "axes" keepdim "in_shape" prologue epilogue)
+    (ReduceSplit kind "axes" keepdim "in_shape" splits prologue epilogue)
+                                                     the partials [splits, *out] of a two-level
+                                                     reduction (rewrite/reductions.py)
     (ConvKernel mode a b "kernel" "stride" "padding" "image" chunks epilogue)  implicit-GEMM convolution
 
 `Kernel` carries its shape: a body alone does not fix it (broadcast_to(x, s) is `(Kernel (Load x)
 s)`, and two bodies that read the same tensors must not merge two kernels of different shapes);
 `ReduceKernel` carries the shape it reduces for the same reason.
+
+A class that only a rule's new kernel form computes (the partials of a split reduction or of a
+split weight gradient) has no IR node to take its type from: `form_type` infers it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 from meganeura.ir.expr import format_expr
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node, TensorType
+from meganeura.ir.op import infer_type
 from meganeura.rewrite.plan import Plan, PlanEntry, PwTree
 from meganeura.rewrite.sorts import TERM, Constructor, body, operand, primitive
 
@@ -59,6 +66,19 @@ REDUCE_KERNEL = Constructor(
         body("epilogue"),
     ),
 )
+REDUCE_SPLIT = Constructor(
+    "ReduceSplit",
+    TERM,
+    (
+        primitive("kind", "String"),
+        primitive("axes", "String", True),
+        primitive("keepdim", "bool"),
+        primitive("in_shape", "String", True),
+        primitive("splits", "i64"),
+        body("prologue"),
+        body("epilogue"),
+    ),
+)
 CONV_KERNEL = Constructor(
     "ConvKernel",
     TERM,
@@ -74,7 +94,7 @@ CONV_KERNEL = Constructor(
         body("epilogue"),
     ),
 )
-KERNEL_FORMS = (KERNEL, MATMUL_KERNEL, MATMUL_PROLOGUE, REDUCE_KERNEL, CONV_KERNEL)
+KERNEL_FORMS = (KERNEL, MATMUL_KERNEL, MATMUL_PROLOGUE, REDUCE_KERNEL, REDUCE_SPLIT, CONV_KERNEL)
 
 # ---------------------------------------------------------------------------------------------
 # Expression trees: ir/expr.py trees <-> Pw trees
@@ -140,6 +160,8 @@ def encode_fused(node: Node, graph: Graph) -> tuple[str, tuple]:
         prologue = pw_from_expr(parse_expr(attrs["prologue"]), loads)
         epilogue = pw_from_expr(parse_expr(attrs["epilogue"]), {"r": ("r",)})
         fields = (attrs["kind"], attrs["axes"], attrs["keepdim"], attrs["in_shape"])
+        if attrs["splits"] != 1:
+            return ("ReduceSplit", (*fields, attrs["splits"], ("P", prologue), ("P", epilogue)))
         return ("ReduceKernel", (*fields, ("P", prologue), ("P", epilogue)))
     if node.op == "conv_gemm":
         a, b = node.inputs[:2]
@@ -209,6 +231,22 @@ def decode_reduce_kernel(entry: PlanEntry, plan: Plan):
     return "fused_reduce", loads, attrs
 
 
+def decode_reduce_split(entry: PlanEntry, plan: Plan):
+    kind, axes, keepdim, in_shape, splits = entry.node.primitives
+    prologue, epilogue = entry.bodies
+    loads: list[int] = []
+    attrs = {
+        "kind": kind,
+        "axes": axes,
+        "keepdim": keepdim,
+        "in_shape": in_shape,
+        "prologue": format_expr(expression(prologue, loads)),
+        "epilogue": format_expr(expression(epilogue, [])),
+        "splits": splits,
+    }
+    return "fused_reduce", loads, attrs
+
+
 def decode_conv_kernel(entry: PlanEntry, plan: Plan):
     mode, kernel, stride, padding, image, chunks = entry.node.primitives
     a, b = entry.node.children[:2]
@@ -243,6 +281,7 @@ DECODERS: dict[str, Callable[[PlanEntry, Plan], tuple[str, list[int], dict]]] = 
     "MatmulKernel": decode_matmul_kernel,
     "MatmulPrologue": decode_matmul_prologue,
     "ReduceKernel": decode_reduce_kernel,
+    "ReduceSplit": decode_reduce_split,
     "ConvKernel": decode_conv_kernel,
 }
 
@@ -267,8 +306,27 @@ def priced_as(op: str, primitives: tuple, children_types: list, out: tuple[Tenso
     if op == "ReduceKernel":
         kind, axes, keepdim, in_shape = primitives
         return "fused_reduce", {"kind": kind, "axes": axes, "keepdim": keepdim, "in_shape": in_shape}, []
+    if op == "ReduceSplit":
+        kind, axes, keepdim, in_shape, splits = primitives
+        attrs = {"kind": kind, "axes": axes, "keepdim": keepdim, "in_shape": in_shape, "splits": splits}
+        return "fused_reduce", attrs, []
     if op == "ConvKernel":
         mode, kernel, stride, padding, image, chunks = primitives
         attrs = {"mode": mode, "kernel": kernel, "stride": stride, "padding": padding, "image": image}
         return "conv_gemm", {**attrs, "chunks": chunks}, children_types[:2]
     raise ValueError(f"{op} is not a kernel form")
+
+
+def form_type(op: str, primitives: tuple, term_types: list) -> TensorType | None:
+    """The type of a kernel-form e-node (`term_types`: the types of its Term children, in field
+    order), or None where it cannot be told without the bodies (a pointwise kernel's dtype, an
+    epilogue's extras). Only the forms that rules put in new e-classes need one."""
+    if op == "ReduceSplit":
+        kind, axes, keepdim, in_shape, splits = primitives
+        attrs = {"kind": kind, "axes": axes, "keepdim": keepdim, "in_shape": in_shape, "splits": splits}
+        return infer_type("fused_reduce", [], {**attrs, "prologue": "1.0", "epilogue": "$r"})
+    if op == "ConvKernel" and len(term_types) == 2 and None not in term_types:
+        mode, kernel, stride, padding, image, chunks = primitives
+        attrs = {"mode": mode, "kernel": kernel, "stride": stride, "padding": padding, "image": image}
+        return infer_type("conv_gemm", term_types, {**attrs, "chunks": chunks, "epilogue": "$acc"})
+    return None

@@ -42,7 +42,7 @@ def optimize(
     with empty_egraph() as egraph:
         encoding = encode(graph, egraph)
         scheduled = {family for phase in schedule for family in phase}
-        facts = family_facts(graph, encoding.encoded_ids, scheduled)
+        facts = family_facts(graph, encoding.encoded_ids, scheduled, target)
         if facts:
             egraph.parse_and_run_program("\n".join(facts))
         encoded = time.perf_counter()

@@ -12,6 +12,18 @@ rsqrt(mean(x²) + eps) of RMSNorm.
 Guard: the kernel has the reduction's output shape. The epilogue of `fused_reduce` reads only
 `$r` (no other tensors), hence literals only.
 
+Two-level reductions. `split_reduce`: a reduction kernel with the epilogue $r, t ≡ (ReduceKernel
+kind axes keep i pro (R)), is also the reduction over axis 0 of its partials (ReduceSplit kind
+axes keep i S pro (R)) [S, *out], each partial reducing one part of the reduced elements (the
+prologue stays fused into the partials). The combine is then an ordinary reduction: lift_reduce
+makes it a kernel and the epilogue rules fold the reduction's epilogue into it (mean's 1/n,
+RMSNorm's rsqrt). Guard `(reduce_split i axes keep S p)`, a target fact (`target_facts`): a
+reduction of shape i over axes is split into S parts on this target, the partials of shape p;
+there is one only where the reduction leaves compute units idle (`codegen.reduce.reduce_splits`).
+The cost model decides: the split pays an extra kernel and the partials' traffic for the units it
+fills. (The split is an IR rewrite rather than two dispatches of one kernel so that the partials
+are an ordinary tensor: buffer plan, interpreter and cost model all see them; codegen/reduce.py.)
+
 Softmax + cross-entropy. `F.cross_entropy` traces as the user would write it,
 nll_loss(log_softmax(x, 1), y) = neg(pick(log_softmax(x, 1), y)), and autodiff gives its gradient
 as log_softmax_grad(log_softmax(x, 1), scatter_rows(neg(h), y, C), 1) (h: the gradient of the
@@ -35,7 +47,11 @@ the plan still computes them, and cost decides which kernels to run.
 
 from __future__ import annotations
 
+from meganeura.codegen.reduce import reduce_splits
+from meganeura.ir.graph import Graph
 from meganeura.rewrite.rules import Rule, rule
+from meganeura.rewrite.sorts import boolean, ints
+from meganeura.target import Target
 
 FAMILY = "reductions"
 
@@ -81,6 +97,19 @@ REDUCE_EPILOGUE_LITERAL = Rule(
     ),
 )
 
+SPLIT = "(ReduceSplit kind axes keep i n pro (R))"
+SPLIT_REDUCE = Rule(
+    "split_reduce",
+    FAMILY,
+    "a long reduction with few outputs is a reduction of partial reductions over parts of it (two levels)",
+    (
+        rule(
+            ["(= t (ReduceKernel kind axes keep i pro (R)))", "(reduce_split i axes keep n p)"],
+            [f"(set (shape {SPLIT}) p)", f'(union t (Reduce kind {SPLIT} "0" false))'],
+        ),
+    ),
+)
+
 CROSS_ENTROPY_FORWARD = Rule(
     "cross_entropy_forward",
     FAMILY,
@@ -110,4 +139,40 @@ CROSS_ENTROPY_BACKWARD = Rule(
     ),
 )
 
-RULES = [LIFT_REDUCE, REDUCE_EPILOGUE_UNARY, REDUCE_EPILOGUE_LITERAL, CROSS_ENTROPY_FORWARD, CROSS_ENTROPY_BACKWARD]
+RULES = [
+    LIFT_REDUCE,
+    REDUCE_EPILOGUE_UNARY,
+    REDUCE_EPILOGUE_LITERAL,
+    SPLIT_REDUCE,
+    CROSS_ENTROPY_FORWARD,
+    CROSS_ENTROPY_BACKWARD,
+]
+
+DECLARATIONS = """(relation reduce_split (String String bool i64 String))
+"""
+
+
+def reduced_in_shape(graph: Graph, node) -> tuple[int, ...] | None:
+    """The shape a reduction node reduces (None for other nodes and for split partials)."""
+    if node.op in ("sum", "max"):
+        return graph[node.inputs[0]].shape
+    if node.op == "fused_reduce" and node.attr("splits") == 1:
+        return tuple(node.attr("in_shape"))
+    return None
+
+
+def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]:
+    """`(reduce_split i axes keep S p)` for each reduction of the encoded nodes that `target`
+    splits (`codegen.reduce.reduce_splits`)."""
+    lines = []
+    for node_id in node_ids:
+        node = graph[node_id]
+        in_shape = reduced_in_shape(graph, node)
+        if in_shape is None:
+            continue
+        splits = reduce_splits(in_shape, node.attr("axes"), target)
+        if splits > 1:
+            keep = boolean(node.attr("keepdim"))
+            partials = ints((splits, *node.shape))
+            lines.append(f"(reduce_split {ints(in_shape)} {ints(node.attr('axes'))} {keep} {splits} {partials})")
+    return list(dict.fromkeys(lines))

@@ -22,6 +22,7 @@ from meganeura.ir.expr import check_expr
 from meganeura.ir.expr import evaluate as evaluate_expr
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import EXPR, INT, INTS, STR, Attr, Op, ShapeError, broadcasts_to, require_float
+from meganeura.ir.ops.reduce import check_splits, split_parts
 
 FAMILY = "image"
 
@@ -176,10 +177,11 @@ def _fold(b, node, g):
 # size of the image (x for forward and grad_weight, the result for grad_input: it cannot be
 # recovered from L alone when the stride does not divide), epilogue (an expression over `$acc`
 # and the extras `$0, $1…` = inputs[2:], each broadcast to the output; default "$acc"), and for
-# grad_weight `chunks` S (default 1): with S > 1 the images are split into S equal chunks and
-# the result is [S, O, C·kh·kw], one partial sum per chunk (summed by a reduction after it):
-# a long reduction over N·L with a small weight gradient would otherwise keep only a few
-# workgroups busy.
+# grad_weight `chunks` S (default 1): with S > 1 the reduction (n, ho, wo), N·L long, is split
+# into S parts of ⌈N·L/S⌉ (the last may be shorter; none empty, `reduce.check_splits`) and the
+# result is [S, O, C·kh·kw], one partial sum per part (summed by a reduction after it): split-K,
+# since a long reduction over N·L with a small weight gradient would otherwise keep only a few
+# workgroups busy. S = N is one part per image.
 
 CONV_GEMM_MODES = ("forward", "grad_input", "grad_weight")
 
@@ -241,9 +243,7 @@ def infer_conv_gemm(types, attrs) -> TensorType:
             raise ShapeError(
                 f"conv_gemm grad_weight: gradient {a} should have {ho}·{wo} = {ho * wo} positions (image {list(image)})"
             )
-        chunks = attrs.get("chunks", 1)
-        if not isinstance(chunks, int) or chunks < 1 or a.shape[0] % chunks:
-            raise ShapeError(f"conv_gemm grad_weight: chunks {chunks!r} must divide the batch size {a.shape[0]}")
+        chunks = check_splits(a.shape[0] * a.shape[2], attrs.get("chunks", 1), "conv_gemm grad_weight chunks")
         out = TensorType((*((chunks,) if chunks > 1 else ()), a.shape[1], b.shape[1] * taps), "f32")
     check_expr("conv_gemm", attrs.get("epilogue", "$acc"), {"acc", *map(str, range(len(extras)))})
     for index, extra in enumerate(extras):
@@ -262,9 +262,11 @@ def evaluate_conv_gemm(a, b, *extras, mode, kernel, stride, padding, image, epil
     elif mode == "grad_input":
         acc = evaluate_fold(a.T @ b, image, kernel, stride, padding)
     elif mode == "grad_weight":
-        cols = evaluate_unfold(b, kernel, stride, padding)
-        per = a.shape[0] // chunks  # images per chunk
-        parts = [np.einsum("nol,nkl->ok", a[s : s + per], cols[s : s + per]) for s in range(0, len(a), per)]
+        cols = evaluate_unfold(b, kernel, stride, padding)  # [N, C·kh·kw, L]
+        rows = np.transpose(a, (1, 0, 2)).reshape(a.shape[1], -1)  # [O, (n, l)]
+        columns = np.transpose(cols, (1, 0, 2)).reshape(cols.shape[1], -1)  # [C·kh·kw, (n, l)]
+        pairs = zip(split_parts(rows, chunks), split_parts(columns, chunks), strict=True)
+        parts = [part_a @ part_b.T for part_a, part_b in pairs]
         acc = np.stack(parts) if chunks > 1 else parts[0]
     else:
         raise ValueError(f"conv_gemm: unknown mode {mode!r}")
@@ -292,7 +294,7 @@ def conv_gemm_flops(operands, results, attrs) -> int:
 
 def describe_conv_gemm(node) -> str:
     epilogue = f", epilogue {node.attr('epilogue')}" if node.attr("epilogue") != "$acc" else ""
-    chunks = f" in {node.attr('chunks')} chunks" if node.attr("chunks") != 1 else ""
+    chunks = f" in {node.attr('chunks')} parts of N·L" if node.attr("chunks") != 1 else ""
     return f"{node.attr('mode')} {describe_window(node)}{chunks}{epilogue}"
 
 

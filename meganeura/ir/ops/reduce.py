@@ -1,12 +1,22 @@
 """Reductions: sum and max over axes, and `fused_reduce`, the reduction kernel the e-graph makes
 with an elementwise prologue (what is reduced) and epilogue (what is written).
 
-`fused_reduce(inputs…, kind, axes, keepdim, in_shape, prologue, epilogue)`:
+`fused_reduce(inputs…, kind, axes, keepdim, in_shape, prologue, epilogue, splits)`:
 epilogue(reduce(prologue($0, $1, … broadcast to in_shape) over axes)), the epilogue reading only
 `$r`; produced only by the e-graph (rewrite/reductions.py).
+
+With `splits` S > 1 it is the first level of a two-level reduction: the result is [S, *out],
+partial s reducing the reduced elements r (row-major over the reduced axes, r in [0, R)) in
+[s·⌈R/S⌉, (s+1)·⌈R/S⌉) ∩ [0, R), each partial going through the epilogue; a second reduction over
+axis 0 combines them. Every part must hold at least one element (`check_splits`): a short
+reduction split in too many parts would leave a max with nothing to reduce. A long reduction
+with few outputs is split so that it runs on many workgroups (rewrite/reductions.py,
+`split_reduce`); the split of a convolution's weight gradient (`conv_gemm` chunks) is the same.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -16,6 +26,7 @@ from meganeura.ir.graph import TensorType
 from meganeura.ir.op import (
     BOOL,
     EXPR,
+    INT,
     INTS,
     STR,
     Attr,
@@ -29,6 +40,29 @@ from meganeura.ir.op import (
 
 FAMILY = "reduce"
 REDUCE_KINDS = ("sum", "max")
+
+
+def split_length(total: int, splits: int) -> int:
+    """The elements of each part of a reduction of `total` elements split into `splits` parts
+    (the last part may be shorter): ⌈total/splits⌉."""
+    return -(-total // splits)
+
+
+def check_splits(total: int, splits, op: str) -> int:
+    """`splits` as an int, checked: at least 1 and every part of `total` elements non-empty."""
+    if isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
+        raise ShapeError(f"{op}: splits must be a positive int, got {splits!r}")
+    if splits > 1 and (splits - 1) * split_length(total, splits) >= total:
+        raise ShapeError(
+            f"{op}: {total} elements in {splits} parts of {split_length(total, splits)} leave the last part empty"
+        )
+    return splits
+
+
+def split_parts(values: np.ndarray, splits: int) -> list[np.ndarray]:
+    """The parts of the last axis of `values` that a split reduction reduces one by one."""
+    length = split_length(values.shape[-1], splits)
+    return [values[..., start : start + length] for start in range(0, values.shape[-1], length)]
 
 
 def reduced_type(shape: tuple[int, ...], axes, keepdim: bool) -> TensorType:
@@ -112,21 +146,34 @@ def infer_fused_reduce(types, attrs) -> TensorType:
             raise ShapeError(f"fused_reduce: input ${index} {t} does not broadcast to {list(in_shape)}")
     check_expr("fused_reduce", attrs["prologue"], set(map(str, range(len(types)))))
     check_expr("fused_reduce", attrs["epilogue"], {"r"})
-    return reduced_type(in_shape, attrs["axes"], attrs["keepdim"])
+    out = reduced_type(in_shape, attrs["axes"], attrs["keepdim"])
+    axes = normalize_axes(attrs["axes"], len(in_shape), "fused_reduce")
+    splits = check_splits(math.prod(in_shape[d] for d in axes), attrs.get("splits", 1), "fused_reduce")
+    return out if splits == 1 else TensorType((splits, *out.shape), "f32")
 
 
-def evaluate_fused_reduce(*inputs, kind, axes, keepdim, in_shape, prologue, epilogue):
-    """epilogue(reduce(prologue($0, $1, …) over `axes`)): a reduction with elementwise ends."""
+def evaluate_fused_reduce(*inputs, kind, axes, keepdim, in_shape, prologue, epilogue, splits=1):
+    """epilogue(reduce(prologue($0, $1, …) over `axes`)): a reduction with elementwise ends (in
+    `splits` partial reductions, see the module docstring)."""
     values = {str(i): x for i, x in enumerate(inputs)}
     dtype = inputs[0].dtype if inputs else np.float32
     body = np.broadcast_to(evaluate_expr(prologue, values, dtype), tuple(in_shape))
     reduce = np.sum if kind == "sum" else np.max
-    reduced = np.asarray(reduce(body, axis=tuple(axes), keepdims=keepdim))
+    if splits == 1:
+        reduced = np.asarray(reduce(body, axis=tuple(axes), keepdims=keepdim))
+    else:
+        axes = normalize_axes(axes, len(in_shape), "fused_reduce")
+        kept = [d for d in range(len(in_shape)) if d not in axes]
+        out_shape = reduced_type(tuple(in_shape), axes, keepdim).shape
+        rows = np.transpose(body, (*kept, *axes)).reshape(*(in_shape[d] for d in kept), -1)
+        reduced = np.stack([reduce(part, axis=-1).reshape(out_shape) for part in split_parts(rows, splits)])
     return np.asarray(evaluate_expr(epilogue, {"r": reduced}, dtype))
 
 
 def describe_fused_reduce(node) -> str:
-    return f"{node.attr('kind')} over {list(node.attr('axes'))}: {node.attr('prologue')} -> {node.attr('epilogue')}"
+    split = f" in {node.attr('splits')} parts" if node.attr("splits") != 1 else ""
+    ends = f"{node.attr('prologue')} -> {node.attr('epilogue')}"
+    return f"{node.attr('kind')} over {list(node.attr('axes'))}{split}: {ends}"
 
 
 FUSED_REDUCE = Op(
@@ -141,6 +188,7 @@ FUSED_REDUCE = Op(
         Attr("in_shape", INTS),
         Attr("prologue", EXPR, "$0"),
         Attr("epilogue", EXPR, "$r"),
+        Attr("splits", INT, 1),
     ),
     egraph=None,
     describe=describe_fused_reduce,
