@@ -7,9 +7,9 @@ timed in one process: the data behind codegen/gemm_table.py.
 The products are the distinct matmuls (shape, transposes, batch) of each named step as the
 compiler plans it for this adapter (benchmarks/workloads.py, SmolLM2-135M and GPT-2-small
 shapes), with how many times a step runs each, plus the `--extra` shapes (M×K×N, no transposes).
-Each (product, configuration) is compiled alone and profiled twice, `repeat` dispatches each with
-GPU timestamps (Executable.profile); the median of the second profile counts (the first warms
-the clocks), and its buffers are destroyed before the next (configurations are run in a shuffled
+Each (product, configuration) is compiled alone, run back to back for 0.1 s (Executable.heat: the
+clocks idle low while a pipeline compiles), then `repeat` dispatches are timed with GPU timestamps
+(Executable.profile); the median counts, and its buffers are destroyed before the next (configurations are run in a shuffled
 order so that drift favours none). Epilogues are left out: they
 cost the same in every configuration. For each product the table prints its class
 (gemm_table.shape_class), the configuration the table picks today and the fastest one, in
@@ -98,9 +98,8 @@ def seconds(product: tuple, tiling: GemmTiling, repeat: int, device) -> float:
     rng = np.random.default_rng(0)
     inputs = {name: rng.normal(size=tracer.graph[v].shape).astype(np.float32) for name, v in (("a", a), ("b", b))}
     try:
-        # The first profiled step warms the clocks (they idle low while the pipeline compiles).
-        for _ in range(2):
-            _, profile = executable.profile(inputs)
+        executable.heat(inputs, 0.1)  # GPU clocks idle low while the pipeline compiles
+        _, profile = executable.profile(inputs)
         times = sorted(kernel.ns for kernel in profile.kernels if kernel.kind == "matmul")
         return times[len(times) // 2] / 1e9
     finally:  # free the device memory now: a full device slows every later configuration

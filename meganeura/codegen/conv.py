@@ -92,7 +92,7 @@ def weight_splits(filters: int, columns: int, reduction: int, target: Target) ->
     on `target`: 1 where the one GEMM's tiles already cover the compute units, else as many as
     give SPLIT_WAVES workgroups per unit, each part at least MIN_SPLIT_K long, none empty. The
     cost model decides whether the split is used (rewrite/conv.py `conv_split_k`)."""
-    bm, bn = tile_size(matmul_tiling(filters, columns))
+    bm, bn = tile_size(conv_tiling(filters, columns))
     tiles = -(-filters // bm) * -(-columns // bn)
     if tiles >= target.compute_units or reduction < 2 * MIN_SPLIT_K:
         return 1
