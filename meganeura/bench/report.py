@@ -82,10 +82,10 @@ def markdown(steps: list[StepResult], gemms: list[GemmResult], modes: tuple[str,
         "",
     ]
     if steps:
-        titles = {"fp32": "eager fp32", "bf16": "eager bf16", "compile": "torch.compile"}
+        titles = {"fp32": "PyTorch eager fp32", "bf16": "PyTorch eager bf16", "compile": "torch.compile"}
         head = ["workload", "meganeura ms"]
         for mode in modes:
-            head += [f"PyTorch {titles[mode]} ms", f"ours / {titles[mode]}"]
+            head += [f"{titles[mode]} ms", f"ours / {titles[mode].removeprefix('PyTorch ')}"]
         head += ["dispatches", "compile s", "first-loss diff", "top kernels (share, TFLOP/s)"]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in steps:
