@@ -5,7 +5,9 @@ and GEMM alone (meganeura/bench/gemm.py).
 Options: --steps (timed steps, medians; ≥ 20 for a result worth quoting), --warmup, --small (every
 workload at a size that runs in seconds on lavapipe), --torch-compile (adds torch.compile: it
 compiles for minutes), --no-torch, --json FILE, --markdown, --repeat and --gemm-shapes (GEMM).
-The exit status is 1 when a mirror's first-step loss differs from ours or a GEMM result is wrong.
+A workload that raises is printed with its traceback and the others still run; the JSON file is
+rewritten after every workload (a run stopped part way keeps what it measured). The exit status
+is 1 when a workload raised, a mirror's first-step loss differs from ours or a GEMM result is wrong.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import gc
 import json
 import sys
+import traceback
 
 from meganeura.bench import gemm as gemm_bench
 from meganeura.bench.harness import preload_torch, run_step_workload
@@ -83,37 +86,47 @@ def run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if options.steps < 20:
         print(f"(only {options.steps} timed steps: fewer than the 20 a quoted result takes)")
     modes = ("fp32", "bf16", "compile") if options.torch_compile else ("fp32", "bf16")
-    steps, gemms, failed = [], [], []
+    steps, gemms, failed, errors = [], [], [], []
     for name in names:
         print(flush=True)
-        if name == GEMM:
-            gemms = run_gemm(options)
-            print(gemm_text(gemms), flush=True)
-            failed += [g.product.label() for g in gemms if g.max_error > gemm_bench.CHECK_RTOL]
-            continue
-        result = run_step_workload(
-            STEPS[name].build(options.small), options.steps, options.warmup, modes, not options.no_torch
-        )
-        steps.append(result)
-        print(step_text(result, modes), flush=True)
-        if result.torch and not result.mirror_ok:
-            failed.append(f"{name} (the mirror's first-step loss)")
+        try:
+            if name == GEMM:
+                gemms = run_gemm(options)
+                print(gemm_text(gemms), flush=True)
+                failed += [g.product.label() for g in gemms if g.max_error > gemm_bench.CHECK_RTOL]
+            else:
+                workload = STEPS[name].build(options.small)
+                result = run_step_workload(workload, options.steps, options.warmup, modes, not options.no_torch)
+                steps.append(result)
+                print(step_text(result, modes), flush=True)
+                if result.torch and not result.mirror_ok:
+                    failed.append(f"{name} (the mirror's first-step loss)")
+        except Exception:  # noqa: BLE001  (printed in full; the other workloads still run)
+            traceback.print_exc()
+            errors.append({"workload": name, "error": traceback.format_exc(limit=-3)})
+            failed.append(f"{name} (raised)")
         gc.collect()
+        if options.json:  # after every workload: a run stopped part way keeps what it measured
+            write_json(options.json, record, modes, steps, gemms, errors)
     if options.markdown:
         print("\n" + markdown(steps, gemms, modes, record))
     if options.json:
-        record |= {
-            "modes": list(modes),
-            "workloads": [r.as_dict() for r in steps],
-            "gemm": [g.as_dict() for g in gemms],
-        }
-        with open(options.json, "w") as file:
-            json.dump(record, file, indent=1)
         print(f"wrote {options.json}")
     if failed:
         print(f"FAILED checks: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def write_json(path: str, record: dict, modes, steps, gemms, errors) -> None:
+    data = record | {
+        "modes": list(modes),
+        "workloads": [r.as_dict() for r in steps],
+        "gemm": [g.as_dict() for g in gemms],
+        "errors": errors,
+    }
+    with open(path, "w") as file:
+        json.dump(data, file, indent=1)
 
 
 def run_gemm(options: argparse.Namespace) -> list[gemm_bench.GemmResult]:
