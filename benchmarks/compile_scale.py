@@ -5,8 +5,8 @@ IR node and the plan's cost.
     python benchmarks/compile_scale.py [--models residual-mlp,smollm2,gpt2,resnet] [--quick]
                                        [--timeout 600] [--json out.json]
 
-The models are those of benchmarks/workloads.py: residual MLPs (d=256, 25 → 200 blocks), the
-SmolLM2-135M-shaped Llama of examples/char_lm.py (2 → 60 layers, batch 8 × seq 256), a GPT-2-style
+The models are those of meganeura/bench/workloads.py: residual MLPs (d=256, 25 → 200 blocks), the
+SmolLM2-135M-shaped Llama (examples/char_lm.py's model; 2 → 60 layers, batch 8 × seq 256), a GPT-2-style
 LM (LayerNorm, GELU, learned positions; 2 → 24 layers) and ResNet basic-block stacks on CIFAR
 shapes (8 → 32 blocks); every one a whole training step (forward, backward, AdamW). Each
 configuration runs in a process of its own (`--timeout` seconds at most) and is compiled
@@ -56,14 +56,12 @@ def measure(name: str, depth: int, repeat: int = REPEAT) -> dict:
     """Compile one configuration `repeat` times in this process; the fastest compilation's stage
     times, sizes and plan cost (and the first one's total, which also pays what a process pays
     once: lazy imports, declaring the e-graph)."""
-    sys.path.insert(0, HERE)
-    import workloads
-
+    from meganeura.bench.workloads import WORKLOADS
     from meganeura.compiler import compile_plan
 
     runs = []
     for _ in range(repeat):
-        workload = workloads.WORKLOADS[name](depth)
+        workload = WORKLOADS[name](depth)
         started = time.perf_counter()
         compilation = compile_plan(workload.model, workload.loss, workload.inputs, workload.optimizer)
         runs.append((time.perf_counter() - started, compilation))
@@ -71,7 +69,7 @@ def measure(name: str, depth: int, repeat: int = REPEAT) -> dict:
     report = compilation.rewrite_report
     # The plan under the cost model of before the rebuild (bytes, flops, dispatches; no fill of
     # the adapter): what a target of one compute unit prices. Not timed.
-    workload = workloads.WORKLOADS[name](depth)
+    workload = WORKLOADS[name](depth)
     old_model = compile_plan(workload.model, workload.loss, workload.inputs, workload.optimizer, target=ONE_UNIT)
     after = report.cost_after
     return {

@@ -12,6 +12,10 @@ profile runs SCRIPT on the device with MEGANEURA_TRACE set: the first program to
 step times every kernel of that step with GPU timestamps, prints the time by kernel kind (count,
 time, share, GB/s, TFLOP/s) and the slowest kernels with their source lines, and writes a
 Chrome trace (open it in https://ui.perfetto.dev). See meganeura/runtime/profile.py.
+
+bench runs our training step and PyTorch's side by side on the same GPU, same model, same initial
+weights and batch, and GEMM alone (`python -m meganeura bench --help` lists the workloads; see
+meganeura/bench/cli.py).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import subprocess
 import sys
 
 from meganeura import compiler
+from meganeura.bench import cli as bench_cli
 
 
 def explain(script: str, script_args: list[str], out_dir: str, wgsl: bool = False) -> int:
@@ -92,7 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     profile_parser.add_argument("script")
     profile_parser.add_argument("--trace", default="trace.json", help="where to write the Chrome trace")
     profile_parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    bench_parser = commands.add_parser(
+        "bench",
+        help="time our training step against PyTorch's on the same GPU, same weights and batch",
+        description="Our training step and PyTorch's side by side (meganeura/bench/cli.py).",
+        epilog=bench_cli.workload_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench_cli.add_arguments(bench_parser)
     options = parser.parse_args(argv)
+    if options.command == "bench":
+        return bench_cli.run(options, bench_parser)
     if options.command == "profile":
         return profile(options.script, options.args, options.trace)
     return explain(options.script, options.args, options.out, options.wgsl)

@@ -1,0 +1,308 @@
+"""Running one workload on both sides in one process: our compiled step and its PyTorch mirror,
+from the same initial weights on the same batch, timed alike.
+
+Our side: `mn.compile` (timed: our compile time), two steps whose losses are kept (the mirror
+check), the rest of the warm-up, then `steps` timed calls of `train_step` (each returns the loss,
+read back, so a step is synchronised), and one profiled step (runtime/profile.py: GPU time by
+kernel kind) when the adapter has timestamp queries.
+
+PyTorch's side, per mode, a fresh mirror loaded with our initial values and a fresh optimizer:
+`fp32` (eager, TF32 off for matmuls and cuDNN), `bf16` (eager under torch.autocast bfloat16),
+`compile` (the loss function through torch.compile; its compile time falls in the warm-up).
+Each step ends with `loss.item()`, which waits for the step's work on the stream.
+
+The check that the mirror is the same model: the first step's loss (before any update) on both
+sides in fp32; when they differ by more than LOSS_RTOL relative, the result carries no ratios
+(a mirror bug, not a speed result). The second step's loss (after one optimizer update) is
+compared too and reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib.util
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import meganeura as mn
+from meganeura.bench.workloads import Workload
+from meganeura.runtime import default_device
+
+LOSS_RTOL = 1e-3
+MODES = ("fp32", "bf16", "compile")
+MODE_TITLES = {
+    "fp32": "PyTorch eager fp32 (TF32 off)",
+    "bf16": "PyTorch eager bf16 autocast",
+    "compile": "torch.compile fp32 (TF32 off)",
+}
+TOP_KINDS = 5
+CHECK_STEPS = 2  # losses compared: before any update, and after one
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def preload_torch(threads: int | None = None) -> None:
+    """Import torch and torch._dynamo (PyTorch's optimizers import it, and it loads Triton's LLVM)
+    before the WebGPU device is opened, when torch is installed: on lavapipe, whose driver loads
+    Mesa's LLVM into the process, loading Triton's after it crashed the process (a segmentation
+    fault in triton/knobs.py, torch 2.14 with Mesa 22.3); in this order both work."""
+    if torch_available():
+        import torch
+        import torch._dynamo  # noqa: F401
+
+        if threads:  # on a CPU shared with lavapipe's threads, torch's own pool can stall
+            torch.set_num_threads(threads)
+
+
+def step_seconds(step: Callable[[], object], steps: int) -> list[float]:
+    """The wall time of each of `steps` calls of `step()`."""
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def relative_difference(ours: float, theirs: float) -> float:
+    return abs(ours - theirs) / max(abs(theirs), 1e-12)
+
+
+@dataclass
+class KindShare:
+    """One row of our profile: a kernel kind's share of the step's GPU time."""
+
+    kind: str
+    count: int
+    ms: float
+    share: float
+    tflops: float
+
+
+@dataclass
+class TorchRun:
+    """One PyTorch mode: its median step, or why there is none."""
+
+    mode: str
+    ms: float | None = None
+    losses: list[float] = field(default_factory=list)  # the first CHECK_STEPS
+    note: str = ""  # an error, when it failed
+    first_ms: float | None = None  # its first step (torch.compile compiles there)
+    times_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class StepResult:
+    """Everything measured for one training-step workload."""
+
+    name: str
+    title: str
+    steps: int
+    warmup: int
+    compile_s: float
+    dispatches: int
+    ours_ms: float
+    ours_losses: list[float]
+    times_ms: list[float]
+    gpu_ms: float | None = None  # the profiled step's kernel time
+    top_kinds: list[KindShare] = field(default_factory=list)
+    profile_note: str = ""
+    torch_note: str = ""  # "torch not installed", or where torch ran
+    torch_on_gpu: bool = False
+    torch: dict[str, TorchRun] = field(default_factory=dict)
+
+    @property
+    def loss_difference(self) -> float | None:
+        """|our first loss − PyTorch fp32's| / |PyTorch's|, when both ran."""
+        run = self.torch.get("fp32")
+        if run is None or not run.losses:
+            return None
+        return relative_difference(self.ours_losses[0], run.losses[0])
+
+    @property
+    def second_loss_difference(self) -> float | None:
+        run = self.torch.get("fp32")
+        if run is None or len(run.losses) < 2:
+            return None
+        return relative_difference(self.ours_losses[1], run.losses[1])
+
+    @property
+    def mirror_ok(self) -> bool | None:
+        """True when the first losses agree, False when they do not, None when unchecked."""
+        difference = self.loss_difference
+        return None if difference is None else difference <= LOSS_RTOL
+
+    def ratio(self, mode: str) -> float | None:
+        """Our median step time over PyTorch's in `mode`; None where not measured or the mirror failed."""
+        run = self.torch.get(mode)
+        if run is None or run.ms is None or not self.mirror_ok:
+            return None
+        return self.ours_ms / run.ms
+
+    def as_dict(self) -> dict:
+        return {
+            "workload": self.name,
+            "title": self.title,
+            "steps": self.steps,
+            "warmup": self.warmup,
+            "ours_ms": self.ours_ms,
+            "ours_times_ms": self.times_ms,
+            "compile_s": self.compile_s,
+            "dispatches": self.dispatches,
+            "ours_losses": self.ours_losses,
+            "gpu_ms": self.gpu_ms,
+            "top_kinds": [vars(row) for row in self.top_kinds],
+            "profile_note": self.profile_note,
+            "torch": self.torch_note,
+            "torch_on_gpu": self.torch_on_gpu,
+            "loss_difference": self.loss_difference,
+            "second_loss_difference": self.second_loss_difference,
+            "mirror_ok": self.mirror_ok,
+            "modes": {
+                mode: {
+                    "ms": run.ms,
+                    "ratio": self.ratio(mode),
+                    "losses": run.losses,
+                    "first_ms": run.first_ms,
+                    "times_ms": run.times_ms,
+                    "note": run.note,
+                }
+                for mode, run in self.torch.items()
+            },
+        }
+
+
+def run_ours(workload: Workload, batch: dict[str, np.ndarray], steps: int, warmup: int) -> StepResult:
+    """Compile and time our step; the first CHECK_STEPS losses are kept for the mirror check."""
+    started = time.perf_counter()
+    program = mn.compile(workload.model, loss=workload.loss, inputs=workload.inputs, optimizer=workload.optimizer)
+    compile_s = time.perf_counter() - started
+    losses = [program.train_step(**batch) for _ in range(CHECK_STEPS)]
+    for _ in range(max(0, warmup - CHECK_STEPS)):
+        program.train_step(**batch)
+    times = step_seconds(lambda: program.train_step(**batch), steps)
+    result = StepResult(
+        name=workload.name,
+        title=workload.title,
+        steps=steps,
+        warmup=max(warmup, CHECK_STEPS),
+        compile_s=compile_s,
+        dispatches=len(program.compiled.kernels),
+        ours_ms=1e3 * statistics.median(times),
+        ours_losses=losses,
+        times_ms=[1e3 * t for t in times],
+    )
+    if default_device().has_timestamps:
+        profile = program.profile(warmup=0, **batch)
+        result.gpu_ms = profile.total_ns / 1e6
+        result.top_kinds = [
+            KindShare(row.kind, row.count, row.ns / 1e6, row.share, row.tflop_per_s)
+            for row in profile.by_kind()[:TOP_KINDS]
+        ]
+    else:
+        result.profile_note = f"{default_device().describe()} has no timestamp queries: no kernel profile"
+    return result
+
+
+def torch_setup():
+    """torch, with TF32 off for fp32 matmuls and convolutions (our kernels compute in fp32), and
+    the device it runs on."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    return torch, torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def torch_note(torch, device) -> str:
+    if device.type == "cuda":
+        return f"torch {torch.__version__} on cuda ({torch.cuda.get_device_name(device)})"
+    return f"torch {torch.__version__} on the CPU (no CUDA): ratios are NOT GPU-vs-GPU"
+
+
+def timed_run(run: TorchRun, step: Callable[[], float], steps: int, warmup: int) -> list[float]:
+    """The first CHECK_STEPS losses into `run` (and the first step's time: torch.compile compiles
+    there), the rest of the warm-up, then the time of each of `steps` steps."""
+    started = time.perf_counter()
+    run.losses = [step()]
+    run.first_ms = 1e3 * (time.perf_counter() - started)
+    run.losses += [step() for _ in range(CHECK_STEPS - 1)]
+    for _ in range(max(0, warmup - CHECK_STEPS)):
+        step()
+    return step_seconds(step, steps)
+
+
+def run_torch_mode(mirror, batch, mode: str, steps: int, warmup: int) -> TorchRun:
+    """One PyTorch mode from a fresh mirror. torch.compile failing (no Triton or C++ compiler, say)
+    is reported in the run's note instead of ending the bench; an eager mode failing is raised."""
+    torch, device = torch_setup()
+    from meganeura.bench.mirrors import torch_batch
+
+    run = TorchRun(mode)
+    model = mirror.model(device)
+    optimizer = mirror.optimizer(model.parameters())
+    tensors = torch_batch(batch, device)
+
+    def loss_of(values):
+        return mirror.loss(model, **values)
+
+    forward = torch.compile(loss_of) if mode == "compile" else loss_of
+    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if mode == "bf16" else contextlib.nullcontext
+
+    def step() -> float:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            loss = forward(tensors)
+        loss.backward()
+        optimizer.step()
+        return loss.item()  # waits for the step's work on the stream
+
+    try:
+        times = timed_run(run, step, steps, warmup)
+    except Exception as error:
+        if mode != "compile":  # eager PyTorch failing on the mirror is a bug here: loudly
+            raise
+        # torch.compile needs a working backend (Triton, a C++ compiler): reported, the rest runs
+        text = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+        run.note = f"failed: {type(error).__name__}: {text}"
+        return run
+    run.ms = 1e3 * statistics.median(times)
+    run.times_ms = [1e3 * t for t in times]
+    return run
+
+
+def run_step_workload(
+    workload: Workload, steps: int, warmup: int, modes: tuple[str, ...] = ("fp32", "bf16"), with_torch: bool = True
+) -> StepResult:
+    """Ours, then each PyTorch mode, on the same initial weights and batch."""
+    unknown = [mode for mode in modes if mode not in MODES]
+    if unknown:
+        raise ValueError(f"unknown PyTorch modes {unknown}; known: {list(MODES)}")
+    state = workload.model.state_dict()  # the initial values, before our step changes them
+    batch = workload.batch(np.random.default_rng(0))
+    result = run_ours(workload, batch, steps, warmup)
+    if not with_torch:
+        result.torch_note = "torch not measured"
+        return result
+    if not torch_available():
+        result.torch_note = "torch not installed"
+        return result
+    from meganeura.bench.mirrors import Mirror
+
+    torch, device = torch_setup()
+    result.torch_note, result.torch_on_gpu = torch_note(torch, device), device.type == "cuda"
+    mirror = Mirror(workload, state)
+    for mode in ("fp32", *(m for m in modes if m != "fp32")):  # fp32 first: it is the check
+        result.torch[mode] = run_torch_mode(mirror, batch, mode, steps, warmup)
+        gc.collect()  # the mode's model and optimizer, before the next one allocates
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return result

@@ -1,0 +1,159 @@
+"""What the bench prints and writes: a text block per workload, a Markdown table (for the
+README) and a JSON record of every number with when, where and on what it was measured."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+
+from meganeura.bench.gemm import GemmResult
+from meganeura.bench.gemm import table as gemm_table
+from meganeura.bench.harness import LOSS_RTOL, MODE_TITLES, StepResult
+
+
+def step_text(result: StepResult, modes: tuple[str, ...]) -> str:
+    """Our time, PyTorch's per mode with the ratios, the mirror check, dispatches, compile time
+    and the top kernel kinds."""
+    lines = [
+        f"== {result.name}: {result.title}",
+        f"  meganeura: {result.ours_ms:.3f} ms/step (median of {result.steps} after {result.warmup} warm-up), "
+        f"{result.dispatches} dispatches per step, compiled in {result.compile_s:.2f} s",
+    ]
+    if result.torch:
+        lines.append(f"  {result.torch_note}")
+    if result.torch:
+        lines.append(mirror_line(result))
+    for mode in modes:
+        run = result.torch.get(mode)
+        title = MODE_TITLES[mode]
+        if run is None:
+            why = result.torch_note if not result.torch else "not run (--torch-compile)"
+            lines.append(f"  {title:<32} {why}")
+        elif run.ms is None:
+            lines.append(f"  {title:<32} {run.note}")
+        else:
+            ratio = result.ratio(mode)
+            shown = f"ours/torch {ratio:.2f}" if ratio is not None else "no ratio: the mirror check failed"
+            extra = f"  (first step {run.first_ms:.0f} ms: compiling)" if mode == "compile" else ""
+            lines.append(f"  {title:<32} {run.ms:>10.3f} ms/step   {shown}{extra}")
+    if result.top_kinds:
+        lines.append(f"  top kernel kinds (one profiled step, {result.gpu_ms:.3f} ms of GPU time):")
+        for row in result.top_kinds:
+            share = f"{100 * row.share:>6.1f}%"
+            lines.append(f"    {row.kind:<24} {row.count:>5}× {row.ms:>10.3f} ms {share} {row.tflops:>8.3g} TFLOP/s")
+    elif result.profile_note:
+        lines.append(f"  {result.profile_note}")
+    return "\n".join(lines)
+
+
+def mirror_line(result: StepResult) -> str:
+    run = result.torch["fp32"]
+    if not run.losses:
+        return f"  mirror check: PyTorch fp32 did not run ({run.note})"
+    ours, theirs = result.ours_losses, run.losses
+    verdict = "same model" if result.mirror_ok else f"MIRROR MISMATCH (> {LOSS_RTOL:g}): ratios withheld"
+    line = (
+        f"  first-step loss: ours {ours[0]:.6f}, PyTorch fp32 {theirs[0]:.6f}, "
+        f"relative difference {result.loss_difference:.1e}: {verdict}"
+    )
+    if result.second_loss_difference is not None:
+        line += f"; after one update {ours[1]:.6f} vs {theirs[1]:.6f} ({result.second_loss_difference:.1e})"
+    return line
+
+
+def gemm_text(results: list[GemmResult]) -> str:
+    return "== gemm: our matmul kernel vs torch.mm (fp32, TF32 off), forward and gradient products\n" + gemm_table(
+        results
+    )
+
+
+def cell(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(steps: list[StepResult], gemms: list[GemmResult], modes: tuple[str, ...], header: dict) -> str:
+    """The results as Markdown tables: the training steps, then the GEMMs."""
+    out = [
+        f"Measured {header['date']} on {header['adapter']} ({header['torch']}), commit {header['git_commit'][:12]}; "
+        f"medians of {header['steps']} steps after {header['warmup']} warm-up"
+        + (" — small sizes (--small)" if header["small"] else ""),
+        "",
+    ]
+    if steps:
+        titles = {"fp32": "PyTorch eager fp32", "bf16": "PyTorch eager bf16", "compile": "torch.compile"}
+        head = ["workload", "meganeura ms"]
+        for mode in modes:
+            head += [f"{titles[mode]} ms", f"ours / {titles[mode].removeprefix('PyTorch ')}"]
+        head += ["dispatches", "compile s", "first-loss diff", "top kernels (share, TFLOP/s)"]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in steps:
+            row = [r.name, cell(r.ours_ms, 1)]
+            for mode in modes:
+                run = r.torch.get(mode)
+                if run is None and not r.torch:  # no torch at all: say why in its columns
+                    row += [r.torch_note, "–"]
+                else:
+                    row += [cell(run.ms if run else None, 1), cell(r.ratio(mode))]
+            diff = r.loss_difference
+            kinds = ", ".join(f"{k.kind} {100 * k.share:.0f}% {k.tflops:.3g}" for k in r.top_kinds[:3])
+            row += [str(r.dispatches), cell(r.compile_s), "–" if diff is None else f"{diff:.0e}", kinds or "–"]
+            out.append("| " + " | ".join(row) + " |")
+        out.append("")
+    if gemms:
+        out += [
+            "| GEMM (M×K×N, product) | meganeura TFLOP/s | PyTorch fp32 TFLOP/s | ours / PyTorch (time) |",
+            "|---|---|---|---|",
+        ]
+        for g in gemms:
+            ratio = None if g.torch_s is None else g.ours_s / g.torch_s
+            theirs = "–" if g.torch_tflops is None else f"{g.torch_tflops:.3g}"
+            out.append(f"| {g.product.label()} | {g.ours_tflops:.3g} | {theirs} | {cell(ratio)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def git_commit() -> str:
+    """The checkout's commit (with -dirty for uncommitted changes), or "unknown" for an installed package."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        commit = subprocess.run(
+            ["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("-dirty" if dirty else "")
+
+
+def torch_version() -> str:
+    from meganeura.bench.harness import torch_available
+
+    if not torch_available():
+        return "torch not installed"
+    import torch
+
+    where = f"cuda {torch.version.cuda}, {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "no CUDA"
+    return f"torch {torch.__version__} ({where})"
+
+
+def header(adapter: str, steps: int, warmup: int, small: bool) -> dict:
+    """When, where and on what: the JSON record's first fields."""
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+        "adapter": adapter,
+        "torch": torch_version(),
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "steps": steps,
+        "warmup": warmup,
+        "small": small,
+    }

@@ -1,0 +1,162 @@
+"""The side-by-side bench (`python -m meganeura bench`, meganeura/bench/): the command line parses
+and rejects unknown workloads; every workload runs at its small size and reports real numbers; where
+torch is installed, each PyTorch mirror's first-step loss (and its loss after one optimizer update)
+matches ours, which is the check that the mirrors are the same models with the same weights; where
+it is not, the torch columns say so; a mirror that disagrees gets no ratios.
+
+The bench runs in a child process, as a user runs it: torch must be imported before the WebGPU
+device opens (meganeura/bench/harness.py, preload_torch), and this process has usually opened it
+already.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from meganeura.__main__ import main
+from meganeura.bench import gemm
+from meganeura.bench.harness import LOSS_RTOL, StepResult, TorchRun
+from meganeura.bench.report import markdown, step_text
+from meganeura.bench.workloads import STEPS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+STEP_NAMES = list(STEPS)
+
+
+def test_help_lists_every_workload(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["bench", "--help"])
+    assert exit.value.code == 0
+    out = capsys.readouterr().out
+    for name in [*STEP_NAMES, "gemm", "all", "--torch-compile", "--small", "--json", "--markdown"]:
+        assert name in out
+
+
+def test_unknown_workloads_are_rejected_with_the_list(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["bench", "smollm2", "resnet50"])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown workload(s) resnet50" in err
+    for name in [*STEP_NAMES, "gemm"]:
+        assert name in err
+
+
+def test_bad_gemm_shapes_are_rejected(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["bench", "gemm", "--gemm-shapes", "64x64"])
+    assert exit.value.code == 2
+    assert "MxKxN" in capsys.readouterr().err
+    assert gemm.parse_shapes("8x16x24, 3X5X7") == ((8, 16, 24), (3, 5, 7))
+
+
+def test_the_gemm_products_are_the_forward_and_its_gradients():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a, b, g = rng.normal(size=(5, 3)), rng.normal(size=(3, 4)), rng.normal(size=(5, 4))
+    forward, grad_a, grad_b = gemm.products([(5, 3, 4)])
+    assert [p.operands[:2] for p in (forward, grad_a, grad_b)] == [((5, 3), (3, 4)), ((5, 4), (3, 4)), ((5, 3), (5, 4))]
+    np.testing.assert_allclose(forward.reference(a, b), a @ b)
+    np.testing.assert_allclose(grad_a.reference(g, b), g @ b.T)  # dA of C = A·B
+    np.testing.assert_allclose(grad_b.reference(a, g), a.T @ g)  # dB
+    assert {p.flops for p in (forward, grad_a, grad_b)} == {2 * 5 * 3 * 4}
+
+
+def result_with_losses(ours: list[float], theirs: list[float]) -> StepResult:
+    result = StepResult("toy", "toy", 20, 5, 1.0, 10, 50.0, ours, [50.0] * 20, torch_note="torch (test)")
+    result.torch["fp32"] = TorchRun("fp32", ms=25.0, losses=theirs)
+    result.torch["bf16"] = TorchRun("bf16", ms=10.0, losses=theirs)
+    return result
+
+
+def test_a_mirror_that_disagrees_gets_no_ratios():
+    agreeing = result_with_losses([2.0, 1.9], [2.0 * (1 + LOSS_RTOL / 2), 1.9])
+    assert agreeing.mirror_ok and agreeing.ratio("fp32") == pytest.approx(2.0) and agreeing.ratio("bf16") == 5.0
+    off = result_with_losses([2.0, 1.9], [2.0 * (1 + 3 * LOSS_RTOL), 1.9])
+    assert off.mirror_ok is False
+    assert off.ratio("fp32") is None and off.ratio("bf16") is None
+    text = step_text(off, ("fp32", "bf16"))
+    assert "MIRROR MISMATCH" in text and "ours/torch" not in text
+    header = {"date": "d", "adapter": "a", "torch": "t", "git_commit": "c", "steps": 20, "warmup": 5, "small": False}
+    row = next(line for line in markdown([off], [], ("fp32", "bf16"), header).splitlines() if line.startswith("| toy"))
+    assert row.split(" | ")[3] == "–" and row.split(" | ")[5] == "–"  # the ratio columns
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    """`python -m meganeura bench --small all` in a child process: (return code, stdout, JSON record)."""
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", "meganeura", "bench", "--small", "--steps", "3", "--warmup", "2", "--repeat", "3"]
+    command += ["--torch-threads", "1", "--json", str(out), "--markdown", "all"]  # torch's pool stalls beside lavapipe
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout, json.loads(out.read_text())
+
+
+def finite_positive(value) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value > 0
+
+
+@pytest.mark.gpu
+def test_every_workload_runs_and_reports_real_numbers(bench_run):
+    stdout, record = bench_run
+    assert record["small"] and record["steps"] == 3 and record["adapter"] in stdout
+    assert len(record["git_commit"]) >= 7 and record["date"][:2] == "20"
+    assert [w["workload"] for w in record["workloads"]] == STEP_NAMES
+    for w in record["workloads"]:
+        assert finite_positive(w["ours_ms"]) and finite_positive(w["compile_s"]), w["workload"]
+        assert len(w["ours_times_ms"]) == 3 and w["dispatches"] > 10
+        assert all(math.isfinite(loss) and loss > 0 for loss in w["ours_losses"])
+        assert w["ours_losses"][1] < w["ours_losses"][0]  # one update on the same batch lowers its loss
+        kinds = w["top_kinds"]
+        assert 1 <= len(kinds) <= 5 and sum(k["share"] for k in kinds) <= 1 + 1e-9
+        assert kinds == sorted(kinds, key=lambda k: -k["ms"]) and all(k["ms"] > 0 for k in kinds)
+        assert any(k["tflops"] > 0 for k in kinds)  # a matmul among them, its flops counted
+        assert f"== {w['workload']}:" in stdout
+        assert any(line.startswith(f"| {w['workload']} |") for line in stdout.splitlines())  # the Markdown row
+    products = record["gemm"]
+    assert len(products) == 3 * len(gemm.SMALL_SHAPES)
+    for p in products:
+        assert finite_positive(p["ours_tflops"]) and p["max_error"] < gemm.CHECK_RTOL, p["product"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+def test_each_mirror_starts_from_our_weights_and_matches_our_loss(bench_run):
+    stdout, record = bench_run
+    for w in record["workloads"]:
+        name = w["workload"]
+        assert w["mirror_ok"] is True, name
+        assert w["loss_difference"] < 1e-4, name  # fp32 on both sides: rounding only
+        assert w["second_loss_difference"] < 1e-3, name  # the optimizer update agrees too
+        for mode in ("fp32", "bf16"):
+            run = w["modes"][mode]
+            assert finite_positive(run["ms"]) and finite_positive(run["ratio"]), (name, mode, run["note"])
+        bf16 = w["modes"]["bf16"]["losses"][0]
+        assert abs(bf16 - w["ours_losses"][0]) / w["ours_losses"][0] < 0.05  # same weights, bf16 rounding
+        assert "compile" not in w["modes"]  # only with --torch-compile
+    for p in record["gemm"]:
+        assert finite_positive(p["torch_tflops"]) and finite_positive(p["ratio"])
+    if not record["workloads"][0]["torch_on_gpu"]:
+        assert "ratios are NOT GPU-vs-GPU" in stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(HAS_TORCH, reason="torch is installed")
+def test_without_torch_our_side_runs_and_the_torch_columns_say_so(bench_run):
+    stdout, record = bench_run
+    assert record["torch"] == "torch not installed"
+    for w in record["workloads"]:
+        assert w["torch"] == "torch not installed" and w["modes"] == {} and w["mirror_ok"] is None
+    assert stdout.count("torch not installed") >= 2 * len(STEP_NAMES)
+    assert all(p["torch"] == "torch not installed" and p["torch_ms"] is None for p in record["gemm"])
