@@ -5,13 +5,13 @@ timed in one process: the data behind codegen/gemm_table.py.
                                    [--candidates all|cpu] [--json FILE]
 
 The products are the distinct matmuls (shape, transposes, batch) of each named step as the
-compiler plans it for this adapter (benchmarks/workloads.py, SmolLM2-135M and GPT-2-small
+compiler plans it for this adapter (meganeura/bench/workloads.py, SmolLM2-135M and GPT-2-small
 shapes), with how many times a step runs each, plus the `--extra` shapes (M×K×N, no transposes).
 Each (product, configuration) is compiled alone, run back to back for 0.1 s (Executable.heat: the
 clocks idle low while a pipeline compiles), then `repeat` dispatches are timed with GPU timestamps
-(Executable.profile); the median counts, and its buffers are destroyed before the next (configurations are run in a shuffled
-order so that drift favours none). Epilogues are left out: they
-cost the same in every configuration. For each product the table prints its class
+(Executable.profile); the median counts, and its buffers are destroyed before the next
+(configurations run in a shuffled order so that drift favours none). Epilogues are left out:
+they cost the same in every configuration. For each product the table prints its class
 (gemm_table.shape_class), the configuration the table picks today and the fastest one, in
 TFLOP/s; a per-class summary follows: the configuration with the least total time over the step
 (time × count), which is what the table should hold.
@@ -23,22 +23,18 @@ import argparse
 import gc
 import json
 import math
-import os
 import random
-import sys
 from collections import defaultdict
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from meganeura.codegen import matmul as codegen_matmul  # noqa: E402
-from meganeura.codegen.compiled import compile_step  # noqa: E402
-from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling, shape_class  # noqa: E402
-from meganeura.ir.graph import TensorType  # noqa: E402
-from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims  # noqa: E402
-from meganeura.ir.trace import Tracer  # noqa: E402
-from meganeura.runtime import Executable, default_device  # noqa: E402
+from meganeura.codegen import matmul as codegen_matmul
+from meganeura.codegen.compiled import compile_step
+from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling, shape_class
+from meganeura.ir.graph import TensorType
+from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
+from meganeura.ir.trace import Tracer
+from meganeura.runtime import Executable, default_device
 
 # (bm, bn, bk, rm, rn, prefetch)
 GPU_CANDIDATES = [
@@ -62,8 +58,7 @@ CPU_CANDIDATES = [
 
 def step_products(name: str, target) -> dict[tuple, int]:
     """{(batch, m, k, n, transpose_a, transpose_b): count} of the matmuls of workload `name`'s step."""
-    import workloads
-
+    from meganeura.bench import workloads
     from meganeura.compiler import compile_plan
 
     work = {"smollm2": lambda: workloads.smollm2(30), "gpt2": lambda: workloads.gpt2(12)}[name]()

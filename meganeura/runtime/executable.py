@@ -261,7 +261,8 @@ class Executable:
         while time.perf_counter() - start < seconds:
             for _ in range(4):
                 self.run(inputs)
-            self.device.queue.on_submitted_work_done_sync()
+            # A 4-byte read waits for the GPU (wgpu-py 0.32's on_submitted_work_done_sync fails in cffi).
+            self.device.queue.read_buffer(self.buffers[0], 0, 4)
 
     def profile(self, inputs: dict[str, np.ndarray], read: tuple[str, ...] = ()) -> tuple[dict, Profile]:
         """`run`, with every dispatch in a compute pass of its own that writes GPU timestamps at its
