@@ -414,7 +414,7 @@ class Program:
 
     def report(self) -> StepReport:
         """The rewrites the e-graph chose, costs, e-graph figures and the kernels with their source lines."""
-        return StepReport(self.rewrite_report, self.graph, self.fused_graph)
+        return StepReport(self.rewrite_report, self.graph, self.fused_graph, compiled=self.compiled)
 
 
 def coerce_input(name: str, value: Any, spec: InputSpec) -> np.ndarray:

@@ -6,12 +6,14 @@ as JSON-ready data (`to_json`) and as a Graphviz picture of the step (`to_dot`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
 
+from meganeura.codegen.common import storage
 from meganeura.ir.graph import Graph
 from meganeura.ir.op import op_def
 
@@ -48,14 +50,47 @@ def kernel_rows(graph: Graph) -> list[KernelRow]:
     ]
 
 
+@dataclass(frozen=True)
+class Dispatches:
+    """The dispatches one step runs (the compiled step's kernels), and how many of them update the
+    parameters (ops of the optimizer family), of which `multi_tensor` update several at once."""
+
+    total: int
+    optimizer: int
+    multi_tensor: int
+    parameters: int  # the parameters the optimizer's dispatches update
+
+    def __str__(self) -> str:
+        text = f"{self.total} dispatches per step, {self.optimizer} of them the optimizer's"
+        if self.multi_tensor:
+            text += f" ({self.multi_tensor} multi-tensor kernels; {self.parameters} parameters in all)"
+        return text
+
+
+def step_dispatches(compiled) -> Dispatches:
+    """The dispatches of a CompiledStep (codegen/compiled.py), the optimizer's counted apart."""
+    graph = compiled.graph
+    optimizer = [graph[k.node] for k in compiled.kernels if op_def(graph[k.node].op).family == "optimizer"]
+    multi = [n for n in optimizer if "members" in n.attr_dict]
+    params = graph.leaves("param")
+    updated = [storage(graph, graph.updates[name])[0] for name in params if name in graph.updates]
+    parameters = sum(1 for n in updated if op_def(graph[n].op).family == "optimizer")
+    return Dispatches(len(compiled.kernels), len(optimizer), len(multi), parameters)
+
+
 @dataclass
 class StepReport:
-    """The rewrites the e-graph chose for one step, and the kernels that run it."""
+    """The rewrites the e-graph chose for one step, and the kernels that run it.
+
+    `kernels` are the plan's kernels as the e-graph chose them (one per node of the fused graph);
+    with the compiled step, `dispatches` counts what runs, after the optimizer's updates of many
+    parameters were grouped into multi-tensor kernels (codegen/multi_tensor.py)."""
 
     rewrite: Any  # meganeura.rewrite.RewriteReport
     graph: Graph  # the traced step
     fused_graph: Graph  # after the e-graph
     kernels: list[KernelRow] = field(default_factory=list)
+    compiled: Any = None  # meganeura.codegen.compiled.CompiledStep, when the report has it
 
     def __post_init__(self) -> None:
         if not self.kernels:
@@ -63,11 +98,20 @@ class StepReport:
 
     @property
     def dispatches(self) -> int:
-        """How many dispatches run the step: one per kernel (a node with several results is one)."""
-        return len(self.kernels)
+        """How many dispatches run the step: one per compiled kernel (a node with several results,
+        a multi-tensor update, is one); without the compiled step, one per kernel of the plan."""
+        return len(self.compiled.kernels) if self.compiled is not None else len(self.kernels)
+
+    @property
+    def step_dispatches(self) -> Dispatches | None:
+        """The step's dispatches, the optimizer's counted apart (None without the compiled step)."""
+        return step_dispatches(self.compiled) if self.compiled is not None else None
 
     def __str__(self) -> str:
-        lines = [str(self.rewrite), "", f"Kernels ({len(self.kernels)})"]
+        lines = [str(self.rewrite), ""]
+        if self.compiled is not None:
+            lines += [f"Dispatches: {self.step_dispatches}", ""]
+        lines.append(f"Kernels ({len(self.kernels)})")
         op_width = max([2, *(len(k.op) for k in self.kernels)])
         shape_width = max([5, *(len(shapes_text(k.shapes)) for k in self.kernels)])
         what_width = min(48, max([4, *(len(k.what) for k in self.kernels)]))
@@ -95,7 +139,8 @@ class StepReport:
             [
                 f"e-graph: {rewrite.ir_nodes} IR nodes, {rewrite.enodes} e-nodes, {rewrite.total_s * 1000:.0f} ms",
                 f"kernels: {rewrite.kernels_before} -> {rewrite.kernels_after} (dispatches {before.dispatches}"
-                f" -> {after.dispatches}, bytes {before.bytes:,} -> {after.bytes:,})",
+                f" -> {after.dispatches}, bytes {before.bytes:,} -> {after.bytes:,})"
+                + (f"; {self.step_dispatches}" if self.compiled is not None else ""),
                 f"rules used: {', '.join(used) or 'none'}",
             ]
         )
@@ -103,8 +148,10 @@ class StepReport:
     def to_json(self) -> dict[str, Any]:
         """The same report as plain data (dicts, lists, numbers, strings): `json.dumps` works on it."""
         rewrite = json.loads(json.dumps(self.rewrite.to_data(), default=str))
+        counts = self.step_dispatches
         return {
             "rewrite": rewrite,
+            "dispatches": None if counts is None else dataclasses.asdict(counts),
             "kernels": [
                 {
                     "node": k.node,

@@ -51,10 +51,13 @@ def replay(graph: Graph, plan: BufferPlan) -> list[str]:
                     problems.append(
                         f"kernel {position} (%{spec.node}) reads %{wanted} from #{slot}: it holds {holds.get(slot)}"
                     )
-        if spec.inplace_input is not None:
-            slot, wanted = plan.buffer_of[spec.written[0]], data_of(graph, spec.inplace_input)
-            if holds.get(slot) != wanted:
-                problems.append(f"kernel {position} updates %{wanted} in place in #{slot}: it holds {holds.get(slot)}")
+        for value in spec.written:  # each result written in place over the old value it replaces
+            if spec.inplace_of(value[1]) is not None:
+                slot, wanted = plan.buffer_of[value], data_of(graph, spec.inplace_of(value[1]))
+                if holds.get(slot) != wanted:
+                    problems.append(
+                        f"kernel {position} updates %{wanted} in place in #{slot}: it holds {holds.get(slot)}"
+                    )
         for value in spec.written:
             holds[plan.buffer_of[value]] = value
     for name, node_id in graph.outputs.items():

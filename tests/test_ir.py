@@ -55,7 +55,9 @@ def test_training_graph_has_forward_backward_and_update():
     assert ops.count("matmul") == 2 + 3  # forward, then dW1, dW2, dX for layer 2
     assert {"log_softmax", "pick", "scatter_rows", "log_softmax_grad"} <= set(ops)  # as written; fused later
     assert sorted(traced.graph.updates) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
-    assert all(traced.graph[i].op == "sgd_step" for i in traced.graph.updates.values())
+    assert all(traced.graph[i].op == "sgd_update" for i in traced.graph.updates.values())
+    single = trace_step(TwoLayer(), ce_loss, {"x": mn.f32[4, 6], "y": mn.i32[4]}, optim.SGD(lr=0.1, fused=False))
+    assert all(single.graph[i].op == "sgd_step" for i in single.graph.updates.values())
     # Every traced node remembers the user's line: this file.
     relu = next(node for node in traced.graph if node.op == "relu")
     assert relu.sources and relu.sources[0].startswith("test_ir.py:")

@@ -56,22 +56,25 @@ def example_steps():
 def test_every_kernel_dispatches_the_workgroups_the_cost_model_counts():
     seen = set()
     for name, graph in example_steps():
-        for spec in compile_step(graph).kernels:
-            node = graph[spec.node]
-            assert math.prod(spec.grid) == node_workgroups(graph, node), (name, spec.label)
+        step = compile_step(graph)  # its graph: the optimizer's updates grouped into multi-tensor nodes
+        for spec in step.kernels:
+            node = step.graph[spec.node]
+            assert math.prod(spec.grid) == node_workgroups(step.graph, node), (name, spec.label)
             seen.add(node.op)
     assert {"fused_matmul", "conv_gemm", "fused_reduce", "attention", "pointwise"} <= seen, seen
+    assert {"multi_adam_update", "multi_sgd_update"} <= seen, seen
 
 
 def test_on_a_cpu_matmuls_take_the_cpu_table_and_dispatch_what_the_cost_model_counts():
     cpu = Target("cpu", 2, 32, cpu=True)
     graph = next(graph for name, graph in example_steps() if name == "mlp")  # 64×96 · 96×200 and more
     sizes = []
-    for spec in compile_step(graph, cpu).kernels:
-        node = graph[spec.node]
-        assert math.prod(spec.grid) == node_workgroups(graph, node, cpu), spec.label
+    step = compile_step(graph, cpu)
+    for spec in step.kernels:
+        node = step.graph[spec.node]
+        assert math.prod(spec.grid) == node_workgroups(step.graph, node, cpu), spec.label
         if node.op in ("matmul", "fused_matmul"):
-            a, b = (graph[i].type for i in node.inputs[:2])
+            a, b = (step.graph[i].type for i in node.inputs[:2])
             batch, m, k, n = matmul_dims([matmul_a_view(a, node.attr_dict), b], node.attr_dict, node.op)
             tiling = gemm_tiling(m, n, k, math.prod(batch), cpu)
             assert spec.workgroup_size == (tiling.threads_x, tiling.threads_y, 1), spec.label

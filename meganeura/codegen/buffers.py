@@ -110,8 +110,8 @@ def format_bytes(count: int) -> str:
 def storage_root(graph: Graph, kernels_by_node: dict[int, KernelSpec], value: Value) -> Value:
     """The value that owns `value`'s buffer: from in-place results to the leaf they update."""
     spec = kernels_by_node.get(value[0])
-    while spec is not None and spec.inplace_input is not None:
-        value = storage(graph, spec.inplace_input)
+    while spec is not None and spec.inplace_of(value[1]) is not None:
+        value = storage(graph, spec.inplace_of(value[1]))
         spec = kernels_by_node.get(value[0])
     return value
 
@@ -119,7 +119,7 @@ def storage_root(graph: Graph, kernels_by_node: dict[int, KernelSpec], value: Va
 def read_values(graph: Graph, spec: KernelSpec) -> list[Value]:
     """The values a kernel reads (its read bindings, and the old value of an in-place update)."""
     values = [storage(graph, b.value) for b in spec.bindings if b.access == "read"]
-    return values + ([storage(graph, spec.inplace_input)] if spec.inplace_input is not None else [])
+    return values + [storage(graph, i) for i in spec.inplace_reads]
 
 
 def schedule_kernels(graph: Graph, kernels: list[KernelSpec]) -> list[KernelSpec]:
@@ -128,7 +128,7 @@ def schedule_kernels(graph: Graph, kernels: list[KernelSpec]) -> list[KernelSpec
     producer_of = {value: spec.node for spec in kernels for value in spec.written}
     order = nx.DiGraph()
     order.add_nodes_from(by_node)
-    updaters = {storage(graph, s.inplace_input): s.node for s in kernels if s.inplace_input is not None}
+    updaters = {storage(graph, i): s.node for s in kernels for i in s.inplace_reads}
     for spec in kernels:
         for value in read_values(graph, spec):
             if value in producer_of:

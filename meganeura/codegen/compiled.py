@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from meganeura.codegen.buffers import BufferPlan, plan_buffers
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.lower import lower_graph
+from meganeura.codegen.multi_tensor import group_updates
 from meganeura.ir.graph import PERSISTENT, Graph, TensorType
 from meganeura.target import GENERIC, Target
 
@@ -42,8 +43,12 @@ class CompiledStep:
         return "\n\n".join(parts)
 
 
-def compile_step(graph: Graph, target: Target = GENERIC) -> CompiledStep:
-    """`graph` lowered to kernels for `target`, with its buffers planned (no device needed)."""
+def compile_step(graph: Graph, target: Target = GENERIC, multi_tensor: bool = True) -> CompiledStep:
+    """`graph` lowered to kernels for `target`, with its buffers planned (no device needed); with
+    `multi_tensor`, the fused optimizer updates first grouped into multi-tensor kernels
+    (codegen/multi_tensor.py: the step's graph is then the grouped one)."""
+    if multi_tensor:
+        graph = group_updates(graph, target)
     kernels = lower_graph(graph, target)
     for spec in kernels:
         if len(spec.bindings) > target.max_storage_buffers:

@@ -34,6 +34,8 @@ class KernelSpec:
     `inplace_input`, when set, is the id of an input whose buffer the kernel updates in place:
     the output binding holds that input's value on entry (optimizer updates work this way,
     because WebGPU forbids binding one buffer both read-only and read-write in a dispatch).
+    A kernel of several results says it per result in `inplace_inputs` (result index → the
+    input it replaces, or None): a multi-tensor optimizer update replaces many leaves at once.
     `trusted` marks a kernel whose indexing the suite tests at ragged shapes, so that it may run
     without the shader compiler's runtime bounds checks when the user opts in
     (`MEGANEURA_UNCHECKED_KERNELS=1`, runtime/device.py).
@@ -49,6 +51,19 @@ class KernelSpec:
     inplace_input: int | None = None
     results: int = 1
     trusted: bool = False
+    inplace_inputs: tuple[int | None, ...] = ()
+
+    def inplace_of(self, index: int) -> int | None:
+        """The input whose buffer result `index` is written into in place (None: a buffer of its own)."""
+        if self.inplace_inputs:
+            return self.inplace_inputs[index]
+        return self.inplace_input if index == 0 else None
+
+    @property
+    def inplace_reads(self) -> tuple[int, ...]:
+        """Every input that the kernel replaces in place (it reads their old values)."""
+        found = (*self.inplace_inputs, self.inplace_input)
+        return tuple(i for i in found if i is not None)
 
     @property
     def written(self) -> tuple[Value, ...]:

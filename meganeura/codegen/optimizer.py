@@ -1,23 +1,51 @@
-"""Lowering of the optimizer updates (shaders/optimizer.wgsl), in place on the parameter or state
-they replace when nothing needs its old value afterwards."""
+"""Lowering of the optimizer updates, in place on the parameter or state they replace when
+nothing needs its old value afterwards.
+
+- The single-tensor ops (sgd_step, momentum_buffer, adam_moment, adam_step: `fused=False`) are
+  one kernel each (shaders/optimizer.wgsl).
+- The fused updates (sgd_update, adam_update) and their multi-tensor forms (multi_sgd_update,
+  multi_adam_update, formed by codegen/multi_tensor.py) share one kernel (shaders/
+  optimizer_update.wgsl): one dispatch runs the whole update of every member parameter, each
+  member in a range of workgroups of its own, writing a result per value it replaces.
+"""
 
 from __future__ import annotations
 
 from meganeura.codegen.common import Operands, alias_root, bindings_wgsl, grid_for, output_binding, shape_text
 from meganeura.codegen.expressions import literal
-from meganeura.codegen.kernel import KernelSpec
+from meganeura.codegen.kernel import KernelSpec, Value
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
-from meganeura.ir.graph import Graph, Node
+from meganeura.ir.graph import Graph, Node, TensorType
+from meganeura.ir.ops.optimizer import (
+    MULTI_OF,
+    UPDATED_OPERANDS,
+    member_results,
+    members_of,
+    updated_operands,
+)
 
 
-def updates_in_place(graph: Graph, node: Node) -> bool:
-    """Whether `node` may overwrite its first input's buffer: it must be that leaf's update and
-    no one may need the leaf's old value after it (a reader downstream of `node`, an output)."""
-    target = graph[node.inputs[0]]
-    if target.op not in ("param", "state") or graph.updates.get(target.attr("name")) != node.id:
+def update_value(graph: Graph, name: str) -> Value | None:
+    """(node, result index) that graph.updates records as leaf `name`'s new value: the node
+    itself, or the node a `result` projection reads (not through reshapes: a view is no update
+    that can be written in place)."""
+    node_id = graph.updates.get(name)
+    if node_id is None:
+        return None
+    node = graph[node_id]
+    return (node.inputs[0], node.attr("index")) if node.op == "result" else (node.id, 0)
+
+
+def updates_in_place(graph: Graph, node: Node, position: int = 0, result: int = 0) -> bool:
+    """Whether result `result` of `node` may overwrite the buffer of its input at `position`: that
+    result must be the leaf's update and no one may need the leaf's old value after it (a reader
+    downstream of `node`, an output, another operand of `node`)."""
+    target = graph[node.inputs[position]]
+    if target.op not in ("param", "state") or update_value(graph, target.attr("name")) != (node.id, result):
         return False
-    if any(alias_root(graph, i) == target.id for i in list(node.inputs[1:]) + list(graph.outputs.values())):
+    others = [i for index, i in enumerate(node.inputs) if index != position]
+    if any(alias_root(graph, i) == target.id for i in others + list(graph.outputs.values())):
         return False
     users = graph.users()
     readers, stack = set(), [target.id]
@@ -84,4 +112,131 @@ def lower_optimizer(graph: Graph, node: Node) -> KernelSpec:
         grid,
         (256, 1, 1),
         inplace_input=node.inputs[0] if inplace else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The fused updates, of one parameter or many (shaders/optimizer_update.wgsl)
+
+UPDATE_FIELDS = {"sgd_update": ("p", "buf"), "adam_update": ("p", "m", "v")}  # the template's `Updated` fields
+MEMBER_OP = {multi: op for op, multi in MULTI_OF.items()}
+THREADS = 256
+HYPERS = ("lr", "momentum", "weight_decay", "beta1", "beta2", "eps")
+
+
+def member_op(op: str) -> str:
+    """The fused update op of a (multi-tensor) update op."""
+    return MEMBER_OP.get(op, op)
+
+
+def member_sizes(attrs: dict, results: tuple[TensorType, ...]) -> list[int]:
+    """The elements of each member's parameter (its first result), in member order."""
+    count = attrs.get("members", 1)
+    per = len(results) // count
+    return [results[k * per].numel for k in range(count)]
+
+
+def update_workgroups(attrs: dict, operands, results: tuple[TensorType, ...]) -> int:
+    """One workgroup of 256 threads per 256 elements of each member."""
+    return sum(-(-numel // THREADS) for numel in member_sizes(attrs, results))
+
+
+def member_search(starts: list[tuple[int, int]], indent: str = "    ") -> str:
+    """WGSL statements returning the member of workgroup `w`: a binary search over (member, first
+    workgroup) pairs in ascending order, as nested ifs with literal bounds."""
+    if len(starts) == 1:
+        return f"return {starts[0][0]}u;"
+    mid = len(starts) // 2
+    inner = indent + "    "
+    return (
+        f"if (w < {starts[mid][1]}u) {{\n{inner}{member_search(starts[:mid], inner)}\n{indent}}}"
+        f" else {{\n{inner}{member_search(starts[mid:], inner)}\n{indent}}}"
+    )
+
+
+def member_case(index: int, first: int, numel: int, reads: list[str], writes: list[tuple[str, str]]) -> str:
+    """The switch case that updates member `index`'s elements (workgroups from `first` on)."""
+    stores = " ".join(f"{name}[i] = r.{field};" for name, field in writes)
+    return (
+        f"        case {index}u: {{\n"
+        f"            let i = (w - {first}u) * {THREADS}u + lid;\n"
+        f"            if (i < {numel}u) {{\n"
+        f"                let r = update({', '.join(reads)});\n"
+        f"                {stores}\n"
+        f"            }}\n"
+        f"        }}"
+    )
+
+
+def member_operands(node: Node) -> list[list[int]]:
+    """The operands of each member of a fused (one member) or multi-tensor update node."""
+    op = member_op(node.op)
+    return [list(node.inputs)] if op == node.op else members_of(op, node.attr_dict, list(node.inputs))
+
+
+def member_reads(operands: Operands, inputs: list[int], shape, replaced: dict[int, str]) -> list[str]:
+    """The WGSL arguments of `update` for one member: an operand that the member replaces in
+    place is read from its result's binding (`replaced`: operand position → binding name)."""
+    return [f"{replaced[p]}[i]" if p in replaced else operands.read(i, shape) for p, i in enumerate(inputs)]
+
+
+@lowering(*UPDATE_FIELDS, *MEMBER_OP, workgroups=update_workgroups)
+def lower_update(graph: Graph, node: Node) -> KernelSpec:
+    """A fused optimizer update of one parameter, or of many (a multi-tensor node) in one dispatch."""
+    op = member_op(node.op)
+    attrs = node.attr_dict
+    count = attrs.pop("members", 1)
+    fields = UPDATE_FIELDS[op][: member_results(op, attrs)]
+    inplace = tuple(
+        node.inputs[position] if updates_in_place(graph, node, position, result) else None
+        for result, position in enumerate(updated_operands(node))
+    )
+    if op != node.op and None in inplace:
+        raise ValueError(f"%{node.id} {node.op}: a multi-tensor update must replace every value in place")
+    operands = Operands(graph)
+    sizes = member_sizes({"members": count}, node.types)
+    outputs, cases, starts, first = [], [], [], 0
+    for k, inputs in enumerate(member_operands(node)):
+        names = [f"o{k}_{field}" for field in fields]
+        results = range(k * len(fields), (k + 1) * len(fields))
+        replaced = {UPDATED_OPERANDS[op][r]: names[r] for r, index in enumerate(results) if inplace[index] is not None}
+        reads = member_reads(operands, inputs, node.types[results[0]].shape, replaced)
+        outputs += [output_binding(node, name, index) for name, index in zip(names, results, strict=True)]
+        cases.append(member_case(k, first, sizes[k], reads, list(zip(names, fields, strict=True))))
+        if sizes[k]:
+            starts.append((k, first))
+        first += -(-sizes[k] // THREADS)
+    bindings = operands.bindings + outputs
+    grid = grid_for(first)
+    decoupled = attrs.get("decoupled_weight_decay", False)
+    hypers = {name.upper(): literal(attrs.get(name, 0.0)) for name in HYPERS}
+    hypers["DECAY"] = literal(attrs["weight_decay"] if decoupled else 0.0)
+    wgsl = render(
+        "optimizer_update",
+        {
+            "BINDINGS": bindings_wgsl(graph, bindings),
+            "GRID_X": max(grid[0], 1),
+            "MEMBER_OF": member_search(starts or [(0, 0)]),
+            "CASES": "\n".join(cases),
+            **hypers,
+            "SGD_UPDATE": op == "sgd_update",
+            "ADAM_UPDATE": op == "adam_update",
+            "HAS_MOMENTUM": attrs.get("momentum", 0.0) != 0.0,
+            "L2": not decoupled and attrs["weight_decay"] != 0.0,
+        },
+    )
+    if op == node.op:
+        label = f"{op} {shape_text(node.types[0].shape)}{' in place' if None not in inplace else ''}"
+    else:
+        label = f"{node.op} of {count} parameters ({sum(sizes):,} elements) in place"
+    return KernelSpec(
+        node.id,
+        label,
+        wgsl,
+        "optimizer_update",
+        tuple(bindings),
+        grid,
+        (THREADS, 1, 1),
+        results=node.results,
+        inplace_inputs=inplace,
     )

@@ -16,8 +16,10 @@ Matmul epilogues and reduction prologues are Pw bodies too, so they fuse by the 
   is subsumed: a kernel never reads a constant as a buffer);
 - `lift_sgd_step`, `lift_momentum_buffer`, `lift_adam_moment`: the optimizer updates that are
   elementwise formulas over their inputs (PyTorch's, in the op order of `ir/ops/optimizer.py`,
-  so the results are bit-identical). `adam_step` stays one op: its bias correction needs β^t for a
-  step count t held in a tensor, which the expression language has no power function for;
+  so the results are bit-identical), and plain SGD's fused update `sgd_update(p, g)` (one
+  result, sgd_step's formula: the e-graph may still fold it into the gradient's matmul).
+  `adam_step` stays one op: its bias correction needs β^t for a step count t held in a tensor,
+  which the expression language has no power function for (nor does the fused `adam_update`);
 - `fuse_pointwise`: the inlining rule above;
 - `silu`: x·sigmoid(x) and sigmoid(x)·x → silu(x); `swiglu`: silu(g)·u and u·silu(g) → swiglu(g, u).
 """
@@ -78,19 +80,24 @@ def decayed(grad: str, wd_zero: bool) -> str:
     return grad if wd_zero else f'(PBinary "add" {grad} (PBinary "mul" (Lit wd) (Load p)))'
 
 
+def plain_sgd(op: str, zero: bool) -> str:
+    """sgd_step(p, d), or the fused update of plain SGD sgd_update(p, d) (no momentum: one result)."""
+    decay = "0.0" if zero else "wd"
+    if op == "sgd_step":
+        return term("sgd_step", "p", "d", lr="lr", weight_decay=decay)
+    return term("sgd_update", "p", "d", lr="lr", momentum="0.0", weight_decay=decay)
+
+
 LIFT_SGD_STEP = Rule(
     "lift_sgd_step",
     FAMILY,
-    "sgd_step(p, d) = p − lr·(d + wd·p) as a kernel",
+    "sgd_step(p, d) = p − lr·(d + wd·p) as a kernel (and sgd_update(p, d), plain SGD's fused update)",
     tuple(
         rule(
-            [
-                f"(= t {term('sgd_step', 'p', 'd', lr='lr', weight_decay='0.0' if zero else 'wd')})",
-                "(= s (shape t))",
-                *([] if zero else ["(!= wd 0.0)"]),
-            ],
+            [f"(= t {plain_sgd(op, zero)})", "(= s (shape t))", *([] if zero else ["(!= wd 0.0)"])],
             f'(union t (Kernel (PBinary "sub" (Load p) (PBinary "mul" (Lit lr) {decayed("(Load d)", zero)})) s))',
         )
+        for op in ("sgd_step", "sgd_update")
         for zero in (True, False)
     ),
 )

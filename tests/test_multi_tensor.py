@@ -1,0 +1,221 @@
+"""Fused and multi-tensor optimizer updates (ir/ops/optimizer.py, codegen/multi_tensor.py,
+shaders/optimizer_update.wgsl): the same numbers as the single-tensor updates, in the interpreter
+and on the GPU, with many parameters of ragged sizes spread over several kernels."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import meganeura as mn
+import meganeura.functional as F
+from meganeura import nn, optim
+from meganeura.codegen.compiled import compile_step
+from meganeura.codegen.multi_tensor import binding_limit, group_updates, plan_groups
+from meganeura.compiler import compile_plan, trace_step
+from meganeura.explain import step_dispatches
+from meganeura.ir.interpret import interpret
+from meganeura.runtime import Executable, default_device
+from meganeura.target import Target
+
+# Sizes around the 256-element workgroups: 1, 255, 256, 257 elements and odd shapes between.
+WIDTHS = [7, 1, 255, 1, 257, 3, 16, 13, 5]
+
+
+class Ragged(nn.Module):
+    """A chain of Linear layers of ragged widths and an RMS norm: 17 parameters of 1 to 1,285
+    elements."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(a, b) for a, b in zip(WIDTHS, WIDTHS[1:], strict=False)])
+        self.norm = nn.RMSNorm(257)
+
+    def forward(self, x):
+        for index, layer in enumerate(self.layers):
+            x = layer(x)
+            if x.shape[-1] == 257:
+                x = self.norm(x)
+            if index < len(self.layers) - 1:
+                x = F.tanh(x)
+        return x
+
+
+def ce(model, x, y):
+    return F.cross_entropy(model(x), y)
+
+
+SPEC = {"x": mn.f32[6, WIDTHS[0]], "y": mn.i32[6]}
+OPTIMIZERS = {
+    "adamw": lambda fused: optim.AdamW(lr=1e-2, fused=fused),
+    "adam wd": lambda fused: optim.Adam(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1, fused=fused),
+    "sgd momentum wd": lambda fused: optim.SGD(lr=0.05, momentum=0.9, weight_decay=0.01, fused=fused),
+    "sgd momentum": lambda fused: optim.SGD(lr=0.05, momentum=0.9, fused=fused),
+    "sgd": lambda fused: optim.SGD(lr=0.05, fused=fused),
+}
+
+
+PARAMS = 2 * (len(WIDTHS) - 1) + 1
+
+
+def members_per_kernel(optimizer: str, limit: int) -> int:
+    """Members of a multi-tensor kernel binding at most `limit` buffers: an Adam member binds p, m
+    and v (read_write) and its gradient, beside the shared step count; an SGD member with
+    momentum p and buf (read_write) and its gradient."""
+    return (limit - 1) // 4 if "adam" in optimizer else limit // (3 if "momentum" in optimizer else 2)
+
+
+def batch(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.normal(size=(6, WIDTHS[0])).astype(np.float32), "y": rng.integers(0, WIDTHS[-1], 6)}
+
+
+def interpreted_steps(graph, traced, steps: int) -> tuple[list[float], dict[str, np.ndarray]]:
+    """`steps` steps of `graph` in the interpreter from the traced step's initial values."""
+    params = {name: p.numpy() for name, p in traced.parameters.items()}
+    states = dict(traced.initial_states)
+    losses = []
+    for _ in range(steps):
+        result = interpret(graph, batch(), params, states)
+        losses.append(float(result.outputs["loss"]))
+        for name, value in result.updates.items():
+            (params if name in params else states)[name] = value
+    return losses, {**params, **states}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_fused_updates_are_the_single_tensor_updates_in_the_interpreter(name):
+    traced = {}
+    for fused in (False, True):
+        mn.manual_seed(1)
+        traced[fused] = trace_step(Ragged(), ce, SPEC, OPTIMIZERS[name](fused))
+    single = interpreted_steps(traced[False].graph, traced[False], 3)
+    fused = interpreted_steps(traced[True].graph, traced[True], 3)
+    grouped_graph = group_updates(traced[True].graph, Target("tight", 4, 9))
+    grouped = interpreted_steps(grouped_graph, traced[True], 3)
+    assert any(node.op.startswith("multi_") for node in grouped_graph)
+    assert single[0] == fused[0] == grouped[0]
+    assert single[1].keys() == fused[1].keys() == grouped[1].keys()
+    for key, value in single[1].items():  # the fused ops compose the single-tensor ones: same bits
+        np.testing.assert_array_equal(fused[1][key], value, err_msg=key)
+        np.testing.assert_array_equal(grouped[1][key], value, err_msg=key)
+    moved = [key for key, p in traced[True].parameters.items() if not np.array_equal(p.numpy(), fused[1][key])]
+    assert len(moved) == len(traced[True].parameters)  # every parameter was updated
+
+
+def test_a_cpu_target_keeps_one_fused_kernel_per_parameter():
+    mn.manual_seed(0)
+    traced = trace_step(Ragged(), ce, SPEC, optim.AdamW(lr=1e-3))
+    groups = plan_groups(traced.graph, Target("lavapipe", 2, 32, cpu=True))
+    assert [len(g.members) for g in groups] == [1] * PARAMS
+    assert group_updates(traced.graph, Target("lavapipe", 2, 32, cpu=True)) is traced.graph
+
+
+def test_updates_are_grouped_within_the_binding_limit():
+    mn.manual_seed(0)
+    traced = trace_step(Ragged(), ce, SPEC, optim.AdamW(lr=1e-3))
+    updates = [n for n in traced.graph if n.op == "adam_update"]
+    assert len(updates) == PARAMS
+    for limit in (5, 9, 31):
+        target = Target("limited", 4, limit)
+        groups = plan_groups(traced.graph, target)
+        assert [m for g in groups for m in g.members] == [n.id for n in updates]  # each once, in order
+        assert all(g.bindings <= binding_limit(target) for g in groups)
+        # Each member binds p, m, v (read_write) and its gradient; the step count is shared.
+        assert len(groups) == math.ceil(PARAMS / members_per_kernel("adamw", limit))
+        step = compile_step(traced.graph, target)
+        assert max(len(spec.bindings) for spec in step.kernels) <= limit
+        multi = [spec for spec in step.kernels if step.graph[spec.node].op == "multi_adam_update"]
+        assert len(multi) == sum(1 for g in groups if len(g.members) > 1)
+        assert [c.leaf for c in step.plan.copies] == ["step"]  # every other update in place
+
+
+def test_an_update_that_cannot_run_in_place_stays_out_of_the_groups():
+    mn.manual_seed(0)
+    traced = trace_step(Ragged(), ce, SPEC, optim.Adam(lr=1e-2))
+    graph = traced.graph
+    kept = graph.leaves("param")["layers.1.weight"].id
+    graph.outputs["old weight"] = kept  # its old value is read after the step: not in place
+    groups = plan_groups(graph, Target("wide", 4, 1000))
+    members = [graph[m].inputs[0] for g in groups for m in g.members]
+    assert kept not in members and len(members) == PARAMS - 1
+    step = compile_step(graph, Target("wide", 4, 1000))
+    kept = step.graph.leaves("param")["layers.1.weight"].id  # the grouped graph is renumbered
+    (alone,) = [s for s in step.kernels if step.graph[s.node].op == "adam_update"]
+    assert step.graph[alone.node].inputs[0] == kept
+    assert alone.inplace_inputs[0] is None and None not in alone.inplace_inputs[1:]
+    assert sorted(c.leaf for c in step.plan.copies) == ["layers.1.weight", "step"]
+
+
+def run_steps(compiled, traced, steps: int, read=("loss",)) -> tuple[list[float], dict[str, np.ndarray]]:
+    """`steps` steps of a compiled step on the test device; the losses and every parameter and state."""
+    executable = Executable(compiled, default_device(), traced.parameters, traced.initial_states)
+    losses = [float(executable.run(batch(), read=read)["loss"].reshape(())) for _ in range(steps)]
+    return losses, {name: executable.read_state(name) for name in executable.states}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_five_steps_of_multi_tensor_updates_match_the_per_parameter_kernels(name):
+    # The multi-tensor kernels are planned for a GPU (a CPU target keeps one kernel per parameter,
+    # codegen/multi_tensor.py) binding what this device binds (lavapipe 32: an Adam member takes
+    # 4, so 17 parameters need 3 kernels), and for a GPU binding 9 buffers (9 kernels); all run
+    # here, on the test device.
+    device = default_device().target
+    limit = device.max_storage_buffers
+    runs = {}
+    for label, fused, target in (
+        ("per parameter", False, device),
+        ("fused, on this device", True, device),
+        ("multi-tensor", True, Target("a GPU", 4, limit)),
+        ("multi-tensor, 9 buffers", True, Target("a GPU", 4, 9)),
+    ):
+        mn.manual_seed(2)
+        compilation = compile_plan(Ragged(), ce, SPEC, OPTIMIZERS[name](fused), target=target)
+        counts = step_dispatches(compilation.compiled)
+        runs[label] = (*run_steps(compilation.compiled, compilation.traced, 5), counts)
+    reference, expected, single = runs["per parameter"]
+    assert np.isfinite(reference).all() and reference[-1] != reference[0]
+    for label in ("fused, on this device", "multi-tensor", "multi-tensor, 9 buffers"):
+        losses, values, counts = runs[label]
+        assert losses == reference, label
+        for key, value in expected.items():
+            np.testing.assert_array_equal(values[key], value, err_msg=f"{label}: {key}")
+        if name != "sgd":  # plain SGD's single-tensor update has a single kernel too
+            assert counts.optimizer < single.optimizer, (label, counts, single)
+    assert (runs["fused, on this device"][2].multi_tensor == 0) == device.cpu
+    if name != "sgd":  # plain SGD's update may join the gradient's matmul instead
+        assert runs["multi-tensor"][2].optimizer == math.ceil(PARAMS / members_per_kernel(name, limit))
+        assert runs["multi-tensor, 9 buffers"][2].optimizer == math.ceil(PARAMS / members_per_kernel(name, 9))
+    assert runs["multi-tensor"][2].optimizer < single.optimizer
+
+
+def test_multi_tensor_updates_follow_the_interpreter_in_float64():
+    mn.manual_seed(4)
+    compilation = compile_plan(Ragged(), ce, SPEC, optim.AdamW(lr=1e-2), target=Target("tight", 4, 13))
+    graph, traced = compilation.compiled.graph, compilation.traced
+    expected_losses, expected = interpreted_steps(compilation.fused_graph, traced, 1)
+    params = {name: p.numpy() for name, p in traced.parameters.items()}
+    result = interpret(graph, batch(), params, dict(traced.initial_states), dtype=np.float64)
+    losses, values = run_steps(compilation.compiled, traced, 1)
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+    for key, value in result.updates.items():
+        np.testing.assert_allclose(values[key], value, rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+def test_the_report_counts_the_dispatches_of_a_step():
+    mn.manual_seed(0)
+    with mn.compiler.explain_only():
+        program = mn.compile(Ragged(), ce, SPEC, optim.AdamW(lr=1e-3))
+        single = mn.compile(Ragged(), ce, SPEC, optim.AdamW(lr=1e-3, fused=False))
+    report, before = program.report(), single.report()
+    counts = report.step_dispatches
+    assert counts.total == report.dispatches == len(program.compiled.kernels)
+    # 17 parameters on the generic target (31 buffers): 7 Adam members per kernel, 3 kernels.
+    assert (counts.optimizer, counts.multi_tensor, counts.parameters) == (3, 3, PARAMS)
+    assert before.step_dispatches.optimizer == 3 * PARAMS and before.step_dispatches.multi_tensor == 0
+    assert counts.total == before.step_dispatches.total - 3 * PARAMS + 3
+    assert f"Dispatches: {counts}" in str(report) and str(counts) in report.summary()
+    wanted = {"total": counts.total, "optimizer": 3, "multi_tensor": 3, "parameters": PARAMS}
+    assert report.to_json()["dispatches"] == wanted
