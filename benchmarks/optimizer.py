@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import statistics
-import sys
 import time
 
 import numpy as np
 
 import meganeura as mn
 from meganeura import nn, optim
+from meganeura.bench import workloads
 from meganeura.codegen.compiled import compile_step
 from meganeura.ir.autodiff import GradBuilder
 from meganeura.ir.graph import TensorType
@@ -46,8 +45,6 @@ from meganeura.target import GENERIC, Target
 
 GENERIC_BUFFERS = GENERIC.max_storage_buffers
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import workloads  # noqa: E402
 
 
 def update_step(shapes: dict[str, tuple[int, ...]], fused: bool):
