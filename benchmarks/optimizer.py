@@ -46,7 +46,6 @@ from meganeura.target import GENERIC, Target
 GENERIC_BUFFERS = GENERIC.max_storage_buffers
 
 
-
 def update_step(shapes: dict[str, tuple[int, ...]], fused: bool):
     """A graph that is only the AdamW update of parameters of `shapes`, each gradient a state
     leaf that nothing updates (it keeps its values from step to step)."""

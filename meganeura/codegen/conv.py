@@ -78,25 +78,31 @@ def conv_workgroups(attrs: dict, operands, results) -> int:
     return -(-m // bm) * -(-n // bn) * conv_groups(attrs)
 
 
-# Split-K of a weight gradient aims at SPLIT_WAVES workgroups per compute unit (an SM holds
-# several; the same guess as a reduction's split, codegen/reduce.py), each part of the reduction
-# at least MIN_SPLIT_K long: a part does 2·K flops per output element against 8 bytes of
-# partials (written, then read by the sum), so K ≥ 256 keeps its arithmetic well above that
-# traffic (cost.py: 8 flops a byte). Both are guesses to tune with benchmarks/reductions.py.
-SPLIT_WAVES = 4
+# Split-K of a weight gradient is offered where the one GEMM has fewer than FILL_WAVES tiles per
+# compute unit, and aims at SPLIT_WAVES workgroups per unit, at most MAX_SPLITS parts, each part
+# of the reduction at least MIN_SPLIT_K long: a part does 2·K flops per output element against
+# 8 bytes of partials (written, then read by the sum), so K ≥ 256 keeps its arithmetic well
+# above that traffic (cost.py: 8 flops a byte). Measured on the H200 (benchmarks/reductions.py,
+# 2026-12-01, ResNet-18's 3×3 weight gradients at batch 128): the fastest splits gave 9-17
+# workgroups per SM — 128 channels at 16×16: 6.26 ms whole-batch, 1.01 ms at 4 per SM, 0.82 at
+# 17; 256 channels at 8×8 (144 tiles, more than the 132 SMs): 1.84 ms whole-batch, 0.81 split 16.
+FILL_WAVES = 4
+SPLIT_WAVES = 16
+MAX_SPLITS = 128
 MIN_SPLIT_K = 256
 
 
 def weight_splits(filters: int, columns: int, reduction: int, target: Target) -> int:
     """The parts to split a weight gradient's reduction (N·L long, output [filters, columns]) into
-    on `target`: 1 where the one GEMM's tiles already cover the compute units, else as many as
-    give SPLIT_WAVES workgroups per unit, each part at least MIN_SPLIT_K long, none empty. The
+    on `target`: 1 where the one GEMM's tiles already fill the compute units FILL_WAVES times,
+    else as many as give SPLIT_WAVES workgroups per unit (at most MAX_SPLITS), each part at
+    least MIN_SPLIT_K long, none empty. The
     cost model decides whether the split is used (rewrite/conv.py `conv_split_k`)."""
     bm, bn = tile_size(conv_tiling(filters, columns))
     tiles = -(-filters // bm) * -(-columns // bn)
-    if tiles >= target.compute_units or reduction < 2 * MIN_SPLIT_K:
-        return 1
-    splits = min(-(-SPLIT_WAVES * target.compute_units // tiles), reduction // MIN_SPLIT_K)
+    if target.compute_units == 1 or tiles >= FILL_WAVES * target.compute_units or reduction < 2 * MIN_SPLIT_K:
+        return 1  # (one unit: nothing to fill)
+    splits = min(-(-SPLIT_WAVES * target.compute_units // tiles), reduction // MIN_SPLIT_K, MAX_SPLITS)
     splits = -(-reduction // split_length(reduction, splits))  # no empty part
     return splits if splits > 1 else 1
 

@@ -96,10 +96,31 @@ GENERIC_TABLE = {
     "large": GemmTiling(128, 128, 16, 2, 2),
 }
 
-# lavapipe: large register tiles win on a CPU (each workgroup is one thread's loop).
+# NVIDIA H200 (and H100): `python benchmarks/gemm_tune.py --top 4 --repeat 6` on the H200,
+# 2026-12-01, the SmolLM2-135M and GPT-2-small steps' products, TFLOP/s of the fastest
+# configuration against the generic pick:
+#   large:  4096³ 64x128 prefetch 38.5 (128x128 35.8); 8192x768x3072 64x128 36.9 (128x128 33.5);
+#           LM-head gradient 50257x2048x768 Aᵀ 64x128 prefetch 41.0 (38.2); the LM head itself,
+#           2048x576x49152 Bᵀ and 2048x768x50257 Bᵀ, 128x128 33.9 and 32.4 (64x128 prefetch not
+#           timed alone there: the sweep ran out of time);
+#   medium: 3072x2048x768 Aᵀ 64x128 prefetch 29.3 (64x128 14.0); 2048x576x1536 Bᵀ 64x128
+#           prefetch 19.9 (14.9); 2048x50257x768 32x128 27.6 (64x128 22.6);
+#   narrow: 1536x2048x576 Aᵀ 32x64 15.2 (64x64 4x4 8.5).
+HOPPER_TABLE = {
+    "small": GemmTiling(32, 64, 16, 1, 1),
+    "narrow": GemmTiling(32, 64, 16, 1, 1),
+    "medium": GemmTiling(64, 128, 16, 2, 2, prefetch=True),
+    "large": GemmTiling(64, 128, 16, 2, 2, prefetch=True),
+}
+
+# lavapipe: large register tiles win on a CPU (each workgroup is one thread's loop). On this
+# project's 2-core machine (`python benchmarks/gemm_tune.py --steps "" --extra
+# 1024x256x256,2048x128x512,512x2048x128 --repeat 4`, 2026-12-01), 128x128 with 16x16 per thread:
+# 1024x256x256 14.3 GFLOP/s (the kernel before: 9.6; in November 0.75), 2048x128x512 13.9,
+# 512x2048x128 15.1 (16.7 at BK 32); next best 64x128 16x16 and 128x128 8x16, 15-25% slower.
 CPU_TABLE = dict.fromkeys(GENERIC_TABLE, GemmTiling(128, 128, 16, 4, 4)) | {"small": GemmTiling(32, 64, 16, 1, 1)}
 
-TABLES = {"generic": GENERIC_TABLE, "cpu": CPU_TABLE}
+TABLES = {"generic": GENERIC_TABLE, "hopper": HOPPER_TABLE, "cpu": CPU_TABLE}
 
 
 def shrunk(tiling: GemmTiling, m: int, n: int) -> GemmTiling:
