@@ -11,10 +11,8 @@ Each (product, configuration) is compiled alone, run back to back for 0.1 s (Exe
 clocks idle low while a pipeline compiles), then `repeat` dispatches are timed with GPU timestamps
 (Executable.profile); the median counts, and its buffers are destroyed before the next
 (configurations run in a shuffled order so that drift favours none). Epilogues are left out:
-they cost the same in every configuration. For each product the table prints its class
-(gemm_table.shape_class), the configuration the table picks today and the fastest one, in
-TFLOP/s; a per-class summary follows: the configuration with the least total time over the step
-(time × count), which is what the table should hold.
+they cost the same in every configuration. For each product it prints the configuration the table picks today
+and the fastest one (`--json` keeps every time).
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ import numpy as np
 
 from meganeura.codegen import matmul as codegen_matmul
 from meganeura.codegen.compiled import compile_step
-from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling, shape_class
+from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling
 from meganeura.ir.graph import TensorType
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
 from meganeura.ir.trace import Tracer
@@ -136,7 +134,7 @@ def main() -> None:
     for product, count in sorted(products.items(), key=lambda item: -math.prod(item[0][0]) * math.prod(item[0][1:4])):
         batch, m, k, n = product[:4]
         flops = 2 * math.prod(batch) * m * n * k
-        current = gemm_tiling(m, n, k, math.prod(batch), target)
+        current = gemm_tiling(m, n, k, math.prod(batch), target, product[5])
         times = {}
         order = list(dict.fromkeys([current, *candidates]))
         random.Random(len(rows)).shuffle(order)  # no configuration always runs first (clock drift)
@@ -146,31 +144,16 @@ def main() -> None:
             except Exception as error:  # a configuration the adapter refuses: report it, go on
                 print(f"  {product_text(product)} {tiling}: {type(error).__name__}: {str(error)[:120]}")
         best = min(times, key=times.get)
-        cls = shape_class(m, n, k, math.prod(batch))
-        rows.append({"product": product_text(product), "class": cls, "count": count, "flops": flops,
+        rows.append({"product": product_text(product), "count": count, "flops": flops,
                      "current": str(current), "seconds": times})  # fmt: skip
         print(
-            f"{product_text(product):32s} ×{count:<3d} {cls:8s} current {current} "
+            f"{product_text(product):32s} ×{count:<3d} current {current} "
             f"{flops / times[str(current)] / 1e9:8.1f} GFLOP/s; best {best} {flops / times[best] / 1e9:8.1f}",
             flush=True,
         )
-    print("\nper class: the configuration with the least step time (time × count over the class's products)")
-    for cls in sorted({row["class"] for row in rows}):
-        members = [row for row in rows if row["class"] == cls]
-        common = set.intersection(*(set(row["seconds"]) for row in members))
-        total = {name: sum(row["seconds"][name] * row["count"] for row in members) for name in common}
-        best = min(total, key=total.get)
-        currents = {row["current"] for row in members}
-        now = sum(row["seconds"][row["current"]] * row["count"] for row in members)
-        print(
-            f"  {cls:8s} best {best}: {total[best] * 1e3:8.3f} ms "
-            f"(today's picks {sorted(currents)}: {now * 1e3:8.3f} ms)"
-        )
-        for name in sorted(total, key=total.get)[:5]:
-            print(f"      {name:28s} {total[name] * 1e3:8.3f} ms")
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump({"adapter": device.describe(), "rows": rows}, file, indent=1)
+        if args.json:  # after every product: a run cut short keeps what it measured
+            with open(args.json, "w") as file:
+                json.dump({"adapter": device.describe(), "rows": rows}, file, indent=1)
 
 
 if __name__ == "__main__":

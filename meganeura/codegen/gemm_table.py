@@ -1,13 +1,14 @@
 """The matmul kernel's tile configurations (codegen/matmul.py): what a configuration is, and which
-one each adapter family runs for each class of shape, measured.
+one each adapter family runs for each product, measured.
 
 A `GemmTiling` is a BM × BN output tile per workgroup walked over K in steps of BK, each thread
-owning 4·RM rows × 4·RN columns. `gemm_tiling(m, n, k, batches, target)` picks one: the
-measured table of the target's family (`Target.tuning`) for the shape's class, shrunk for outputs
-smaller than the tile; an adapter without a table gets the generic one.
+owning 4·RM rows × 4·RN columns. `gemm_tiling(m, n, k, batches, target, transpose_b)` picks one
+from the ladder of the target's family (`Target.tuning`; an adapter without one gets the generic
+ladder): the largest tile that still gives every compute unit `fill` workgroups, shrunk for
+outputs smaller than the tile.
 
-Measured by `python benchmarks/gemm_tune.py` (every configuration of `CANDIDATES` on every
-shape of `benchmarks/gemm_tune.py` in one process, GPU timestamps, median of 10 dispatches).
+Measured by `python benchmarks/gemm_tune.py` (every candidate configuration on the products of
+real training steps in one process, GPU timestamps) and `python -m meganeura bench gemm`.
 """
 
 from __future__ import annotations
@@ -73,52 +74,57 @@ class GemmTiling:
         return f"{self.bm}x{self.bn}/k{self.bk} {4 * self.rm}x{4 * self.rn}{extra}"
 
 
-def shape_class(m: int, n: int, k: int, batches: int) -> str:
-    """The class a product falls in, by the outputs it has to spread over the adapter (batches·M·N):
-    "small" (under 16k: a few workgroups whatever the tile), "narrow" (under 1M: at 128×128, fewer
-    tiles than an H200 has units — a transformer's weight gradients, its KV projections), "medium"
-    (under 4M: its other projections at batch × seq 2048), "large" (the rest: square products,
-    an LM head). K does not enter: every class holds short and long reductions alike."""
-    outputs = batches * m * n
-    if outputs < 16384:
-        return "small"
-    if outputs < 1 << 20:
-        return "narrow"
-    if outputs < 4 << 20:
-        return "medium"
-    return "large"
+@dataclass(frozen=True)
+class GemmLadder:
+    """An adapter family's measured tilings, largest tile first: a product takes the first whose
+    tiles give every compute unit at least `fill` workgroups (the last one otherwise). Large tiles
+    reuse each loaded element more; an output too small for them leaves units idle or runs a
+    ragged last wave, where a smaller tile wins. `transposed_b` is the ladder of products whose
+    B is stored [N, K] (x·Wᵀ with a Linear weight, an input gradient through Wᵀ): its staging
+    scatters B's rows, and a different tile wins there."""
+
+    fill: int
+    ladder: tuple[GemmTiling, ...]
+    transposed_b: tuple[GemmTiling, ...] = ()
+
+    def pick(self, m: int, n: int, batches: int, units: int, transpose_b: bool) -> GemmTiling:
+        ladder = (self.transposed_b or self.ladder) if transpose_b else self.ladder
+        for tiling in ladder:
+            if batches * -(-m // tiling.bm) * -(-n // tiling.bn) >= self.fill * units:
+                return tiling
+        return ladder[-1]
 
 
-GENERIC_TABLE = {
-    "small": GemmTiling(32, 64, 16, 1, 1),
-    "narrow": GemmTiling(64, 64, 16, 1, 1),
-    "medium": GemmTiling(64, 128, 16, 2, 2),
-    "large": GemmTiling(128, 128, 16, 2, 2),
-}
+GENERIC_TABLE = GemmLadder(
+    fill=2, ladder=(GemmTiling(128, 128, 16, 2, 2), GemmTiling(64, 128, 16, 2, 2), GemmTiling(32, 64, 16, 1, 1))
+)
 
-# NVIDIA H200 (and H100): `python benchmarks/gemm_tune.py --top 4 --repeat 6` on the H200,
-# 2026-12-01, the SmolLM2-135M and GPT-2-small steps' products, TFLOP/s of the fastest
-# configuration against the generic pick:
-#   large:  4096³ 64x128 prefetch 38.5 (128x128 35.8); 8192x768x3072 64x128 36.9 (128x128 33.5);
-#           LM-head gradient 50257x2048x768 Aᵀ 64x128 prefetch 41.0 (38.2); the LM head itself,
-#           2048x576x49152 Bᵀ and 2048x768x50257 Bᵀ, 128x128 33.9 and 32.4 (64x128 prefetch not
-#           timed alone there: the sweep ran out of time);
-#   medium: 3072x2048x768 Aᵀ 64x128 prefetch 29.3 (64x128 14.0); 2048x576x1536 Bᵀ 64x128
-#           prefetch 19.9 (14.9); 2048x50257x768 32x128 27.6 (64x128 22.6);
-#   narrow: 1536x2048x576 Aᵀ 32x64 15.2 (64x64 4x4 8.5).
-HOPPER_TABLE = {
-    "small": GemmTiling(32, 64, 16, 1, 1),
-    "narrow": GemmTiling(32, 64, 16, 1, 1),
-    "medium": GemmTiling(64, 128, 16, 2, 2, prefetch=True),
-    "large": GemmTiling(64, 128, 16, 2, 2, prefetch=True),
-}
+# NVIDIA H200 (and H100). Measured on the H200 on 2026-12-01 with `python benchmarks/gemm_tune.py
+# --top 4 --repeat 6` (the SmolLM2-135M and GPT-2-small steps' products; TFLOP/s of the fastest
+# configuration, and of the 128x128 8x8 before in brackets) and `python -m meganeura bench gemm`:
+#   4096³ 64x128 prefetch 38.5 (35.8); 8192x768x3072 64x128 36.9 (33.5); the LM-head gradient
+#   50257x2048x768 Aᵀ 64x128 prefetch 41.0 (38.2); 3072x2048x768 Aᵀ (288 tiles of 64x128 on 132
+#   SMs) 64x128 prefetch 29.3; 2048x50257x768 32x128 27.6 (64x128 22.6); 1536x2048x576 Aᵀ 32x64
+#   15.2 (64x64 8.5). With B stored [N, K] 128x128 wins: the LM head 2048x576x49152 Bᵀ 33.9 and
+#   2048x768x50257 Bᵀ 32.4 at 128x128, against 14.2 for 64x128 prefetch (bench gemm); a 2048x576
+#   output (160 tiles of 64x128, 1.2 per SM) ran at 14-17 TFLOP/s: hence `fill` 2.
+HOPPER_TABLE = GemmLadder(
+    fill=2,
+    ladder=(GemmTiling(64, 128, 16, 2, 2, prefetch=True), GemmTiling(32, 128, 16, 1, 2), GemmTiling(32, 64, 16, 1, 1)),
+    transposed_b=(
+        GemmTiling(128, 128, 16, 2, 2),
+        GemmTiling(64, 128, 16, 2, 2, prefetch=True),
+        GemmTiling(32, 128, 16, 1, 2),
+        GemmTiling(32, 64, 16, 1, 1),
+    ),
+)
 
 # lavapipe: large register tiles win on a CPU (each workgroup is one thread's loop). On this
 # project's 2-core machine (`python benchmarks/gemm_tune.py --steps "" --extra
 # 1024x256x256,2048x128x512,512x2048x128 --repeat 4`, 2026-12-01), 128x128 with 16x16 per thread:
 # 1024x256x256 14.3 GFLOP/s (the kernel before: 9.6; in November 0.75), 2048x128x512 13.9,
 # 512x2048x128 15.1 (16.7 at BK 32); next best 64x128 16x16 and 128x128 8x16, 15-25% slower.
-CPU_TABLE = dict.fromkeys(GENERIC_TABLE, GemmTiling(128, 128, 16, 4, 4)) | {"small": GemmTiling(32, 64, 16, 1, 1)}
+CPU_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(128, 128, 16, 4, 4), GemmTiling(32, 64, 16, 1, 1)))
 
 TABLES = {"generic": GENERIC_TABLE, "hopper": HOPPER_TABLE, "cpu": CPU_TABLE}
 
@@ -139,8 +145,8 @@ def shrunk(tiling: GemmTiling, m: int, n: int) -> GemmTiling:
     return GemmTiling(bm, bn, 16, 1, 1) if (bm, bn) != (tiling.bm, tiling.bn) else tiling
 
 
-def gemm_tiling(m: int, n: int, k: int, batches: int = 1, target=None) -> GemmTiling:
+def gemm_tiling(m: int, n: int, k: int, batches: int = 1, target=None, transpose_b: bool = False) -> GemmTiling:
     """The tiling the matmul kernel uses for an M×K·K×N product (`batches` of them) on `target`."""
     family = "generic" if target is None else "cpu" if target.cpu else target.tuning
-    table = TABLES.get(family, GENERIC_TABLE)
-    return shrunk(table[shape_class(m, n, k, batches)], m, n)
+    units = 64 if target is None else target.compute_units
+    return shrunk(TABLES.get(family, GENERIC_TABLE).pick(m, n, batches, units, transpose_b), m, n)

@@ -160,7 +160,7 @@ def matmul_workgroups(attrs: dict, operands, results, target: Target = GENERIC) 
     """One workgroup per output tile of every matrix of the batch."""
     batch, m, k, n = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs, "matmul")
     batches = math.prod(batch)
-    tiling = gemm_tiling(m, n, k, batches, target)
+    tiling = gemm_tiling(m, n, k, batches, target, bool(attrs.get("transpose_b", False)))
     return -(-m // tiling.bm) * -(-n // tiling.bn) * batches
 
 
@@ -222,7 +222,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
 
     reads, epilogue = expression_code(tree, read)
     a_reads, prologue = expression_code(prologue_tree, read_for_a)
-    tiling = gemm_tiling(m, n, k, batches, target)
+    tiling = gemm_tiling(m, n, k, batches, target, transpose_b)
     # An operand an epilogue or prologue also reads by element keeps its scalar binding.
     elementwise = set(extras)
     op_a = OperandTile("a", "m", m, tiling.bm, transpose_a, (m if transpose_a else k) % 4 == 0 and a not in elementwise)
