@@ -177,11 +177,14 @@ def test_five_steps_of_multi_tensor_updates_match_the_per_parameter_kernels(name
         runs[label] = (*run_steps(compilation.compiled, compilation.traced, 5), counts)
     reference, expected, single = runs["per parameter"]
     assert np.isfinite(reference).all() and reference[-1] != reference[0]
+    # Bit for bit on lavapipe; a GPU's compiler may contract the two forms' arithmetic into FMAs
+    # differently (the H200 differed by 1 ulp in some elements after 5 SGD-momentum steps).
+    rtol = 0.0 if device.cpu else 2e-6
     for label in ("fused, on this device", "multi-tensor", "multi-tensor, 9 buffers"):
         losses, values, counts = runs[label]
-        assert losses == reference, label
+        np.testing.assert_allclose(losses, reference, rtol=rtol, atol=0, err_msg=label)
         for key, value in expected.items():
-            np.testing.assert_array_equal(values[key], value, err_msg=f"{label}: {key}")
+            np.testing.assert_allclose(values[key], value, rtol=rtol, atol=rtol * 1e-2, err_msg=f"{label}: {key}")
         if name != "sgd":  # plain SGD's single-tensor update has a single kernel too
             assert counts.optimizer < single.optimizer, (label, counts, single)
     assert (runs["fused, on this device"][2].multi_tensor == 0) == device.cpu
