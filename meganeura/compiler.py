@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from meganeura import nn
+from meganeura import checkpoint, nn
 from meganeura.codegen.compiled import CompiledStep, compile_step
 from meganeura.explain import StepReport
 from meganeura.ir.autodiff import GradBuilder, gradients
@@ -227,7 +227,8 @@ def explain_only() -> Iterator[list[Program]]:
 class Compilation:
     """Everything `compile()` decides before a device is involved: the traced step, the graph the
     e-graph made of it with its report, the lowered kernels and buffer plan, and how long each
-    stage took (seconds: trace, recognize, autodiff, encode, saturate, extract, decode, lower)."""
+    stage took (seconds: trace, recognize, autodiff, encode, saturate, extract, decode, lower),
+    and the model and optimizer it was made from (a checkpoint names their classes)."""
 
     inputs: dict[str, InputSpec]
     traced: TracedStep
@@ -236,6 +237,8 @@ class Compilation:
     compiled: CompiledStep
     timings: dict[str, float]
     target: Target = GENERIC
+    model: nn.Module | None = None
+    optimizer: Optimizer | None = None
 
     @property
     def total_s(self) -> float:
@@ -297,7 +300,7 @@ def compilation_of(
         timings |= {"encode": report.encode_s, "saturate": report.saturate_s, "extract": report.extract_s}
         timings |= {"decode": report.decode_s, "report": report.report_s}
     timings["lower"] = time.perf_counter() - lowering
-    return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings, target)
+    return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings, target, model, optimizer)
 
 
 class Program:
@@ -315,6 +318,7 @@ class Program:
         self.is_training = "loss" in self.graph.outputs
         traced = self.traced
         self.runs = 0  # steps run, for MEGANEURA_TRACE
+        self.steps = 0  # train steps run (or restored from a checkpoint)
         self.trace_path = os.environ.get("MEGANEURA_TRACE")
         if _EXPLAIN:
             _EXPLAIN[-1].append(self)
@@ -368,6 +372,7 @@ class Program:
             raise RuntimeError("this program was compiled without loss=: call it, program(**inputs), to run the model")
         values = self.check_inputs(arrays)
         out = self.run(values, ("loss",))
+        self.steps += 1
         return float(out["loss"].reshape(()))
 
     def __call__(self, **arrays: np.ndarray):
@@ -411,6 +416,24 @@ class Program:
         nn.check_state_dict(self.traced.parameters, state)
         for name, param in self.traced.parameters.items():
             param.copy_(state[name])
+
+    def save(self, path) -> None:
+        """Write a checkpoint — parameters, buffers, optimizer state, step count — to `path`
+        atomically (meganeura/checkpoint.py; a safetensors file)."""
+        checkpoint.save(self, path)
+
+    def load(self, path) -> None:
+        """Restore a checkpoint written by `save`; a file that does not fit is refused, every
+        reason named, and nothing changes."""
+        checkpoint.load(self, path)
+
+    def optimizer_state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of the optimizer's state (moments, momentum buffers, step counts) by name."""
+        return checkpoint.optimizer_state(self)
+
+    def load_optimizer_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Replace the optimizer's state; every name, shape and dtype is checked before any write."""
+        checkpoint.load_optimizer_state(self, state)
 
     def report(self) -> StepReport:
         """The rewrites the e-graph chose, costs, e-graph figures and the kernels with their source lines."""
