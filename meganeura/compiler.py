@@ -241,8 +241,12 @@ def label_bounds(graph: Graph) -> dict[str, tuple[int, str]]:
     return bounds
 
 
-class StopExplain(Exception):
-    """Raised in explain mode when a script first tries to run a program."""
+class StopExplain(BaseException):
+    """Raised in explain mode when a script first tries to run a program.
+
+    A BaseException, as KeyboardInterrupt and SystemExit are: a script that wraps its training step
+    in `try: ... except Exception:` (to log and go on) must not swallow it and go on to the next
+    step, or to code that needs the step's results."""
 
 
 _EXPLAIN: list[list[Program]] = []
