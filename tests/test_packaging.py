@@ -28,8 +28,8 @@ from meganeura.codegen.render import TemplateError, load_template, template_path
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL_SOURCES = ("pyproject.toml", "setup.py", "README.md", "meganeura", "shaders")
-DEPENDENCIES = ("numpy", "egglog", "wgpu", "networkx")
-EXTRAS = {"examples", "interop", "plots"}
+DEPENDENCIES = ("numpy", "egglog", "wgpu", "networkx", "safetensors")
+EXTRAS = {"examples", "dev"}
 
 # Training steps as a user of the installed package writes them; the script prints what it ran with.
 TRAIN_STEPS = """
