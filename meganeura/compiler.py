@@ -467,6 +467,17 @@ class Program:
         for name, param in self.traced.parameters.items():
             param.copy_(state[name])
 
+    def fit(self, batches, epochs: int = 1, **options):
+        """Run the training loop over `batches` for `epochs`: a tqdm progress bar, callbacks,
+        evaluation, checkpoints every N steps and resume (meganeura/fit.py); returns the History.
+
+        >>> # history = program.fit([{"x": xb, "y": yb}, ...], epochs=5, checkpoint="run.safetensors",
+        >>> #                       checkpoint_every=100, resume=True)
+        """
+        from meganeura.fit import fit
+
+        return fit(self, batches, epochs, **options)
+
     def save(self, path) -> None:
         """Write a checkpoint — parameters, buffers, optimizer state, step count — to `path`
         atomically (meganeura/checkpoint.py; a safetensors file)."""
