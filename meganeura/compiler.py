@@ -31,6 +31,7 @@ from meganeura.ir.trace import Tracer, tracing, user_source_line
 from meganeura.optim import Optimizer, ParamGrad
 from meganeura.target import GENERIC, Target
 from meganeura.tensor import Tensor
+from meganeura.weights import IncompatibleKeys, load_state
 
 
 @dataclass(frozen=True)
@@ -88,13 +89,16 @@ def trace_step(
     optimizer: Optimizer | None,
     recognize: bool = True,
     target: Target = GENERIC,
+    keep_gradients: bool = False,
 ) -> TracedStep:
     """Run the user's model (and loss) on symbolic inputs; append autodiff and the optimizer.
 
     With `recognize`, the forward graph first goes through the e-graph's recognition rules
     (`rewrite/recognition.py`: hand-written attention and rotary embeddings → the fused
     `attention` and `rope` ops), so that autodiff differentiates the fused ops; this pass only
-    runs when the forward has an op such a pattern ends in (`RECOGNIZABLE`).
+    runs when the forward has an op such a pattern ends in (`RECOGNIZABLE`). With `keep_gradients`,
+    each trainable parameter's gradient is also an output (`GRAD_PREFIX` + its name), so that its
+    buffer survives the step and `Program.gradients()` can read it.
     """
     check_input_specs(inputs)
     started = time.perf_counter()
@@ -139,6 +143,8 @@ def trace_step(
         builder = GradBuilder(graph)
         builder.sources = (user_source_line(),)
         initial_states = optimizer.build_updates(builder, trainable)
+        if keep_gradients:
+            graph.outputs |= {GRAD_PREFIX + p.name: p.grad for p in trainable}
     graph = graph.pruned()
     timings = {
         "trace": traced - started,
@@ -147,6 +153,8 @@ def trace_step(
     }
     return TracedStep(graph, dict(model.named_state()), initial_states, label_bounds(graph), recognition, timings)
 
+
+GRAD_PREFIX = "grad:"  # the outputs that keep_gradients adds: "grad:fc1.weight"
 
 # Ops that the recognition rules' patterns end in (attention's softmax, rotate_half's concat):
 # a forward graph without any skips the pass.
@@ -249,13 +257,14 @@ def compile_plan(
     optimizer: Optimizer | None = None,
     rewrite: bool = True,
     target: Target = GENERIC,
+    keep_gradients: bool = False,
 ) -> Compilation:
     """`compile()` up to the plan, with no device: trace, optimize for `target` (the adapter the
     cost model prices kernels for, meganeura/target.py), lower and plan the buffers."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"compile() expects an nn.Module, got {type(model).__name__}")
     with cyclic_gc_paused():
-        return compilation_of(model, loss, inputs or {}, optimizer, rewrite, target)
+        return compilation_of(model, loss, inputs or {}, optimizer, rewrite, target, keep_gradients)
 
 
 @contextlib.contextmanager
@@ -283,10 +292,11 @@ def compilation_of(
     optimizer: Optimizer | None,
     rewrite: bool,
     target: Target,
+    keep_gradients: bool = False,
 ) -> Compilation:
     from meganeura import rewrite as rewrite_stage
 
-    traced = trace_step(model, loss, inputs, optimizer, recognize=rewrite, target=target)
+    traced = trace_step(model, loss, inputs, optimizer, rewrite, target, keep_gradients)
     fused_graph, report = rewrite_stage.optimize(traced.graph, enabled=rewrite, target=target)
     if traced.recognition is not None and rewrite:
         report.merge_recognition(traced.recognition)
@@ -406,11 +416,33 @@ class Program:
         """Copies of the model's current parameters and buffers by PyTorch-style name."""
         return {name: p.numpy() for name, p in self.traced.parameters.items()}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Replace every parameter and buffer; all names and shapes are checked before anything is written."""
-        nn.check_state_dict(self.traced.parameters, state)
-        for name, param in self.traced.parameters.items():
-            param.copy_(state[name])
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
+        """Replace the parameters and buffers, as `nn.Module.load_state_dict` (numpy arrays or torch
+        tensors; every mismatch reported at once, nothing written unless everything fits; with
+        `strict=False` the names skipped are returned)."""
+        return load_state(self.traced.parameters, state, strict)
+
+    def gradients(self) -> dict[str, np.ndarray]:
+        """The gradient of the loss with respect to each trainable parameter in the last
+        `train_step`, by name (copies read back now). Only a program compiled with
+        `keep_gradients=True` keeps them: there they are outputs of the step, whose buffers
+        survive it, and nothing is read back unless this is called; a step compiled without the
+        flag neither keeps nor reads them."""
+        from meganeura.runtime.executable import read_buffer
+
+        if not self.is_training:
+            raise RuntimeError("gradients() is for a training program (compiled with loss= and optimizer=)")
+        names = [name for name in self.graph.outputs if name.startswith(GRAD_PREFIX)]
+        if not names:
+            raise RuntimeError("this program does not keep its gradients: compile it with keep_gradients=True")
+        executable = self.require_executable()
+        if self.runs == 0:
+            raise RuntimeError("gradients() reads the last step's gradients, and no step has run yet")
+        gradients = {}
+        for name in names:
+            buffer, _, type = executable.outputs[name]
+            gradients[name.removeprefix(GRAD_PREFIX)] = read_buffer(executable.device, buffer, type)
+        return gradients
 
     def report(self) -> StepReport:
         """The rewrites the e-graph chose, costs, e-graph figures and the kernels with their source lines."""
@@ -439,6 +471,7 @@ def compile(
     inputs: dict[str, InputSpec] | None = None,
     optimizer: Optimizer | None = None,
     rewrite: bool = True,
+    keep_gradients: bool = False,
 ) -> Program:
     """Compile a training step (with `loss` and `optimizer`) or an inference program (without).
 
@@ -446,8 +479,9 @@ def compile(
     Programs compiled from the same model share its parameters on the GPU. `rewrite=False`
     skips the e-graph (every op becomes its own kernel), for comparisons. The plan is made for
     the adapter the program runs on (its compute units and binding limit: meganeura/target.py).
+    `keep_gradients=True` keeps each step's parameter gradients for `program.gradients()`.
     """
     from meganeura import runtime
 
     target = GENERIC if _EXPLAIN else runtime.default_device().target
-    return Program(compile_plan(model, loss, inputs, optimizer, rewrite, target))
+    return Program(compile_plan(model, loss, inputs, optimizer, rewrite, target, keep_gradients))
