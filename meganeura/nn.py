@@ -21,6 +21,7 @@ from meganeura.ir.ops.image import pair
 from meganeura.ir.trace import LAYER_CALLS, user_source_line
 from meganeura.parameter import Buffer, Parameter, ParameterStorage  # noqa: F401  (nn.Parameter, nn.Buffer)
 from meganeura.tensor import Tensor
+from meganeura.weights import IncompatibleKeys, load_state
 
 _rng = np.random.default_rng(0)
 
@@ -94,12 +95,12 @@ class Module:
         """Copies of the current parameter and buffer values by dotted name (PyTorch's names and order)."""
         return {name: param.numpy() for name, param in self.named_state()}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Set every parameter and buffer from `state`; names and shapes are all checked before anything changes."""
-        params = dict(self.named_state())
-        check_state_dict(params, state)
-        for name, param in params.items():
-            param.copy_(state[name])
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
+        """Set every parameter and buffer from `state` (numpy arrays, torch tensors, anything array-like;
+        `mn.load_safetensors` reads files). Every mismatch — names, shapes, dtypes, NaN — is reported
+        at once in one StateDictError, and nothing changes unless everything fits. With `strict=False`
+        missing and unexpected names are skipped and returned, as PyTorch does (meganeura/weights.py)."""
+        return load_state(dict(self.named_state()), state, strict)
 
     # -- buffers and training mode (PyTorch's register_buffer, named_buffers, train, eval) -------
 
@@ -152,20 +153,6 @@ class Module:
 
 
 LAYER_CALLS.add(Module.__call__.__code__)
-
-
-def check_state_dict(params: dict[str, Parameter], state: dict[str, Any]) -> None:
-    """Raise a KeyError/ValueError naming every mismatch between a model's parameters and `state`."""
-    missing = [name for name in params if name not in state]
-    unexpected = [name for name in state if name not in params]
-    if missing or unexpected:
-        raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
-    for name, param in params.items():
-        shape = tuple(np.shape(state[name]))
-        if shape != param.shape:
-            raise ValueError(f"load_state_dict: {name} has shape {param.shape} in the model, {shape} in the state")
-        if not np.all(np.isfinite(np.asarray(state[name], dtype=np.float64))):
-            raise ValueError(f"load_state_dict: {name} contains NaN or infinity")
 
 
 class Linear(Module):
@@ -457,10 +444,11 @@ class BatchNorm2d(Module):
     Training mode (the default): the batch mean and biased variance over (N, H, W) normalise, and
     the buffers are updated on the device by every step: running_mean ← (1 − m)·running_mean +
     m·mean, running_var ← (1 − m)·running_var + m·var·n/(n − 1) (n = N·H·W), num_batches_tracked
-    += 1 (a float32 scalar here, int64 in PyTorch); momentum=None uses m = 1/num_batches_tracked
-    (the cumulative average). Eval mode (`model.eval()`): the running statistics normalise.
-    weight (ones) and bias (zeros) are parameters; state_dict names and order are PyTorch's:
-    weight, bias, running_mean, running_var, num_batches_tracked.
+    += 1 (float32 on the device, exact to 2^24 steps; int64 in state_dict(), as in PyTorch);
+    momentum=None uses m = 1/num_batches_tracked (the cumulative average). Eval mode
+    (`model.eval()`): the running statistics normalise. weight (ones) and bias (zeros) are
+    parameters; state_dict names and order are PyTorch's: weight, bias, running_mean,
+    running_var, num_batches_tracked.
     """
 
     def __init__(
@@ -476,7 +464,7 @@ class BatchNorm2d(Module):
         if track_running_stats:
             self.running_mean = Buffer(np.zeros(shape, np.float32))
             self.running_var = Buffer(np.ones(shape, np.float32))
-            self.num_batches_tracked = Buffer(np.zeros((), np.float32))
+            self.num_batches_tracked = Buffer(np.zeros((), np.int64))
         else:
             self.running_mean = self.running_var = self.num_batches_tracked = None
 
