@@ -191,6 +191,8 @@ def trace_step(
         "recognize": recognized - traced,
         "autodiff": time.perf_counter() - recognized,
     }
+    # The model remembers the modes it was compiled in: switching later warns (nn.Module.train).
+    object.__setattr__(model, "_compiled_modes", getattr(model, "_compiled_modes", frozenset()) | {model.training})
     return TracedStep(graph, dict(model.named_state()), initial_states, label_bounds(graph), recognition, timings)
 
 
@@ -534,18 +536,24 @@ class Program:
 
 def coerce_input(name: str, value: Any, spec: InputSpec) -> np.ndarray:
     """`value` as a contiguous array of the spec's dtype, or a TypeError/ValueError saying why not."""
-    array = np.asarray(value)
+    array = np.asarray(float(value) if spec.dtype == "f32" and type(value) in (int, bool) else value)
     if array.shape != spec.shape:
-        raise ValueError(f"input {name!r}: expected shape {list(spec.shape)}, got {list(array.shape)}")
+        hint = ""
+        if array.ndim == len(spec.shape) and array.shape[1:] == spec.shape[1:]:
+            hint = (
+                f"; a compiled step has static shapes: for batches of {array.shape[0]}, compile another program "
+                f"with {name}: mn.{spec.dtype}[{', '.join(map(str, array.shape))}] (it shares the model's weights)"
+            )
+        raise ValueError(f"input {name!r}: expected shape {list(spec.shape)}, got {list(array.shape)}{hint}")
     if spec.dtype == "f32":
         if not (np.issubdtype(array.dtype, np.floating)):
             raise TypeError(f"input {name!r}: expected floating-point data for {spec}, got {array.dtype}")
-        return np.ascontiguousarray(array, dtype=np.float32)
+        return np.asarray(array, dtype=np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)
     if not np.issubdtype(array.dtype, np.integer):
         raise TypeError(f"input {name!r}: expected integer data for {spec}, got {array.dtype}")
     if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
         raise ValueError(f"input {name!r}: values do not fit in int32")
-    return np.ascontiguousarray(array, dtype=np.int32)
+    return np.asarray(array, dtype=np.int32, order="C")
 
 
 def compile(

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from meganeura import functional as F
 from meganeura.ir.ops.image import pair
 from meganeura.ir.trace import LAYER_CALLS, user_source_line
 from meganeura.parameter import Buffer, Parameter, ParameterStorage  # noqa: F401  (nn.Parameter, nn.Buffer)
+from meganeura.pytorch_names import missing_names
 from meganeura.tensor import Tensor
 from meganeura.weights import IncompatibleKeys, load_state
 
@@ -135,7 +137,20 @@ class Module:
             yield from module._named_state_all(prefix + name + ".")
 
     def train(self, mode: bool = True) -> Module:
-        """Set training mode (the default) on this module and every submodule; returns self."""
+        """Set training mode (the default) on this module and every submodule; returns self.
+
+        Programs already compiled from this model keep the mode they were compiled in (a compiled
+        step is fixed): where that matters (a BatchNorm in the model), switching warns once."""
+        compiled = getattr(self, "_compiled_modes", None)
+        if compiled and bool(mode) not in compiled and not getattr(self, "_mode_warned", False):
+            if any(getattr(module, "mode_dependent", False) for _, module in self.named_modules()):
+                object.__setattr__(self, "_mode_warned", True)
+                warnings.warn(
+                    f"{type(self).__name__}.{'train' if mode else 'eval'}(): the programs compiled from this model "
+                    f"keep the mode they were compiled in (training={sorted(compiled)[0]}); compile a program "
+                    "after switching to run in the new mode (it shares the weights)",
+                    stacklevel=2,
+                )
         for _, module in self.named_modules():
             object.__setattr__(module, "training", bool(mode))
         return self
@@ -451,6 +466,8 @@ class BatchNorm2d(Module):
     running_var, num_batches_tracked.
     """
 
+    mode_dependent = True  # batch statistics in training, running ones in evaluation
+
     def __init__(
         self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = True, track_running_stats: bool = True
     ) -> None:
@@ -516,3 +533,6 @@ class GroupNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+__getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)

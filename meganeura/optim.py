@@ -23,6 +23,7 @@ import numpy as np
 
 from meganeura.ir.autodiff import GradBuilder
 from meganeura.ir.graph import TensorType
+from meganeura.pytorch_names import missing_names
 
 
 @dataclass(frozen=True)
@@ -181,3 +182,6 @@ class AdamW(Adam):
 
     def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, fused: bool = True) -> None:
         super().__init__(lr, betas, eps, weight_decay, fused)
+
+
+__getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)
