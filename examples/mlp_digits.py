@@ -21,6 +21,7 @@ from sklearn.datasets import load_digits
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
+from meganeura.fit import loss_curve_saved
 from meganeura.runtime import default_device
 
 
@@ -102,19 +103,8 @@ def main() -> None:
     steps = args.epochs * steps_per_epoch
     print(f"\ntrained {steps} steps in {elapsed:.1f} s ({1000 * elapsed / steps:.2f} ms per step, with evaluation)")
     print(f"held-out accuracy: {history.evaluations[-1][1]['held-out accuracy']:.3f}")
-    save_plot(history, args.plot, "MLP on the 8x8 digits")
-
-
-def save_plot(history, path: str, title: str) -> None:
-    """The loss curve as a PNG at `path`, or a line saying why not (matplotlib missing)."""
-    if not path:
-        return
-    try:
-        history.save_plot(path, title)
-    except ImportError as error:
-        print(f"no loss curve: {error}")
-        return
-    print(f"loss curve: {path}")
+    if args.plot:
+        print(loss_curve_saved(history.losses, args.plot, "MLP on the 8x8 digits", history.evaluations))
 
 
 if __name__ == "__main__":

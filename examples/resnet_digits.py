@@ -31,7 +31,7 @@ from sklearn.datasets import load_digits
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.fit import save_loss_curve
+from meganeura.fit import loss_curve_saved
 from meganeura.runtime import default_device
 
 
@@ -165,11 +165,7 @@ def main() -> None:
     print(f"\ntrained {steps} steps in {elapsed:.1f} s ({1000 * elapsed / steps:.1f} ms per step, with evaluation)")
     print(f"held-out accuracy: {accuracy:.3f}")
     if args.plot:
-        try:
-            save_loss_curve(curve, args.plot, "ResNet on the 8x8 digits", evaluations)
-            print(f"loss curve: {args.plot}")
-        except ImportError as error:
-            print(f"no loss curve: {error}")
+        print(loss_curve_saved(curve, args.plot, "ResNet on the 8x8 digits", evaluations))
 
 
 if __name__ == "__main__":

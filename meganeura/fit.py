@@ -56,6 +56,21 @@ class History:
         save_loss_curve(self.losses, path, title, self.evaluations)
 
 
+def loss_curve_saved(
+    losses: Sequence[tuple[int, float]],
+    path: str | os.PathLike,
+    title: str = "",
+    evaluations: Sequence[tuple[int, dict[str, float]]] = (),
+) -> str:
+    """`save_loss_curve`, for a script that goes on without matplotlib: the line to print, saying
+    where the PNG went or why there is none."""
+    try:
+        save_loss_curve(losses, path, title, evaluations)
+    except ImportError as error:
+        return f"no loss curve: {error}"
+    return f"loss curve: {path}"
+
+
 def save_loss_curve(
     losses: Sequence[tuple[int, float]],
     path: str | os.PathLike,
