@@ -12,9 +12,12 @@ import pytest
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
+from meganeura.bench.harness import preload_torch
+from meganeura.checkpoint import CheckpointError
 from meganeura.gate import ACCUMULATOR_SUFFIX, MICRO_STEP
 
 pytestmark = pytest.mark.gpu
+preload_torch()  # where torch is installed: imported before the device opens (harness.py says why)
 
 MICRO, K, N_IN, CLASSES = 5, 3, 6, 4  # a micro-batch of 5 rows (no tile multiple), 3 per update
 RNG = np.random.default_rng(11)
@@ -132,6 +135,13 @@ def test_a_checkpoint_mid_cycle_resumes_exactly(tmp_path):
     # The accumulators are the step's, not the optimizer's: optimizer_state_dict() is PyTorch's.
     state = first.optimizer_state_dict()
     assert MICRO_STEP not in state and not any(name.endswith(ACCUMULATOR_SUFFIX) for name in state)
+    # A program without accumulation cannot resume mid-cycle: refused, naming why, and unchanged.
+    plain = program(MICRO, optim.Adam(lr=1e-2), seed=9)
+    weights = plain.state_dict()
+    with pytest.raises(CheckpointError, match=r"gradient accumulation state .*: unexpected \['accumulate.micro_step'"):
+        plain.load(path)
+    for name, value in plain.state_dict().items():
+        np.testing.assert_array_equal(value, weights[name], err_msg=name)
 
 
 def test_accumulate_needs_a_whole_number_of_steps_and_a_training_step():
@@ -140,3 +150,25 @@ def test_accumulate_needs_a_whole_number_of_steps_and_a_training_step():
             mn.compile(Net(), ce, spec(MICRO), optim.SGD(lr=1.0), accumulate=bad)
     with pytest.raises(ValueError, match="pass loss= and optimizer="):
         mn.compile(Net(), inputs=spec(MICRO), accumulate=2)
+
+
+def test_side_by_side_with_pytorch_loss_over_k_backward_then_step():
+    torch = pytest.importorskip("torch")
+    accumulating = program(MICRO, optim.Adam(lr=1e-2), seed=5, accumulate=K)
+    start = accumulating.state_dict()
+    reference = torch.nn.Sequential(torch.nn.Linear(N_IN, 9), torch.nn.Tanh(), torch.nn.Linear(9, CLASSES))
+    names = {"0.weight": "fc1.weight", "0.bias": "fc1.bias", "2.weight": "fc2.weight", "2.bias": "fc2.bias"}
+    reference.load_state_dict({ours: torch.from_numpy(start[theirs].copy()) for ours, theirs in names.items()})
+    adam = torch.optim.Adam(reference.parameters(), lr=1e-2)
+    for cycle in range(2):
+        for batch in BATCHES[cycle * K : (cycle + 1) * K]:
+            ours = accumulating.train_step(**batch)
+            loss = torch.nn.functional.cross_entropy(
+                reference(torch.from_numpy(batch["x"])), torch.from_numpy(batch["y"]).long()
+            )
+            (loss / K).backward()
+            assert ours == pytest.approx(loss.item(), rel=1e-5)
+        adam.step()
+        adam.zero_grad()
+        theirs = {names[name]: value.detach().numpy() for name, value in reference.state_dict().items()}
+        assert_close(accumulating.state_dict(), theirs)
