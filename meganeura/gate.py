@@ -8,10 +8,12 @@ each parameter's and state's new value in `graph.updates`, `gate_updates` replac
 whose gate is 0 leaves every parameter and optimizer state as it was, and any optimizer works
 unchanged. The price: an update can no longer be written in place (the old value is still read
 by the `where`), so each gated update has a buffer and an end-of-step copy of its own, and the
-multi-tensor grouping of the fused updates (codegen/multi_tensor.py) does not apply.
+multi-tensor grouping of the fused updates (codegen/multi_tensor.py) does not apply; and a step
+whose gate is 0 still computes the update it throws away (the k − 1 micro-steps of a cycle too).
+benchmarks/gated_step.py measures what that costs.
 
 - Accumulation: a state per parameter, `<name>.grad_accum`, and a step counter,
-  `accumulate.micro_step` (both `STEP_STATE`: saved in checkpoints, not optimizer state). Each step
+  `accumulate.micro_step` (`TracedStep.step_states`: in checkpoints, not in the optimizer's state). Each step
   adds gradient/k to the accumulators; the step that brings the counter to k gives the optimizer
   the accumulated sum, applies its update and resets the accumulators and the counter to 0. That
   is what `(loss / k).backward()` k times and then `optimizer.step()` do in PyTorch.
