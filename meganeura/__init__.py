@@ -10,6 +10,7 @@
 from meganeura import functional, nn, optim
 from meganeura.compiler import InputSpec, Program, compile, f32, i32
 from meganeura.functional import causal_mask
+from meganeura.gate import NonFiniteError
 from meganeura.ir.op import ShapeError
 from meganeura.nn import manual_seed
 from meganeura.tensor import (  # the elementwise ones are generated from ir/functions.py
@@ -38,5 +39,6 @@ __all__ = [
     "load_safetensors", "IncompatibleKeys", "StateDictError",
     "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
     "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
+    "NonFiniteError",
 ]  # fmt: skip
 __version__ = "0.1.0"

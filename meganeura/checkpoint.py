@@ -6,6 +6,8 @@ readable by PyTorch and HF tools):
   (`Program.state_dict()`);
 - tensors `optim/<name>`: the optimizer's state leaves on the device — Adam's moments
   (`<param>.exp_avg`, `<param>.exp_avg_sq`) and step count, SGD's momentum buffers;
+- tensors `accum/<name>` (with compile(accumulate=k), meganeura/gate.py): the gradient
+  accumulators and the position in the cycle, so that a run resumed mid-cycle goes on exactly;
 - metadata (strings): `format` ("meganeura-checkpoint"), `version`, `model` (the model's class),
   `optimizer` (its class), `hyper` (its hyper-parameters as JSON), `steps` (train steps run).
 
@@ -66,6 +68,12 @@ def optimizer_state(program: Program) -> dict[str, np.ndarray]:
     return {name: executable.read_state(name) for name in program.traced.initial_states}
 
 
+def step_state(program: Program) -> dict[str, np.ndarray]:
+    """Copies of the gate's states on the device (gradient accumulators, the micro-step counter)."""
+    executable = program.require_executable()
+    return {name: executable.read_state(name) for name in program.traced.step_states}
+
+
 def state_problems(expected: dict[str, np.ndarray], given: dict[str, Any], what: str) -> list[str]:
     """Every way `given` fails to match `expected` by name, shape and dtype."""
     problems = []
@@ -112,6 +120,7 @@ def save(program: Program, path: str | os.PathLike) -> None:
     st = safetensors_numpy()
     tensors = {f"param/{name}": np.ascontiguousarray(value) for name, value in program.state_dict().items()}
     tensors |= {f"optim/{name}": np.ascontiguousarray(value) for name, value in optimizer_state(program).items()}
+    tensors |= {f"accum/{name}": np.ascontiguousarray(value) for name, value in step_state(program).items()}
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(prefix=".meganeura-", suffix=".tmp", dir=folder)
@@ -178,10 +187,25 @@ def load(program: Program, path: str | os.PathLike) -> None:
     current_params, current_state = program.state_dict(), optimizer_state(program)
     params = scalars_restored(current_params, {k[6:]: v for k, v in tensors.items() if k.startswith("param/")})
     state = scalars_restored(current_state, {k[6:]: v for k, v in tensors.items() if k.startswith("optim/")})
+    current_accum = step_state(program)
+    accum = scalars_restored(current_accum, {k[6:]: v for k, v in tensors.items() if k.startswith("accum/")})
     problems += state_problems(current_params, params, "parameter")
     problems += state_problems(current_state, state, "optimizer state")
+    problems += state_problems(current_accum, accum, "gradient accumulation state (compile(accumulate=...))")
     if problems:
         raise CheckpointError(f"{path} does not fit this program: " + "; ".join(problems))
     program.load_state_dict(params)
     load_optimizer_state(program, state)
+    load_step_state(program, accum)
     program.steps = int(meta.get("steps", "0"))
+
+
+def load_step_state(program: Program, state: dict[str, np.ndarray]) -> None:
+    """Write the gate's states (checked by the caller) and set the program's position in the cycle."""
+    from meganeura.gate import MICRO_STEP
+
+    executable = program.require_executable()
+    for name, value in state.items():
+        executable.write_state(name, np.asarray(value, order="C"))
+    if MICRO_STEP in state:
+        program.micro_step = int(np.asarray(state[MICRO_STEP]).reshape(()))

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from meganeura import checkpoint, nn
+from meganeura import checkpoint, gate, nn
 from meganeura.codegen.compiled import CompiledStep, compile_step
 from meganeura.explain import StepReport
 from meganeura.ir.autodiff import GradBuilder, gradients
@@ -80,6 +80,10 @@ class TracedStep:
     label_bounds: dict[str, tuple[int, str]]  # i32 input -> (rows it may index, what it is used as)
     recognition: Any = None  # the RewriteReport of the recognition pass on the forward graph, if it ran
     timings: dict[str, float] = field(default_factory=dict)  # seconds: trace, recognize, autodiff
+    # The gate's own states (meganeura/gate.py: gradient accumulators, the micro-step counter),
+    # beside the optimizer's initial_states: checkpoints keep them, optimizer_state_dict() does not.
+    step_states: dict[str, np.ndarray] = field(default_factory=dict)
+    finite_checks: tuple[str, ...] = ()  # what each count of the `nonfinite` output is of
 
 
 def clipped_gradients(builder: GradBuilder, params: list[ParamGrad], max_norm: float) -> tuple[list[ParamGrad], int]:
@@ -108,15 +112,33 @@ class StepOptions:
     `clip_grad_norm`: scale every gradient by min(1, max_norm / (‖g‖₂ + 1e-6)), ‖g‖₂ over all
     parameters together, as `torch.nn.utils.clip_grad_norm_` does; the step also outputs the norm
     (`Program.last_grad_norm`). `keep_gradients`: the step also outputs each parameter's
-    gradient (clipped, when clipping: PyTorch's p.grad after clip_grad_norm_), for `Program.gradients()`."""
+    gradient (clipped, when clipping: PyTorch's p.grad after clip_grad_norm_), for `Program.gradients()`.
+    `accumulate`: each step adds gradient/k to accumulators and every k-th step applies the update
+    with their sum (clipping, if asked, clips that sum), as `(loss / k).backward()` k times and then
+    `optimizer.step()` in PyTorch (meganeura/gate.py).
+    `check_finite`: the step counts the NaN/±inf elements of the float inputs, the loss and every
+    gradient on the GPU, and applies no update at all unless every count is 0 (meganeura/gate.py);
+    `Program.train_step` then raises NonFiniteError naming the first."""
 
     clip_grad_norm: float | None = None
     keep_gradients: bool = False
+    accumulate: int = 1
+    check_finite: bool = False
 
     def __post_init__(self) -> None:
         norm = self.clip_grad_norm
         if norm is not None and not (isinstance(norm, (int, float)) and np.isfinite(norm) and norm > 0):
             raise ValueError(f"clip_grad_norm must be a positive number, got {norm!r}")
+        k = self.accumulate
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"accumulate must be a whole number of steps >= 1, got {k!r}")
+        if not isinstance(self.check_finite, (bool, np.bool_)):
+            raise TypeError(f"check_finite must be True or False, got {self.check_finite!r}")
+
+    @property
+    def trains_only(self) -> bool:
+        """Whether an option was set that only a training step (loss= and optimizer=) can have."""
+        return self.clip_grad_norm is not None or self.keep_gradients or self.accumulate != 1 or bool(self.check_finite)
 
 
 def trace_step(
@@ -150,6 +172,8 @@ def trace_step(
     symbols = {name: Tensor(tracer, tracer.leaf("input", name, spec.type)) for name, spec in inputs.items()}
     graph = tracer.graph
     initial_states: dict[str, np.ndarray] = {}
+    step_states: dict[str, np.ndarray] = {}
+    finite_checks: tuple[str, ...] = ()
     with tracing(tracer):
         if loss is not None:
             value = call_user(loss, model, symbols, "loss")
@@ -179,12 +203,24 @@ def trace_step(
         ]
         builder = GradBuilder(graph)
         builder.sources = (user_source_line(),)
+        forward_updates = set(graph.updates)  # module buffers (BatchNorm statistics)
+        finite = ready = None
+        if options.check_finite:
+            counts, finite, finite_checks = gate.finiteness(builder, graph, graph.outputs["loss"], trainable)
+            graph.outputs[gate.NONFINITE] = counts
+        if options.accumulate > 1:
+            trainable, ready, step_states = gate.accumulated(builder, trainable, int(options.accumulate))
         if options.clip_grad_norm is not None:
             trainable, norm = clipped_gradients(builder, trainable, options.clip_grad_norm)
             graph.outputs["grad_norm"] = norm
         initial_states = optimizer.build_updates(builder, trainable)
         if options.keep_gradients:
             graph.outputs |= {GRAD_PREFIX + p.name: p.grad for p in trainable}
+        if ready is not None:
+            updated = [name for name in graph.updates if name not in forward_updates and name not in step_states]
+            gate.gate_updates(builder, graph, updated, ready)
+        if finite is not None:
+            gate.gate_updates(builder, graph, list(graph.updates), finite)
     graph = graph.pruned()
     timings = {
         "trace": traced - started,
@@ -193,7 +229,9 @@ def trace_step(
     }
     # The model remembers the modes it was compiled in: switching later warns (nn.Module.train).
     object.__setattr__(model, "_compiled_modes", getattr(model, "_compiled_modes", frozenset()) | {model.training})
-    return TracedStep(graph, dict(model.named_state()), initial_states, label_bounds(graph), recognition, timings)
+    state = dict(model.named_state())
+    bounds = label_bounds(graph)
+    return TracedStep(graph, state, initial_states, bounds, recognition, timings, step_states, finite_checks)
 
 
 GRAD_PREFIX = "grad:"  # the outputs that keep_gradients adds: "grad:fc1.weight"
@@ -293,6 +331,7 @@ class Compilation:
     target: Target = GENERIC
     model: nn.Module | None = None
     optimizer: Optimizer | None = None
+    options: StepOptions = StepOptions()
 
     @property
     def total_s(self) -> float:
@@ -356,7 +395,7 @@ def compilation_of(
         timings |= {"encode": report.encode_s, "saturate": report.saturate_s, "extract": report.extract_s}
         timings |= {"decode": report.decode_s, "report": report.report_s}
     timings["lower"] = time.perf_counter() - lowering
-    return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings, target, model, optimizer)
+    return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings, target, model, optimizer, options)
 
 
 class Program:
@@ -374,7 +413,11 @@ class Program:
         self.is_training = "loss" in self.graph.outputs
         traced = self.traced
         self.runs = 0  # steps run, for MEGANEURA_TRACE
-        self.steps = 0  # train steps run (or restored from a checkpoint)
+        self.steps = 0  # train steps run (or restored from a checkpoint); a skipped one does not count
+        # Steps k of compile(accumulate=k), and how many of the current cycle have run (the
+        # device's counter, mirrored: a checkpoint restores both).
+        self.accumulate = int(compilation.options.accumulate)
+        self.micro_step = 0
         # The gradients' global 2-norm before clipping, of the last step (compile(clip_grad_norm=…)).
         self.last_grad_norm: float | None = None
         self.trace_path = os.environ.get("MEGANEURA_TRACE")
@@ -383,7 +426,7 @@ class Program:
             self.executable = None
             return
         self.executable = runtime.Executable(
-            self.compiled, runtime.default_device(), traced.parameters, traced.initial_states
+            self.compiled, runtime.default_device(), traced.parameters, {**traced.initial_states, **traced.step_states}
         )
 
     def run(self, values: dict[str, np.ndarray], read: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -425,16 +468,33 @@ class Program:
         return self.executable
 
     def train_step(self, **arrays: np.ndarray) -> float:
-        """Run forward, backward and the optimizer update once; return the loss."""
+        """Run forward, backward and the optimizer update once; return the loss.
+
+        With compile(accumulate=k) the update runs on every k-th call, with the gradients of the
+        k micro-batches (the loss returned is each micro-batch's own, unscaled). With
+        check_finite=True a step that meets a NaN or infinity changes nothing and raises
+        gate.NonFiniteError."""
         if not self.is_training:
             raise RuntimeError("this program was compiled without loss=: call it, program(**inputs), to run the model")
         values = self.check_inputs(arrays)
         clipping = "grad_norm" in self.graph.outputs
-        out = self.run(values, ("loss", "grad_norm") if clipping else ("loss",))
+        checking = gate.NONFINITE in self.graph.outputs
+        read = ("loss",) + (("grad_norm",) if clipping else ()) + ((gate.NONFINITE,) if checking else ())
+        out = self.run(values, read)
+        loss = float(out["loss"].reshape(()))
+        if checking:
+            self.refuse_nonfinite(out[gate.NONFINITE], loss)
         self.steps += 1
-        if clipping:
+        self.micro_step = (self.micro_step + 1) % self.accumulate
+        if clipping and self.micro_step == 0:  # the norm that clipping used: of the accumulated sum
             self.last_grad_norm = float(out["grad_norm"].reshape(()))
-        return float(out["loss"].reshape(()))
+        return loss
+
+    def refuse_nonfinite(self, counts: np.ndarray, loss: float) -> None:
+        """Raise NonFiniteError naming the first non-finite value of a step (which changed nothing)."""
+        error = gate.nonfinite_error(counts, self.traced.finite_checks, loss, self.accumulate > 1)
+        if error is not None:
+            raise error
 
     def __call__(self, **arrays: np.ndarray):
         """Run the model on `arrays`; return its output as numpy (a tuple for several outputs)."""
@@ -565,6 +625,8 @@ def compile(
     *,
     clip_grad_norm: float | None = None,
     keep_gradients: bool = False,
+    accumulate: int = 1,
+    check_finite: bool = False,
 ) -> Program:
     """Compile a training step (with `loss` and `optimizer`) or an inference program (without).
 
@@ -575,11 +637,20 @@ def compile(
     `clip_grad_norm=max_norm` clips the gradients' global 2-norm before the update as
     `torch.nn.utils.clip_grad_norm_(parameters, max_norm)` does (`program.last_grad_norm`).
     `keep_gradients=True` keeps each step's parameter gradients for `program.gradients()`.
+    `accumulate=k` applies the update every k-th `train_step`, with the gradients of the k
+    micro-batches averaged, as `(loss / k).backward()` k times and then `optimizer.step()`.
+    `check_finite=True` checks the float inputs, the loss and every gradient for NaN/inf on the GPU;
+    a step that finds one updates nothing and `train_step` raises `mn.NonFiniteError` naming it.
     """
     from meganeura import runtime
 
-    options = StepOptions(clip_grad_norm=clip_grad_norm, keep_gradients=keep_gradients)
-    if clip_grad_norm is not None and optimizer is None:
-        raise ValueError("clip_grad_norm clips a training step's gradients: pass loss= and optimizer= too")
+    options = StepOptions(
+        clip_grad_norm=clip_grad_norm, keep_gradients=keep_gradients, accumulate=accumulate, check_finite=check_finite
+    )
+    if options.trains_only and (optimizer is None or loss is None):
+        raise ValueError(
+            "clip_grad_norm, keep_gradients, accumulate and check_finite act on a training step's gradients: "
+            "pass loss= and optimizer= too"
+        )
     target = GENERIC if _EXPLAIN else runtime.default_device().target
     return Program(compile_plan(model, loss, inputs, optimizer, rewrite, target, options))

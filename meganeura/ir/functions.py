@@ -223,6 +223,17 @@ FUNCTIONS: dict[str, Function] = {
         unary("silu", lambda x: x * sigmoid(x), "mn_silu({0})", vjp_silu, "x·sigmoid(x) (swish)", ("mn_silu",)),
         unary("erf", erf, "mn_erf({0})", vjp_erf, "the error function 2/√π ∫₀ˣ exp(−t²) dt", ("mn_erf",)),
         unary("abs", np.abs, "abs({0})", vjp_abs, "|x| (gradient sign(x), 0 at 0)"),
+        # Read from the bits, not as x == x or x - x == 0: WGSL lets a compiler assume that no
+        # value is NaN or infinite, and such a test may then be folded to true.
+        unary(
+            "isfinite",
+            lambda x: mask(np.isfinite(x), (x,)),
+            "mn_isfinite({0})",
+            no_gradient,
+            "1.0 where x is neither NaN nor ±∞, else 0.0 (compile(check_finite=True))",
+            ("mn_isfinite",),
+            dsl=False,
+        ),
         Function(
             "softplus",
             2,
@@ -323,6 +334,9 @@ WGSL_HELPERS: dict[str, str] = {
         return u;
     }
     return log(w) * u / (w - 1.0);
+}""",
+    "mn_isfinite": """fn mn_isfinite(x: f32) -> f32 {
+    return select(0.0, 1.0, (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u);
 }""",
     "mn_leaky_relu": "fn mn_leaky_relu(x: f32, slope: f32) -> f32 {\n    return select(x * slope, x, x > 0.0);\n}",
 }
