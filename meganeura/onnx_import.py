@@ -435,7 +435,8 @@ def graph_problems(nodes: list[Node], domains: list[str], opset: int) -> str:
 
 IDENTIFIER_PART = re.compile(r"[^0-9A-Za-z_]")
 MODULE_ATTRIBUTES = {"graph_inputs", "graph_outputs", "nodes", "opset", "input_shapes", "input_dtypes", "input_specs"}
-RESERVED = set(dir(nn.Module)) | MODULE_ATTRIBUTES | {"feeds", "build_state"}
+# instance attributes (training) are not in dir(Module) but would be clobbered just the same
+RESERVED = set(dir(nn.Module)) | MODULE_ATTRIBUTES | {"feeds", "build_state", "training"}
 
 
 def sanitized(name: str) -> str:

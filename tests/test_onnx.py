@@ -246,6 +246,22 @@ def test_a_file_path_loads_and_softmax_before_opset_13_is_two_dimensional(tmp_pa
     np.testing.assert_allclose(got, onnxruntime_outputs(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
+def test_gemm_attributes_and_padded_pools_match_the_reference():
+    init = {"a": weight(5, 3), "c": weight(1, 7)}
+    nodes = [
+        helper.make_node("Gemm", ["a", "x", "c"], ["g"], transA=1, alpha=0.5, beta=2.0),  # aᵀ [3, 5] · x [5, 7]
+        helper.make_node("Reshape", ["g", "img_shape"], ["img"]),  # [3, 7] as an image [1, 1, 3, 7]
+        helper.make_node("AveragePool", ["img"], ["avg"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+        helper.make_node("MaxPool", ["avg"], ["mx"], kernel_shape=[3, 2], strides=[2, 1], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["mx"], ["out"]),
+    ]
+    init["img_shape"] = np.array([1, 1, 3, 7], np.int64)
+    model = model_of(nodes, [("x", [5, 7])], ["out"], init)
+    x = RNG.normal(size=(5, 7)).astype(np.float32)
+    got = interpreted(mn.load_onnx(model), {"x": x})[0]
+    np.testing.assert_allclose(got, reference(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
 # -- training --------------------------------------------------------------------------------------
 
 
@@ -330,7 +346,8 @@ def test_names_are_sanitised_to_dotted_module_paths():
     assert sanitized("fc1.weight") == "fc1.weight"
     assert sanitized("onnx::Conv_7") == "onnx__Conv_7"
     assert sanitized("/layer1/conv/weight") == "p_layer1_conv_weight"
-    assert sanitized("forward") == "forward_" and sanitized("a..b") == "a.b" and sanitized("0.weight") == "0.weight"
+    assert sanitized("forward") == "forward_" and sanitized("bn.training") == "bn.training_"
+    assert sanitized("a..b") == "a.b" and sanitized("0.weight") == "0.weight"
     names = unique_names(["a", "a.b", "a:b", "a_b"])
     assert names == {"a": "a", "a.b": "a_1.b", "a:b": "a_b", "a_b": "a_b_1"}
 
