@@ -262,6 +262,24 @@ def test_gemm_attributes_and_padded_pools_match_the_reference():
     np.testing.assert_allclose(got, reference(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
+def test_constant_nodes_are_static_shapes_or_untrained_buffers():
+    offset = weight(2, 6)
+    nodes = [
+        helper.make_node("Constant", [], ["shape"], value=numpy_helper.from_array(np.array([2, 6], np.int64))),
+        helper.make_node("Constant", [], ["offset"], value=numpy_helper.from_array(offset)),
+        helper.make_node("Constant", [], ["half"], value=numpy_helper.from_array(np.array(0.5, np.float32))),
+        helper.make_node("Reshape", ["x", "shape"], ["r"]),
+        helper.make_node("Add", ["r", "offset"], ["a"]),
+        helper.make_node("Mul", ["a", "half"], ["m"]),
+        helper.make_node("Identity", ["m"], ["y"]),
+    ]
+    model = model_of(nodes, [("x", [3, 4])], ["y"], {})
+    module = mn.load_onnx(model)
+    assert list(module.named_parameters()) == [] and [n for n, _ in module.named_buffers()] == ["offset"]
+    x = RNG.normal(size=(3, 4)).astype(np.float32)
+    np.testing.assert_allclose(interpreted(module, {"x": x})[0], (x.reshape(2, 6) + offset) * 0.5, rtol=1e-6)
+
+
 # -- training --------------------------------------------------------------------------------------
 
 
