@@ -13,6 +13,7 @@ from meganeura.functional import causal_mask
 from meganeura.gate import NonFiniteError
 from meganeura.ir.op import ShapeError
 from meganeura.nn import manual_seed
+from meganeura.onnx_import import OnnxImportError, load_onnx
 from meganeura.tensor import (  # the elementwise ones are generated from ir/functions.py
     Tensor,
     abs,
@@ -36,7 +37,7 @@ from meganeura.weights import IncompatibleKeys, StateDictError, load_safetensors
 
 __all__ = [
     "compile", "Program", "InputSpec", "f32", "i32", "Tensor", "ShapeError", "manual_seed",
-    "load_safetensors", "IncompatibleKeys", "StateDictError",
+    "load_safetensors", "IncompatibleKeys", "StateDictError", "load_onnx", "OnnxImportError",
     "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
     "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
     "NonFiniteError",
