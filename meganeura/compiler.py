@@ -79,6 +79,7 @@ class TracedStep:
     label_bounds: dict[str, tuple[int, str]]  # i32 input -> (rows it may index, what it is used as)
     recognition: Any = None  # the RewriteReport of the recognition pass on the forward graph, if it ran
     timings: dict[str, float] = field(default_factory=dict)  # seconds: trace, recognize, autodiff
+    optimizer: Any = None  # the live optimizer whose hyper-parameter leaves the step reads
 
 
 def trace_step(
@@ -134,7 +135,9 @@ def trace_step(
         param_nodes = {name: tracer.node_of(p) for name, p in parameters.items()}
         grads = gradients(graph, graph.outputs["loss"], list(param_nodes.values()))
         trainable = [
-            ParamGrad(name, node, grads[node]) for name, node in param_nodes.items() if grads[node] is not None
+            ParamGrad(name, node, grads[node], parameters[name])
+            for name, node in param_nodes.items()
+            if grads[node] is not None
         ]
         builder = GradBuilder(graph)
         builder.sources = (user_source_line(),)
@@ -145,7 +148,9 @@ def trace_step(
         "recognize": recognized - traced,
         "autodiff": time.perf_counter() - recognized,
     }
-    return TracedStep(graph, dict(model.named_state()), initial_states, label_bounds(graph), recognition, timings)
+    traced_step = TracedStep(graph, dict(model.named_state()), initial_states, label_bounds(graph), recognition, timings)
+    traced_step.optimizer = optimizer if loss is not None else None
+    return traced_step
 
 
 # Ops that the recognition rules' patterns end in (attention's softmax, rotate_half's concat):
@@ -328,6 +333,7 @@ class Program:
         """One step on the device; with MEGANEURA_TRACE set, the first program to reach its
         TRACE_AFTER + 1-th step profiles it and writes the trace there (once per process)."""
         executable = self.require_executable()
+        self.write_hypers(executable)
         self.runs += 1
         path = self.trace_path
         if path and self.runs == TRACE_AFTER + 1 and not _TRACED:
@@ -340,6 +346,18 @@ class Program:
             print(f"{profile}\nwrote the Chrome trace of step {self.runs} to {path}", file=sys.stderr)
             return out
         return executable.run(values, read)
+
+    def write_hypers(self, executable) -> None:
+        """Write the optimizer's hyper-parameters that changed since the last step into their
+        leaves (a few bytes each; nothing is recompiled)."""
+        optimizer = self.traced.optimizer
+        if optimizer is None:
+            return
+        written = self.__dict__.setdefault("hypers_written", dict(self.traced.initial_states))
+        for name, value in optimizer.hyper_values().items():
+            if name in executable.states and written.get(name) != value:
+                executable.write_state(name, np.asarray(value, np.float32))
+                written[name] = value
 
     def profile(self, warmup: int = 3, **arrays: np.ndarray):
         """Run `warmup` steps, then one more with every kernel timed on the GPU (runtime/profile.py):

@@ -10,6 +10,9 @@ whole step — forward, backward, update — is one graph and one GPU submission
 (codegen/multi_tensor.py); with `fused=False` each formula is a node of its own (Adam: two
 moments and the step, PyTorch's single-tensor form), and each is a kernel per parameter.
 
+The hyper-parameters are run-time values (`param_groups`, `optimizer.lr = …`: the next step
+uses them, with no recompilation); optim/lr_scheduler.py changes them step by step.
+
 >>> from meganeura import optim
 >>> optim.AdamW(lr=1e-3).weight_decay
 0.01
@@ -18,6 +21,7 @@ moments and the step, PyTorch's single-tensor form), and each is a kernel per pa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,27 +31,18 @@ from meganeura.ir.graph import TensorType
 
 @dataclass(frozen=True)
 class ParamGrad:
-    """One trainable parameter in the graph: its name, its `param` leaf and its gradient node."""
+    """One trainable parameter in the graph: its name, its `param` leaf, its gradient node and the
+    Parameter object (which parameter group it belongs to is decided by identity)."""
 
     name: str
     node: int
     grad: int
-
-
-class Optimizer:
-    """Base class: subclasses append their update nodes and declare their state's initial values."""
-
-    def build_updates(self, builder: GradBuilder, params: list[ParamGrad]) -> dict[str, np.ndarray]:
-        """Append the update nodes; return the initial value of every state leaf they created."""
-        raise NotImplementedError
-
-    @staticmethod
-    def state_leaf(builder: GradBuilder, name: str, shape: tuple[int, ...]) -> int:
-        attrs = {"name": name, "shape": shape, "dtype": "f32"}
-        return builder.graph.add("state", (), TensorType(shape, "f32"), attrs, builder.sources)
+    parameter: Any = None
 
 
 def check_hyper(name: str, value: float, low: float = 0.0, high: float | None = None) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
     value = float(value)
     if not np.isfinite(value) or value < low or (high is not None and value >= high):
         span = f"[{low}, {high})" if high is not None else f">= {low}"
@@ -61,117 +56,291 @@ def check_flag(name: str, value: bool) -> bool:
     return bool(value)
 
 
+def group_property(key: str):
+    """optimizer.<key>: the first group's value; assigning sets it in every group (the next step
+    uses it, with no recompilation)."""
+
+    def get(self):
+        return self.param_groups[0][key]
+
+    def set_(self, value):
+        for group in self.param_groups:
+            group[key] = value
+        self.check_groups()
+
+    return property(get, set_, doc=f"param_groups[0][{key!r}]; assigning sets every group's {key}")
+
+
+class Optimizer:
+    """Base class: parameter groups as torch.optim keeps them, `param_groups` (a list of dicts with
+    "params" and the hyper-parameters), and the update nodes subclasses append.
+
+    `params` is what torch.optim takes: an iterable of Parameters, or of dicts each with "params"
+    and hyper-parameters of its own (the others default to the constructor's), or None: one group
+    with all of the model's parameters (those compile() finds). The object stays live after
+    compile(): the hyper-parameters are `state` leaves of the step (one scalar each, per group:
+    `param_groups.<g>.<name>`) that the Program writes before a step when their values changed.
+    """
+
+    # The run-time hyper-parameters: their leaf names, and the group key and index each reads.
+    HYPERS: dict[str, tuple[str, int | None]] = {}
+
+    def __init__(self, params, defaults: dict[str, Any]) -> None:
+        self.defaults = dict(defaults)
+        self.param_groups: list[dict[str, Any]] = [
+            {**self.defaults, **group} for group in parameter_groups(params)
+        ]
+        self.structure: list[dict[str, Any]] | None = None  # per group: what the compiled graph fixed
+        self.check_groups()
+
+    lr = group_property("lr")
+    weight_decay = group_property("weight_decay")
+
+    def check_groups(self) -> None:
+        """Every group's hyper-parameters in range (a ValueError/TypeError naming the group)."""
+        for index, group in enumerate(self.param_groups):
+            unknown = set(group) - set(self.defaults) - {"params", "initial_lr"}
+            if unknown:
+                raise KeyError(f"param_groups[{index}]: unknown hyper-parameters {sorted(unknown)}")
+            self.check_group(index, group)
+
+    def check_group(self, index: int, group: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def hyper_values(self) -> dict[str, np.float32]:
+        """The value of every hyper-parameter leaf of the compiled step, by leaf name."""
+        if self.structure is None:
+            return {}
+        self.check_groups()
+        if len(self.param_groups) != len(self.structure):
+            raise ValueError(
+                f"the step was compiled with {len(self.structure)} parameter groups, the optimizer now has "
+                f"{len(self.param_groups)}: adding groups after compile() needs a new compile()"
+            )
+        values = {}
+        for index, group in enumerate(self.param_groups):
+            self.check_structure(index, group)
+            for name, (key, item) in self.HYPERS.items():
+                value = group[key] if item is None else group[key][item]
+                values[f"param_groups.{index}.{name}"] = np.float32(value)
+        return values
+
+    def check_structure(self, index: int, group: dict[str, Any]) -> None:
+        """A change that the compiled graph cannot follow (SGD's momentum from 0) is an error."""
+
+    def build_updates(self, builder: GradBuilder, params: list[ParamGrad]) -> dict[str, np.ndarray]:
+        """Append the update nodes; return the initial value of every state leaf they created
+        (the hyper-parameter leaves included)."""
+        groups = self.resolve_groups(params)
+        self.structure = [self.group_structure(group) for group in self.param_groups]
+        initial = {}
+        hypers = []
+        for index, group in enumerate(self.param_groups):
+            leaves = {}
+            for name in self.HYPERS:
+                leaf_name = f"param_groups.{index}.{name}"
+                leaves[name] = self.state_leaf(builder, leaf_name, ())
+                initial[leaf_name] = np.zeros((), np.float32)
+            hypers.append(leaves)
+        initial.update({name: np.asarray(v, np.float32) for name, v in self.hyper_values().items()})
+        return initial | self.build_group_updates(builder, groups, hypers)
+
+    def group_structure(self, group: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def build_group_updates(self, builder, groups, hypers) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def resolve_groups(self, params: list[ParamGrad]) -> list[list[ParamGrad]]:
+        """The trainable parameters of each group, in graph order; a parameter in two groups, or
+        not in the model, is an error (as torch.optim's); one in no group is not updated."""
+        if len(self.param_groups) == 1 and self.param_groups[0]["params"] is None:
+            return [list(params)]
+        by_id = {id(p.parameter): p for p in params}
+        seen: dict[int, int] = {}
+        groups = []
+        for index, group in enumerate(self.param_groups):
+            if group["params"] is None:
+                raise ValueError(f"param_groups[{index}] has no 'params' (only a single group may leave them out)")
+            members = []
+            for parameter in group["params"]:
+                key = id(parameter)
+                if key in seen:
+                    raise ValueError(f"a parameter is in param_groups {seen[key]} and {index}: each may be in one group")
+                seen[key] = index
+                if key in by_id:
+                    members.append(by_id[key])
+                elif not any(parameter is p.parameter for p in params):
+                    known = getattr(parameter, "shape", None)
+                    if not hasattr(parameter, "shape"):
+                        raise TypeError(f"param_groups[{index}]: {parameter!r} is not a Parameter")
+                    raise ValueError(
+                        f"param_groups[{index}]: a parameter of shape {list(known)} is not a trainable "
+                        "parameter of the compiled model (no gradient reaches it, or it is another model's)"
+                    )
+            groups.append(members)
+        return groups
+
+    @staticmethod
+    def state_leaf(builder: GradBuilder, name: str, shape: tuple[int, ...]) -> int:
+        attrs = {"name": name, "shape": shape, "dtype": "f32"}
+        return builder.graph.add("state", (), TensorType(shape, "f32"), attrs, builder.sources)
+
+
+def parameter_groups(params) -> list[dict[str, Any]]:
+    """torch.optim's `params` argument as a list of group dicts (None: one group of all parameters)."""
+    if params is None:
+        return [{"params": None}]
+    if isinstance(params, (int, float, np.number)) and not isinstance(params, bool):
+        raise TypeError(
+            f"the first argument is the parameters, as in torch.optim (got {params!r}): pass lr={params!r}, "
+            "e.g. optim.SGD(model.parameters(), lr=0.1) or optim.SGD(lr=0.1)"
+        )
+    if hasattr(params, "shape"):
+        raise TypeError("params must be an iterable of Parameters or of dicts, not one Parameter")
+    items = list(params)
+    if not items:
+        raise ValueError("the optimizer got an empty parameter list")
+    if all(isinstance(item, dict) for item in items):
+        groups = []
+        for index, item in enumerate(items):
+            if "params" not in item:
+                raise KeyError(f"parameter group {index} has no 'params'")
+            members = item["params"]
+            members = [members] if hasattr(members, "shape") else list(members)
+            groups.append({**item, "params": members})
+        return groups
+    if any(isinstance(item, dict) for item in items):
+        raise TypeError("params must be all Parameters or all dicts (parameter groups), not a mix")
+    return [{"params": items}]
+
+
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum and L2 weight decay (torch.optim.SGD)."""
 
-    def __init__(self, lr: float, momentum: float = 0.0, weight_decay: float = 0.0, fused: bool = True) -> None:
-        self.lr = check_hyper("lr", lr)
-        self.momentum = check_hyper("momentum", momentum)
-        self.weight_decay = check_hyper("weight_decay", weight_decay)
-        self.fused = check_flag("fused", fused)
+    HYPERS = {"lr": ("lr", None), "momentum": ("momentum", None), "weight_decay": ("weight_decay", None)}
 
-    def build_updates(self, builder, params):
-        if self.fused:
-            return self.build_fused_updates(builder, params)
-        initial: dict[str, np.ndarray] = {}
-        for p in params:
-            direction, decay = p.grad, self.weight_decay
-            if self.momentum:
-                buf_name = f"{p.name}.momentum_buffer"
-                buf = self.state_leaf(builder, buf_name, builder.shape(p.node))
-                operands = [buf, p.grad, p.node] if self.weight_decay else [buf, p.grad]
-                direction = builder.emit(
-                    "momentum_buffer", operands, momentum=self.momentum, weight_decay=self.weight_decay
-                )
-                builder.graph.updates[buf_name] = direction
-                initial[buf_name] = np.zeros(builder.shape(p.node), np.float32)
-                decay = 0.0
-            builder.graph.updates[p.name] = builder.emit(
-                "sgd_step", [p.node, direction], lr=self.lr, weight_decay=decay
+    def __init__(self, params=None, lr: float = 1e-3, momentum: float = 0.0, weight_decay: float = 0.0, fused: bool = True) -> None:
+        self.fused = check_flag("fused", fused)
+        super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
+
+    momentum = group_property("momentum")
+
+    def check_group(self, index, group):
+        for key in ("lr", "momentum", "weight_decay"):
+            check_hyper(f"param_groups[{index}] {key}", group[key])
+
+    def group_structure(self, group):
+        return {"momentum_buffer": group["momentum"] != 0.0}
+
+    def check_structure(self, index, group):
+        if group["momentum"] != 0.0 and not self.structure[index]["momentum_buffer"]:
+            raise ValueError(
+                f"param_groups[{index}]: momentum was 0 at compile(), so the step has no momentum buffer; "
+                "compile with a momentum other than 0 to change it at run time"
             )
+
+    def build_group_updates(self, builder, groups, hypers):
+        initial: dict[str, np.ndarray] = {}
+        zero = builder.const(0.0)
+        for params, h, structure in zip(groups, hypers, self.structure, strict=True):
+            for p in params:
+                initial |= self.build_parameter_update(builder, p, h, structure["momentum_buffer"], zero)
         return initial
 
-    def build_fused_updates(self, builder, params):
-        """One `sgd_update` per parameter: (p′) or, with momentum, (p′, buf′)."""
-        initial: dict[str, np.ndarray] = {}
-        hypers = {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay}
-        for p in params:
-            if not self.momentum:
-                builder.graph.updates[p.name] = builder.emit("sgd_update", [p.node, p.grad], **hypers)
-                continue
-            buf_name = f"{p.name}.momentum_buffer"
-            buf = self.state_leaf(builder, buf_name, builder.shape(p.node))
-            update = builder.emit("sgd_update", [p.node, p.grad, buf], **hypers)
+    def build_parameter_update(self, builder, p: ParamGrad, h: dict[str, int], momentum: bool, zero: int):
+        """The update of one parameter: fused (sgd_update) or one node per formula."""
+        lr, wd = h["lr"], h["weight_decay"]
+        if not momentum:
+            op = "sgd_update" if self.fused else "sgd_step"
+            builder.graph.updates[p.name] = builder.emit(op, [p.node, p.grad, lr, wd])
+            return {}
+        buf_name = f"{p.name}.momentum_buffer"
+        buf = self.state_leaf(builder, buf_name, builder.shape(p.node))
+        if self.fused:
+            update = builder.emit("sgd_update", [p.node, p.grad, lr, wd, h["momentum"], buf])
             builder.graph.updates[p.name] = builder.result(update, 0)
             builder.graph.updates[buf_name] = builder.result(update, 1)
-            initial[buf_name] = np.zeros(builder.shape(p.node), np.float32)
-        return initial
+        else:
+            direction = builder.emit("momentum_buffer", [buf, p.grad, p.node, h["momentum"], wd])
+            builder.graph.updates[buf_name] = direction
+            builder.graph.updates[p.name] = builder.emit("sgd_step", [p.node, direction, lr, zero])
+        return {buf_name: np.zeros(builder.shape(p.node), np.float32)}
 
 
 class Adam(Optimizer):
     """Adam with bias correction and L2 weight decay added to the gradient (torch.optim.Adam)."""
 
     decoupled = False
+    HYPERS = {
+        "lr": ("lr", None),
+        "beta1": ("betas", 0),
+        "beta2": ("betas", 1),
+        "eps": ("eps", None),
+        "weight_decay": ("weight_decay", None),
+    }
 
     def __init__(
         self,
+        params=None,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
         fused: bool = True,
     ) -> None:
-        self.lr = check_hyper("lr", lr)
-        self.betas = (check_hyper("betas[0]", betas[0], 0.0, 1.0), check_hyper("betas[1]", betas[1], 0.0, 1.0))
-        self.eps = check_hyper("eps", eps)
-        self.weight_decay = check_hyper("weight_decay", weight_decay)
         self.fused = check_flag("fused", fused)
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
 
-    def build_updates(self, builder, params):
-        beta1, beta2 = self.betas
+    betas = group_property("betas")
+    eps = group_property("eps")
+
+    def check_group(self, index, group):
+        for key in ("lr", "eps", "weight_decay"):
+            check_hyper(f"param_groups[{index}] {key}", group[key])
+        betas = group["betas"]
+        if len(tuple(betas)) != 2:
+            raise ValueError(f"param_groups[{index}]['betas'] must be two numbers, got {betas!r}")
+        for k in (0, 1):
+            check_hyper(f"param_groups[{index}] betas[{k}]", betas[k], 0.0, 1.0)
+
+    def build_group_updates(self, builder, groups, hypers):
         step = self.state_leaf(builder, "step", ())
         new_step = builder.emit("add", [step, builder.const(1.0)])
         builder.graph.updates["step"] = new_step
         initial = {"step": np.zeros((), np.float32)}
-        if self.fused:
-            return initial | self.build_fused_updates(builder, params, new_step)
-        l2 = 0.0 if self.decoupled else self.weight_decay
-        for p in params:
-            moments = []
-            for suffix, beta, order in (("exp_avg", beta1, 1), ("exp_avg_sq", beta2, 2)):
-                name = f"{p.name}.{suffix}"
-                leaf = self.state_leaf(builder, name, builder.shape(p.node))
-                operands = [leaf, p.grad, p.node] if l2 else [leaf, p.grad]
-                moment = builder.emit("adam_moment", operands, beta=beta, order=order, weight_decay=l2)
-                builder.graph.updates[name] = moment
-                initial[name] = np.zeros(builder.shape(p.node), np.float32)
-                moments.append(moment)
-            builder.graph.updates[p.name] = builder.emit(
-                "adam_step",
-                [p.node, moments[0], moments[1], new_step],
-                lr=self.lr,
-                beta1=beta1,
-                beta2=beta2,
-                eps=self.eps,
-                weight_decay=self.weight_decay if self.decoupled else 0.0,
-            )
+        zero = builder.const(0.0)
+        for params, h in zip(groups, hypers, strict=True):
+            for p in params:
+                initial |= self.build_parameter_update(builder, p, h, new_step, zero)
         return initial
 
-    def build_fused_updates(self, builder, params, new_step: int) -> dict[str, np.ndarray]:
-        """One `adam_update` per parameter, (p′, exp_avg′, exp_avg_sq′), reading the new step count."""
-        beta1, beta2 = self.betas
-        hypers = {"lr": self.lr, "beta1": beta1, "beta2": beta2, "eps": self.eps}
-        hypers |= {"weight_decay": self.weight_decay, "decoupled_weight_decay": self.decoupled}
-        initial = {}
-        for p in params:
-            names = (p.name, f"{p.name}.exp_avg", f"{p.name}.exp_avg_sq")
-            moments = [self.state_leaf(builder, name, builder.shape(p.node)) for name in names[1:]]
-            update = builder.emit("adam_update", [p.node, p.grad, *moments, new_step], **hypers)
+    def build_parameter_update(self, builder, p: ParamGrad, h: dict[str, int], new_step: int, zero: int):
+        """(p′, exp_avg′, exp_avg_sq′) of one parameter: one adam_update, or (fused=False) two
+        adam_moment and an adam_step, PyTorch's single-tensor form."""
+        names = (p.name, f"{p.name}.exp_avg", f"{p.name}.exp_avg_sq")
+        moments = [self.state_leaf(builder, name, builder.shape(p.node)) for name in names[1:]]
+        wd = h["weight_decay"]
+        hyper = [h["lr"], h["beta1"], h["beta2"], h["eps"], wd]
+        if self.fused:
+            update = builder.emit(
+                "adam_update", [p.node, p.grad, *moments, new_step, *hyper], decoupled_weight_decay=self.decoupled
+            )
             for index, name in enumerate(names):
                 builder.graph.updates[name] = builder.result(update, index)
-            for name in names[1:]:
-                initial[name] = np.zeros(builder.shape(p.node), np.float32)
-        return initial
+        else:
+            # Adam adds wd·p to the gradient; AdamW reads neither (constants 0, inlined).
+            decayed, l2 = (zero, zero) if self.decoupled else (p.node, wd)
+            new = [
+                builder.emit("adam_moment", [leaf, p.grad, decayed, beta, l2], order=order)
+                for leaf, beta, order in zip(moments, (h["beta1"], h["beta2"]), (1, 2), strict=True)
+            ]
+            builder.graph.updates[names[1]], builder.graph.updates[names[2]] = new
+            decay = wd if self.decoupled else zero
+            builder.graph.updates[p.name] = builder.emit(
+                "adam_step", [p.node, *new, new_step, h["lr"], h["beta1"], h["beta2"], h["eps"], decay]
+            )
+        return {name: np.zeros(builder.shape(p.node), np.float32) for name in names[1:]}
 
 
 class AdamW(Adam):
@@ -179,5 +348,5 @@ class AdamW(Adam):
 
     decoupled = True
 
-    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, fused: bool = True) -> None:
-        super().__init__(lr, betas, eps, weight_decay, fused)
+    def __init__(self, params=None, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, fused: bool = True) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, fused)
