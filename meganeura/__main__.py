@@ -1,11 +1,15 @@
-"""Command line: `python -m meganeura explain [--out DIR] [--wgsl] SCRIPT [ARGS...]` and
-`python -m meganeura profile [--trace FILE] SCRIPT [ARGS...]`.
+"""Command line: `python -m meganeura devices | explain | profile | bench` (each with `--help`).
+
+devices lists the adapters wgpu offers, each with its backend, type, features and limits and what
+the compiler plans for on it, and marks the one a program runs on by default
+(meganeura/runtime/device.py: the high-performance adapter, or the one MEGANEURA_ADAPTER names).
+`--all-limits` prints every limit, `--json` everything as JSON.
 
 explain runs SCRIPT until it first asks a compiled program to run (nothing runs on the GPU, no device
 is opened), prints the report of every program it compiled — the rewrites the e-graph chose,
-costs, e-graph figures, kernels with the source lines they cover — and writes each step graph
-as DOT, and as SVG when Graphviz's `dot` is installed. With `--wgsl`, it also prints the WGSL of
-every kernel, in the order they run. Plans are made for the generic target
+costs, e-graph figures, kernels with the source lines they cover. With `--out DIR` it also writes
+each step graph there as DOT, and as SVG when Graphviz's `dot` is installed; with `--wgsl`, it
+prints the WGSL of every kernel, in the order they run. Plans are made for the generic target
 (`meganeura.target.GENERIC`); a run on a device plans for that device.
 
 profile runs SCRIPT on the device with MEGANEURA_TRACE set: the first program to reach its 4th
@@ -21,18 +25,21 @@ meganeura/bench/cli.py).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import runpy
 import shutil
 import subprocess
 import sys
+import textwrap
 
 from meganeura import compiler
 from meganeura.bench import cli as bench_cli
 
 
-def explain(script: str, script_args: list[str], out_dir: str, wgsl: bool = False) -> int:
-    """Trace and optimise the programs `script` compiles; print their reports; write pictures."""
+def explain(script: str, script_args: list[str], out_dir: str | None, wgsl: bool = False) -> int:
+    """Trace and optimise the programs `script` compiles; print their reports; write pictures of
+    the step graphs into `out_dir` when one is given (and nothing at all otherwise)."""
     sys.argv = [script, *script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     with compiler.explain_only() as programs:
@@ -43,7 +50,6 @@ def explain(script: str, script_args: list[str], out_dir: str, wgsl: bool = Fals
     if not programs:
         print(f"{script} compiled no program (mn.compile was never called)", file=sys.stderr)
         return 1
-    os.makedirs(out_dir, exist_ok=True)
     stem = os.path.splitext(os.path.basename(script))[0]
     for index, program in enumerate(programs):
         kind = "training step" if program.is_training else "inference"
@@ -58,18 +64,27 @@ def explain(script: str, script_args: list[str], out_dir: str, wgsl: bool = Fals
             print(f"--- WGSL of program {index}: {len(program.compiled.kernels)} kernels, in the order they run")
             print(program.compiled.wgsl())
             print()
-        dot_path = os.path.join(out_dir, f"{stem}-{index}.dot")
-        with open(dot_path, "w") as file:
-            file.write(report.to_dot())
-        print(f"wrote {dot_path}")
-        if shutil.which("dot"):
-            svg_path = dot_path[:-4] + ".svg"
-            subprocess.run(["dot", "-Tsvg", dot_path, "-o", svg_path], check=True)
-            print(f"wrote {svg_path}")
-        else:
-            print("(install Graphviz for an SVG: `dot` was not found)")
-        print()
+        if out_dir is not None:
+            write_pictures(report, os.path.join(out_dir, f"{stem}-{index}"))
+            print()
+    if out_dir is None:
+        print("(pass --out DIR to write a picture of each step: DOT, and SVG with Graphviz)")
     return 0
+
+
+def write_pictures(report, path_stem: str) -> None:
+    """`path_stem`.dot of the report's step graph, and .svg when Graphviz's `dot` is installed."""
+    os.makedirs(os.path.dirname(path_stem) or ".", exist_ok=True)
+    dot_path = path_stem + ".dot"
+    with open(dot_path, "w") as file:
+        file.write(report.to_dot())
+    print(f"wrote {dot_path}")
+    if shutil.which("dot"):
+        svg_path = path_stem + ".svg"
+        subprocess.run(["dot", "-Tsvg", dot_path, "-o", svg_path], check=True)
+        print(f"wrote {svg_path}")
+    else:
+        print("(install Graphviz for an SVG: `dot` was not found)")
 
 
 def profile(script: str, script_args: list[str], trace: str) -> int:
@@ -85,15 +100,163 @@ def profile(script: str, script_args: list[str], trace: str) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m meganeura", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    explain_parser = commands.add_parser("explain", help="print the compile report of a model script")
+# The limits the compiler relies on or raises (runtime/device.py's RAISED_LIMITS and these two),
+# printed by `devices` unless --all-limits asks for every one.
+SIZE_LIMITS = ("max-buffer-size", "max-storage-buffer-binding-size", "max-compute-workgroup-storage-size")
+
+
+def adapter_record(adapter, chosen: bool) -> dict:
+    """One adapter as plain data: its info, features, limits, target and whether it is the default."""
+    from meganeura.runtime.device import adapter_name
+    from meganeura.target import target_for
+
+    info = dict(adapter.info)
+    limits = dict(adapter.limits)
+    target = target_for(
+        adapter_name(adapter), info.get("adapter_type", ""), limits.get("max-storage-buffers-per-shader-stage")
+    )
+    return {
+        "name": adapter_name(adapter),
+        "backend": info.get("backend_type"),
+        "type": info.get("adapter_type"),
+        "vendor": info.get("vendor"),
+        "driver": info.get("description"),
+        "default": chosen,
+        "features": sorted(adapter.features),
+        "limits": limits,
+        "target": {
+            "compute_units": target.compute_units,
+            "max_storage_buffers": target.max_storage_buffers,
+            "cpu": target.cpu,
+            "tuning": target.tuning,
+        },
+    }
+
+
+def default_adapter_info():
+    """The info of the adapter programs run on by default, and why that one (or None and the error
+    that says why there is none)."""
+    from meganeura.runtime.device import ADAPTER_ENV, select_adapter
+
+    wanted = os.environ.get(ADAPTER_ENV, "").strip()
+    try:
+        chosen = select_adapter()
+    except RuntimeError as error:
+        return None, str(error)
+    reason = (
+        f"{ADAPTER_ENV}={wanted!r}" if wanted else f"wgpu's high-performance adapter; set {ADAPTER_ENV} for another"
+    )
+    return dict(chosen.info), reason
+
+
+def limit_text(name: str, value: int) -> str:
+    if name in SIZE_LIMITS or name.endswith("-size") and value >= 1024:
+        for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if value >= scale:
+                return f"{value / scale:g} {unit}" if value % scale == 0 else f"{value:,} B"
+    return f"{value:,}"
+
+
+def adapter_text(index: int, record: dict, all_limits: bool, reason: str) -> str:
+    from meganeura.runtime.device import RAISED_LIMITS
+
+    target = record["target"]
+    lines = [
+        f"{'*' if record['default'] else ' '} {index}  {record['name']}",
+        f"     backend {record['backend']}, type {record['type']}, vendor {record['vendor'] or '-'}, "
+        f"driver {record['driver'] or '-'}",
+    ]
+    if record["default"]:
+        lines.append(f"     default: {reason}")
+    lines.append(
+        f"     plans for: {target['compute_units']} compute units, {target['max_storage_buffers']} storage buffers "
+        f"per kernel, tuning {target['tuning']}" + (", CPU kernels" if target["cpu"] else "")
+    )
+    lines.append(wrapped(f"features ({len(record['features'])})", record["features"] or ["none"]))
+    names = sorted(record["limits"]) if all_limits else [n for n in RAISED_LIMITS if n in record["limits"]]
+    limits = [f"{n} {limit_text(n, record['limits'][n])}" for n in names]
+    lines.append(wrapped("limits" if all_limits else "limits (those meganeura raises)", limits))
+    return "\n".join(lines)
+
+
+def wrapped(label: str, items: list[str]) -> str:
+    """`label: a, b, c…` indented under an adapter and wrapped at 100 columns, names unbroken."""
+    return textwrap.fill(
+        ", ".join(items),
+        width=100,
+        initial_indent=f"     {label}: ",
+        subsequent_indent="       ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+
+
+def devices(all_limits: bool = False, as_json: bool = False) -> int:
+    """Print every adapter wgpu offers, the default marked; 1 when there is no default."""
+    import wgpu
+
+    adapters = wgpu.gpu.enumerate_adapters_sync()
+    default, reason = default_adapter_info()
+    records = [adapter_record(a, default is not None and dict(a.info) == default) for a in adapters]
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "adapters": records,
+                    "default_reason": reason if default else None,
+                    "error": None if default else reason,
+                },
+                indent=1,
+            )
+        )
+    else:
+        print(f"{len(records)} adapter{'s' * (len(records) != 1)} (wgpu {wgpu.__version__}); * marks the default")
+        for index, record in enumerate(records):
+            print(adapter_text(index, record, all_limits, reason))
+    if default is None:
+        print(f"no default adapter: {reason}", file=sys.stderr)
+        return 1
+    if not any(r["default"] for r in records):  # wgpu chose one it does not enumerate
+        print(f"the default adapter is not in this list: {default}", file=sys.stderr)
+    return 0
+
+
+def parser_of() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command line's parser, and its bench subparser (bench_cli.run reports errors through it)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m meganeura",
+        description="meganeura's command line: list the adapters, explain, profile or benchmark a model.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{devices,explain,profile,bench}")
+    devices_parser = commands.add_parser(
+        "devices",
+        help="list the adapters with their backend, features and limits; * marks the default",
+        description="The adapters wgpu offers, each with its backend, type, features, limits and what the "
+        "compiler plans for on it; * marks the one programs run on by default (the high-performance "
+        "adapter, or the one MEGANEURA_ADAPTER names: a substring of its name, or gpu / cpu).",
+    )
+    devices_parser.add_argument("--all-limits", action="store_true", help="print every limit, not only those raised")
+    devices_parser.add_argument("--json", action="store_true", help="print everything as JSON")
+    explain_parser = commands.add_parser(
+        "explain",
+        help="print the compile report of a model script (nothing runs on the GPU)",
+        description="Run SCRIPT until it first runs a compiled program, and print the report of every "
+        "program it compiled: the rewrites the e-graph chose, costs, and the kernels with the source "
+        "lines they cover. Nothing is written unless --out is given.",
+    )
     explain_parser.add_argument("script")
-    explain_parser.add_argument("--out", default="out/explain", help="folder for the .dot/.svg files")
+    explain_parser.add_argument(
+        "--out", metavar="DIR", help="write each step's picture there (.dot, and .svg with Graphviz)"
+    )
     explain_parser.add_argument("--wgsl", action="store_true", help="also print every kernel's WGSL")
     explain_parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
-    profile_parser = commands.add_parser("profile", help="time every kernel of a model script's step on the GPU")
+    profile_parser = commands.add_parser(
+        "profile",
+        help="time every kernel of a model script's step on the GPU",
+        description=f"Run SCRIPT on the device; the first program to reach step {compiler.TRACE_AFTER + 1} "
+        "has every kernel of that step timed with GPU timestamps: the time by kernel kind, the slowest "
+        "kernels with their source lines, and a Chrome trace (open it in https://ui.perfetto.dev).",
+    )
     profile_parser.add_argument("script")
     profile_parser.add_argument("--trace", default="trace.json", help="where to write the Chrome trace")
     profile_parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
@@ -105,7 +268,14 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bench_cli.add_arguments(bench_parser)
+    return parser, bench_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, bench_parser = parser_of()
     options = parser.parse_args(argv)
+    if options.command == "devices":
+        return devices(options.all_limits, options.json)
     if options.command == "bench":
         return bench_cli.run(options, bench_parser)
     if options.command == "profile":

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from meganeura import nn
+from meganeura import checkpoint, nn
 from meganeura.codegen.compiled import CompiledStep, compile_step
 from meganeura.explain import StepReport
 from meganeura.ir.autodiff import GradBuilder, gradients
@@ -82,6 +82,41 @@ class TracedStep:
     optimizer: Any = None  # the live optimizer whose hyper-parameter leaves the step reads
 
 
+def clipped_gradients(builder: GradBuilder, params: list[ParamGrad], max_norm: float) -> tuple[list[ParamGrad], int]:
+    """`params` with each gradient scaled by min(1, max_norm / (‖g‖₂ + 1e-6)) — the norm over all
+    of them, torch.nn.utils.clip_grad_norm_'s formula — and the node of that norm."""
+    squares = []
+    for p in params:
+        grad = p.grad
+        squares.append(
+            builder.emit("sum", [builder.emit("mul", [grad, grad])], axes=tuple(range(builder.graph[grad].type.rank)))
+        )
+    total = squares[0]
+    for square in squares[1:]:
+        total = builder.emit("add", [total, square])
+    norm = builder.emit("sqrt", [total])
+    ratio = builder.emit("div", [builder.const(max_norm), builder.emit("add", [norm, builder.const(1e-6)])])
+    scale = builder.emit("clamp", [ratio, builder.const(0.0), builder.const(1.0)])
+    clipped = [ParamGrad(p.name, p.node, builder.emit("mul", [p.grad, scale])) for p in params]
+    return clipped, norm
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """How the training step treats its gradients before the update (`compile()`'s keywords).
+
+    `clip_grad_norm`: scale every gradient by min(1, max_norm / (‖g‖₂ + 1e-6)), ‖g‖₂ over all
+    parameters together, as `torch.nn.utils.clip_grad_norm_` does; the step also outputs the norm
+    (`Program.last_grad_norm`)."""
+
+    clip_grad_norm: float | None = None
+
+    def __post_init__(self) -> None:
+        norm = self.clip_grad_norm
+        if norm is not None and not (isinstance(norm, (int, float)) and np.isfinite(norm) and norm > 0):
+            raise ValueError(f"clip_grad_norm must be a positive number, got {norm!r}")
+
+
 def trace_step(
     model: nn.Module,
     loss: Callable[..., Tensor] | None,
@@ -89,6 +124,7 @@ def trace_step(
     optimizer: Optimizer | None,
     recognize: bool = True,
     target: Target = GENERIC,
+    options: StepOptions = StepOptions(),
 ) -> TracedStep:
     """Run the user's model (and loss) on symbolic inputs; append autodiff and the optimizer.
 
@@ -141,6 +177,9 @@ def trace_step(
         ]
         builder = GradBuilder(graph)
         builder.sources = (user_source_line(),)
+        if options.clip_grad_norm is not None:
+            trainable, norm = clipped_gradients(builder, trainable, options.clip_grad_norm)
+            graph.outputs["grad_norm"] = norm
         initial_states = optimizer.build_updates(builder, trainable)
     graph = graph.pruned()
     timings = {
@@ -207,8 +246,12 @@ def label_bounds(graph: Graph) -> dict[str, tuple[int, str]]:
     return bounds
 
 
-class StopExplain(Exception):
-    """Raised in explain mode when a script first tries to run a program."""
+class StopExplain(BaseException):
+    """Raised in explain mode when a script first tries to run a program.
+
+    A BaseException, as KeyboardInterrupt and SystemExit are: a script that wraps its training step
+    in `try: ... except Exception:` (to log and go on) must not swallow it and go on to the next
+    step, or to code that needs the step's results."""
 
 
 _EXPLAIN: list[list[Program]] = []
@@ -232,7 +275,8 @@ def explain_only() -> Iterator[list[Program]]:
 class Compilation:
     """Everything `compile()` decides before a device is involved: the traced step, the graph the
     e-graph made of it with its report, the lowered kernels and buffer plan, and how long each
-    stage took (seconds: trace, recognize, autodiff, encode, saturate, extract, decode, lower)."""
+    stage took (seconds: trace, recognize, autodiff, encode, saturate, extract, decode, lower),
+    and the model and optimizer it was made from (a checkpoint names their classes)."""
 
     inputs: dict[str, InputSpec]
     traced: TracedStep
@@ -241,6 +285,8 @@ class Compilation:
     compiled: CompiledStep
     timings: dict[str, float]
     target: Target = GENERIC
+    model: nn.Module | None = None
+    optimizer: Optimizer | None = None
 
     @property
     def total_s(self) -> float:
@@ -254,13 +300,14 @@ def compile_plan(
     optimizer: Optimizer | None = None,
     rewrite: bool = True,
     target: Target = GENERIC,
+    options: StepOptions = StepOptions(),
 ) -> Compilation:
     """`compile()` up to the plan, with no device: trace, optimize for `target` (the adapter the
     cost model prices kernels for, meganeura/target.py), lower and plan the buffers."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"compile() expects an nn.Module, got {type(model).__name__}")
     with cyclic_gc_paused():
-        return compilation_of(model, loss, inputs or {}, optimizer, rewrite, target)
+        return compilation_of(model, loss, inputs or {}, optimizer, rewrite, target, options)
 
 
 @contextlib.contextmanager
@@ -288,10 +335,11 @@ def compilation_of(
     optimizer: Optimizer | None,
     rewrite: bool,
     target: Target,
+    options: StepOptions = StepOptions(),
 ) -> Compilation:
     from meganeura import rewrite as rewrite_stage
 
-    traced = trace_step(model, loss, inputs, optimizer, recognize=rewrite, target=target)
+    traced = trace_step(model, loss, inputs, optimizer, recognize=rewrite, target=target, options=options)
     fused_graph, report = rewrite_stage.optimize(traced.graph, enabled=rewrite, target=target)
     if traced.recognition is not None and rewrite:
         report.merge_recognition(traced.recognition)
@@ -302,7 +350,7 @@ def compilation_of(
         timings |= {"encode": report.encode_s, "saturate": report.saturate_s, "extract": report.extract_s}
         timings |= {"decode": report.decode_s, "report": report.report_s}
     timings["lower"] = time.perf_counter() - lowering
-    return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings, target)
+    return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings, target, model, optimizer)
 
 
 class Program:
@@ -320,6 +368,9 @@ class Program:
         self.is_training = "loss" in self.graph.outputs
         traced = self.traced
         self.runs = 0  # steps run, for MEGANEURA_TRACE
+        self.steps = 0  # train steps run (or restored from a checkpoint)
+        # The gradients' global 2-norm before clipping, of the last step (compile(clip_grad_norm=…)).
+        self.last_grad_norm: float | None = None
         self.trace_path = os.environ.get("MEGANEURA_TRACE")
         if _EXPLAIN:
             _EXPLAIN[-1].append(self)
@@ -385,7 +436,11 @@ class Program:
         if not self.is_training:
             raise RuntimeError("this program was compiled without loss=: call it, program(**inputs), to run the model")
         values = self.check_inputs(arrays)
-        out = self.run(values, ("loss",))
+        clipping = "grad_norm" in self.graph.outputs
+        out = self.run(values, ("loss", "grad_norm") if clipping else ("loss",))
+        self.steps += 1
+        if clipping:
+            self.last_grad_norm = float(out["grad_norm"].reshape(()))
         return float(out["loss"].reshape(()))
 
     def __call__(self, **arrays: np.ndarray):
@@ -430,6 +485,24 @@ class Program:
         for name, param in self.traced.parameters.items():
             param.copy_(state[name])
 
+    def save(self, path) -> None:
+        """Write a checkpoint — parameters, buffers, optimizer state, step count — to `path`
+        atomically (meganeura/checkpoint.py; a safetensors file)."""
+        checkpoint.save(self, path)
+
+    def load(self, path) -> None:
+        """Restore a checkpoint written by `save`; a file that does not fit is refused, every
+        reason named, and nothing changes."""
+        checkpoint.load(self, path)
+
+    def optimizer_state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of the optimizer's state (moments, momentum buffers, step counts) by name."""
+        return checkpoint.optimizer_state(self)
+
+    def load_optimizer_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Replace the optimizer's state; every name, shape and dtype is checked before any write."""
+        checkpoint.load_optimizer_state(self, state)
+
     def report(self) -> StepReport:
         """The rewrites the e-graph chose, costs, e-graph figures and the kernels with their source lines."""
         return StepReport(self.rewrite_report, self.graph, self.fused_graph, compiled=self.compiled)
@@ -457,6 +530,8 @@ def compile(
     inputs: dict[str, InputSpec] | None = None,
     optimizer: Optimizer | None = None,
     rewrite: bool = True,
+    *,
+    clip_grad_norm: float | None = None,
 ) -> Program:
     """Compile a training step (with `loss` and `optimizer`) or an inference program (without).
 
@@ -464,8 +539,13 @@ def compile(
     Programs compiled from the same model share its parameters on the GPU. `rewrite=False`
     skips the e-graph (every op becomes its own kernel), for comparisons. The plan is made for
     the adapter the program runs on (its compute units and binding limit: meganeura/target.py).
+    `clip_grad_norm=max_norm` clips the gradients' global 2-norm before the update as
+    `torch.nn.utils.clip_grad_norm_(parameters, max_norm)` does (`program.last_grad_norm`).
     """
     from meganeura import runtime
 
+    options = StepOptions(clip_grad_norm=clip_grad_norm)
+    if clip_grad_norm is not None and optimizer is None:
+        raise ValueError("clip_grad_norm clips a training step's gradients: pass loss= and optimizer= too")
     target = GENERIC if _EXPLAIN else runtime.default_device().target
-    return Program(compile_plan(model, loss, inputs, optimizer, rewrite, target))
+    return Program(compile_plan(model, loss, inputs, optimizer, rewrite, target, options))

@@ -18,6 +18,7 @@ import numpy as np
 
 from meganeura import functional as F
 from meganeura.ir.ops.image import pair
+from meganeura.ir.trace import LAYER_CALLS, user_source_line
 from meganeura.parameter import Buffer, Parameter, ParameterStorage  # noqa: F401  (nn.Parameter, nn.Buffer)
 from meganeura.tensor import Tensor
 
@@ -35,13 +36,17 @@ def uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
 
 
 class Module:
-    """Base class of models: attributes that are Parameters or Modules are registered in order."""
+    """Base class of models: attributes that are Parameters or Modules are registered in order.
+
+    A module remembers the user's line that constructed it (`_source`): the ops of a layer that the
+    library calls (a child of nn.Sequential) are attributed to that line (ir/trace.py)."""
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
         object.__setattr__(self, "_buffers", {})
         object.__setattr__(self, "_modules", {})
         object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_source", user_source_line())
 
     def __setattr__(self, name: str, value: Any) -> None:
         if "_parameters" not in self.__dict__:
@@ -61,7 +66,7 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        return self.forward(*args, **kwargs)  # a frame user_source_line recognises (LAYER_CALLS)
 
     def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
         """(dotted name, parameter) pairs in registration order, each parameter once."""
@@ -144,6 +149,9 @@ class Module:
 
     def extra_repr(self) -> str:
         return ""
+
+
+LAYER_CALLS.add(Module.__call__.__code__)
 
 
 def check_state_dict(params: dict[str, Parameter], state: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""WGSL templates: load one from the top-level `shaders/` folder and specialise it.
+"""WGSL templates: find one (in the installed package, or in a checkout's top-level `shaders/`),
+load it and specialise it.
 
 A template is WGSL with two kinds of holes, both filled by `render`:
 - `{{NAME}}` placeholders, replaced by text (sizes, index expressions, binding declarations);
@@ -16,7 +17,12 @@ import functools
 import re
 from pathlib import Path
 
-SHADER_DIR = Path(__file__).resolve().parents[2] / "shaders"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# Where the templates are, in order: inside the package, where a wheel or `pip install .` puts the
+# repository's shaders/ (setup.py maps it to `meganeura.shaders`); then the checkout's top-level
+# shaders/, for the source tree and editable installs. The package's comes first so that an
+# installed meganeura never reads the templates of some checkout that happens to sit above it.
+SHADER_DIRS = (PACKAGE_DIR / "shaders", PACKAGE_DIR.parent / "shaders")
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 DIRECTIVE = re.compile(r"^\s*//#(if|else|endif)\b\s*([A-Za-z_][A-Za-z0-9_]*)?\s*$")
@@ -27,13 +33,24 @@ class TemplateError(ValueError):
     """A template could not be specialised: an unknown flag, a leftover placeholder, bad nesting."""
 
 
+def template_path(name: str) -> Path:
+    """The file of template `name`: `<name>.wgsl` in the first of SHADER_DIRS that has it."""
+    for folder in SHADER_DIRS:
+        path = folder / f"{name}.wgsl"
+        if path.is_file():
+            return path
+    installed, checkout = (folder / f"{name}.wgsl" for folder in SHADER_DIRS)
+    raise TemplateError(
+        f"no WGSL template {name!r}: neither {installed} (an installed package) nor {checkout} (a checkout) "
+        "exists (if meganeura is installed, its package lacks the templates: build it from the repository, "
+        "whose setup.py maps shaders/ into it, with `pip install .`)"
+    )
+
+
 @functools.cache
 def load_template(name: str) -> str:
-    """The text of `shaders/<name>.wgsl`."""
-    path = SHADER_DIR / f"{name}.wgsl"
-    if not path.is_file():
-        raise TemplateError(f"no WGSL template {name!r}: expected the file {path}")
-    return INCLUDE.sub(lambda match: load_template(match.group(1)), path.read_text())
+    """The text of `shaders/<name>.wgsl`, with its `//#include`s replaced."""
+    return INCLUDE.sub(lambda match: load_template(match.group(1)), template_path(name).read_text())
 
 
 def select_blocks(text: str, flags: dict[str, bool], template: str) -> str:

@@ -2,8 +2,10 @@
 
 A `Tracer` owns one Graph. Every op the DSL applies goes through `Tracer.emit`, which checks the
 attributes against the op's schema and the shapes with the op's shape rule, and remembers the
-user's file and line (the first stack frame outside this package); a mismatch is raised as a
-ShapeError whose message starts with that file and line. The tracer also keeps which node each
+user's file and line (the first stack frame outside this package, or, when a layer's forward was
+called by the library itself — `nn.Sequential` calling its children — the line that constructed
+that layer: `user_source_line`); a mismatch is raised as a ShapeError whose message starts with
+that file and line. The tracer also keeps which node each
 of the model's parameters and buffers reads as (`bind`, `node_of`), and the new values of module
 buffers that the forward updates (`update_buffer`). It knows nothing of the DSL's Tensor
 (`meganeura/tensor.py`): it speaks in node ids.
@@ -24,13 +26,32 @@ from meganeura.ir.op import ShapeError, checked_type, operand_types
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Code objects of the calls that run a layer's forward (nn.Module.__call__), registered by nn.py
+# (which imports this module, so it cannot be imported from here).
+LAYER_CALLS: set = set()
+
+
+def in_package(frame) -> bool:
+    return os.path.abspath(frame.f_code.co_filename).startswith(PACKAGE_DIR + os.sep)
+
+
+def frame_line(frame) -> str:
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
 def user_source_line() -> str:
-    """`file:line` of the innermost stack frame that is not in meganeura's own code."""
+    """`file:line` of the innermost stack frame that is not in meganeura's own code, unless a layer
+    whose forward is ours was called from our own code first (a child of nn.Sequential): then the
+    line where the user constructed that layer, which says more than the line of the loss that
+    called the whole Sequential."""
     frame = sys._getframe(1)
     while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(PACKAGE_DIR + os.sep):
-            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        if not in_package(frame):
+            return frame_line(frame)
+        if frame.f_code in LAYER_CALLS and frame.f_back is not None and in_package(frame.f_back):
+            constructed = getattr(frame.f_locals.get("self"), "_source", None)
+            if constructed:
+                return constructed
         frame = frame.f_back
     return "<meganeura>"
 

@@ -1,0 +1,187 @@
+"""Checkpoints of a training program: what `Program.save(path)` writes and `Program.load(path)` reads.
+
+A checkpoint is one safetensors file (the `safetensors` package: a JSON header and raw tensors,
+readable by PyTorch and HF tools):
+- tensors `param/<name>`: the model's parameters and buffers by their PyTorch names
+  (`Program.state_dict()`);
+- tensors `optim/<name>`: the optimizer's state leaves on the device — Adam's moments
+  (`<param>.exp_avg`, `<param>.exp_avg_sq`) and step count, SGD's momentum buffers;
+- metadata (strings): `format` ("meganeura-checkpoint"), `version`, `model` (the model's class),
+  `optimizer` (its class), `hyper` (its hyper-parameters as JSON), `steps` (train steps run).
+
+Writes are atomic: the file is written beside its destination under a temporary name, flushed to
+disk (fsync) and renamed over it, so a crash mid-write leaves the previous checkpoint whole.
+A load checks everything before it writes anything: a file that is not a checkpoint (truncated,
+foreign), of another format version or model class, or whose tensors do not match the program's
+names, shapes and dtypes, is refused with every problem named, and the program is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from meganeura.compiler import Program
+
+FORMAT = "meganeura-checkpoint"
+VERSION = "1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that this program cannot load, with every reason."""
+
+
+def safetensors_numpy():
+    """The `safetensors.numpy` module, or an ImportError saying how to get it."""
+    try:
+        import safetensors.numpy
+    except ImportError as error:
+        raise ImportError("checkpoints need the safetensors package: pip install safetensors") from error
+    return safetensors.numpy
+
+
+def hyper_parameters(optimizer: Any) -> dict[str, Any]:
+    """The optimizer's public scalar settings (lr, betas, momentum, …) as plain JSON values."""
+    if optimizer is None:
+        return {}
+    found = {}
+    for name, value in vars(optimizer).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            found[name] = value
+        elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
+            found[name] = list(value)
+    return found
+
+
+def optimizer_state(program: Program) -> dict[str, np.ndarray]:
+    """Copies of the optimizer's state leaves on the device, by name."""
+    executable = program.require_executable()
+    return {name: executable.read_state(name) for name in program.traced.initial_states}
+
+
+def state_problems(expected: dict[str, np.ndarray], given: dict[str, Any], what: str) -> list[str]:
+    """Every way `given` fails to match `expected` by name, shape and dtype."""
+    problems = []
+    missing = sorted(set(expected) - set(given))
+    unexpected = sorted(set(given) - set(expected))
+    if missing:
+        problems.append(f"{what}: missing {missing}")
+    if unexpected:
+        problems.append(f"{what}: unexpected {unexpected}")
+    for name in sorted(set(expected) & set(given)):
+        want, got = np.asarray(expected[name]), np.asarray(given[name])
+        if want.shape != got.shape:
+            problems.append(f"{what} {name!r}: shape {list(got.shape)}, expected {list(want.shape)}")
+        elif want.dtype != got.dtype:
+            problems.append(f"{what} {name!r}: dtype {got.dtype}, expected {want.dtype}")
+    return problems
+
+
+def load_optimizer_state(program: Program, state: dict[str, np.ndarray]) -> None:
+    """Replace every optimizer state leaf; all are checked before any is written."""
+    current = optimizer_state(program)
+    problems = state_problems(current, state, "optimizer state")
+    if problems:
+        raise CheckpointError("the optimizer state does not fit this program: " + "; ".join(problems))
+    executable = program.require_executable()
+    for name in current:
+        executable.write_state(name, np.asarray(state[name], order="C"))  # (ascontiguousarray makes 0-d 1-d)
+
+
+def metadata(program: Program) -> dict[str, str]:
+    optimizer = program.compilation.optimizer
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": type(program.compilation.model).__name__,
+        "optimizer": type(optimizer).__name__ if optimizer is not None else "",
+        "hyper": json.dumps(hyper_parameters(optimizer), sort_keys=True),
+        "steps": str(program.steps),
+    }
+
+
+def save(program: Program, path: str | os.PathLike) -> None:
+    """Write `program`'s parameters, buffers, optimizer state and step count to `path`, atomically."""
+    st = safetensors_numpy()
+    tensors = {f"param/{name}": np.ascontiguousarray(value) for name, value in program.state_dict().items()}
+    tensors |= {f"optim/{name}": np.ascontiguousarray(value) for name, value in optimizer_state(program).items()}
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=".meganeura-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(st.save(tensors, metadata=metadata(program)))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+    if hasattr(os, "O_DIRECTORY"):  # the rename itself reaches the disk
+        directory = os.open(folder, os.O_DIRECTORY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def read(path: str | os.PathLike) -> tuple[dict[str, str], dict[str, np.ndarray]]:
+    """(metadata, tensors) of a checkpoint file, or a CheckpointError when it is not one."""
+    st = safetensors_numpy()
+    from safetensors import safe_open
+
+    try:
+        with safe_open(os.fspath(path), framework="numpy") as file:
+            meta = file.metadata() or {}
+        tensors = st.load_file(os.fspath(path))
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # safetensors raises its own errors for short or garbled files
+        raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a meganeura checkpoint (format {meta.get('format')!r})")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {meta.get('version')!r}; this meganeura reads {VERSION!r}"
+        )
+    return meta, tensors
+
+
+def scalars_restored(expected: dict[str, np.ndarray], given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`given` with the 0-d values (Adam's step count) back in their shape: safetensors reads a
+    0-d tensor back as shape [1]."""
+    return {
+        name: value.reshape(()) if name in expected and expected[name].ndim == 0 and value.size == 1 else value
+        for name, value in given.items()
+    }
+
+
+def load(program: Program, path: str | os.PathLike) -> None:
+    """Restore `program` from `path` (see the module docstring); nothing changes unless it all fits."""
+    meta, tensors = read(path)
+    problems = []
+    model = type(program.compilation.model).__name__
+    if meta.get("model") != model:
+        problems.append(f"it holds a {meta.get('model')!r} model, this program trains a {model!r}")
+    optimizer = program.compilation.optimizer
+    wanted = type(optimizer).__name__ if optimizer is not None else ""
+    if meta.get("optimizer") != wanted:
+        problems.append(f"its optimizer is {meta.get('optimizer')!r}, this program's {wanted!r}")
+    current_params, current_state = program.state_dict(), optimizer_state(program)
+    params = scalars_restored(current_params, {k[6:]: v for k, v in tensors.items() if k.startswith("param/")})
+    state = scalars_restored(current_state, {k[6:]: v for k, v in tensors.items() if k.startswith("optim/")})
+    problems += state_problems(current_params, params, "parameter")
+    problems += state_problems(current_state, state, "optimizer state")
+    if problems:
+        raise CheckpointError(f"{path} does not fit this program: " + "; ".join(problems))
+    program.load_state_dict(params)
+    load_optimizer_state(program, state)
+    program.steps = int(meta.get("steps", "0"))

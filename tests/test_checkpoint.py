@@ -1,0 +1,168 @@
+"""Checkpoints (meganeura/checkpoint.py): a resumed run continues with exactly the losses of an
+uninterrupted one; writes are atomic; a truncated, foreign or mismatched file is refused with its
+reasons and changes nothing."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import meganeura as mn
+import meganeura.functional as F
+from meganeura import nn, optim
+from meganeura.checkpoint import CheckpointError
+
+pytest.importorskip("safetensors")
+pytestmark = pytest.mark.gpu
+
+BATCH, N_IN, HIDDEN, CLASSES = 16, 6, 12, 4
+RNG = np.random.default_rng(3)
+BATCHES = [
+    {"x": RNG.normal(size=(BATCH, N_IN)).astype(np.float32), "y": RNG.integers(0, CLASSES, BATCH).astype(np.int32)}
+    for _ in range(6)
+]
+OPTIMIZERS = {
+    "adam": lambda: optim.Adam(lr=1e-2),
+    "adamw": lambda: optim.AdamW(lr=1e-2, weight_decay=0.1),
+    "sgd momentum": lambda: optim.SGD(lr=5e-2, momentum=0.9, weight_decay=1e-3),
+}
+
+
+class Net(nn.Module):
+    def __init__(self, hidden: int = HIDDEN) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(N_IN, hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.fc2 = nn.Linear(hidden, CLASSES)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.norm(self.fc1(x))))
+
+
+def ce(model, x, y):
+    return F.cross_entropy(model(x), y)
+
+
+def program_for(optimizer: str, seed: int, hidden: int = HIDDEN):
+    mn.manual_seed(seed)
+    spec = {"x": mn.f32[BATCH, N_IN], "y": mn.i32[BATCH]}
+    return mn.compile(Net(hidden), ce, spec, OPTIMIZERS[optimizer]())
+
+
+def snapshot(program) -> dict[str, np.ndarray]:
+    return program.state_dict() | {f"optim/{k}": v for k, v in program.optimizer_state_dict().items()}
+
+
+def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_a_resumed_run_continues_with_the_losses_of_an_uninterrupted_one(tmp_path, optimizer):
+    whole = program_for(optimizer, seed=1)
+    expected = [whole.train_step(**b) for b in BATCHES]
+    first = program_for(optimizer, seed=1)
+    for b in BATCHES[:3]:
+        first.train_step(**b)
+    path = tmp_path / "step3.safetensors"
+    first.save(path)
+    resumed = program_for(optimizer, seed=7)  # other initial weights: the checkpoint must replace them
+    resumed.load(path)
+    assert resumed.steps == 3
+    losses = [resumed.train_step(**b) for b in BATCHES[3:]]
+    assert losses == expected[3:]
+    assert len(set(expected)) == len(expected)  # every step changed the model
+    assert_same(snapshot(resumed), snapshot(whole))
+
+
+def test_a_checkpoint_holds_parameters_optimizer_state_and_metadata(tmp_path):
+    from safetensors import safe_open
+
+    program = program_for("adam", seed=2)
+    program.train_step(**BATCHES[0])
+    path = tmp_path / "ckpt.safetensors"
+    program.save(path)
+    with safe_open(str(path), framework="numpy") as file:
+        meta, keys = file.metadata(), set(file.keys())
+    assert {"param/fc1.weight", "param/norm.bias", "optim/fc1.weight.exp_avg", "optim/fc1.weight.exp_avg_sq"} <= keys
+    assert meta["format"] == "meganeura-checkpoint" and meta["model"] == "Net" and meta["optimizer"] == "Adam"
+    assert meta["steps"] == "1" and '"lr": 0.01' in meta["hyper"]
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]  # no temporary file left
+
+
+def test_a_crash_mid_write_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
+    program = program_for("adam", seed=2)
+    path = tmp_path / "ckpt.safetensors"
+    program.save(path)
+    before = path.read_bytes()
+    program.train_step(**BATCHES[0])
+
+    def crash(*args):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk gone"):
+        program.save(path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["ckpt.safetensors"]
+
+
+def test_truncated_foreign_and_mismatched_files_are_refused_and_change_nothing(tmp_path):
+    import safetensors.numpy
+
+    program = program_for("adam", seed=2)
+    program.train_step(**BATCHES[0])
+    good = tmp_path / "good.safetensors"
+    program.save(good)
+    program.train_step(**BATCHES[1])
+    before = snapshot(program)
+
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    foreign = tmp_path / "foreign.safetensors"
+    safetensors.numpy.save_file({"w": np.zeros(3, np.float32)}, str(foreign))
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(b"not a checkpoint at all")
+    other = program_for("adam", seed=2, hidden=HIDDEN + 1)
+    mismatched = tmp_path / "mismatched.safetensors"
+    other.save(mismatched)
+    sgd = program_for("sgd momentum", seed=2)
+    other_optimizer = tmp_path / "sgd.safetensors"
+    sgd.save(other_optimizer)
+
+    cases = [
+        (truncated, "not a readable safetensors file"),
+        (foreign, "not a meganeura checkpoint"),
+        (garbage, "not a readable safetensors file"),
+        (mismatched, r"parameter 'fc1.weight': shape \[13, 6\], expected \[12, 6\]"),
+        (other_optimizer, "its optimizer is 'SGD'"),
+    ]
+    for path, message in cases:
+        with pytest.raises(CheckpointError, match=message):
+            program.load(path)
+        assert_same(snapshot(program), before)
+    with pytest.raises(CheckpointError, match="optimizer state: missing"):
+        program.load(other_optimizer)  # every problem at once: the optimizer's class and its state
+    with pytest.raises(FileNotFoundError):
+        program.load(tmp_path / "absent.safetensors")
+
+
+def test_the_optimizer_state_round_trips_as_arrays_and_bad_ones_change_nothing():
+    program = program_for("sgd momentum", seed=4)
+    program.train_step(**BATCHES[0])
+    state = program.optimizer_state_dict()
+    assert set(state) == {f"{name}.momentum_buffer" for name in program.state_dict() if "running" not in name}
+    assert any(np.abs(v).max() > 0 for v in state.values())
+    zeros = {name: np.zeros_like(v) for name, v in state.items()}
+    program.load_optimizer_state_dict(zeros)
+    assert_same(program.optimizer_state_dict(), zeros)
+    bad = dict(zeros)
+    bad.pop(next(iter(bad)))
+    bad["extra"] = np.zeros(2, np.float32)
+    with pytest.raises(CheckpointError, match="missing .*unexpected"):
+        program.load_optimizer_state_dict(bad)
+    assert_same(program.optimizer_state_dict(), zeros)
