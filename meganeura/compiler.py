@@ -97,7 +97,7 @@ def clipped_gradients(builder: GradBuilder, params: list[ParamGrad], max_norm: f
     norm = builder.emit("sqrt", [total])
     ratio = builder.emit("div", [builder.const(max_norm), builder.emit("add", [norm, builder.const(1e-6)])])
     scale = builder.emit("clamp", [ratio, builder.const(0.0), builder.const(1.0)])
-    clipped = [ParamGrad(p.name, p.node, builder.emit("mul", [p.grad, scale])) for p in params]
+    clipped = [ParamGrad(p.name, p.node, builder.emit("mul", [p.grad, scale]), p.parameter) for p in params]
     return clipped, norm
 
 

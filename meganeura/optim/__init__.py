@@ -11,7 +11,9 @@ whole step — forward, backward, update — is one graph and one GPU submission
 moments and the step, PyTorch's single-tensor form), and each is a kernel per parameter.
 
 The hyper-parameters are run-time values (`param_groups`, `optimizer.lr = …`: the next step
-uses them, with no recompilation); optim/lr_scheduler.py changes them step by step.
+uses them, with no recompilation); `meganeura.optim.lr_scheduler` changes them step by step.
+A checkpoint (meganeura/checkpoint.py) saves the groups' hyper-parameters (`hyper_state`) and
+the state of the scheduler last made on the optimizer (`optimizer.scheduler`).
 
 >>> from meganeura import optim
 >>> optim.AdamW(lr=1e-3).weight_decay
@@ -20,6 +22,7 @@ uses them, with no recompilation); optim/lr_scheduler.py changes them step by st
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +87,8 @@ class Optimizer:
 
     # The run-time hyper-parameters: their leaf names, and the group key and index each reads.
     HYPERS: dict[str, tuple[str, int | None]] = {}
+    # Keys torch's schedulers add to a group beside the hyper-parameters (read by them only).
+    SCHEDULER_KEYS = frozenset({"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"})
 
     def __init__(self, params, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
@@ -91,6 +96,7 @@ class Optimizer:
             {**self.defaults, **group} for group in parameter_groups(params)
         ]
         self.structure: list[dict[str, Any]] | None = None  # per group: what the compiled graph fixed
+        self.scheduler = None  # the last lr_scheduler made on this optimizer (a checkpoint saves its state)
         self.check_groups()
 
     lr = group_property("lr")
@@ -99,13 +105,44 @@ class Optimizer:
     def check_groups(self) -> None:
         """Every group's hyper-parameters in range (a ValueError/TypeError naming the group)."""
         for index, group in enumerate(self.param_groups):
-            unknown = set(group) - set(self.defaults) - {"params", "initial_lr"}
+            unknown = set(group) - set(self.defaults) - {"params"} - self.SCHEDULER_KEYS
             if unknown:
                 raise KeyError(f"param_groups[{index}]: unknown hyper-parameters {sorted(unknown)}")
             self.check_group(index, group)
 
     def check_group(self, index: int, group: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def hyper_state(self) -> list[dict[str, Any]]:
+        """Every group's hyper-parameters (and scheduler keys) without its parameters, as JSON
+        values (tuples as lists): what a checkpoint saves."""
+        return [
+            {key: list(value) if isinstance(value, tuple) else value for key, value in group.items() if key != "params"}
+            for group in self.param_groups
+        ]
+
+    def hyper_problems(self, groups: Any) -> list[str]:
+        """Every reason `groups` (a `hyper_state`) cannot replace this optimizer's; none: it fits."""
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+            return [f"hyper-parameters: expected a list of parameter groups, got {type(groups).__name__}"]
+        if len(groups) != len(self.param_groups):
+            return [f"hyper-parameters: {len(groups)} parameter groups, this optimizer has {len(self.param_groups)}"]
+        trial = copy.copy(self)
+        trial.param_groups = [{**group, **restored(saved)} for group, saved in zip(self.param_groups, groups, strict=True)]
+        try:
+            trial.hyper_values() if self.structure is not None else trial.check_groups()
+        except (KeyError, TypeError, ValueError) as error:
+            return [f"hyper-parameters: {error}"]
+        return []
+
+    def load_hyper_state(self, groups: list[dict[str, Any]]) -> None:
+        """Replace every group's hyper-parameters by a `hyper_state` (checked first: a ValueError
+        with every reason, and nothing changes); the next step uses them."""
+        problems = self.hyper_problems(groups)
+        if problems:
+            raise ValueError("; ".join(problems))
+        for group, saved in zip(self.param_groups, groups, strict=True):
+            group.update(restored(saved))
 
     def hyper_values(self) -> dict[str, np.float32]:
         """The value of every hyper-parameter leaf of the compiled step, by leaf name."""
@@ -185,6 +222,11 @@ class Optimizer:
     def state_leaf(builder: GradBuilder, name: str, shape: tuple[int, ...]) -> int:
         attrs = {"name": name, "shape": shape, "dtype": "f32"}
         return builder.graph.add("state", (), TensorType(shape, "f32"), attrs, builder.sources)
+
+
+def restored(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved group's values as the optimizer keeps them (JSON lists back to tuples: betas)."""
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in saved.items() if key != "params"}
 
 
 def parameter_groups(params) -> list[dict[str, Any]]:
