@@ -92,9 +92,7 @@ class Optimizer:
 
     def __init__(self, params, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
-        self.param_groups: list[dict[str, Any]] = [
-            {**self.defaults, **group} for group in parameter_groups(params)
-        ]
+        self.param_groups: list[dict[str, Any]] = [{**self.defaults, **group} for group in parameter_groups(params)]
         self.structure: list[dict[str, Any]] | None = None  # per group: what the compiled graph fixed
         self.scheduler = None  # the last lr_scheduler made on this optimizer (a checkpoint saves its state)
         self.check_groups()
@@ -128,7 +126,9 @@ class Optimizer:
         if len(groups) != len(self.param_groups):
             return [f"hyper-parameters: {len(groups)} parameter groups, this optimizer has {len(self.param_groups)}"]
         trial = copy.copy(self)
-        trial.param_groups = [{**group, **restored(saved)} for group, saved in zip(self.param_groups, groups, strict=True)]
+        trial.param_groups = [
+            {**group, **restored(saved)} for group, saved in zip(self.param_groups, groups, strict=True)
+        ]
         try:
             trial.hyper_values() if self.structure is not None else trial.check_groups()
         except (KeyError, TypeError, ValueError) as error:
@@ -172,7 +172,7 @@ class Optimizer:
         self.structure = [self.group_structure(group) for group in self.param_groups]
         initial = {}
         hypers = []
-        for index, group in enumerate(self.param_groups):
+        for index in range(len(self.param_groups)):
             leaves = {}
             for name in self.HYPERS:
                 leaf_name = f"param_groups.{index}.{name}"
@@ -203,7 +203,9 @@ class Optimizer:
             for parameter in group["params"]:
                 key = id(parameter)
                 if key in seen:
-                    raise ValueError(f"a parameter is in param_groups {seen[key]} and {index}: each may be in one group")
+                    raise ValueError(
+                        f"a parameter is in param_groups {seen[key]} and {index}: each may be in one group"
+                    )
                 seen[key] = index
                 if key in by_id:
                     members.append(by_id[key])
@@ -262,7 +264,9 @@ class SGD(Optimizer):
 
     HYPERS = {"lr": ("lr", None), "momentum": ("momentum", None), "weight_decay": ("weight_decay", None)}
 
-    def __init__(self, params=None, lr: float = 1e-3, momentum: float = 0.0, weight_decay: float = 0.0, fused: bool = True) -> None:
+    def __init__(
+        self, params=None, lr: float = 1e-3, momentum: float = 0.0, weight_decay: float = 0.0, fused: bool = True
+    ) -> None:
         self.fused = check_flag("fused", fused)
         super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
 
@@ -390,5 +394,12 @@ class AdamW(Adam):
 
     decoupled = True
 
-    def __init__(self, params=None, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, fused: bool = True) -> None:
+    def __init__(
+        self, params=None, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, fused: bool = True
+    ) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, fused)
+
+
+# torch.optim.lr_scheduler's place: `optim.lr_scheduler.StepLR(...)` after `from meganeura import optim`
+# (imported last: it builds on Optimizer).
+from meganeura.optim import lr_scheduler  # noqa: E402, F401
