@@ -35,6 +35,7 @@ import numpy as np
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
+from meganeura.fit import loss_curve_saved
 from meganeura.runtime import default_device
 
 # --------------------------------------------------------------------------------------------
@@ -319,6 +320,7 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--report", action="store_true", help="print the whole e-graph report (every kernel)")
+    parser.add_argument("--plot", default="out/char_lm_loss.png", help="loss-curve PNG ('' for none)")
     args = parser.parse_args()
 
     print(f"adapter: {default_device().describe()}")
@@ -348,11 +350,13 @@ def main() -> None:
     losses = []
     start = time.perf_counter()
     val_loss = float("nan")
+    evaluations = []
     for step in range(1, args.steps + 1):
         tokens, targets = get_batch(train_ids, args.batch, args.seq, rng)
         losses.append(program.train_step(tokens=tokens, targets=targets, **tables))
         if step % args.eval_every == 0 or step == args.steps:
             val_loss = evaluate(predict, val_ids, args.batch, args.seq, tables)
+            evaluations.append((step, {"validation loss": val_loss}))
             recent = np.mean(losses[-args.eval_every :])
             print(
                 f"step {step:5d}  train loss {recent:.3f}  validation loss {val_loss:.3f}"
@@ -363,6 +367,9 @@ def main() -> None:
     print(f"\ntrained {args.steps} steps in {elapsed:.1f} s ({per_step:.1f} ms per step, with evaluation)")
     verdict = "below" if val_loss < entropy else "NOT below"
     print(f"validation loss {val_loss:.3f} nats/char, {verdict} the unigram entropy {entropy:.3f}")
+    if args.plot:
+        curve = list(enumerate(losses, start=1))
+        print(loss_curve_saved(curve, args.plot, "character-level Llama", evaluations))
 
     if args.sample_chars > 0:
         text = vocab.decode(val_ids[:20_000])

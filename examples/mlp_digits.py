@@ -3,13 +3,16 @@
     python examples/mlp_digits.py [--epochs 20] [--batch 32] [--lr 1e-3]
 
 Prints the adapter, the rewrites the e-graph chose, the loss as it falls and the held-out
-accuracy. Set MEGANEURA_ADAPTER (a substring of the adapter name, or "cpu"/"gpu") to choose
+accuracy, and saves the loss curve as a PNG (out/mlp_digits_loss.png; needs matplotlib). The
+loop is `program.fit` (a progress bar when run in a terminal).
+Set MEGANEURA_ADAPTER (a substring of the adapter name, or "cpu"/"gpu") to choose
 the adapter.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -18,6 +21,7 @@ from sklearn.datasets import load_digits
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
+from meganeura.fit import loss_curve_saved
 from meganeura.runtime import default_device
 
 
@@ -52,6 +56,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot", default="out/mlp_digits_loss.png", help="where to save the loss curve ('' for none)")
     args = parser.parse_args()
 
     print(f"adapter: {default_device().describe()}")
@@ -74,19 +79,32 @@ def main() -> None:
 
     rng = np.random.default_rng(args.seed)
     steps_per_epoch = len(x_train) // args.batch  # the last partial batch is dropped
-    start = time.perf_counter()
-    for epoch in range(1, args.epochs + 1):
+
+    def shuffled(epoch: int):
         order = rng.permutation(len(x_train))
-        losses = []
         for step in range(steps_per_epoch):
             batch = order[step * args.batch : (step + 1) * args.batch]
-            losses.append(program.train_step(x=x_train[batch], y=y_train[batch]))
+            yield {"x": x_train[batch], "y": y_train[batch]}
+
+    def evaluate(_program) -> dict[str, float]:
         accuracy = float((predict(x=x_test).argmax(axis=1) == y_test).mean())
-        print(f"epoch {epoch:3d}  loss {np.mean(losses):.4f}  held-out accuracy {accuracy:.3f}")
+        epoch_losses = [loss for _, loss in history_losses[-steps_per_epoch:]]
+        print(f"epoch {len(history_losses) // steps_per_epoch:3d}  loss {np.mean(epoch_losses):.4f}  "
+              f"held-out accuracy {accuracy:.3f}")  # fmt: skip
+        return {"held-out accuracy": accuracy}
+
+    history_losses = []
+    start = time.perf_counter()
+    history = program.fit(
+        shuffled, epochs=args.epochs, evaluate=evaluate, progress=sys.stderr.isatty(),
+        callbacks=[lambda event: history_losses.append((event.step, event.loss))],
+    )  # fmt: skip
     elapsed = time.perf_counter() - start
     steps = args.epochs * steps_per_epoch
     print(f"\ntrained {steps} steps in {elapsed:.1f} s ({1000 * elapsed / steps:.2f} ms per step, with evaluation)")
-    print(f"held-out accuracy: {accuracy:.3f}")
+    print(f"held-out accuracy: {history.evaluations[-1][1]['held-out accuracy']:.3f}")
+    if args.plot:
+        print(loss_curve_saved(history.losses, args.plot, "MLP on the 8x8 digits", history.evaluations))
 
 
 if __name__ == "__main__":

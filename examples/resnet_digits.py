@@ -31,6 +31,7 @@ from sklearn.datasets import load_digits
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
+from meganeura.fit import loss_curve_saved
 from meganeura.runtime import default_device
 
 
@@ -119,6 +120,9 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=16, help="channels of the stem and first block")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--report", action="store_true", help="print the whole e-graph report (every kernel)")
+    parser.add_argument(
+        "--plot", default="out/resnet_digits_loss.png", help="where to save the loss curve ('' for none)"
+    )
     args = parser.parse_args()
 
     print(f"adapter: {default_device().describe()}")
@@ -142,13 +146,16 @@ def main() -> None:
     steps_per_epoch = len(x_train) // args.batch  # the last partial batch is dropped
     start = time.perf_counter()
     accuracy = float("nan")
+    curve, evaluations = [], []
     for epoch in range(1, args.epochs + 1):
         order = rng.permutation(len(x_train))
         losses = []
         for step in range(steps_per_epoch):
             batch = order[step * args.batch : (step + 1) * args.batch]
             losses.append(program.train_step(x=x_train[batch], y=y_train[batch]))
+            curve.append((program.steps, losses[-1]))
         accuracy = float((predict(x=x_test).argmax(axis=1) == y_test).mean())
+        evaluations.append((program.steps, {"held-out accuracy": accuracy}))
         print(
             f"epoch {epoch:3d}  loss {np.mean(losses):.4f}  held-out accuracy {accuracy:.3f}"
             f"  ({time.perf_counter() - start:.1f} s)"
@@ -157,6 +164,8 @@ def main() -> None:
     steps = args.epochs * steps_per_epoch
     print(f"\ntrained {steps} steps in {elapsed:.1f} s ({1000 * elapsed / steps:.1f} ms per step, with evaluation)")
     print(f"held-out accuracy: {accuracy:.3f}")
+    if args.plot:
+        print(loss_curve_saved(curve, args.plot, "ResNet on the 8x8 digits", evaluations))
 
 
 if __name__ == "__main__":

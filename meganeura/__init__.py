@@ -31,9 +31,11 @@ from meganeura.tensor import (  # the elementwise ones are generated from ir/fun
     tanh,
     where,
 )
+from meganeura.weights import IncompatibleKeys, StateDictError, load_safetensors
 
 __all__ = [
     "compile", "Program", "InputSpec", "f32", "i32", "Tensor", "ShapeError", "manual_seed",
+    "load_safetensors", "IncompatibleKeys", "StateDictError",
     "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
     "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
 ]  # fmt: skip

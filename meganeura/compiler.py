@@ -31,6 +31,7 @@ from meganeura.ir.trace import Tracer, tracing, user_source_line
 from meganeura.optim import Optimizer, ParamGrad
 from meganeura.target import GENERIC, Target
 from meganeura.tensor import Tensor
+from meganeura.weights import IncompatibleKeys, load_state
 
 
 @dataclass(frozen=True)
@@ -107,9 +108,11 @@ class StepOptions:
 
     `clip_grad_norm`: scale every gradient by min(1, max_norm / (‖g‖₂ + 1e-6)), ‖g‖₂ over all
     parameters together, as `torch.nn.utils.clip_grad_norm_` does; the step also outputs the norm
-    (`Program.last_grad_norm`)."""
+    (`Program.last_grad_norm`). `keep_gradients`: the step also outputs each parameter's
+    gradient (clipped, when clipping: PyTorch's p.grad after clip_grad_norm_), for `Program.gradients()`."""
 
     clip_grad_norm: float | None = None
+    keep_gradients: bool = False
 
     def __post_init__(self) -> None:
         norm = self.clip_grad_norm
@@ -131,7 +134,9 @@ def trace_step(
     With `recognize`, the forward graph first goes through the e-graph's recognition rules
     (`rewrite/recognition.py`: hand-written attention and rotary embeddings → the fused
     `attention` and `rope` ops), so that autodiff differentiates the fused ops; this pass only
-    runs when the forward has an op such a pattern ends in (`RECOGNIZABLE`).
+    runs when the forward has an op such a pattern ends in (`RECOGNIZABLE`). With `options.keep_gradients`,
+    each trainable parameter's gradient is also an output (`GRAD_PREFIX` + its name), so that its
+    buffer survives the step and `Program.gradients()` can read it.
     """
     check_input_specs(inputs)
     started = time.perf_counter()
@@ -181,16 +186,22 @@ def trace_step(
             trainable, norm = clipped_gradients(builder, trainable, options.clip_grad_norm)
             graph.outputs["grad_norm"] = norm
         initial_states = optimizer.build_updates(builder, trainable)
+        if options.keep_gradients:
+            graph.outputs |= {GRAD_PREFIX + p.name: p.grad for p in trainable}
     graph = graph.pruned()
     timings = {
         "trace": traced - started,
         "recognize": recognized - traced,
         "autodiff": time.perf_counter() - recognized,
     }
-    traced_step = TracedStep(graph, dict(model.named_state()), initial_states, label_bounds(graph), recognition, timings)
-    traced_step.optimizer = optimizer if loss is not None else None
-    return traced_step
+    # The model remembers the modes it was compiled in: switching later warns (nn.Module.train).
+    object.__setattr__(model, "_compiled_modes", getattr(model, "_compiled_modes", frozenset()) | {model.training})
+    step = TracedStep(graph, dict(model.named_state()), initial_states, label_bounds(graph), recognition, timings)
+    step.optimizer = optimizer if loss is not None else None
+    return step
 
+
+GRAD_PREFIX = "grad:"  # the outputs that keep_gradients adds: "grad:fc1.weight"
 
 # Ops that the recognition rules' patterns end in (attention's softmax, rotate_half's concat):
 # a forward graph without any skips the pass.
@@ -479,11 +490,44 @@ class Program:
         """Copies of the model's current parameters and buffers by PyTorch-style name."""
         return {name: p.numpy() for name, p in self.traced.parameters.items()}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Replace every parameter and buffer; all names and shapes are checked before anything is written."""
-        nn.check_state_dict(self.traced.parameters, state)
-        for name, param in self.traced.parameters.items():
-            param.copy_(state[name])
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
+        """Replace the parameters and buffers, as `nn.Module.load_state_dict` (numpy arrays or torch
+        tensors; every mismatch reported at once, nothing written unless everything fits; with
+        `strict=False` the names skipped are returned)."""
+        return load_state(self.traced.parameters, state, strict)
+
+    def gradients(self) -> dict[str, np.ndarray]:
+        """The gradient of the loss with respect to each trainable parameter in the last
+        `train_step`, by name (copies read back now). Only a program compiled with
+        `keep_gradients=True` keeps them: there they are outputs of the step, whose buffers
+        survive it, and nothing is read back unless this is called; a step compiled without the
+        flag neither keeps nor reads them."""
+        from meganeura.runtime.executable import read_buffer
+
+        if not self.is_training:
+            raise RuntimeError("gradients() is for a training program (compiled with loss= and optimizer=)")
+        names = [name for name in self.graph.outputs if name.startswith(GRAD_PREFIX)]
+        if not names:
+            raise RuntimeError("this program does not keep its gradients: compile it with keep_gradients=True")
+        executable = self.require_executable()
+        if self.runs == 0:
+            raise RuntimeError("gradients() reads the last step's gradients, and no step has run yet")
+        gradients = {}
+        for name in names:
+            buffer, _, type = executable.outputs[name]
+            gradients[name.removeprefix(GRAD_PREFIX)] = read_buffer(executable.device, buffer, type)
+        return gradients
+
+    def fit(self, batches, epochs: int = 1, **options):
+        """Run the training loop over `batches` for `epochs`: a tqdm progress bar, callbacks,
+        evaluation, checkpoints every N steps and resume (meganeura/fit.py); returns the History.
+
+        >>> # history = program.fit([{"x": xb, "y": yb}, ...], epochs=5, checkpoint="run.safetensors",
+        >>> #                       checkpoint_every=100, resume=True)
+        """
+        from meganeura.fit import fit
+
+        return fit(self, batches, epochs, **options)
 
     def save(self, path) -> None:
         """Write a checkpoint — parameters, buffers, optimizer state, step count — to `path`
@@ -510,18 +554,24 @@ class Program:
 
 def coerce_input(name: str, value: Any, spec: InputSpec) -> np.ndarray:
     """`value` as a contiguous array of the spec's dtype, or a TypeError/ValueError saying why not."""
-    array = np.asarray(value)
+    array = np.asarray(float(value) if spec.dtype == "f32" and type(value) in (int, bool) else value)
     if array.shape != spec.shape:
-        raise ValueError(f"input {name!r}: expected shape {list(spec.shape)}, got {list(array.shape)}")
+        hint = ""
+        if array.ndim == len(spec.shape) and array.shape[1:] == spec.shape[1:]:
+            hint = (
+                f"; a compiled step has static shapes: for batches of {array.shape[0]}, compile another program "
+                f"with {name}: mn.{spec.dtype}[{', '.join(map(str, array.shape))}] (it shares the model's weights)"
+            )
+        raise ValueError(f"input {name!r}: expected shape {list(spec.shape)}, got {list(array.shape)}{hint}")
     if spec.dtype == "f32":
         if not (np.issubdtype(array.dtype, np.floating)):
             raise TypeError(f"input {name!r}: expected floating-point data for {spec}, got {array.dtype}")
-        return np.ascontiguousarray(array, dtype=np.float32)
+        return np.asarray(array, dtype=np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)
     if not np.issubdtype(array.dtype, np.integer):
         raise TypeError(f"input {name!r}: expected integer data for {spec}, got {array.dtype}")
     if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
         raise ValueError(f"input {name!r}: values do not fit in int32")
-    return np.ascontiguousarray(array, dtype=np.int32)
+    return np.asarray(array, dtype=np.int32, order="C")
 
 
 def compile(
@@ -532,6 +582,7 @@ def compile(
     rewrite: bool = True,
     *,
     clip_grad_norm: float | None = None,
+    keep_gradients: bool = False,
 ) -> Program:
     """Compile a training step (with `loss` and `optimizer`) or an inference program (without).
 
@@ -541,10 +592,11 @@ def compile(
     the adapter the program runs on (its compute units and binding limit: meganeura/target.py).
     `clip_grad_norm=max_norm` clips the gradients' global 2-norm before the update as
     `torch.nn.utils.clip_grad_norm_(parameters, max_norm)` does (`program.last_grad_norm`).
+    `keep_gradients=True` keeps each step's parameter gradients for `program.gradients()`.
     """
     from meganeura import runtime
 
-    options = StepOptions(clip_grad_norm=clip_grad_norm)
+    options = StepOptions(clip_grad_norm=clip_grad_norm, keep_gradients=keep_gradients)
     if clip_grad_norm is not None and optimizer is None:
         raise ValueError("clip_grad_norm clips a training step's gradients: pass loss= and optimizer= too")
     target = GENERIC if _EXPLAIN else runtime.default_device().target

@@ -19,6 +19,7 @@ from meganeura.ir.op import ShapeError
 from meganeura.ir.ops.image import conv_output_size, pair
 from meganeura.ir.trace import user_source_line
 from meganeura.parameter import Buffer
+from meganeura.pytorch_names import missing_names
 from meganeura.tensor import (  # noqa: F401  (re-exported: the primitive operations; erf, rsqrt, tanh are
     # among the elementwise functions generated from ir/functions.py)
     ELEMENTWISE,
@@ -565,3 +566,6 @@ def group_norm(
     if weight is not None:
         y = y * channel_view(lift(weight), x.ndim)
     return y if bias is None else y + channel_view(lift(bias), x.ndim)
+
+
+__getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,9 @@ from meganeura import functional as F
 from meganeura.ir.ops.image import pair
 from meganeura.ir.trace import LAYER_CALLS, user_source_line
 from meganeura.parameter import Buffer, Parameter, ParameterStorage  # noqa: F401  (nn.Parameter, nn.Buffer)
+from meganeura.pytorch_names import missing_names
 from meganeura.tensor import Tensor
+from meganeura.weights import IncompatibleKeys, load_state
 
 _rng = np.random.default_rng(0)
 
@@ -94,12 +97,12 @@ class Module:
         """Copies of the current parameter and buffer values by dotted name (PyTorch's names and order)."""
         return {name: param.numpy() for name, param in self.named_state()}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Set every parameter and buffer from `state`; names and shapes are all checked before anything changes."""
-        params = dict(self.named_state())
-        check_state_dict(params, state)
-        for name, param in params.items():
-            param.copy_(state[name])
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
+        """Set every parameter and buffer from `state` (numpy arrays, torch tensors, anything array-like;
+        `mn.load_safetensors` reads files). Every mismatch — names, shapes, dtypes, NaN — is reported
+        at once in one StateDictError, and nothing changes unless everything fits. With `strict=False`
+        missing and unexpected names are skipped and returned, as PyTorch does (meganeura/weights.py)."""
+        return load_state(dict(self.named_state()), state, strict)
 
     # -- buffers and training mode (PyTorch's register_buffer, named_buffers, train, eval) -------
 
@@ -134,7 +137,20 @@ class Module:
             yield from module._named_state_all(prefix + name + ".")
 
     def train(self, mode: bool = True) -> Module:
-        """Set training mode (the default) on this module and every submodule; returns self."""
+        """Set training mode (the default) on this module and every submodule; returns self.
+
+        Programs already compiled from this model keep the mode they were compiled in (a compiled
+        step is fixed): where that matters (a BatchNorm in the model), switching warns once."""
+        compiled = getattr(self, "_compiled_modes", None)
+        if compiled and bool(mode) not in compiled and not getattr(self, "_mode_warned", False):
+            if any(getattr(module, "mode_dependent", False) for _, module in self.named_modules()):
+                object.__setattr__(self, "_mode_warned", True)
+                warnings.warn(
+                    f"{type(self).__name__}.{'train' if mode else 'eval'}(): the programs compiled from this model "
+                    f"keep the mode they were compiled in (training={sorted(compiled)[0]}); compile a program "
+                    "after switching to run in the new mode (it shares the weights)",
+                    stacklevel=2,
+                )
         for _, module in self.named_modules():
             object.__setattr__(module, "training", bool(mode))
         return self
@@ -152,20 +168,6 @@ class Module:
 
 
 LAYER_CALLS.add(Module.__call__.__code__)
-
-
-def check_state_dict(params: dict[str, Parameter], state: dict[str, Any]) -> None:
-    """Raise a KeyError/ValueError naming every mismatch between a model's parameters and `state`."""
-    missing = [name for name in params if name not in state]
-    unexpected = [name for name in state if name not in params]
-    if missing or unexpected:
-        raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
-    for name, param in params.items():
-        shape = tuple(np.shape(state[name]))
-        if shape != param.shape:
-            raise ValueError(f"load_state_dict: {name} has shape {param.shape} in the model, {shape} in the state")
-        if not np.all(np.isfinite(np.asarray(state[name], dtype=np.float64))):
-            raise ValueError(f"load_state_dict: {name} contains NaN or infinity")
 
 
 class Linear(Module):
@@ -457,11 +459,14 @@ class BatchNorm2d(Module):
     Training mode (the default): the batch mean and biased variance over (N, H, W) normalise, and
     the buffers are updated on the device by every step: running_mean ← (1 − m)·running_mean +
     m·mean, running_var ← (1 − m)·running_var + m·var·n/(n − 1) (n = N·H·W), num_batches_tracked
-    += 1 (a float32 scalar here, int64 in PyTorch); momentum=None uses m = 1/num_batches_tracked
-    (the cumulative average). Eval mode (`model.eval()`): the running statistics normalise.
-    weight (ones) and bias (zeros) are parameters; state_dict names and order are PyTorch's:
-    weight, bias, running_mean, running_var, num_batches_tracked.
+    += 1 (float32 on the device, exact to 2^24 steps; int64 in state_dict(), as in PyTorch);
+    momentum=None uses m = 1/num_batches_tracked (the cumulative average). Eval mode
+    (`model.eval()`): the running statistics normalise. weight (ones) and bias (zeros) are
+    parameters; state_dict names and order are PyTorch's: weight, bias, running_mean,
+    running_var, num_batches_tracked.
     """
+
+    mode_dependent = True  # batch statistics in training, running ones in evaluation
 
     def __init__(
         self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = True, track_running_stats: bool = True
@@ -476,7 +481,7 @@ class BatchNorm2d(Module):
         if track_running_stats:
             self.running_mean = Buffer(np.zeros(shape, np.float32))
             self.running_var = Buffer(np.ones(shape, np.float32))
-            self.num_batches_tracked = Buffer(np.zeros((), np.float32))
+            self.num_batches_tracked = Buffer(np.zeros((), np.int64))
         else:
             self.running_mean = self.running_var = self.num_batches_tracked = None
 
@@ -528,3 +533,6 @@ class GroupNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+__getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)

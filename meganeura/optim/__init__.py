@@ -30,6 +30,7 @@ import numpy as np
 
 from meganeura.ir.autodiff import GradBuilder
 from meganeura.ir.graph import TensorType
+from meganeura.pytorch_names import missing_names
 
 
 @dataclass(frozen=True)
@@ -403,3 +404,5 @@ class AdamW(Adam):
 # torch.optim.lr_scheduler's place: `optim.lr_scheduler.StepLR(...)` after `from meganeura import optim`
 # (imported last: it builds on Optimizer).
 from meganeura.optim import lr_scheduler  # noqa: E402, F401
+
+__getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)

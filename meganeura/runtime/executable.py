@@ -93,6 +93,7 @@ class Executable:
         self.plan: BufferPlan = step.plan
         self.leaf_types = step.leaf_types
         self.check_bindings()
+        self.check_sizes()
         self.check_leaves(parameters, initial_states)  # before any Parameter is moved to the device
         self.buffers = self.create_buffers(parameters)
         self.write_canaries()
@@ -108,6 +109,21 @@ class Executable:
         self.readback_plans: dict[tuple[str, ...], tuple] = {}
 
     # -- construction ---------------------------------------------------------------------------
+
+    def check_sizes(self) -> None:
+        """Fail before creating anything if a buffer is larger than this device can create or bind
+        (a tensor over `max-storage-buffer-binding-size`: 128 MiB on lavapipe), naming the tensors."""
+        binding = self.device.limits.get("max-storage-buffer-binding-size")
+        largest = self.device.limits.get("max-buffer-size")
+        for slot in self.plan.buffers:
+            for limit, what in ((largest, "max-buffer-size"), (binding, "max-storage-buffer-binding-size")):
+                if limit is not None and slot.nbytes > limit:
+                    names = slot.name or ", ".join(f"%{node}" for node, _ in slot.values[:4])
+                    raise ValueError(
+                        f"{names}: a buffer of {slot.nbytes:,} bytes ({slot.role}) is over {self.device.describe()}'s "
+                        f"{what} of {limit:,} bytes; nothing was allocated. Use a smaller batch or model, or an "
+                        "adapter with larger limits (python -m meganeura devices lists them)"
+                    )
 
     def check_bindings(self) -> None:
         """Fail before creating anything if a kernel binds more buffers than this device allows
