@@ -72,3 +72,66 @@ def test_constructor_forms_and_errors():
     opt = optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(ValueError, match="lr"):
         opt.lr = float("nan")
+
+
+def program_of(make_optimizer, **compile_options):
+    mn.manual_seed(3)
+    model = nn.Linear(7, 3)
+    opt = make_optimizer(model)
+    return opt, mn.compile(model, ce, SPEC, opt, **compile_options)
+
+
+RUN_TIME_CHANGES = {
+    "adamw betas eps wd": (
+        lambda m: optim.AdamW(m.parameters(), lr=0.05),
+        {"betas": (0.8, 0.95), "eps": 1e-3, "weight_decay": 0.3, "lr": 0.02},
+    ),
+    "adam wd": (lambda m: optim.Adam(m.parameters(), lr=0.05), {"weight_decay": 0.2, "betas": (0.5, 0.9)}),
+    "sgd momentum wd": (
+        lambda m: optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+        {"momentum": 0.5, "weight_decay": 0.1, "lr": 0.3},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_TIME_CHANGES))
+def test_every_hyper_parameter_set_at_run_time_steps_as_if_compiled_with_it(name):
+    make, changes = RUN_TIME_CHANGES[name]
+    opt, program = program_of(make)
+    program.train_step(**batch())
+    for key, value in changes.items():
+        opt.param_groups[0][key] = value
+    compiled = program.compiled
+    losses = [program.train_step(**batch()) for _ in range(3)]
+    # The reference: one step with the first values, then a program compiled with the changed
+    # ones, from that step's parameters and optimizer state.
+    _, first = program_of(make)
+    first.train_step(**batch())
+    _, changed = program_of(lambda m: type(make(m))(m.parameters(), **{**make(m).defaults, **changes}))
+    changed.load_state_dict(first.state_dict())
+    changed.load_optimizer_state_dict(first.optimizer_state_dict())
+    expected = [changed.train_step(**batch()) for _ in range(3)]
+    assert losses == expected and len(set(losses)) == 3
+    for key, value in changed.state_dict().items():
+        np.testing.assert_array_equal(program.state_dict()[key], value, err_msg=key)
+    assert program.compiled is compiled
+
+
+def test_momentum_cannot_appear_at_run_time_without_a_buffer():
+    opt, program = program_of(lambda m: optim.SGD(m.parameters(), lr=0.1))
+    opt.momentum = 0.9
+    with pytest.raises(ValueError, match="momentum was 0 at compile"):
+        program.train_step(**batch())
+
+
+def test_parameter_groups_with_clipping():
+    def grouped(model):
+        return optim.SGD([{"params": [model.weight], "lr": 0.0}, {"params": [model.bias]}], lr=0.5)
+
+    opt, program = program_of(grouped, clip_grad_norm=1e-3)
+    start = program.state_dict()
+    program.train_step(**batch())
+    now = program.state_dict()
+    np.testing.assert_array_equal(now["weight"], start["weight"])  # its group's lr is 0
+    moved = np.linalg.norm(now["bias"] - start["bias"])
+    assert 0 < moved <= 0.5 * 1e-3 * (1 + 1e-5)  # lr · the clipped norm, at most

@@ -41,8 +41,9 @@ def single_op(tree) -> bool:
 
 def original_op(entry: PlanEntry, plan: Plan):
     """The e-class's own IR node when the kernel fused nothing into it: it reads the same tensors
-    (and scalar constants, which cost nothing to read: kept by the plan, or inlined as literals,
-    which `decode` then gives back their `const` node — AdamW's constant-0 operands of adam_moment).
+    (and scalar constants, which cost nothing to read: kept by the plan, or, for an optimizer
+    update, inlined as literals, which `decode` then gives back their `const` node — AdamW's
+    constant-0 operands of adam_moment; other ops keep their literal in a pointwise kernel).
     Its op (adam_moment, sgd_step, sub…) reads better than a pointwise expression, and the runtime
     updates optimizer ops in place."""
     (tree,) = entry.bodies
@@ -54,8 +55,10 @@ def original_op(entry: PlanEntry, plan: Plan):
             continue
         inputs = [plan.class_of_ir[i] for i in node.inputs]
         extra = set(inputs) - loads
+        inlined_ok = op_def(node.op).family == "optimizer"  # its in-place update is worth a const node
         constants = all(
-            (c in plan.entries and is_constant(plan, c)) or constant_node(plan, c) is not None for c in extra
+            (c in plan.entries and is_constant(plan, c)) or (inlined_ok and constant_node(plan, c) is not None)
+            for c in extra
         )
         if loads <= set(inputs) and constants:
             return node.op, inputs, node.attr_dict
