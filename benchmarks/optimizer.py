@@ -18,7 +18,9 @@ kernels: dispatches, GPU time (timestamps) and wall time, every variant in one p
 2. Unless `--no-step`: the whole training step, `fused=False` against the default, compiled by
    `mn.compile` for this device: dispatches in all and the optimizer's, the optimizer kernels' GPU
    time in a profiled step, and the step's wall time (median of `repeat` train_step calls,
-   which wait for the loss).
+   which wait for the loss); then the default again with a learning-rate schedule that changes
+   the lr every step (`lr_scheduler.LambdaLR` stepped after each train_step, so each step first
+   writes the groups' new lr leaves): what a run-time hyper-parameter costs a step.
 Warm-up runs come first everywhere (the GPU clocks idle low).
 """
 
@@ -39,7 +41,7 @@ from meganeura.ir.autodiff import GradBuilder
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import op_def
 from meganeura.ir.trace import Tracer
-from meganeura.optim import ParamGrad
+from meganeura.optim import ParamGrad, lr_scheduler
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC, Target
 
@@ -95,12 +97,14 @@ def time_update(shapes, fused: bool, multi_tensor: bool, target: Target, repeat:
     return row
 
 
-def time_training_step(depth: int, vocab: int, fused: bool, repeat: int) -> dict:
-    """Dispatches and times of the whole SmolLM2-shaped step with `fused` AdamW."""
+def time_training_step(depth: int, vocab: int, fused: bool, repeat: int, scheduled: bool = False) -> dict:
+    """Dispatches and times of the whole SmolLM2-shaped step with `fused` AdamW (`scheduled`: a
+    new lr every step, the scheduler's step inside the timed span)."""
     mn.manual_seed(0)
     work = workloads.smollm2(depth, vocab=vocab)
     work.optimizer.fused = fused
     program = mn.compile(work.model, work.loss, work.inputs, work.optimizer)
+    schedule = lr_scheduler.LambdaLR(work.optimizer, lambda step: 0.999**step) if scheduled else None
     feed = work.batch(np.random.default_rng(0))
     for _ in range(3):
         program.train_step(**feed)
@@ -108,6 +112,8 @@ def time_training_step(depth: int, vocab: int, fused: bool, repeat: int) -> dict
     for _ in range(repeat):
         started = time.perf_counter()
         program.train_step(**feed)
+        if schedule is not None:
+            schedule.step()
         walls.append(time.perf_counter() - started)
     profile = program.profile(warmup=1, **feed)
     graph = program.compiled.graph
@@ -157,11 +163,15 @@ def main() -> None:
         return
     print(f"SmolLM2-shaped training step (depth {args.depth}, vocab {args.vocab}), AdamW:")
     header = f"{'dispatches':>10} {'optimizer':>9} {'opt GPU ms':>10} {'step GPU ms':>11} {'wall ms':>8}"
-    print(f"  {'optimizer':<22} {header}")
-    for label, fused in (("fused=False", False), ("fused=True (default)", True)):
-        row = time_training_step(args.depth, args.vocab, fused, args.repeat)
+    print(f"  {'optimizer':<24} {header}")
+    for label, fused, scheduled in (
+        ("fused=False", False, False),
+        ("fused=True (default)", True, False),
+        ("fused=True, lr each step", True, True),
+    ):
+        row = time_training_step(args.depth, args.vocab, fused, args.repeat, scheduled)
         print(
-            f"  {label:<22} {row['dispatches']:>10} {row['optimizer dispatches']:>9} "
+            f"  {label:<24} {row['dispatches']:>10} {row['optimizer dispatches']:>9} "
             f"{row['optimizer_gpu_ms']:>10.3f} {row['step_gpu_ms']:>11.3f} {row['wall_ms']:>8.3f}"
         )
 

@@ -5,11 +5,15 @@ readable by PyTorch and HF tools):
 - tensors `param/<name>`: the model's parameters and buffers by their PyTorch names
   (`Program.state_dict()`);
 - tensors `optim/<name>`: the optimizer's state leaves on the device — Adam's moments
-  (`<param>.exp_avg`, `<param>.exp_avg_sq`) and step count, SGD's momentum buffers;
+  (`<param>.exp_avg`, `<param>.exp_avg_sq`) and step count, SGD's momentum buffers (not the
+  hyper-parameter leaves `param_groups.<g>.<name>`: the runtime writes those from the optimizer);
 - tensors `accum/<name>` (with compile(accumulate=k), meganeura/gate.py): the gradient
   accumulators and the position in the cycle, so that a run resumed mid-cycle goes on exactly;
 - metadata (strings): `format` ("meganeura-checkpoint"), `version`, `model` (the model's class),
-  `optimizer` (its class), `hyper` (its hyper-parameters as JSON), `steps` (train steps run).
+  `optimizer` (its class), `hyper` (JSON: `param_groups`, each group's hyper-parameters, what
+  `load` restores into the live optimizer, and `fused`), `scheduler` (JSON: the class and
+  `state_dict()` of the optimizer's learning-rate scheduler, `optimizer.scheduler`, the last
+  one made on it; empty without one), `steps` (train steps run).
 
 Writes are atomic: the file is written beside its destination under a temporary name, flushed to
 disk (fsync) and renamed over it, so a crash mid-write leaves the previous checkpoint whole.
@@ -47,25 +51,30 @@ def safetensors_numpy():
     return safetensors.numpy
 
 
+HYPER_PREFIX = "param_groups."  # the hyper-parameter leaves (optim: param_groups.<g>.<name>)
+
+
 def hyper_parameters(optimizer: Any) -> dict[str, Any]:
-    """The optimizer's public scalar settings (lr, betas, momentum, …) as plain JSON values."""
+    """The optimizer's parameter groups' hyper-parameters and its `fused` flag, as JSON values."""
     if optimizer is None:
         return {}
-    found = {}
-    for name, value in vars(optimizer).items():
-        if name.startswith("_"):
-            continue
-        if isinstance(value, (bool, int, float, str)) or value is None:
-            found[name] = value
-        elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
-            found[name] = list(value)
-    return found
+    return {"param_groups": optimizer.hyper_state(), "fused": optimizer.fused}
+
+
+def scheduler_metadata(optimizer: Any) -> str:
+    """The attached scheduler's class and state as JSON, or "" without one."""
+    scheduler = getattr(optimizer, "scheduler", None)
+    if scheduler is None:
+        return ""
+    return json.dumps({"class": type(scheduler).__name__, "state": scheduler.state_dict()}, sort_keys=True)
 
 
 def optimizer_state(program: Program) -> dict[str, np.ndarray]:
-    """Copies of the optimizer's state leaves on the device, by name."""
+    """Copies of the optimizer's state leaves on the device, by name (not the hyper-parameters)."""
     executable = program.require_executable()
-    return {name: executable.read_state(name) for name in program.traced.initial_states}
+    return {
+        name: executable.read_state(name) for name in program.traced.initial_states if not name.startswith(HYPER_PREFIX)
+    }
 
 
 def step_state(program: Program) -> dict[str, np.ndarray]:
@@ -111,6 +120,7 @@ def metadata(program: Program) -> dict[str, str]:
         "model": type(program.compilation.model).__name__,
         "optimizer": type(optimizer).__name__ if optimizer is not None else "",
         "hyper": json.dumps(hyper_parameters(optimizer), sort_keys=True),
+        "scheduler": scheduler_metadata(optimizer),
         "steps": str(program.steps),
     }
 
@@ -192,11 +202,19 @@ def load(program: Program, path: str | os.PathLike) -> None:
     problems += state_problems(current_params, params, "parameter")
     problems += state_problems(current_state, state, "optimizer state")
     problems += state_problems(current_accum, accum, "gradient accumulation state (compile(accumulate=...))")
+    groups, schedule = None, None
+    if optimizer is not None:
+        groups, schedule, more = saved_schedule(meta, optimizer)
+        problems += more
     if problems:
         raise CheckpointError(f"{path} does not fit this program: " + "; ".join(problems))
     program.load_state_dict(params)
     load_optimizer_state(program, state)
     load_step_state(program, accum)
+    if groups is not None:
+        optimizer.load_hyper_state(groups)
+    if schedule is not None:
+        optimizer.scheduler.load_state_dict(schedule)
     program.steps = int(meta.get("steps", "0"))
 
 
@@ -209,3 +227,29 @@ def load_step_state(program: Program, state: dict[str, np.ndarray]) -> None:
         executable.write_state(name, np.asarray(value, order="C"))
     if MICRO_STEP in state:
         program.micro_step = int(np.asarray(state[MICRO_STEP]).reshape(()))
+
+
+def saved_schedule(meta: dict[str, str], optimizer: Any) -> tuple[Any, Any, list[str]]:
+    """(the saved param_groups, the saved scheduler state, problems) of a checkpoint's metadata,
+    checked against the live optimizer and its scheduler: a run saved with a schedule resumes
+    only with the same kind of scheduler, and one without a schedule only without one."""
+    problems = []
+    try:
+        groups = json.loads(meta.get("hyper", ""))["param_groups"]
+    except (ValueError, KeyError, TypeError):
+        return None, None, ["its metadata has no parameter groups ('hyper')"]
+    problems += optimizer.hyper_problems(groups)
+    scheduler = getattr(optimizer, "scheduler", None)
+    wanted = type(scheduler).__name__ if scheduler is not None else ""
+    try:
+        saved = json.loads(meta["scheduler"]) if meta.get("scheduler") else None
+    except ValueError:
+        return groups, None, [*problems, "its scheduler metadata is not JSON"]
+    found = saved["class"] if saved else ""
+    if found != wanted:
+        problems.append(
+            f"its learning-rate scheduler is {found or 'none'}, this program's {wanted or 'none'}"
+            " (make the same scheduler on the optimizer before load)"
+        )
+        return groups, None, problems
+    return groups, (saved["state"] if saved else None), problems

@@ -84,6 +84,7 @@ class TracedStep:
     # beside the optimizer's initial_states: checkpoints keep them, optimizer_state_dict() does not.
     step_states: dict[str, np.ndarray] = field(default_factory=dict)
     finite_checks: tuple[str, ...] = ()  # what each count of the `nonfinite` output is of
+    optimizer: Any = None  # the live optimizer whose hyper-parameter leaves the step reads
 
 
 def clipped_gradients(builder: GradBuilder, params: list[ParamGrad], max_norm: float) -> tuple[list[ParamGrad], int]:
@@ -101,7 +102,7 @@ def clipped_gradients(builder: GradBuilder, params: list[ParamGrad], max_norm: f
     norm = builder.emit("sqrt", [total])
     ratio = builder.emit("div", [builder.const(max_norm), builder.emit("add", [norm, builder.const(1e-6)])])
     scale = builder.emit("clamp", [ratio, builder.const(0.0), builder.const(1.0)])
-    clipped = [ParamGrad(p.name, p.node, builder.emit("mul", [p.grad, scale])) for p in params]
+    clipped = [ParamGrad(p.name, p.node, builder.emit("mul", [p.grad, scale]), p.parameter) for p in params]
     return clipped, norm
 
 
@@ -199,7 +200,9 @@ def trace_step(
         param_nodes = {name: tracer.node_of(p) for name, p in parameters.items()}
         grads = gradients(graph, graph.outputs["loss"], list(param_nodes.values()))
         trainable = [
-            ParamGrad(name, node, grads[node]) for name, node in param_nodes.items() if grads[node] is not None
+            ParamGrad(name, node, grads[node], parameters[name])
+            for name, node in param_nodes.items()
+            if grads[node] is not None
         ]
         builder = GradBuilder(graph)
         builder.sources = (user_source_line(),)
@@ -231,7 +234,9 @@ def trace_step(
     object.__setattr__(model, "_compiled_modes", getattr(model, "_compiled_modes", frozenset()) | {model.training})
     state = dict(model.named_state())
     bounds = label_bounds(graph)
-    return TracedStep(graph, state, initial_states, bounds, recognition, timings, step_states, finite_checks)
+    step = TracedStep(graph, state, initial_states, bounds, recognition, timings, step_states, finite_checks)
+    step.optimizer = optimizer if loss is not None else None
+    return step
 
 
 GRAD_PREFIX = "grad:"  # the outputs that keep_gradients adds: "grad:fc1.weight"
@@ -433,6 +438,7 @@ class Program:
         """One step on the device; with MEGANEURA_TRACE set, the first program to reach its
         TRACE_AFTER + 1-th step profiles it and writes the trace there (once per process)."""
         executable = self.require_executable()
+        self.write_hypers(executable)
         self.runs += 1
         path = self.trace_path
         if path and self.runs == TRACE_AFTER + 1 and not _TRACED:
@@ -445,6 +451,18 @@ class Program:
             print(f"{profile}\nwrote the Chrome trace of step {self.runs} to {path}", file=sys.stderr)
             return out
         return executable.run(values, read)
+
+    def write_hypers(self, executable) -> None:
+        """Write the optimizer's hyper-parameters that changed since the last step into their
+        leaves (a few bytes each; nothing is recompiled)."""
+        optimizer = self.traced.optimizer
+        if optimizer is None:
+            return
+        written = self.__dict__.setdefault("hypers_written", dict(self.traced.initial_states))
+        for name, value in optimizer.hyper_values().items():
+            if name in executable.states and written.get(name) != value:
+                executable.write_state(name, np.asarray(value, np.float32))
+                written[name] = value
 
     def profile(self, warmup: int = 3, **arrays: np.ndarray):
         """Run `warmup` steps, then one more with every kernel timed on the GPU (runtime/profile.py):

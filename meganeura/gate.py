@@ -109,7 +109,7 @@ def accumulated(
         total = builder.emit("add", [accumulator, builder.emit("mul", [p.grad, builder.const(1.0 / k)])])
         graph.updates[name] = builder.emit("where", [ready, zero, total])
         initial[name] = np.zeros(shape, np.float32)
-        summed.append(ParamGrad(p.name, p.node, total))
+        summed.append(ParamGrad(p.name, p.node, total, p.parameter))  # (its group: by identity)
     return summed, ready, initial
 
 

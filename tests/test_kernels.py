@@ -616,18 +616,41 @@ def test_scatter_rows_inlines_a_constant_gradient():
 # -- optimizer updates ----------------------------------------------------------------------------
 
 
-def optimizer_graph(op: str, **attrs) -> tuple[Graph, dict, dict, dict]:
+HYPERS = {
+    "sgd_step": ("lr", "weight_decay"),
+    "momentum_buffer": ("momentum", "weight_decay"),
+    "adam_moment": ("beta", "weight_decay"),
+    "adam_step": ("lr", "beta1", "beta2", "eps", "weight_decay"),
+}
+
+
+def hyper_operands(graph: Graph, states: dict, op: str, values: dict) -> list[int]:
+    """`op`'s hyper-parameter operands as optim.py builds them: scalar state leaves holding the
+    values (the runtime writes them), a weight decay of 0 as the constant 0 (inlined)."""
+    operands = []
+    for name in HYPERS[op]:
+        if name == "weight_decay" and values[name] == 0.0:
+            operands.append(const(graph, 0.0))
+        else:
+            operands.append(typed_leaf(graph, "state", f"hyper.{name}", ()))
+            states[f"hyper.{name}"] = np.float32(values[name])
+    return operands
+
+
+def optimizer_graph(op: str, **values) -> tuple[Graph, dict, dict, dict]:
     """A graph updating one leaf with `op` (and Adam's step counter), with values for its leaves."""
     graph, shape = Graph(), (7, 33)
     p = typed_leaf(graph, "param", "p", shape)
     g = typed_leaf(graph, "input", "g", shape)
     params, states, inputs = {"p": normal(*shape)}, {}, {"g": normal(*shape)}
+    attrs = {"order": values.pop("order")} if "order" in values else {}
     if op == "sgd_step":
-        graph.updates["p"] = emit(graph, op, [p, g], **attrs)
+        graph.updates["p"] = emit(graph, op, [p, g, *hyper_operands(graph, states, op, values)])
     elif op in ("momentum_buffer", "adam_moment"):
         buf = typed_leaf(graph, "state", "buf", shape)
         states["buf"] = normal(*shape)
-        operands = [buf, g, p] if attrs["weight_decay"] else [buf, g]  # p only where it is decayed
+        decayed = p if values["weight_decay"] else const(graph, 0.0)  # p only where it is decayed
+        operands = [buf, g, decayed, *hyper_operands(graph, states, op, values)]
         graph.updates["buf"] = emit(graph, op, operands, **attrs)
     else:
         v = typed_leaf(graph, "input", "v", shape)
@@ -636,7 +659,7 @@ def optimizer_graph(op: str, **attrs) -> tuple[Graph, dict, dict, dict]:
         states["t"] = np.zeros((), np.float32)
         t_next = emit(graph, "add", [t, const(graph, 1.0)])
         graph.updates["t"] = t_next
-        graph.updates["p"] = emit(graph, op, [p, g, v, t_next], **attrs)
+        graph.updates["p"] = emit(graph, op, [p, g, v, t_next, *hyper_operands(graph, states, op, values)])
     return graph, params, states, inputs
 
 
@@ -675,8 +698,9 @@ def test_optimizer_out_of_place_with_scalar_operands():
     """An update that is not a leaf's update gets its own output buffer; shape-() operands broadcast."""
     graph = Graph()
     p, d = typed_leaf(graph, "input", "p", (5, 3)), typed_leaf(graph, "input", "d", ())
-    graph.outputs["out"] = emit(graph, "sgd_step", [p, d], lr=0.5, weight_decay=0.1)
-    graph.outputs["m"] = emit(graph, "momentum_buffer", [p, const(graph, 2.0), p], momentum=0.5, weight_decay=0.1)
+    half, decay = const(graph, 0.5), const(graph, 0.1)
+    graph.outputs["out"] = emit(graph, "sgd_step", [p, d, half, decay])
+    graph.outputs["m"] = emit(graph, "momentum_buffer", [p, const(graph, 2.0), p, half, decay])
     executable = check(graph, {"p": normal(5, 3), "d": normal()})
     assert all(spec.inplace_input is None for spec in executable.kernels)
 

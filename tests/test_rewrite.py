@@ -103,15 +103,19 @@ def test_sgd_update_joins_the_weight_gradient_matmul(single):
     graph, inputs, params, states = mlp_step(optimizer=optim.SGD(lr=0.1, fused=not single))
     fused, report = optimize(graph)
     weights = [fused[i] for name, i in fused.updates.items() if name.endswith("weight")]
-    assert [n.attr("epilogue") for n in weights] == ["sub($0,mul(0.1,$acc))"] * 2
+    # p − lr·(g + wd·p), lr and wd read at run time from the parameter group's scalar leaves
+    assert [n.attr("epilogue") for n in weights] == ["sub($0,mul($1,add($acc,mul($2,$0))))"] * 2
     assert all(n.op == "fused_matmul" and fused[n.inputs[2]].op == "param" for n in weights)
+    hypers = [tuple(fused[i].attr("name") for i in n.inputs[3:]) for n in weights]
+    assert hypers == [("param_groups.0.lr", "param_groups.0.weight_decay")] * 2
     biases = [fused[i] for name, i in fused.updates.items() if name.endswith("bias")]
     op = "sgd_step" if single else "sgd_update"
     assert [n.op for n in biases] == [op] * 2  # a reduction's epilogue reads no other tensor
     assert report.rule("lift_sgd_step").matches == 4
-    if single:  # the bias kernels are the lifted kernels (decoded back to sgd_step); with
-        # sgd_update, extraction keeps the update's own e-node at the same cost
-        assert report.rule("lift_sgd_step").uses == 2
+    # sgd_step: the bias kernels are the lifted kernels (decoded back to sgd_step), and the weight
+    # updates' epilogues are lifted bodies; with sgd_update, extraction keeps the bias updates'
+    # own e-nodes at the same cost
+    assert report.rule("lift_sgd_step").uses == (4 if single else 2)
     assert_same_results(graph, fused, inputs, params, states)
 
 

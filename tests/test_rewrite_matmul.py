@@ -108,12 +108,15 @@ def test_backward_relu_mask_joins_the_dx_matmul(mkn, seed):
 
 
 @PROPERTY
-@given(mn=st.tuples(dims, dims), lr=st.floats(0.001, 1.0), wd=st.sampled_from([0.0, 0.01]), seed=seeds)
-def test_sgd_update_of_a_weight_gradient_is_the_matmul_epilogue(mn, lr, wd, seed):
+@given(mn=st.tuples(dims, dims), no_decay=st.booleans(), seed=seeds)
+def test_sgd_update_of_a_weight_gradient_is_the_matmul_epilogue(mn, no_decay, seed):
     m, n = mn
     graph = Graph()
     p, x, g = leaf(graph, "p", (m, n), "param"), leaf(graph, "x", (3, m)), leaf(graph, "g", (3, n))
-    graph.updates["p"] = node(graph, "sgd_step", (p, matmul(graph, x, g, transpose_a=True)), lr=lr, weight_decay=wd)
+    # lr a run-time scalar leaf; wd one too, or the constant 0 (SGD momentum's sgd_step)
+    lr = leaf(graph, "lr", (), "state")
+    wd = node(graph, "const", value=0.0) if no_decay else leaf(graph, "wd", (), "state")
+    graph.updates["p"] = node(graph, "sgd_step", (p, matmul(graph, x, g, transpose_a=True), lr, wd))
     fused, report = check_rewrite(graph, "matmul_epilogue", seed)
     (kernel,) = live_nodes(fused, "fused_matmul")
     assert kernels(fused) == 1 and parse(kernel.attr("epilogue"))[0] == "sub"

@@ -188,28 +188,31 @@ def test_swiglu_keeps_a_silu_that_is_also_an_output():
     assert fused[fused.outputs["gate"]].op == "silu"
 
 
-weight_decays = st.sampled_from([0.0, 0.0, 0.05])
+def hyper(graph: Graph, name: str, constant_zero: bool = False) -> int:
+    """A hyper-parameter operand as optim.py builds it: a scalar `state` leaf the runtime writes
+    (random values here, like every leaf), or the constant 0 where a term is absent by
+    construction (AdamW's L2 term, SGD momentum's decay in sgd_step)."""
+    return const(graph, 0.0) if constant_zero else leaf(graph, name, (), "state")
 
 
 @PROPERTY
-@given(shape=st.lists(dims, min_size=1, max_size=2).map(tuple), lr=st.floats(0.001, 1.0), wd=weight_decays, seed=seeds)
-def test_lift_sgd_step(shape, lr, wd, seed):
+@given(shape=st.lists(dims, min_size=1, max_size=2).map(tuple), no_decay=st.booleans(), seed=seeds)
+def test_lift_sgd_step(shape, no_decay, seed):
     graph = Graph()
     p, g = leaf(graph, "p", shape, "param"), leaf(graph, "g", shape)
-    graph.updates["p"] = node(graph, "sgd_step", (p, node(graph, "tanh", (g,))), lr=lr, weight_decay=wd)
+    lr, wd = hyper(graph, "lr"), hyper(graph, "wd", no_decay)
+    graph.updates["p"] = node(graph, "sgd_step", (p, node(graph, "tanh", (g,)), lr, wd))
     fused, report = check_rewrite(graph, "lift_sgd_step", seed)
     assert kernels(fused) == 1 and report.rule("lift_sgd_step").uses == 1
 
 
 @PROPERTY
-@given(
-    shape=st.lists(dims, min_size=1, max_size=2).map(tuple), momentum=st.floats(0.0, 0.99), wd=weight_decays, seed=seeds
-)
-def test_lift_momentum_buffer(shape, momentum, wd, seed):
+@given(shape=st.lists(dims, min_size=1, max_size=2).map(tuple), no_decay=st.booleans(), seed=seeds)
+def test_lift_momentum_buffer(shape, no_decay, seed):
     graph = Graph()
     p, buf, g = leaf(graph, "p", shape, "param"), leaf(graph, "buf", shape, "state"), leaf(graph, "g", shape)
-    operands = (buf, node(graph, "exp", (g,)), p) if wd else (buf, node(graph, "exp", (g,)))  # p only if decayed
-    graph.updates["buf"] = node(graph, "momentum_buffer", operands, momentum=momentum, weight_decay=wd)
+    operands = (buf, node(graph, "exp", (g,)), p, hyper(graph, "momentum"), hyper(graph, "wd", no_decay))
+    graph.updates["buf"] = node(graph, "momentum_buffer", operands)
     fused, report = check_rewrite(graph, "lift_momentum_buffer", seed)
     assert kernels(fused) == 1 and report.rule("lift_momentum_buffer").uses == 1
 
@@ -217,16 +220,17 @@ def test_lift_momentum_buffer(shape, momentum, wd, seed):
 @PROPERTY
 @given(
     shape=st.lists(dims, min_size=1, max_size=2).map(tuple),
-    beta=st.floats(0.5, 0.999),
     order=st.sampled_from([1, 2]),
-    wd=weight_decays,
+    decoupled=st.booleans(),
     seed=seeds,
 )
-def test_lift_adam_moment(shape, beta, order, wd, seed):
+def test_lift_adam_moment(shape, order, decoupled, seed):
     graph = Graph()
     p, m, g = leaf(graph, "p", shape, "param"), leaf(graph, "m", shape, "state"), leaf(graph, "g", shape)
-    operands = (m, node(graph, "neg", (g,)), p) if wd else (m, node(graph, "neg", (g,)))  # p only if decayed
-    graph.updates["m"] = node(graph, "adam_moment", operands, beta=beta, order=order, weight_decay=wd)
+    # AdamW's moments read constants 0 for p and wd; Adam's the parameter and its decay leaf.
+    decayed, wd = (const(graph, 0.0), const(graph, 0.0)) if decoupled else (p, hyper(graph, "wd"))
+    operands = (m, node(graph, "neg", (g,)), decayed, hyper(graph, "beta"), wd)
+    graph.updates["m"] = node(graph, "adam_moment", operands, order=order)
     fused, report = check_rewrite(graph, "lift_adam_moment", seed)
     assert kernels(fused) == 1 and report.rule("lift_adam_moment").uses == 1
     (kernel,) = live_nodes(fused, "pointwise")
@@ -242,7 +246,8 @@ def test_adam_moments_that_share_a_gradient_leave_it_stored():
         leaf(graph, "g", (5,)),
     )
     grad = node(graph, "exp", (g,))
-    graph.updates["m"] = node(graph, "adam_moment", (m, grad), beta=0.9, order=1, weight_decay=0.0)
-    graph.updates["v"] = node(graph, "adam_moment", (v, grad), beta=0.999, order=2, weight_decay=0.0)
+    zero, beta1, beta2 = const(graph, 0.0), hyper(graph, "beta1"), hyper(graph, "beta2")
+    graph.updates["m"] = node(graph, "adam_moment", (m, grad, zero, beta1, zero), order=1)
+    graph.updates["v"] = node(graph, "adam_moment", (v, grad, zero, beta2, zero), order=2)
     fused, _ = check_rewrite(graph, "lift_adam_moment")
     assert kernels(fused) == 2  # exp is cheap enough to recompute in both moment kernels

@@ -71,7 +71,7 @@ def test_readers_of_a_param_run_before_its_in_place_update():
     w = typed_leaf(graph, "param", "w", (5, 3))
     g = typed_leaf(graph, "input", "g", (5, 3))
     x = typed_leaf(graph, "input", "x", (4, 5))
-    graph.updates["w"] = emit(graph, "sgd_step", [w, g], lr=0.5)
+    graph.updates["w"] = emit(graph, "sgd_step", [w, g, const(graph, 0.5), const(graph, 0.0)])
     graph.outputs["y"] = emit(graph, "matmul", [x, w])
     w0, inputs = normal(5, 3), {"g": normal(5, 3), "x": normal(4, 5)}
     program = executable(graph, {"w": w0})
@@ -89,7 +89,7 @@ def test_update_falls_back_to_a_copy_when_the_old_value_is_needed_later():
     graph = Graph()
     w = typed_leaf(graph, "param", "w", (6,))
     g = typed_leaf(graph, "input", "g", (6,))
-    new_w = emit(graph, "sgd_step", [w, g], lr=1.0)
+    new_w = emit(graph, "sgd_step", [w, g, const(graph, 1.0), const(graph, 0.0)])
     graph.updates["w"] = new_w
     graph.outputs["delta"] = emit(graph, "sub", [new_w, w])
     graph.outputs["old"] = w  # an output that is a leaf the step updates: its old value comes back
@@ -127,7 +127,7 @@ def sgd_graph() -> Graph:
     graph = Graph()
     w = typed_leaf(graph, "param", "w", (3, 4))
     g = typed_leaf(graph, "input", "g", (3, 4))
-    graph.updates["w"] = emit(graph, "sgd_step", [w, g], lr=1.0)
+    graph.updates["w"] = emit(graph, "sgd_step", [w, g, const(graph, 1.0), const(graph, 0.0)])
     return graph
 
 

@@ -1,10 +1,13 @@
 """Multi-tensor optimizer updates: the fused updates of many parameters in one dispatch.
 
 `group_updates(graph, target)` replaces the fused updates (sgd_update, adam_update: one node per
-parameter, ir/ops/optimizer.py) that have the same op and hyper-parameters by multi-tensor nodes
+parameter, ir/ops/optimizer.py) that have the same op and form (attributes and arity) by multi-tensor nodes
 (multi_sgd_update, multi_adam_update), as many members each as one kernel may bind buffers for;
 the lowering (codegen/optimizer.py) runs each as one dispatch in which every member owns a range
-of workgroups. A SmolLM2-135M-shaped AdamW step has 272 parameters: 816 single-tensor kernels
+of workgroups. The hyper-parameters are operands (scalar state leaves, one set per parameter
+group, optim.py), so members of different parameter groups share a kernel: each member's case
+reads its own group's values, and a group's leaves are bound once however many members read them.
+A SmolLM2-135M-shaped AdamW step has 272 parameters: 816 single-tensor kernels
 (two moments and the step each, `fused=False`), 272 fused ones, and 39 multi-tensor ones on a
 target of 31 buffers per kernel (7 members of 4 bindings, and the step count).
 
@@ -62,7 +65,7 @@ MAX_BINDINGS_PER_GROUP = 1000
 
 @dataclass
 class Group:
-    """Fused update nodes of one op and hyper-parameters that one multi-tensor kernel will run."""
+    """Fused update nodes of one op and form that one multi-tensor kernel will run."""
 
     key: tuple
     members: list[int] = field(default_factory=list)
@@ -122,7 +125,7 @@ def member_reads(graph: Graph, node_id: int) -> set[int]:
 
 
 def plan_groups(graph: Graph, target: Target = GENERIC) -> list[Group]:
-    """The multi-tensor kernels: groupable fused updates in graph order, by op and hyper-parameters,
+    """The multi-tensor kernels: groupable fused updates in graph order, by op, attributes and arity,
     each group filled while its bindings fit the target's limit (groups of one included; on a CPU
     target every group has one member)."""
     limit = binding_limit(target)
@@ -182,6 +185,8 @@ def add_multi_node(graph: Graph, new: Graph, group: Group, new_id: dict[int, int
     members = [graph[m] for m in group.members]
     inputs = [new_id[i] for m in members for i in m.inputs]
     multi_attrs = {**dict(attrs), "members": len(members)}
+    if op == "sgd_update":  # the members' arity: with a momentum buffer each, or none
+        multi_attrs["momentum"] = len(members[0].inputs) == 6
     canonical, types = checked_type(MULTI_OF[op], operand_types(new, inputs), multi_attrs)
     multi = new.add(MULTI_OF[op], inputs, types, canonical, merged_sources(m.sources for m in members))
     index = 0

@@ -12,7 +12,6 @@ nothing needs its old value afterwards.
 from __future__ import annotations
 
 from meganeura.codegen.common import Operands, alias_root, bindings_wgsl, grid_for, output_binding, shape_text
-from meganeura.codegen.expressions import literal
 from meganeura.codegen.kernel import KernelSpec, Value
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
@@ -64,15 +63,10 @@ def updates_in_place(graph: Graph, node: Node, position: int = 0, result: int = 
     return not (readers & downstream)
 
 
-OPTIMIZER_HYPERS = {
-    "sgd_step": ("lr", "weight_decay"),
-    "momentum_buffer": ("momentum", "weight_decay"),
-    "adam_moment": ("beta", "weight_decay"),
-    "adam_step": ("lr", "beta1", "beta2", "eps", "weight_decay"),
-}
+SINGLE_TENSOR = ("sgd_step", "momentum_buffer", "adam_moment", "adam_step")
 
 
-@lowering(*OPTIMIZER_HYPERS)
+@lowering(*SINGLE_TENSOR)
 def lower_optimizer(graph: Graph, node: Node) -> KernelSpec:
     """An elementwise optimizer update, in place on the parameter/state it replaces when allowed."""
     inplace = updates_in_place(graph, node)
@@ -83,11 +77,8 @@ def lower_optimizer(graph: Graph, node: Node) -> KernelSpec:
             values["V0"] = "out[i]"
         else:
             values[f"V{position}"] = operands.read(input_id, node.shape)
-    for position in range(len(node.inputs), 4):  # the parameter of an update without weight decay
-        values[f"V{position}"] = "0.0"
     bindings = operands.bindings + [output_binding(node)]
-    hypers = {name.upper(): literal(node.attr(name, 0.0)) for name in OPTIMIZER_HYPERS[node.op]}
-    flags = {op.upper(): op == node.op for op in OPTIMIZER_HYPERS}
+    flags = {op.upper(): op == node.op for op in SINGLE_TENSOR}
     numel = node.type.numel
     grid = grid_for(-(-numel // 256))
     wgsl = render(
@@ -97,7 +88,6 @@ def lower_optimizer(graph: Graph, node: Node) -> KernelSpec:
             "NUMEL": numel,
             "GRID_X": max(grid[0], 1),
             **values,
-            **hypers,
             **flags,
             "G_POWER": "g" if node.attr("order", 1) == 1 else "g * g",
         },
@@ -121,7 +111,6 @@ def lower_optimizer(graph: Graph, node: Node) -> KernelSpec:
 UPDATE_FIELDS = {"sgd_update": ("p", "buf"), "adam_update": ("p", "m", "v")}  # the template's `Updated` fields
 MEMBER_OP = {multi: op for op, multi in MULTI_OF.items()}
 THREADS = 256
-HYPERS = ("lr", "momentum", "weight_decay", "beta1", "beta2", "eps")
 
 
 def member_op(op: str) -> str:
@@ -186,6 +175,8 @@ def lower_update(graph: Graph, node: Node) -> KernelSpec:
     op = member_op(node.op)
     attrs = node.attr_dict
     count = attrs.pop("members", 1)
+    if op == "sgd_update":
+        attrs.setdefault("momentum", len(node.inputs) == 6)
     fields = UPDATE_FIELDS[op][: member_results(op, attrs)]
     inplace = tuple(
         node.inputs[position] if updates_in_place(graph, node, position, result) else None
@@ -209,8 +200,6 @@ def lower_update(graph: Graph, node: Node) -> KernelSpec:
     bindings = operands.bindings + outputs
     grid = grid_for(first)
     decoupled = attrs.get("decoupled_weight_decay", False)
-    hypers = {name.upper(): literal(attrs.get(name, 0.0)) for name in HYPERS}
-    hypers["DECAY"] = literal(attrs["weight_decay"] if decoupled else 0.0)
     wgsl = render(
         "optimizer_update",
         {
@@ -218,11 +207,10 @@ def lower_update(graph: Graph, node: Node) -> KernelSpec:
             "GRID_X": max(grid[0], 1),
             "MEMBER_OF": member_search(starts or [(0, 0)]),
             "CASES": "\n".join(cases),
-            **hypers,
             "SGD_UPDATE": op == "sgd_update",
             "ADAM_UPDATE": op == "adam_update",
-            "HAS_MOMENTUM": attrs.get("momentum", 0.0) != 0.0,
-            "L2": not decoupled and attrs["weight_decay"] != 0.0,
+            "HAS_MOMENTUM": len(member_operands(node)[0]) == 6 if op == "sgd_update" else False,
+            "L2": not decoupled,
         },
     )
     if op == node.op:

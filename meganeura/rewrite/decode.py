@@ -41,9 +41,11 @@ def single_op(tree) -> bool:
 
 def original_op(entry: PlanEntry, plan: Plan):
     """The e-class's own IR node when the kernel fused nothing into it: it reads the same tensors
-    (and scalar constants the plan keeps, which cost nothing to read). Its op (adam_moment,
-    sgd_step, sub…) reads better than a pointwise expression, and the runtime updates optimizer
-    ops in place."""
+    (and scalar constants, which cost nothing to read: kept by the plan, or, for an optimizer
+    update, inlined as literals, which `decode` then gives back their `const` node — AdamW's
+    constant-0 operands of adam_moment; other ops keep their literal in a pointwise kernel).
+    Its op (adam_moment, sgd_step, sub…) reads better than a pointwise expression, and the runtime
+    updates optimizer ops in place."""
     (tree,) = entry.bodies
     loads = set(tree_loads(tree))
     graph = plan.source
@@ -53,7 +55,11 @@ def original_op(entry: PlanEntry, plan: Plan):
             continue
         inputs = [plan.class_of_ir[i] for i in node.inputs]
         extra = set(inputs) - loads
-        constants = all(c in plan.entries and is_constant(plan, c) for c in extra)
+        inlined_ok = op_def(node.op).family == "optimizer"  # its in-place update is worth a const node
+        constants = all(
+            (c in plan.entries and is_constant(plan, c)) or (inlined_ok and constant_node(plan, c) is not None)
+            for c in extra
+        )
         if loads <= set(inputs) and constants:
             return node.op, inputs, node.attr_dict
     return None
@@ -64,6 +70,18 @@ def is_constant(plan: Plan, eclass: int) -> bool:
     return node.op == "Const" or (
         node.op == "Reshape" and node.children[0] in plan.entries and is_constant(plan, node.children[0])
     )
+
+
+def constant_node(plan: Plan, eclass: int):
+    """The source graph's scalar `const` node in an e-class the plan does not materialise (every
+    kernel reads it as a literal), or None."""
+    if eclass in plan.entries:
+        return None
+    for node_id in plan.ir_ids.get(eclass, ()):
+        node = plan.source[node_id]
+        if node.op == "const":
+            return node
+    return None
 
 
 def ir_node(entry: PlanEntry, plan: Plan) -> tuple[str, list[int], dict[str, Any]]:
@@ -141,6 +159,10 @@ def decode(plan: Plan) -> Decoded:
     new_id: dict[int, int] = {}
     for eclass, entry in plan.entries.items():
         op, inputs, attrs = ir_node(entry, plan)
+        for c in inputs:  # a constant the plan inlined everywhere, read by an op decoded back (original_op)
+            if c not in new_id:
+                const = constant_node(plan, c)
+                new_id[c] = result.add(const.op, [], const.type, const.attr_dict, const.sources)
         expected = plan.types[eclass]
         if op in PERSISTENT:
             value_type, canonical = expected, op_def(op).canonical_attrs(attrs)

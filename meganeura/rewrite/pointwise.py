@@ -16,8 +16,10 @@ Matmul epilogues and reduction prologues are Pw bodies too, so they fuse by the 
   is subsumed: a kernel never reads a constant as a buffer);
 - `lift_sgd_step`, `lift_momentum_buffer`, `lift_adam_moment`: the optimizer updates that are
   elementwise formulas over their inputs (PyTorch's, in the op order of `ir/ops/optimizer.py`,
-  so the results are bit-identical), and plain SGD's fused update `sgd_update(p, g)` (one
-  result, sgd_step's formula: the e-graph may still fold it into the gradient's matmul).
+  so the results are bit-identical), and plain SGD's fused update `sgd_update(p, g, lr, wd)` (one
+  result, sgd_step's formula: the e-graph may still fold it into the gradient's matmul). The
+  hyper-parameters are scalar operands, loaded (broadcast) like any tensor: run-time values in
+  1-element buffers, or literals where they are constants (`const_literal`).
   `adam_step` stays one op: its bias correction needs β^t for a step count t held in a tensor,
   which the expression language has no power function for (nor does the fused `adam_update`);
 - `fuse_pointwise`: the inlining rule above;
@@ -75,89 +77,57 @@ CONST_LITERAL = Rule(
 )
 
 
-def decayed(grad: str, wd_zero: bool) -> str:
-    """The gradient with L2 weight decay added: g, or g + wd·p."""
-    return grad if wd_zero else f'(PBinary "add" {grad} (PBinary "mul" (Lit wd) (Load p)))'
-
-
-def plain_sgd(op: str, zero: bool) -> str:
-    """sgd_step(p, d), or the fused update of plain SGD sgd_update(p, d) (no momentum: one result)."""
-    decay = "0.0" if zero else "wd"
-    if op == "sgd_step":
-        return term("sgd_step", "p", "d", lr="lr", weight_decay=decay)
-    return term("sgd_update", "p", "d", lr="lr", momentum="0.0", weight_decay=decay)
+def decayed(grad: str) -> str:
+    """The gradient with L2 weight decay added, g + wd·p (wd a loaded scalar: a run-time value, or
+    a literal where it is the constant 0)."""
+    return f'(PBinary "add" {grad} (PBinary "mul" (Load wd) (Load p)))'
 
 
 LIFT_SGD_STEP = Rule(
     "lift_sgd_step",
     FAMILY,
-    "sgd_step(p, d) = p − lr·(d + wd·p) as a kernel (and sgd_update(p, d), plain SGD's fused update)",
+    "sgd_step(p, d, lr, wd) = p − lr·(d + wd·p) as a kernel (and sgd_update(p, d, lr, wd), plain SGD's fused update)",
     tuple(
         rule(
-            [f"(= t {plain_sgd(op, zero)})", "(= s (shape t))", *([] if zero else ["(!= wd 0.0)"])],
-            f'(union t (Kernel (PBinary "sub" (Load p) (PBinary "mul" (Lit lr) {decayed("(Load d)", zero)})) s))',
+            [f"(= t {term(op, 'p', 'd', 'lr', 'wd')})", "(= s (shape t))"],
+            f'(union t (Kernel (PBinary "sub" (Load p) (PBinary "mul" (Load lr) {decayed("(Load d)")})) s))',
         )
         for op in ("sgd_step", "sgd_update")
-        for zero in (True, False)
     ),
 )
-
-
-def update_operands(zero: bool, *names: str) -> tuple[str, ...]:
-    """The operands of momentum_buffer/adam_moment: the parameter p only where weight decay reads it."""
-    return names if zero else (*names, "p")
-
-
-def momentum_buffer(zero: bool) -> str:
-    decay = "0.0" if zero else "wd"
-    return term("momentum_buffer", *update_operands(zero, "buf", "g"), momentum="momentum", weight_decay=decay)
-
-
-def adam_moment(order: int, zero: bool) -> str:
-    decay = "0.0" if zero else "wd"
-    return term("adam_moment", *update_operands(zero, "m", "g"), beta="beta", order=str(order), weight_decay=decay)
-
 
 LIFT_MOMENTUM_BUFFER = Rule(
     "lift_momentum_buffer",
     FAMILY,
-    "momentum_buffer(buf, g[, p]) = momentum·buf + (g + wd·p) as a kernel",
-    tuple(
+    "momentum_buffer(buf, g, p, momentum, wd) = momentum·buf + (g + wd·p) as a kernel",
+    (
         rule(
-            [
-                f"(= t {momentum_buffer(zero)})",
-                "(= s (shape t))",
-                *([] if zero else ["(!= wd 0.0)"]),
-            ],
-            '(union t (Kernel (PBinary "add" (PBinary "mul" (Lit momentum) (Load buf)) '
-            f"{decayed('(Load g)', zero)}) s))",
-        )
-        for zero in (True, False)
+            [f"(= t {term('momentum_buffer', 'buf', 'g', 'p', 'momentum', 'wd')})", "(= s (shape t))"],
+            f'(union t (Kernel (PBinary "add" (PBinary "mul" (Load momentum) (Load buf)) {decayed("(Load g)")}) s))',
+        ),
     ),
 )
 
 
-def moment_term(order: int, zero: bool) -> str:
-    grad = decayed("(Load g)", zero)
+def moment_term(order: int) -> str:
+    grad = decayed("(Load g)")
     power = grad if order == 1 else f'(PBinary "mul" {grad} {grad})'
-    return f'(PBinary "add" (PBinary "mul" (Lit beta) (Load m)) (PBinary "mul" (Lit (- 1.0 beta)) {power}))'
+    return (
+        '(PBinary "add" (PBinary "mul" (Load beta) (Load m)) '
+        f'(PBinary "mul" (PBinary "sub" (Lit 1.0) (Load beta)) {power}))'
+    )
 
 
 LIFT_ADAM_MOMENT = Rule(
     "lift_adam_moment",
     FAMILY,
-    "adam_moment(m, g[, p]) = β·m + (1−β)·gᵒʳᵈᵉʳ (g + wd·p if wd) as a kernel",
+    "adam_moment(m, g, p, beta, wd) = β·m + (1−β)·gᵒʳᵈᵉʳ, g + wd·p, as a kernel",
     tuple(
         rule(
-            [
-                f"(= t {adam_moment(order, zero)})",
-                "(= s (shape t))",
-                *([] if zero else ["(!= wd 0.0)"]),
-            ],
-            f"(union t (Kernel {moment_term(order, zero)} s))",
+            [f"(= t {term('adam_moment', 'm', 'g', 'p', 'beta', 'wd', order=str(order))})", "(= s (shape t))"],
+            f"(union t (Kernel {moment_term(order)} s))",
         )
         for order in (1, 2)
-        for zero in (True, False)
     ),
 )
 
@@ -210,8 +180,6 @@ LIFTED = (
     "Ternary",
     "BroadcastTo",
     "SgdStep",
-    "MomentumBuffer2",
-    "MomentumBuffer3",
-    "AdamMoment2",
-    "AdamMoment3",
+    "MomentumBuffer",
+    "AdamMoment",
 )

@@ -1,29 +1,35 @@
 """Optimizer updates: elementwise, PyTorch's rules (torch/optim/sgd.py, adam.py, single-tensor form).
 
-Two forms of the same updates. The single-tensor ops, one per formula (`optim.SGD/Adam(fused=False)`):
+Two forms of the same updates. The hyper-parameters (lr, momentum, betas, eps, weight_decay)
+are operands, not attributes: scalar tensors that are `state` leaves the runtime writes before a
+step when the optimizer's values changed (optim.py: one set per parameter group), or constants
+where a term is absent by construction (Adam's decoupled decay of 0, AdamW's L2 term of 0). So
+the WGSL reads them from buffers and a new learning rate needs no new kernel.
 
-- sgd_step(p, d): p − lr·(d + weight_decay·p)
-- momentum_buffer(buf, g[, p]): momentum·buf + (g + weight_decay·p)
-- adam_moment(m, g[, p]): beta·m + (1 − beta)·gᵒʳᵈᵉʳ with g = grad + weight_decay·p (Adam's L2 form)
-- adam_step(p, m, v, t): p·(1 − lr·weight_decay) − lr/(1 − beta1ᵗ)·m/(√v/√(1 − beta2ᵗ) + eps)
-  (AdamW's decoupled decay; weight_decay 0 for Adam), t the step count (a scalar tensor)
+The single-tensor ops, one per formula (`optim.SGD/Adam(fused=False)`):
 
-The first operand is the value being replaced, so the runtime can update it in place. The
-parameter p is an operand of momentum_buffer and adam_moment exactly when weight decay is added
-to the gradient (weight_decay ≠ 0), so that a kernel reads only what it uses.
+- sgd_step(p, d, lr, wd): p − lr·(d + wd·p)
+- momentum_buffer(buf, g, p, momentum, wd): momentum·buf + (g + wd·p)
+- adam_moment(m, g, p, beta, wd): beta·m + (1 − beta)·gᵒʳᵈᵉʳ with g = grad + wd·p (Adam's L2 form;
+  AdamW passes constants 0 for p and wd, which kernels inline)
+- adam_step(p, m, v, t, lr, beta1, beta2, eps, wd): p·(1 − lr·wd) − lr/(1 − beta1ᵗ)·m/(√v/√(1 − beta2ᵗ) + eps)
+  (AdamW's decoupled decay; the constant 0 for Adam), t the step count (a scalar tensor)
+
+The first operand is the value being replaced, so the runtime can update it in place.
 
 The fused ops, the whole update of one parameter as one node with a result per value it replaces
 (`fused=True`, the default), defined as the composition of the single-tensor ops above:
 
-- sgd_update(p, g[, buf]) → p′ (plain SGD), or (p′, buf′) with momentum (buf given exactly then)
-- adam_update(p, g, m, v, t) → (p′, m′, v′): both moments and the step; `decoupled_weight_decay`
-  picks AdamW's decay (on p) over Adam's L2 term (on the gradient), as torch.optim.Adam's flag
+- sgd_update(p, g, lr, wd[, momentum, buf]) → p′ (plain SGD), or (p′, buf′) with a momentum buffer
+- adam_update(p, g, m, v, t, lr, beta1, beta2, eps, wd) → (p′, m′, v′): both moments and the step;
+  `decoupled_weight_decay` picks AdamW's decay (on p) over Adam's L2 term (on the gradient)
 
 `UPDATED_OPERANDS[op]` says which operand each result replaces (in place, when nothing else
 needs the old value). `multi_sgd_update` and `multi_adam_update` are the same updates of several
-parameters with the same hyper-parameters in one node: their operands are the members' operands
-one member after another, their results the members' results likewise (`members` of them). The
-compiler forms them after the e-graph from the fused ops it can run in place
+parameters in one node: their operands are the members' operands one member after another (each
+member with its own hyper-parameter operands, those of its parameter group), their results the
+members' results likewise (`members` of them; multi_sgd_update's `momentum`: each member has a
+buffer). The compiler forms them after the e-graph from the fused ops it can run in place
 (`codegen/multi_tensor.py`); they have no e-graph form.
 """
 
@@ -32,22 +38,23 @@ from __future__ import annotations
 import numpy as np
 
 from meganeura.ir.graph import TensorType
-from meganeura.ir.op import BOOL, FLOAT, INT, Attr, Op, ShapeError, require_float
+from meganeura.ir.op import BOOL, INT, Attr, Op, ShapeError, require_float
 
 FAMILY = "optimizer"
 
 
-def infer_update(name: str, decayed_operand: int | None = None):
+def infer_update(name: str, tensors: int):
+    """The first `tensors` operands are tensors of the parameter's shape (or scalars); the rest are
+    the hyper-parameters, scalar tensors (state leaves the runtime writes, or constants)."""
+
     def infer(types, attrs):
         require_float(types, name)
-        for t in types[1:]:
+        for t in types[1:tensors]:
             if t.shape not in (types[0].shape, ()):
                 raise ShapeError(f"{name}: {t} does not match {types[0]}")
-        if decayed_operand is not None and (attrs["weight_decay"] != 0.0) != (len(types) > decayed_operand):
-            raise ShapeError(
-                f"{name}: the parameter is an operand exactly when weight_decay is not 0 "
-                f"(weight_decay {attrs['weight_decay']}, {len(types)} operands)"
-            )
+        for t in types[tensors:]:
+            if t.shape != ():
+                raise ShapeError(f"{name}: a hyper-parameter operand must be a scalar, got {t}")
         return types[0]
 
     return infer
@@ -58,14 +65,14 @@ def evaluate_sgd_step(p, d, lr, weight_decay):
     return p - lr * (d + weight_decay * p)
 
 
-def evaluate_momentum_buffer(buf, g, p=None, *, momentum, weight_decay):
+def evaluate_momentum_buffer(buf, g, p, momentum, weight_decay):
     """momentum·buf + (g + weight_decay·p)."""
-    return momentum * buf + (g if p is None else g + weight_decay * p)
+    return momentum * buf + (g + weight_decay * p)
 
 
-def evaluate_adam_moment(m, g, p=None, *, beta, order, weight_decay):
+def evaluate_adam_moment(m, g, p, beta, weight_decay, *, order):
     """beta·m + (1−beta)·gᵒʳᵈᵉʳ, with g = grad + weight_decay·p (Adam's L2 form)."""
-    g = g if p is None else g + weight_decay * p
+    g = g + weight_decay * p
     return beta * m + (1.0 - beta) * (g if order == 1 else g * g)
 
 
@@ -77,42 +84,37 @@ def evaluate_adam_step(p, m, v, t, lr, beta1, beta2, eps, weight_decay):
     return p - (lr / bias1) * m / (np.sqrt(v) / np.sqrt(bias2) + eps)
 
 
-WEIGHT_DECAY = Attr("weight_decay", FLOAT, 0.0)
-
 SGD_STEP = Op(
     "sgd_step",
     family=FAMILY,
-    infer=infer_update("sgd_step"),
+    infer=infer_update("sgd_step", 2),
     evaluate=evaluate_sgd_step,
-    operands=("p", "d"),
-    attrs=(Attr("lr", FLOAT), WEIGHT_DECAY),
+    operands=("p", "d", "lr", "weight_decay"),
     doc="p − lr·(d + weight_decay·p)",
 )
 MOMENTUM_BUFFER = Op(
     "momentum_buffer",
     family=FAMILY,
-    infer=infer_update("momentum_buffer", decayed_operand=2),
+    infer=infer_update("momentum_buffer", 3),
     evaluate=evaluate_momentum_buffer,
-    operands=("buf", "g", "p?"),
-    attrs=(Attr("momentum", FLOAT), WEIGHT_DECAY),
+    operands=("buf", "g", "p", "momentum", "weight_decay"),
     doc="momentum·buf + (g + weight_decay·p)",
 )
 ADAM_MOMENT = Op(
     "adam_moment",
     family=FAMILY,
-    infer=infer_update("adam_moment", decayed_operand=2),
+    infer=infer_update("adam_moment", 3),
     evaluate=evaluate_adam_moment,
-    operands=("m", "g", "p?"),
-    attrs=(Attr("beta", FLOAT), Attr("order", INT), WEIGHT_DECAY),
+    operands=("m", "g", "p", "beta", "weight_decay"),
+    attrs=(Attr("order", INT),),
     doc="beta·m + (1 − beta)·gᵒʳᵈᵉʳ, g = grad + weight_decay·p",
 )
 ADAM_STEP = Op(
     "adam_step",
     family=FAMILY,
-    infer=infer_update("adam_step"),
+    infer=infer_update("adam_step", 4),
     evaluate=evaluate_adam_step,
-    operands=("p", "m", "v", "t"),
-    attrs=(Attr("lr", FLOAT), Attr("beta1", FLOAT), Attr("beta2", FLOAT), Attr("eps", FLOAT), WEIGHT_DECAY),
+    operands=("p", "m", "v", "t", "lr", "beta1", "beta2", "eps", "weight_decay"),
     doc="p·(1 − lr·wd) − lr/(1 − beta1ᵗ)·m/(√v/√(1 − beta2ᵗ) + eps)",
 )
 
@@ -121,91 +123,85 @@ ADAM_STEP = Op(
 # The fused updates: one node per parameter, one result per value it replaces
 
 
-def evaluate_sgd_update(p, g, buf=None, *, lr, momentum, weight_decay):
+def evaluate_sgd_update(p, g, lr, weight_decay, momentum=None, buf=None):
     """sgd_step(p, momentum_buffer(buf, g, p)) with momentum, else sgd_step(p, g): optim.SGD's graph."""
     if buf is None:
         return evaluate_sgd_step(p, g, lr, weight_decay)
-    decayed = p if weight_decay else None
-    new_buf = evaluate_momentum_buffer(buf, g, decayed, momentum=momentum, weight_decay=weight_decay)
-    return evaluate_sgd_step(p, new_buf, lr, 0.0), new_buf
+    new_buf = evaluate_momentum_buffer(buf, g, p, momentum, weight_decay)
+    return evaluate_sgd_step(p, new_buf, lr, np.float32(0.0)), new_buf
 
 
-def evaluate_adam_update(p, g, m, v, t, *, lr, beta1, beta2, eps, weight_decay, decoupled_weight_decay):
+def evaluate_adam_update(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay, *, decoupled_weight_decay):
     """The two adam_moment updates and adam_step, as optim.Adam/AdamW's single-tensor graph has them."""
-    l2 = 0.0 if decoupled_weight_decay else weight_decay
-    decayed = p if l2 else None
-    new_m = evaluate_adam_moment(m, g, decayed, beta=beta1, order=1, weight_decay=l2)
-    new_v = evaluate_adam_moment(v, g, decayed, beta=beta2, order=2, weight_decay=l2)
-    decay = weight_decay if decoupled_weight_decay else 0.0
+    zero = np.float32(0.0)
+    l2 = zero if decoupled_weight_decay else weight_decay
+    new_m = evaluate_adam_moment(m, g, p, beta1, l2, order=1)
+    new_v = evaluate_adam_moment(v, g, p, beta2, l2, order=2)
+    decay = weight_decay if decoupled_weight_decay else zero
     return evaluate_adam_step(p, new_m, new_v, t, lr, beta1, beta2, eps, decay), new_m, new_v
 
 
 def infer_sgd_update(types, attrs):
     require_float(types, "sgd_update")
-    if (attrs["momentum"] != 0.0) != (len(types) == 3):
-        raise ShapeError(
-            f"sgd_update: the momentum buffer is an operand exactly when momentum is not 0 "
-            f"(momentum {attrs['momentum']}, {len(types)} operands)"
-        )
-    for t in types[1:]:
+    if len(types) not in (4, 6):
+        raise ShapeError(f"sgd_update: (p, g, lr, weight_decay[, momentum, buf]), got {len(types)} operands")
+    tensors = [types[1]] + ([types[5]] if len(types) == 6 else [])
+    for t in tensors:
         if t.shape != types[0].shape:
             raise ShapeError(f"sgd_update: {t} does not match the parameter {types[0]}")
-    return types[0] if len(types) == 2 else (types[0], types[0])
+    for t in types[2:5]:
+        if t.shape != ():
+            raise ShapeError(f"sgd_update: a hyper-parameter operand must be a scalar, got {t}")
+    return types[0] if len(types) == 4 else (types[0], types[0])
 
 
 def infer_adam_update(types, attrs):
     require_float(types, "adam_update")
-    p, g, m, v, t = types
+    p, g, m, v, t, *hypers = types
     for what, other in (("gradient", g), ("exp_avg", m), ("exp_avg_sq", v)):
         if other.shape != p.shape:
             raise ShapeError(f"adam_update: the {what} {other} does not match the parameter {p}")
     if t.shape != ():
         raise ShapeError(f"adam_update: the step count must be a scalar, got {t}")
+    if len(hypers) != 5 or any(h.shape != () for h in hypers):
+        raise ShapeError(f"adam_update: needs 5 scalar hyper-parameter operands, got {hypers}")
     return (p, p, p)
 
 
-LR = Attr("lr", FLOAT)
 SGD_UPDATE = Op(
     "sgd_update",
     family=FAMILY,
     infer=infer_sgd_update,
     evaluate=evaluate_sgd_update,
-    operands=("p", "g", "buf?"),
-    attrs=(LR, Attr("momentum", FLOAT, 0.0), WEIGHT_DECAY),
+    operands=("p", "g", "lr", "weight_decay", "momentum?", "buf?"),
     doc="p′ = p − lr·d, d = g + wd·p, or with momentum buf′ = momentum·buf + d and d = buf′: (p′[, buf′])",
-)
-ADAM_HYPERS = (
-    LR,
-    Attr("beta1", FLOAT),
-    Attr("beta2", FLOAT),
-    Attr("eps", FLOAT),
-    WEIGHT_DECAY,
-    Attr("decoupled_weight_decay", BOOL, False),
 )
 ADAM_UPDATE = Op(
     "adam_update",
     family=FAMILY,
     infer=infer_adam_update,
     evaluate=evaluate_adam_update,
-    operands=("p", "g", "m", "v", "t"),
-    attrs=ADAM_HYPERS,
+    operands=("p", "g", "m", "v", "t", "lr", "beta1", "beta2", "eps", "weight_decay"),
+    attrs=(Attr("decoupled_weight_decay", BOOL, False),),
     doc="(p′, m′, v′): adam_moment ×2 and adam_step of one parameter",
 )
 
 # For each fused op, the operand that each of its results replaces (result index → operand position).
-UPDATED_OPERANDS = {"sgd_update": (0, 2), "adam_update": (0, 2, 3)}
+UPDATED_OPERANDS = {"sgd_update": (0, 5), "adam_update": (0, 2, 3)}
 
 
 def member_arity(op: str, attrs: dict) -> int:
     """The operands of one member of a multi-tensor update of `op` with these attributes."""
     if op == "sgd_update":
-        return 3 if attrs["momentum"] != 0.0 else 2
-    return 5
+        return 6 if attrs["momentum"] else 4
+    return 10
 
 
 def member_results(op: str, attrs: dict) -> int:
     """The results of one member (the values it replaces)."""
-    return member_arity(op, attrs) - 1 if op == "sgd_update" else 3
+    if op == "sgd_update":
+        return 2 if attrs["momentum"] else 1
+    return 3
 
 
 def members_of(op: str, attrs: dict, items: list) -> list[list]:
@@ -220,7 +216,7 @@ def infer_multi(op: str):
     def infer(types, attrs):
         if attrs["members"] < 1:
             raise ShapeError(f"multi_{op}: needs at least one member, got {attrs['members']}")
-        member = {k: v for k, v in attrs.items() if k != "members"}
+        member = {k: v for k, v in attrs.items() if k not in ("members", "momentum")}
         results: list[TensorType] = []
         for operands in members_of(op, attrs, list(types)):
             out = OPS_BY_NAME[op].infer(operands, member)
@@ -233,7 +229,9 @@ def infer_multi(op: str):
 def evaluate_multi(op: str):
     def evaluate(*arrays, members, **attrs):
         results = []
-        for operands in members_of(op, {**attrs, "members": members}, list(arrays)):
+        attrs.pop("momentum", None)
+        arity = {"momentum": len(arrays) // members == 6} if op == "sgd_update" else {}
+        for operands in members_of(op, {**attrs, **arity, "members": members}, list(arrays)):
             out = OPS_BY_NAME[op].evaluate(*operands, **attrs)
             results.extend(out if isinstance(out, tuple) else (out,))
         return tuple(results)
@@ -254,10 +252,10 @@ MULTI_SGD_UPDATE = Op(
     infer=infer_multi("sgd_update"),
     evaluate=evaluate_multi("sgd_update"),
     operands=("*members",),
-    attrs=(*SGD_UPDATE.attrs, MEMBERS),
+    attrs=(Attr("momentum", BOOL, False), MEMBERS),
     egraph=None,
     describe=describe_multi,
-    doc="sgd_update of `members` parameters with the same hyper-parameters, in one kernel",
+    doc="sgd_update of `members` parameters (momentum: each has a buffer), in one kernel",
 )
 MULTI_ADAM_UPDATE = Op(
     "multi_adam_update",
@@ -265,10 +263,10 @@ MULTI_ADAM_UPDATE = Op(
     infer=infer_multi("adam_update"),
     evaluate=evaluate_multi("adam_update"),
     operands=("*members",),
-    attrs=(*ADAM_HYPERS, MEMBERS),
+    attrs=(*ADAM_UPDATE.attrs, MEMBERS),
     egraph=None,
     describe=describe_multi,
-    doc="adam_update of `members` parameters with the same hyper-parameters, in one kernel",
+    doc="adam_update of `members` parameters, in one kernel",
 )
 MULTI_OF = {"sgd_update": "multi_sgd_update", "adam_update": "multi_adam_update"}
 

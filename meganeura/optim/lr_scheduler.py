@@ -1,0 +1,483 @@
+"""Learning-rate schedulers with torch.optim.lr_scheduler's names, arguments and values.
+
+A scheduler changes its optimizer's `param_groups[i]["lr"]` (OneCycleLR also the momentum or
+beta1); the compiled step reads those as run-time values (optim/__init__.py), so the schedule
+costs no recompilation. Used as in PyTorch, after each step:
+
+    opt = optim.AdamW(model.parameters(), lr=1e-3)
+    program = mn.compile(model, loss, inputs, opt)
+    sched = lr_scheduler.CosineAnnealingLR(opt, T_max=100)
+    for batch in batches:
+        program.train_step(**batch)
+        sched.step()
+
+The values are PyTorch's to the last bit: `step()` uses the same recursive (chainable) forms
+torch does, in the same order of float operations, and `step(epoch)` the closed forms. Making a
+scheduler sets the group's `initial_lr` (once: a second scheduler on the same optimizer starts
+from the same base, as in torch) and applies the schedule's value for step 0.
+
+The last scheduler made on an optimizer is `optimizer.scheduler` (SequentialLR: the sequence,
+not its parts); `program.save` stores its `state_dict()` in the checkpoint and `program.load`
+restores it into the scheduler made the same way before the load. State dicts are plain JSON
+values (MultiStepLR's milestones as a sorted list, OneCycleLR's strategy by name).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import warnings
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from meganeura.optim import Optimizer
+
+__all__ = [
+    "LRScheduler",
+    "LambdaLR",
+    "StepLR",
+    "MultiStepLR",
+    "ExponentialLR",
+    "CosineAnnealingLR",
+    "LinearLR",
+    "SequentialLR",
+    "OneCycleLR",
+]
+
+
+def group_values(optimizer: Optimizer, key: str) -> list[Any]:
+    return [group[key] for group in optimizer.param_groups]
+
+
+def per_group(name: str, optimizer: Optimizer, value: Any) -> list[Any]:
+    """One value per parameter group: a list as long as the groups, or one value for all."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != len(optimizer.param_groups):
+            raise ValueError(f"{name}: expected {len(optimizer.param_groups)} values (one per group), got {len(value)}")
+        return list(value)
+    return [value] * len(optimizer.param_groups)
+
+
+def check_optimizer(optimizer: Any) -> None:
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"a scheduler needs a meganeura.optim optimizer, got {type(optimizer).__name__}")
+
+
+class LRScheduler:
+    """The base class: `last_epoch` counts the scheduler's steps (0 after construction), `base_lrs`
+    are the groups' `initial_lr`, `get_last_lr()` the learning rates last set."""
+
+    # Attributes that are not state: the optimizer, and what a subclass keeps as code.
+    NOT_STATE: tuple[str, ...] = ("optimizer",)
+
+    def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
+        check_optimizer(optimizer)
+        self.optimizer = optimizer
+        if last_epoch == -1:
+            for group in optimizer.param_groups:
+                group.setdefault("initial_lr", group["lr"])
+        else:
+            for index, group in enumerate(optimizer.param_groups):
+                if "initial_lr" not in group:
+                    raise KeyError(
+                        f"param_groups[{index}] has no 'initial_lr': resuming with last_epoch={last_epoch} needs "
+                        "the optimizer's groups as a scheduler left them (load them first)"
+                    )
+        self.base_lrs = group_values(optimizer, "initial_lr")
+        self.last_epoch = last_epoch
+        self.is_initial = False  # torch's _is_initial: the first step, made by the constructor
+        self._step_count = 0
+        optimizer.scheduler = self
+        self.initial_step()
+
+    def initial_step(self) -> None:
+        """The constructor's step: last_epoch becomes 0 (or the resumed one + 1)."""
+        self._step_count = 0
+        self.is_initial = True
+        try:
+            self.step()
+        finally:
+            self.is_initial = False
+
+    def get_lr(self) -> list[float]:
+        """The learning rates for `last_epoch`, from the groups' current ones (the chainable form)."""
+        raise NotImplementedError
+
+    def get_last_lr(self) -> list[float]:
+        return list(self._last_lr)
+
+    def step(self, epoch: int | None = None) -> None:
+        """Advance one step (after `train_step`); `epoch` (deprecated in torch too) jumps to that
+        step with the closed form where there is one."""
+        self._step_count += 1
+        if epoch is not None:
+            warnings.warn(
+                "scheduler.step(epoch) is deprecated (as in torch): call step() once per step",
+                UserWarning,
+                stacklevel=2,
+            )
+        self.update_lr(epoch)
+
+    def update_lr(self, epoch: int | None = None) -> None:
+        if epoch is None:
+            self.last_epoch += 1
+            values = self.get_lr()
+        else:
+            self.last_epoch = epoch
+            values = self.closed_form_lr() if hasattr(self, "closed_form_lr") else self.get_lr()
+        for group, lr in zip(self.optimizer.param_groups, values, strict=True):
+            group["lr"] = lr
+        self._last_lr = group_values(self.optimizer, "lr")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every attribute but the optimizer, as JSON values (a checkpoint stores it)."""
+        return {key: value for key, value in vars(self).items() if key not in self.NOT_STATE}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        unknown = sorted(set(state) - set(self.state_dict()))
+        if unknown:
+            raise KeyError(f"{type(self).__name__}.load_state_dict: unknown keys {unknown}")
+        vars(self).update({key: value for key, value in state.items() if key not in self.NOT_STATE})
+
+
+class LambdaLR(LRScheduler):
+    """lr = base_lr · lr_lambda(step), a function per group or one for all."""
+
+    NOT_STATE = ("optimizer", "lr_lambdas")
+
+    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float] | list, last_epoch: int = -1) -> None:
+        check_optimizer(optimizer)
+        self.lr_lambdas = per_group("lr_lambda", optimizer, lr_lambda)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [base * f(self.last_epoch) for f, base in zip(self.lr_lambdas, self.base_lrs, strict=True)]
+
+    def state_dict(self):
+        # A plain function is code, not state (None); a callable object's attributes are its state.
+        state = super().state_dict()
+        state["lr_lambdas"] = [None if isinstance(f, types.FunctionType) else dict(vars(f)) for f in self.lr_lambdas]
+        return state
+
+    def load_state_dict(self, state):
+        state = dict(state)
+        saved = state.pop("lr_lambdas", [None] * len(self.lr_lambdas))
+        super().load_state_dict(state)
+        for f, attributes in zip(self.lr_lambdas, saved, strict=True):
+            if attributes is not None:
+                vars(f).update(attributes)
+
+
+class StepLR(LRScheduler):
+    """lr = base_lr · gamma^(step // step_size)."""
+
+    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1) -> None:
+        self.step_size = step_size
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
+            return group_values(self.optimizer, "lr")
+        return [lr * self.gamma for lr in group_values(self.optimizer, "lr")]
+
+    def closed_form_lr(self):
+        return [base * self.gamma ** (self.last_epoch // self.step_size) for base in self.base_lrs]
+
+
+class MultiStepLR(LRScheduler):
+    """lr = base_lr · gamma^(milestones passed); a milestone given twice counts twice."""
+
+    def __init__(
+        self, optimizer: Optimizer, milestones: Iterable[int], gamma: float = 0.1, last_epoch: int = -1
+    ) -> None:
+        self.milestones = Counter(milestones)
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch not in self.milestones:
+            return group_values(self.optimizer, "lr")
+        factor = self.gamma ** self.milestones[self.last_epoch]
+        return [lr * factor for lr in group_values(self.optimizer, "lr")]
+
+    def closed_form_lr(self):
+        passed = bisect_right(sorted(self.milestones.elements()), self.last_epoch)
+        return [base * self.gamma**passed for base in self.base_lrs]
+
+    def state_dict(self):
+        return super().state_dict() | {"milestones": sorted(self.milestones.elements())}  # JSON keys are strings
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.milestones = Counter(state["milestones"])
+
+
+class ExponentialLR(LRScheduler):
+    """lr = base_lr · gamma^step."""
+
+    def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1) -> None:
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.is_initial:
+            return group_values(self.optimizer, "lr")
+        return [lr * self.gamma for lr in group_values(self.optimizer, "lr")]
+
+    def closed_form_lr(self):
+        return [base * self.gamma**self.last_epoch for base in self.base_lrs]
+
+
+class CosineAnnealingLR(LRScheduler):
+    """lr = eta_min + (base_lr − eta_min)·(1 + cos(π·step/T_max))/2 (SGDR without restarts;
+    past T_max it rises again, as torch's does)."""
+
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1) -> None:  # noqa: N803 (torch's name)
+        self.T_max = T_max
+        self.eta_min = eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        lrs, e, t_max, eta = group_values(self.optimizer, "lr"), self.last_epoch, self.T_max, self.eta_min
+        if self.is_initial:
+            return lrs
+        if self._step_count == 1 and e > 0:  # resumed at a later step: the closed form
+            return [eta + (base - eta) * (1 + math.cos(e * math.pi / t_max)) / 2 for base in self.base_lrs]
+        if (e - 1 - t_max) % (2 * t_max) == 0:  # the bottom of the cosine: the ratio below would be 0/0
+            return [
+                lr + (base - eta) * (1 - math.cos(math.pi / t_max)) / 2
+                for lr, base in zip(lrs, self.base_lrs, strict=True)
+            ]
+        ratio = (1 + math.cos(math.pi * e / t_max)) / (1 + math.cos(math.pi * (e - 1) / t_max))
+        return [ratio * (lr - eta) + eta for lr in lrs]
+
+    def closed_form_lr(self):
+        cosine = 1 + math.cos(math.pi * self.last_epoch / self.T_max)
+        return [self.eta_min + (base - self.eta_min) * cosine / 2 for base in self.base_lrs]
+
+
+class LinearLR(LRScheduler):
+    """lr = base_lr · (start_factor + (end_factor − start_factor)·min(step, total_iters)/total_iters):
+    the usual linear warm-up."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        start_factor: float = 1.0 / 3,
+        end_factor: float = 1.0,
+        total_iters: int = 5,
+        last_epoch: int = -1,
+    ) -> None:
+        if not 0.0 < start_factor <= 1.0:
+            raise ValueError(f"start_factor must be in (0, 1], got {start_factor}")
+        if not 0.0 <= end_factor <= 1.0:
+            raise ValueError(f"end_factor must be in [0, 1], got {end_factor}")
+        self.start_factor = start_factor
+        self.end_factor = end_factor
+        self.total_iters = total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        lrs = group_values(self.optimizer, "lr")
+        if self.last_epoch == 0:
+            return [lr * self.start_factor for lr in lrs]
+        if self.is_initial or self.last_epoch > self.total_iters:
+            return lrs
+        rise = self.end_factor - self.start_factor
+        factor = 1.0 + rise / (self.total_iters * self.start_factor + (self.last_epoch - 1) * rise)
+        return [lr * factor for lr in lrs]
+
+    def closed_form_lr(self):
+        done = min(self.total_iters, self.last_epoch) / self.total_iters
+        return [base * (self.start_factor + (self.end_factor - self.start_factor) * done) for base in self.base_lrs]
+
+
+class SequentialLR(LRScheduler):
+    """`schedulers[i]` from step `milestones[i-1]` on (each restarted from its own step 0 there):
+    e.g. LinearLR warm-up, then CosineAnnealingLR."""
+
+    NOT_STATE = ("optimizer", "_schedulers")
+
+    def __init__(
+        self, optimizer: Optimizer, schedulers: list[LRScheduler], milestones: list[int], last_epoch: int = -1
+    ) -> None:
+        check_optimizer(optimizer)
+        if not schedulers:
+            raise ValueError("SequentialLR needs at least one scheduler")
+        for index, scheduler in enumerate(schedulers):
+            if getattr(scheduler, "optimizer", None) is not optimizer:
+                raise ValueError(
+                    f"SequentialLR: schedulers[{index}] ({type(scheduler).__name__}) is on another optimizer"
+                )
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(
+                f"SequentialLR: {len(schedulers)} schedulers need {len(schedulers) - 1} milestones, "
+                f"got {len(milestones)}"
+            )
+        self._schedulers = list(schedulers)
+        self._milestones = list(milestones)
+        self.last_epoch = last_epoch + 1
+        self.optimizer = optimizer
+        self.base_lrs = group_values(optimizer, "initial_lr")
+        # Undo the steps the parts made when they were built, and start the first one afresh.
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        self.undo_initial_steps(self)
+        first = self._schedulers[bisect_right(self._milestones, 0)]
+        first.initial_step()
+        self._last_lr = first.get_last_lr()
+        optimizer.scheduler = self
+
+    def undo_initial_steps(self, scheduler: LRScheduler) -> None:
+        for part in getattr(scheduler, "_schedulers", ()):
+            self.undo_initial_steps(part)
+        if not hasattr(scheduler, "_schedulers"):
+            scheduler.last_epoch -= 1
+
+    def step(self) -> None:  # noqa: D102 (no epoch argument, as torch's)
+        self.last_epoch += 1
+        index = bisect_right(self._milestones, self.last_epoch)
+        scheduler = self._schedulers[index]
+        if index > 0 and self._milestones[index - 1] == self.last_epoch:
+            scheduler.update_lr(0)  # the next part starts at its own step 0, by its closed form
+        else:
+            scheduler.step()
+        self._last_lr = scheduler.get_last_lr()
+
+    def state_dict(self):
+        return super().state_dict() | {"_schedulers": [s.state_dict() for s in self._schedulers]}
+
+    def load_state_dict(self, state):
+        state = dict(state)
+        parts = state.pop("_schedulers")
+        if len(parts) != len(self._schedulers):
+            raise ValueError(
+                f"SequentialLR.load_state_dict: {len(parts)} schedulers saved, {len(self._schedulers)} here"
+            )
+        super().load_state_dict(state)
+        for scheduler, part in zip(self._schedulers, parts, strict=True):
+            scheduler.load_state_dict(part)
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy: lr rises from max_lr/div_factor to max_lr over pct_start of total_steps,
+    then anneals to initial_lr/final_div_factor (three_phase: back to initial_lr first); momentum
+    (or Adam's beta1) moves the other way between max_momentum and base_momentum."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        max_lr: float | list[float],
+        total_steps: int | None = None,
+        epochs: int | None = None,
+        steps_per_epoch: int | None = None,
+        pct_start: float = 0.3,
+        anneal_strategy: str = "cos",
+        cycle_momentum: bool = True,
+        base_momentum: float | list[float] = 0.85,
+        max_momentum: float | list[float] = 0.95,
+        div_factor: float = 25.0,
+        final_div_factor: float = 1e4,
+        three_phase: bool = False,
+        last_epoch: int = -1,
+    ) -> None:
+        check_optimizer(optimizer)
+        self.optimizer = optimizer
+        self.total_steps = self.steps_of(total_steps, epochs, steps_per_epoch)
+        if not isinstance(pct_start, float) or not 0.0 <= pct_start <= 1.0:
+            raise ValueError(f"pct_start must be a float in [0, 1], got {pct_start!r}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
+        self.anneal_strategy = anneal_strategy
+        self.phases = self.phases_of(pct_start, three_phase)
+        if last_epoch == -1:
+            for group, peak in zip(optimizer.param_groups, per_group("max_lr", optimizer, max_lr), strict=True):
+                group["initial_lr"] = peak / div_factor
+                group["max_lr"] = peak
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+        self.cycle_momentum = cycle_momentum
+        self.use_beta1 = "betas" in optimizer.defaults
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and not self.use_beta1:
+                raise ValueError("OneCycleLR(cycle_momentum=True) needs an optimizer with momentum or betas")
+            if last_epoch == -1:
+                highs = per_group("max_momentum", optimizer, max_momentum)
+                lows = per_group("base_momentum", optimizer, base_momentum)
+                for group, high, low in zip(optimizer.param_groups, highs, lows, strict=True):
+                    self.set_momentum(group, high)
+                    group["max_momentum"] = high
+                    group["base_momentum"] = low
+        super().__init__(optimizer, last_epoch)
+
+    @staticmethod
+    def steps_of(total_steps, epochs, steps_per_epoch) -> int:
+        if total_steps is not None:
+            if not isinstance(total_steps, int) or total_steps <= 0:
+                raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
+            return total_steps
+        if epochs is None or steps_per_epoch is None:
+            raise ValueError("OneCycleLR needs total_steps, or epochs and steps_per_epoch")
+        for name, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        return epochs * steps_per_epoch
+
+    def phases_of(self, pct_start: float, three_phase: bool) -> list[dict[str, Any]]:
+        """(last step, lr from → to, momentum from → to) of each phase, the values named by group key."""
+        rise_end = float(pct_start * self.total_steps) - 1
+        if three_phase:
+            return [
+                {"end_step": rise_end, "lr": ["initial_lr", "max_lr"], "momentum": ["max_momentum", "base_momentum"]},
+                {
+                    "end_step": float(2 * pct_start * self.total_steps) - 2,
+                    "lr": ["max_lr", "initial_lr"],
+                    "momentum": ["base_momentum", "max_momentum"],
+                },
+                {
+                    "end_step": self.total_steps - 1,
+                    "lr": ["initial_lr", "min_lr"],
+                    "momentum": ["max_momentum", "max_momentum"],
+                },
+            ]
+        return [
+            {"end_step": rise_end, "lr": ["initial_lr", "max_lr"], "momentum": ["max_momentum", "base_momentum"]},
+            {
+                "end_step": self.total_steps - 1,
+                "lr": ["max_lr", "min_lr"],
+                "momentum": ["base_momentum", "max_momentum"],
+            },
+        ]
+
+    def set_momentum(self, group: dict[str, Any], value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+    def anneal(self, start: float, end: float, pct: float) -> float:
+        if self.anneal_strategy == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self):
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"OneCycleLR stepped {step} times; total_steps is {self.total_steps}")
+        lrs = []
+        for group in self.optimizer.param_groups:
+            start = 0.0
+            for index, phase in enumerate(self.phases):
+                end = phase["end_step"]
+                if step <= end or index == len(self.phases) - 1:
+                    pct = (step - start) / (end - start)
+                    lrs.append(self.anneal(group[phase["lr"][0]], group[phase["lr"][1]], pct))
+                    if self.cycle_momentum:
+                        self.set_momentum(
+                            group, self.anneal(group[phase["momentum"][0]], group[phase["momentum"][1]], pct)
+                        )
+                    break
+                start = end
+        return lrs
