@@ -122,7 +122,7 @@ HOPPER_TABLE = GemmLadder(
 # lavapipe: large register tiles win on a CPU (each workgroup is one thread's loop). On this
 # project's 2-core machine (`python benchmarks/gemm_tune.py --steps "" --extra
 # 1024x256x256,2048x128x512,512x2048x128 --repeat 4`, 2026-12-01), 128x128 with 16x16 per thread:
-# 1024x256x256 14.3 GFLOP/s (the kernel before: 9.6; in November 0.75), 2048x128x512 13.9,
+# 1024x256x256 14.3 GFLOP/s (the kernel before: 9.6; 0.75 when issue 10 was filed), 2048x128x512 13.9,
 # 512x2048x128 15.1 (16.7 at BK 32); next best 64x128 16x16 and 128x128 8x16, 15-25% slower.
 CPU_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(128, 128, 16, 4, 4), GemmTiling(32, 64, 16, 1, 1)))
 
