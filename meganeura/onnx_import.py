@@ -15,7 +15,7 @@ PyTorch's momentum (1 − ONNX's momentum); `model.eval()` gives ONNX's inferenc
 Integer initializers and Constant nodes are static values (shapes, axes), computed at trace time;
 so are shapes derived from them.
 
-The `onnx` package is an optional dependency (`pip install meganeura[onnx]`).
+The `onnx` package is an optional dependency (`pip install meganeura[interop]`).
 
 >>> # model = mn.load_onnx("mlp.onnx"); program = mn.compile(model, inputs={"x": mn.f32[8, 64]})
 """
@@ -49,7 +49,7 @@ def import_onnx():
         import onnx
     except ImportError as error:
         raise ImportError(
-            "mn.load_onnx needs the onnx package, which is an optional dependency: pip install 'meganeura[onnx]' "
+            "mn.load_onnx needs the onnx package, which is an optional dependency: pip install 'meganeura[interop]' "
             "(or pip install onnx)"
         ) from error
     return onnx

@@ -383,5 +383,5 @@ def test_a_missing_onnx_package_gives_a_clear_import_error(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_onnx)
-    with pytest.raises(ImportError, match=r"pip install 'meganeura\[onnx\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'meganeura\[interop\]'"):
         onnx_import.load_onnx("model.onnx")

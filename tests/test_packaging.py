@@ -29,7 +29,7 @@ from meganeura.codegen.render import TemplateError, load_template, template_path
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL_SOURCES = ("pyproject.toml", "setup.py", "README.md", "meganeura", "shaders")
 DEPENDENCIES = ("numpy", "egglog", "wgpu", "networkx", "safetensors")
-EXTRAS = {"examples", "dev"}
+EXTRAS = {"examples", "interop", "plots", "dev"}
 
 # Training steps as a user of the installed package writes them; the script prints what it ran with.
 TRAIN_STEPS = """
