@@ -625,7 +625,7 @@ HYPERS = {
 
 
 def hyper_operands(graph: Graph, states: dict, op: str, values: dict) -> list[int]:
-    """`op`'s hyper-parameter operands as optim.py builds them: scalar state leaves holding the
+    """`op`'s hyper-parameter operands as optim/optimizers.py builds them: scalar state leaves holding the
     values (the runtime writes them), a weight decay of 0 as the constant 0 (inlined)."""
     operands = []
     for name in HYPERS[op]:

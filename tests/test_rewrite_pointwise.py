@@ -189,7 +189,7 @@ def test_swiglu_keeps_a_silu_that_is_also_an_output():
 
 
 def hyper(graph: Graph, name: str, constant_zero: bool = False) -> int:
-    """A hyper-parameter operand as optim.py builds it: a scalar `state` leaf the runtime writes
+    """A hyper-parameter operand as optim/optimizers.py builds it: a scalar `state` leaf the runtime writes
     (random values here, like every leaf), or the constant 0 where a term is absent by
     construction (AdamW's L2 term, SGD momentum's decay in sgd_step)."""
     return const(graph, 0.0) if constant_zero else leaf(graph, name, (), "state")

@@ -228,7 +228,7 @@ LOSSES: dict[str, Callable] = {
 
 
 def torch_optimizer(ours, parameters) -> torch.optim.Optimizer:
-    """PyTorch's optimizer with our optimizer's hyper-parameters (meganeura/optim.py)."""
+    """PyTorch's optimizer with our optimizer's hyper-parameters (meganeura/optim/optimizers.py)."""
     from meganeura import optim
 
     if isinstance(ours, optim.Adam):  # AdamW too: decoupled says which

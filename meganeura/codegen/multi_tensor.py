@@ -5,7 +5,7 @@ parameter, ir/ops/optimizer.py) that have the same op and form (attributes and a
 (multi_sgd_update, multi_adam_update), as many members each as one kernel may bind buffers for;
 the lowering (codegen/optimizer.py) runs each as one dispatch in which every member owns a range
 of workgroups. The hyper-parameters are operands (scalar state leaves, one set per parameter
-group, optim.py), so members of different parameter groups share a kernel: each member's case
+group, optim/optimizers.py), so members of different parameter groups share a kernel: each member's case
 reads its own group's values, and a group's leaves are bound once however many members read them.
 A SmolLM2-135M-shaped AdamW step has 272 parameters: 816 single-tensor kernels
 (two moments and the step each, `fused=False`), 272 fused ones, and 39 multi-tensor ones on a

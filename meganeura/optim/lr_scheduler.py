@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from meganeura.optim import Optimizer
+from meganeura.optim.optimizers import Optimizer
 
 __all__ = [
     "LRScheduler",

@@ -2,7 +2,7 @@
 
 Two forms of the same updates. The hyper-parameters (lr, momentum, betas, eps, weight_decay)
 are operands, not attributes: scalar tensors that are `state` leaves the runtime writes before a
-step when the optimizer's values changed (optim.py: one set per parameter group), or constants
+step when the optimizer's values changed (optim/optimizers.py: one set per parameter group), or constants
 where a term is absent by construction (Adam's decoupled decay of 0, AdamW's L2 term of 0). So
 the WGSL reads them from buffers and a new learning rate needs no new kernel.
 
