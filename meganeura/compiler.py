@@ -425,6 +425,13 @@ class Program:
         self.micro_step = 0
         # The gradients' global 2-norm before clipping, of the last step (compile(clip_grad_norm=…)).
         self.last_grad_norm: float | None = None
+        # What a step reads back: a training step its loss, the clipped norm and the NaN/inf counts
+        # where compiled with them; an inference program its outputs.
+        outputs = self.graph.outputs
+        extra = tuple(name for name in ("grad_norm", gate.NONFINITE) if name in outputs)
+        self.step_reads = ("loss", *extra) if self.is_training else tuple(outputs)
+        # The hyper-parameter values on the device, to write only those the optimizer changed.
+        self.hypers_written: dict[str, Any] = dict(traced.initial_states)
         self.trace_path = os.environ.get("MEGANEURA_TRACE")
         if _EXPLAIN:
             _EXPLAIN[-1].append(self)
@@ -458,7 +465,7 @@ class Program:
         optimizer = self.traced.optimizer
         if optimizer is None:
             return
-        written = self.__dict__.setdefault("hypers_written", dict(self.traced.initial_states))
+        written = self.hypers_written
         for name, value in optimizer.hyper_values().items():
             if name in executable.states and written.get(name) != value:
                 executable.write_state(name, np.asarray(value, np.float32))
@@ -473,11 +480,15 @@ class Program:
         >>> # print(program.profile(x=xb, y=yb))
         """
         values = self.check_inputs(arrays)
-        read = ("loss",) if self.is_training else tuple(self.graph.outputs)
         for _ in range(warmup):
-            self.run(values, read)
+            out = self.run(values, self.step_reads)
+            if self.is_training:
+                self.step_done(out)
         self.runs += 1
-        return self.require_executable().profile(values, read)[1]
+        out, profile = self.require_executable().profile(values, self.step_reads)
+        if self.is_training:
+            self.step_done(out)
+        return profile
 
     def require_executable(self):
         """The GPU executable; in explain mode (none was built) stop the user's script instead."""
@@ -494,17 +505,17 @@ class Program:
         gate.NonFiniteError."""
         if not self.is_training:
             raise RuntimeError("this program was compiled without loss=: call it, program(**inputs), to run the model")
-        values = self.check_inputs(arrays)
-        clipping = "grad_norm" in self.graph.outputs
-        checking = gate.NONFINITE in self.graph.outputs
-        read = ("loss",) + (("grad_norm",) if clipping else ()) + ((gate.NONFINITE,) if checking else ())
-        out = self.run(values, read)
+        return self.step_done(self.run(self.check_inputs(arrays), self.step_reads))
+
+    def step_done(self, out: dict[str, np.ndarray]) -> float:
+        """Account for a training step that ran (train_step, profile): refuse one that met a NaN
+        or infinity, count it, follow the accumulation cycle; its loss."""
         loss = float(out["loss"].reshape(()))
-        if checking:
+        if gate.NONFINITE in out:
             self.refuse_nonfinite(out[gate.NONFINITE], loss)
         self.steps += 1
         self.micro_step = (self.micro_step + 1) % self.accumulate
-        if clipping and self.micro_step == 0:  # the norm that clipping used: of the accumulated sum
+        if "grad_norm" in out and self.micro_step == 0:  # the norm that clipping used: of the accumulated sum
             self.last_grad_norm = float(out["grad_norm"].reshape(()))
         return loss
 
@@ -518,10 +529,8 @@ class Program:
         """Run the model on `arrays`; return its output as numpy (a tuple for several outputs)."""
         if self.is_training:
             raise RuntimeError("this is a training program: use train_step(**inputs)")
-        values = self.check_inputs(arrays)
-        names = list(self.graph.outputs)
-        out = self.run(values, tuple(names))
-        results = tuple(out[name] for name in names)
+        out = self.run(self.check_inputs(arrays), self.step_reads)
+        results = tuple(out[name] for name in self.step_reads)
         return results[0] if len(results) == 1 else results
 
     def check_inputs(self, arrays: dict[str, Any]) -> dict[str, np.ndarray]:
