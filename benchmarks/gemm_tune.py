@@ -4,15 +4,16 @@ timed in one process: the data behind codegen/gemm_table.py.
     python benchmarks/gemm_tune.py [--steps smollm2,gpt2] [--extra 4096x4096x4096] [--repeat 5]
                                    [--candidates all|cpu] [--json FILE]
 
-The products are the distinct matmuls (shape, transposes, batch) of each named step as the
-compiler plans it for this adapter (meganeura/bench/workloads.py, SmolLM2-135M and GPT-2-small
-shapes), with how many times a step runs each, plus the `--extra` shapes (M×K×N, no transposes).
-Each (product, configuration) is compiled alone, run back to back for 0.1 s (Executable.heat: the
-clocks idle low while a pipeline compiles), then `repeat` dispatches are timed with GPU timestamps
-(Executable.profile); the median counts, and its buffers are destroyed before the next
-(configurations run in a shuffled order so that drift favours none). Epilogues are left out:
-they cost the same in every configuration. For each product it prints the configuration the table picks today
-and the fastest one (`--json` keeps every time).
+The cases are the distinct matmul kernels of each named step as the compiler plans it for this
+adapter (meganeura/bench/workloads.py, SmolLM2-135M and GPT-2-small shapes): shape, transposes,
+batch, and the prologue and epilogue the e-graph fused into them (they change what a tile costs:
+a prologue runs in the staging loads), with how many times a step runs each, plus the `--extra`
+bare products (M×K×N, no transposes). Each (case, configuration) is compiled alone, run back to
+back for 0.1 s (Executable.heat: the clocks idle low while a pipeline compiles), then `repeat`
+dispatches are timed with GPU timestamps (Executable.profile); the median counts, and its buffers
+are destroyed before the next (configurations run in a shuffled order so that drift favours
+none). For each case it prints the configuration the table picks today and the fastest one
+(`--json` keeps every time).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import gc
 import json
 import math
 import random
-from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,34 +55,79 @@ CPU_CANDIDATES = [
 ]  # fmt: skip
 
 
-def step_products(name: str, target) -> dict[tuple, int]:
-    """{(batch, m, k, n, transpose_a, transpose_b): count} of the matmuls of workload `name`'s step."""
+@dataclass(frozen=True)
+class Case:
+    """One matmul kernel to time: its op and attributes as the step's plan has them (prologue and
+    epilogue included), its operands' types (a float for a constant operand) and how many times a
+    step runs it."""
+
+    label: str
+    op: str
+    operands: tuple
+    attrs: tuple
+    count: int
+
+    @property
+    def dims(self) -> tuple[tuple[int, ...], int, int, int]:
+        attrs = dict(self.attrs)
+        return matmul_dims([matmul_a_view(self.operands[0], attrs), self.operands[1]], attrs, self.op)
+
+    @property
+    def flops(self) -> int:
+        batch, m, k, n = self.dims
+        return 2 * math.prod(batch) * m * n * k
+
+
+def step_cases(name: str, target) -> list[Case]:
+    """The distinct matmul kernels (label: shape, transposes, prologue, epilogue) of workload
+    `name`'s step as the compiler plans it for `target`, with how many times a step runs each."""
     from meganeura.bench import workloads
     from meganeura.compiler import compile_plan
 
     work = {"smollm2": lambda: workloads.smollm2(30), "gpt2": lambda: workloads.gpt2(12)}[name]()
     compilation = compile_plan(work.model, work.loss, work.inputs, work.optimizer, target=target)
     graph = compilation.fused_graph
-    counts: dict[tuple, int] = defaultdict(int)
+    found: dict[str, Case] = {}
     for node in graph.nodes:
-        if node.op in ("matmul", "fused_matmul"):
-            a, b = (graph[i].type for i in node.inputs[:2])
-            batch, m, k, n = matmul_dims([matmul_a_view(a, node.attr_dict), b], node.attr_dict, node.op)
-            flags = (bool(node.attr("transpose_a", False)), bool(node.attr("transpose_b", False)))
-            counts[(tuple(batch), m, k, n, *flags)] += 1
-    return dict(counts)
-
-
-def seconds(product: tuple, tiling: GemmTiling, repeat: int, device) -> float:
-    """Median GPU time of one dispatch of `product` with `tiling`."""
-    batch, m, k, n, transpose_a, transpose_b = product
-    tracer = Tracer()
-    a = tracer.leaf("input", "a", TensorType((*batch, *((k, m) if transpose_a else (m, k)))))
-    b = tracer.leaf("input", "b", TensorType((*batch, *((n, k) if transpose_b else (k, n)))))
-    for index in range(repeat):
-        tracer.graph.outputs[f"c{index}"] = tracer.emit(
-            "matmul", [a, b], transpose_a=transpose_a, transpose_b=transpose_b
+        if node.op not in ("matmul", "fused_matmul"):
+            continue
+        operands = tuple(
+            float(graph[i].attr("value")) if graph[i].op == "const" else graph[i].type for i in node.inputs
         )
+        case = Case("", node.op, operands, tuple(sorted(node.attr_dict.items())), 1)
+        label = case_label(case)
+        previous = found.get(label)
+        found[label] = Case(label, case.op, operands, case.attrs, 1 + (previous.count if previous else 0))
+    return list(found.values())
+
+
+def case_label(case: Case) -> str:
+    batch, m, k, n = case.dims
+    attrs = dict(case.attrs)
+    text = ("x".join(map(str, batch)) + "×" if batch else "") + f"{m}x{k}x{n}"
+    text += " Aᵀ" * bool(attrs.get("transpose_a")) + " Bᵀ" * bool(attrs.get("transpose_b"))
+    for key, plain in (("prologue", "$a"), ("epilogue", "$acc")):
+        if attrs.get(key, plain) != plain:
+            text += f" {key[:3]}={attrs[key]}"
+    return text
+
+
+def product_case(text: str) -> Case:
+    """A bare M×K×N product (no transposes) from its text."""
+    m, k, n = (int(v) for v in text.split("x"))
+    case = Case("", "matmul", (TensorType((m, k)), TensorType((k, n))), (), 1)
+    return Case(case_label(case), case.op, case.operands, case.attrs, 1)
+
+
+def seconds(case: Case, tiling: GemmTiling, repeat: int, device) -> float:
+    """Median GPU time of one dispatch of `case` with `tiling`."""
+    tracer = Tracer()
+    operands = [
+        tracer.const(t) if isinstance(t, float) else tracer.leaf("input", f"x{i}", t)
+        for i, t in enumerate(case.operands)
+    ]
+    for index in range(repeat):
+        tracer.graph.outputs[f"c{index}"] = tracer.emit(case.op, operands, **dict(case.attrs))
     original = codegen_matmul.gemm_tiling
     codegen_matmul.gemm_tiling = lambda *_: tiling
     try:
@@ -89,23 +135,21 @@ def seconds(product: tuple, tiling: GemmTiling, repeat: int, device) -> float:
     finally:
         codegen_matmul.gemm_tiling = original
     rng = np.random.default_rng(0)
-    inputs = {name: rng.normal(size=tracer.graph[v].shape).astype(np.float32) for name, v in (("a", a), ("b", b))}
+    inputs = {
+        f"x{i}": rng.normal(size=t.shape).astype(np.float32)
+        for i, t in enumerate(case.operands)
+        if not isinstance(t, float)
+    }
     try:
         executable.heat(inputs, 0.1)  # GPU clocks idle low while the pipeline compiles
         _, profile = executable.profile(inputs)
-        times = sorted(kernel.ns for kernel in profile.kernels if kernel.kind == "matmul")
+        times = sorted(kernel.ns for kernel in profile.kernels if kernel.kind in ("matmul", "fused_matmul"))
         return times[len(times) // 2] / 1e9
     finally:  # free the device memory now: a full device slows every later configuration
         for buffer in executable.buffers:
             buffer.destroy()
         del executable
         gc.collect()
-
-
-def product_text(product: tuple) -> str:
-    batch, m, k, n, transpose_a, transpose_b = product
-    text = ("x".join(map(str, batch)) + "×" if batch else "") + f"{m}x{k}x{n}"
-    return text + " Aᵀ" * transpose_a + " Bᵀ" * transpose_b
 
 
 def main() -> None:
@@ -121,33 +165,35 @@ def main() -> None:
     target = device.target
     candidates = CPU_CANDIDATES if (args.candidates or ("cpu" if target.cpu else "gpu")) == "cpu" else GPU_CANDIDATES
     print(f"adapter: {device.describe()}; target {target.name} ({target.tuning}{', cpu' if target.cpu else ''})")
-    products: dict[tuple, int] = defaultdict(int)
+    cases: dict[str, Case] = {}
     for name in filter(None, args.steps.split(",")):
-        found = step_products(name, target)
-        ranked = sorted(found, key=lambda p: -found[p] * math.prod(p[0]) * math.prod(p[1:4]))
-        for product in ranked[: args.top or None]:
-            products[product] += found[product]
+        found = sorted(step_cases(name, target), key=lambda c: -c.count * c.flops)
+        for case in found[: args.top or None]:
+            previous = cases.get(case.label)
+            cases[case.label] = Case(
+                case.label, case.op, case.operands, case.attrs, case.count + (previous.count if previous else 0)
+            )
     for text in filter(None, args.extra.split(",")):
-        m, k, n = (int(v) for v in text.split("x"))
-        products[((), m, k, n, False, False)] += 1
+        case = product_case(text)
+        cases.setdefault(case.label, case)
     rows = []
-    for product, count in sorted(products.items(), key=lambda item: -math.prod(item[0][0]) * math.prod(item[0][1:4])):
-        batch, m, k, n = product[:4]
-        flops = 2 * math.prod(batch) * m * n * k
-        current = gemm_tiling(m, n, k, math.prod(batch), target, product[5])
+    for case in sorted(cases.values(), key=lambda c: -c.count * c.flops):
+        batch, m, k, n = case.dims
+        current = gemm_tiling(m, n, k, math.prod(batch), target, bool(dict(case.attrs).get("transpose_b")))
         times = {}
         order = list(dict.fromkeys([current, *candidates]))
         random.Random(len(rows)).shuffle(order)  # no configuration always runs first (clock drift)
         for tiling in order:
             try:
-                times[str(tiling)] = seconds(product, tiling, args.repeat, device)
+                times[str(tiling)] = seconds(case, tiling, args.repeat, device)
             except Exception as error:  # a configuration the adapter refuses: report it, go on
-                print(f"  {product_text(product)} {tiling}: {type(error).__name__}: {str(error)[:120]}")
+                print(f"  {case.label} {tiling}: {type(error).__name__}: {str(error)[:120]}")
         best = min(times, key=times.get)
-        rows.append({"product": product_text(product), "count": count, "flops": flops,
+        flops = case.flops
+        rows.append({"product": case.label, "count": case.count, "flops": flops,
                      "current": str(current), "seconds": times})  # fmt: skip
         print(
-            f"{product_text(product):32s} ×{count:<3d} current {current} "
+            f"{case.label[:60]:60s} ×{case.count:<3d} current {current} "
             f"{flops / times[str(current)] / 1e9:8.1f} GFLOP/s; best {best} {flops / times[best] / 1e9:8.1f}",
             flush=True,
         )

@@ -122,6 +122,9 @@ def test_every_workload_runs_and_reports_real_numbers(bench_run):
         assert 1 <= len(kinds) <= 5 and sum(k["share"] for k in kinds) <= 1 + 1e-9
         assert kinds == sorted(kinds, key=lambda k: -k["ms"]) and all(k["ms"] > 0 for k in kinds)
         assert any(k["tflops"] > 0 for k in kinds)  # a matmul among them, its flops counted
+        kernels = w["top_kernels"]  # by label, the most time first, within the step's GPU time
+        assert 1 <= len(kernels) <= 40 and kernels == sorted(kernels, key=lambda k: -k["ms"])
+        assert sum(k["ms"] for k in kernels) <= w["gpu_ms"] * (1 + 1e-9)
         assert f"== {w['workload']}:" in stdout
         assert any(line.startswith(f"| {w['workload']} |") for line in stdout.splitlines())  # the Markdown row
     products = record["gemm"]

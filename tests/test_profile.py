@@ -60,6 +60,12 @@ def test_a_profiled_step_times_every_dispatch_and_computes_what_a_step_computes(
     rows = profile.by_kind()
     assert sum(r.count for r in rows) == len(kernels) and sum(r.ns for r in rows) == profile.total_ns
     assert abs(sum(r.share for r in rows) - 1.0) < 1e-9 and rows == sorted(rows, key=lambda r: -r.ns)
+    labels = profile.by_label()  # one row per distinct kernel, the same total
+    assert {r.kind for r in labels} == {k.label for k in profile.kernels}
+    assert sum(r.ns for r in labels) == profile.total_ns and labels == sorted(labels, key=lambda r: -r.ns)
+    for row in labels:
+        same = [k for k in profile.kernels if k.label == row.kind]
+        assert (row.count, row.ns, row.flops) == (len(same), sum(k.ns for k in same), sum(k.flops for k in same))
     matmul = next(r for r in rows if r.kind == "fused_matmul")
     assert matmul.tflop_per_s == pytest.approx(matmul.flops / matmul.ns / 1000)
     text = str(profile)

@@ -41,6 +41,7 @@ MODE_TITLES = {
     "compile": "torch.compile fp32 (TF32 off)",
 }
 TOP_KINDS = 5
+TOP_KERNELS = 40  # distinct kernels (by label) kept in the JSON
 CHECK_STEPS = 2  # losses compared: before any update, and after one
 
 
@@ -113,6 +114,7 @@ class StepResult:
     times_ms: list[float]
     gpu_ms: float | None = None  # the profiled step's kernel time
     top_kinds: list[KindShare] = field(default_factory=list)
+    top_kernels: list[KindShare] = field(default_factory=list)  # by label: `kind` holds the label
     profile_note: str = ""
     torch_note: str = ""  # "torch not installed", or where torch ran
     torch_on_gpu: bool = False
@@ -159,6 +161,7 @@ class StepResult:
             "ours_losses": self.ours_losses,
             "gpu_ms": self.gpu_ms,
             "top_kinds": [vars(row) for row in self.top_kinds],
+            "top_kernels": [vars(row) for row in self.top_kernels],
             "profile_note": self.profile_note,
             "torch": self.torch_note,
             "torch_on_gpu": self.torch_on_gpu,
@@ -205,6 +208,10 @@ def run_ours(workload: Workload, batch: dict[str, np.ndarray], steps: int, warmu
         result.top_kinds = [
             KindShare(row.kind, row.count, row.ns / 1e6, row.share, row.tflop_per_s)
             for row in profile.by_kind()[:TOP_KINDS]
+        ]
+        result.top_kernels = [
+            KindShare(row.kind, row.count, row.ns / 1e6, row.share, row.tflop_per_s)
+            for row in profile.by_label()[:TOP_KERNELS]
         ]
     else:
         result.profile_note = f"{default_device().describe()} has no timestamp queries: no kernel profile"

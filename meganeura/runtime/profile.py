@@ -39,7 +39,7 @@ class KernelTime:
 
 @dataclass(frozen=True)
 class KindRow:
-    """All the kernels of one kind in a profiled step."""
+    """All the kernels of one kind (or of one label, `Profile.by_label`) in a profiled step."""
 
     kind: str
     count: int
@@ -74,20 +74,28 @@ class Profile:
 
     def by_kind(self) -> list[KindRow]:
         """One row per kernel kind, the most time first."""
+        return self.grouped(lambda kernel: kernel.kind)
+
+    def by_label(self) -> list[KindRow]:
+        """One row per distinct kernel (its label: shape, transposes, what it fuses), the most time
+        first: where a step runs the same kernel in every layer, this is the table to tune from."""
+        return self.grouped(lambda kernel: kernel.label)
+
+    def grouped(self, key) -> list[KindRow]:
         groups: dict[str, list[KernelTime]] = defaultdict(list)
         for kernel in self.kernels:
-            groups[kernel.kind].append(kernel)
+            groups[key(kernel)].append(kernel)
         total = self.total_ns or 1
         rows = [
             KindRow(
-                kind,
+                name,
                 len(ks),
                 sum(k.ns for k in ks),
                 sum(k.ns for k in ks) / total,
                 sum(k.bytes for k in ks),
                 sum(k.flops for k in ks),
             )
-            for kind, ks in groups.items()
+            for name, ks in groups.items()
         ]
         return sorted(rows, key=lambda row: -row.ns)
 
