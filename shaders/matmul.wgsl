@@ -8,11 +8,13 @@
 // Bindings (group 0, generated from the KernelSpec): a (read), b (read), the prologue's and
 // epilogue's extra inputs that are buffers (x0, x1, …, read; scalar constants are inlined), out
 // (read_write). a, b and out are arrays of vec4 where the generator loads or stores them as such.
-// Grid: (ceil(N / BN), y, z) workgroups of (TX, TY) threads, where the TILES = BATCH ·
-// ceil(M / BM) (row tile, batch) pairs are numbered t = y + z · GRID_Y (folded into z only
-// when y would exceed the per-dimension limit); workgroups past TILES return at once.
+// Grid: (ceil(N / BN), y, z) workgroups of (TX, TY) threads, where the SPLITS · TILES (row tile,
+// batch, part of K) triples, TILES = BATCH · ceil(M / BM), are numbered t = y + z · GRID_Y
+// (folded into z only when y would exceed the per-dimension limit); workgroups past them return
+// at once. Split-K (SPLITS > 1): part s = t / TILES reduces K over [s · K_PART, min(K, (s + 1) ·
+// K_PART)) into matrix s of the partials out [SPLITS, BATCH, M, N] (no epilogue).
 //
-// Placeholders: BINDINGS, M, N, K, BM, BN, BK, TX, TY, TILES_M, TILES, GRID_Y; A_BATCH_STRIDE /
+// Placeholders: BINDINGS, M, N, K, BM, BN, BK, TX, TY, TILES_M, TILES, GRID_Y, SPLITS, K_PART; A_BATCH_STRIDE /
 // B_BATCH_STRIDE (elements between an operand's matrices; 0u for a 2-D operand shared by the
 // batch); A_INDEX / B_INDEX (index of element (m or n, k) within one stored matrix, for the
 // scalar loads); FUNCTIONS (helpers the prologue and epilogue call), A_READS / PROLOGUE (the
@@ -34,6 +36,11 @@ const BK: u32 = {{BK}}u;
 const TILES_M: u32 = {{TILES_M}}u;
 const TILES: u32 = {{TILES}}u;
 const GRID_Y: u32 = {{GRID_Y}}u;
+const SPLITS: u32 = {{SPLITS}}u;
+const K_PART: u32 = {{K_PART}}u;
+
+// The end of this workgroup's part of K (K unless the product is split): loads stop there.
+var<private> kend: u32;
 
 var<workgroup> tile_a: array<vec4<f32>, BK * BM / 4u>;  // [k][m / 4]
 var<workgroup> tile_b: array<vec4<f32>, BK * BN / 4u>;  // [k][n / 4]
@@ -54,7 +61,7 @@ fn epilogue(x: f32, bat: u32, row: u32, col: u32) -> f32 {
 // the prologue and op(B)[k, n], 0 outside the matrix (padding, not prologue(0)).
 //#if A_SCALAR
 fn load_a(bat: u32, m: u32, k: u32) -> f32 {
-    if (m < M && k < K) {
+    if (m < M && k < kend) {
         return prologue(a[bat * {{A_BATCH_STRIDE}} + {{A_INDEX}}], bat, m, k);
     }
     return 0.0;
@@ -62,7 +69,7 @@ fn load_a(bat: u32, m: u32, k: u32) -> f32 {
 //#endif
 //#if B_SCALAR
 fn load_b(bat: u32, n: u32, k: u32) -> f32 {
-    if (k < K && n < N) {
+    if (k < kend && n < N) {
         return b[bat * {{B_BATCH_STRIDE}} + {{B_INDEX}}];
     }
     return 0.0;
@@ -77,11 +84,17 @@ fn matmul(
     @builtin(local_invocation_id) local: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let t = wid.y + wid.z * GRID_Y;
-    if (t >= TILES) {
+    let tk = wid.y + wid.z * GRID_Y;
+    if (tk >= TILES * SPLITS) {
         return;  // uniform: the whole workgroup leaves
     }
+    let part = tk / TILES;
+    let t = tk % TILES;
+    let kbegin = part * K_PART;
+    let klimit = min(K, kbegin + K_PART);  // a let from workgroup_id: uniform, for the barriers' loop
+    kend = klimit;
     let bat = t / TILES_M;
+    let obat = part * (TILES / TILES_M) + bat;  // the output matrix: part s's come after s - 1's
     let m0 = (t % TILES_M) * BM;
     let n0 = wid.x * BN;
     let a_base = bat * {{A_BATCH_STRIDE}};
@@ -93,11 +106,11 @@ fn matmul(
 //#if PREFETCH
     {{LOAD_FIRST}}
 //#endif
-    for (var k0 = 0u; k0 < K; k0 += BK) {
+    for (var k0 = kbegin; k0 < klimit; k0 += BK) {
 //#if PREFETCH
         {{STAGE}}
         workgroupBarrier();
-        if (k0 + BK < K) {
+        if (k0 + BK < klimit) {
             {{LOAD_NEXT}}
         }
 //#else

@@ -271,6 +271,50 @@ def test_matmul_tilings_on_ragged_shapes(monkeypatch, tiling):
         check(graph, {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}, rtol=1e-4, atol=1e-4)
 
 
+# (M, K, N), transposes, batch, parts: parts of K that are tile multiples (K 512 in 4 of 128),
+# ragged (K 300 in 7 of 43: a K tile crosses each part's end, vec4 units along K would too), and a
+# last part shorter than the others (K 530 in 4 of 133).
+SPLIT_CASES = [
+    ((36, 512, 44), (True, False), (), 4),
+    ((37, 300, 9), (False, False), (), 7),
+    ((8, 300, 20), (True, True), (), 7),
+    ((33, 530, 20), (False, True), (2,), 4),
+    ((36, 64, 12), (True, False), (3,), 2),
+]
+
+
+@pytest.mark.parametrize(
+    "tiling",
+    [None, GemmTiling(64, 128, 16, 2, 2, prefetch=True), GemmTiling(32, 64, 16, 1, 1), GemmTiling(128, 128, 32, 2, 2)],
+    ids=str,
+)
+def test_split_k_partials_on_ragged_shapes(monkeypatch, tiling):
+    """fused_matmul(splits=S): the S partial products along K, with a prologue, every transpose,
+    batched; with the table's tiling (None) and forced ones (register prefetch, BK 32)."""
+    if tiling is not None:
+        monkeypatch.setattr(codegen_matmul, "gemm_tiling", lambda *_: tiling)
+    for (m, k, n), (transpose_a, transpose_b), batch, parts in SPLIT_CASES:
+        shapes = operand_shapes(m, k, n, transpose_a, transpose_b, batch) + [(k if transpose_a else m, 1)]
+        graph = one_op("fused_matmul", shapes, transpose_a=transpose_a, transpose_b=transpose_b,
+                       prologue="mul($a,$0)", splits=parts)  # fmt: skip
+        assert graph[3].shape == (parts, *batch, m, n)
+        executable = check(graph, {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}, rtol=1e-4, atol=1e-4)
+        assert executable.kernels[0].label.endswith(f"in {parts} parts of K")
+
+
+def test_split_k_partials_sum_to_the_product_and_bad_splits_say_why():
+    a, b = normal(6, 300), normal(300, 5)
+    graph = one_op("fused_matmul", [(6, 300), (300, 5)], splits=7)
+    partials = interpret(graph, {"x0": a, "x1": b}, {}, {}).outputs["out"]
+    np.testing.assert_allclose(partials.sum(axis=0), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(partials[6], a[:, 258:] @ b[258:], rtol=1e-5, atol=1e-5)  # parts of ⌈300/7⌉ = 43
+    types = [TensorType((6, 300)), TensorType((300, 5))]
+    with pytest.raises(ShapeError, match="last part empty"):
+        infer_type("fused_matmul", types, {"splits": 80})  # 80 parts of 4: the last starts past 300
+    with pytest.raises(ShapeError, match="no epilogue"):
+        infer_type("fused_matmul", types, {"splits": 2, "epilogue": "relu($acc)"})
+
+
 def test_matmul_kernels_run_without_bounds_checks_when_the_user_opts_in(monkeypatch):
     """MEGANEURA_UNCHECKED_KERNELS=1: the matmul kernels (indexing tested at ragged shapes above) get
     modules without runtime bounds checks and compute the same; kernels not marked trusted keep them."""

@@ -22,9 +22,11 @@ from conftest import (
 from hypothesis import given
 from hypothesis import strategies as st
 
+from meganeura.codegen.matmul import MAX_SPLITS, matmul_splits
 from meganeura.ir.expr import parse
 from meganeura.ir.graph import Graph
 from meganeura.rewrite import matmul as matmul_family
+from meganeura.target import Target
 
 batches = st.lists(dims, min_size=0, max_size=1).map(tuple)
 flags = st.tuples(st.booleans(), st.booleans())
@@ -264,3 +266,52 @@ def test_residual_streams_keep_the_egraph_linear_in_depth():
         sizes.append(report.enodes)
         assert len(live_nodes(fused, "fused_matmul")) >= depth  # each dX matmul absorbs the residual add
     assert sizes[2] - sizes[1] == 2 * (sizes[1] - sizes[0]), sizes
+
+
+# -- matmul_split_k ----------------------------------------------------------------------------
+
+HOPPER = Target("NVIDIA H200", 132, 31, tuning="hopper")
+
+
+def test_split_k_counts_for_the_lm_weight_gradients_on_the_h200():
+    """How many parts `matmul_splits` cuts the SmolLM2 step's products into on the H200: the
+    weight gradients over 2048 tokens with outputs of 45 tiles or fewer, the tied head's input
+    gradient (K 49152) in 4; an output that fills the units, a short K, or a CPU: none."""
+    assert matmul_splits(576, 192, 2048, 1, HOPPER) == 8
+    assert matmul_splits(576, 576, 2048, 1, HOPPER) == 6
+    assert matmul_splits(2048, 576, 49152, 1, HOPPER) == 2
+    assert matmul_splits(4096, 4096, 4096, 1, HOPPER) == 1
+    assert matmul_splits(576, 192, 384, 1, HOPPER) == 1  # K below 2 · MIN_SPLIT_K
+    assert matmul_splits(576, 192, 2048, 1, Target("lavapipe", 2, 32, cpu=True)) == 1
+    assert all(matmul_splits(64, 64, k, 1, HOPPER) in range(1, MAX_SPLITS + 1) for k in (512, 700, 4099, 10**6))
+
+
+@PROPERTY
+@given(k=st.sampled_from([4096, 6000, 8195]), seed=seeds, bias=st.booleans(), transposes=flags)
+def test_matmul_split_k_splits_a_small_output_over_a_long_reduction(k, seed, bias, transposes):
+    """A 64×48 product over K ≥ 4096 on the H200: one tile, 131 units idle. The plan computes it
+    as the sum of `matmul_splits` partials along K (a split fused_matmul, then a sum over axis 0),
+    with the same result; the bias add after it is not lost."""
+    ta, tb = transposes
+    graph = Graph()
+    x, g = operands(graph, (), 64, k, 48, ta, tb)
+    value = matmul(graph, x, g, ta, tb)
+    if bias:
+        value = node(graph, "add", (value, leaf(graph, "bias", (48,))))
+    graph.outputs["y"] = value
+    fused, report = check_rewrite(graph, "matmul_split_k", seed, positive=True, target=HOPPER)
+    (split,) = live_nodes(fused, "fused_matmul")
+    parts = matmul_splits(64, 48, k, 1, HOPPER)
+    assert parts > 1 and split.attr("splits") == parts and split.shape == (parts, 64, 48)
+    assert [(n.attr("axes"), fused[n.inputs[0]].op) for n in live_nodes(fused, "sum")] == [((0,), "fused_matmul")]
+    assert report.rule("matmul_split_k").uses == 2  # the plan's two nodes it made: the split and its sum
+
+
+def test_no_split_where_the_target_has_no_fact():
+    """On a CPU target (and for an output that fills the GPU) the rule never matches."""
+    for target, (m, k, n) in ((Target("lavapipe", 2, 32, cpu=True), (64, 4096, 48)), (HOPPER, (2048, 1024, 2048))):
+        graph = Graph()
+        x, g = operands(graph, (), m, k, n, True, False)
+        graph.outputs["y"] = matmul(graph, x, g, True, False)
+        fused, report = check_rewrite(graph, positive=True, target=target)
+        assert report.rule("matmul_split_k").matches == 0 and not any(n.attr("splits", 1) > 1 for n in fused.nodes)

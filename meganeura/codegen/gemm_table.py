@@ -87,8 +87,15 @@ class GemmLadder:
     ladder: tuple[GemmTiling, ...]
     transposed_b: tuple[GemmTiling, ...] = ()
 
+    def rungs(self, transpose_b: bool) -> tuple[GemmTiling, ...]:
+        return (self.transposed_b or self.ladder) if transpose_b else self.ladder
+
+    def largest(self, transpose_b: bool) -> GemmTiling:
+        """The first (largest) tiling of the ladder a product takes."""
+        return self.rungs(transpose_b)[0]
+
     def pick(self, m: int, n: int, batches: int, units: int, transpose_b: bool) -> GemmTiling:
-        ladder = (self.transposed_b or self.ladder) if transpose_b else self.ladder
+        ladder = self.rungs(transpose_b)
         for tiling in ladder:
             if batches * -(-m // tiling.bm) * -(-n // tiling.bn) >= self.fill * units:
                 return tiling

@@ -19,6 +19,10 @@ The kernel, for one BM × BN tile of the output per workgroup, walking K in step
   shape runs without a single comparison; a ragged one checks only its ragged axes, zero-filling
   the padding (never prologue(0)).
 - `prefetch`: the next K tile's units are loaded into registers while this one is multiplied.
+- Split-K (`fused_matmul(…, splits=S)`): workgroup t of S·TILES computes part t / TILES of the
+  reduction, K range [s·⌈K/S⌉, min(K, (s+1)·⌈K/S⌉)), into matrix s of the partials; the loads
+  check that range's end where it is not a multiple of BK. `matmul_splits` is how many parts a
+  target splits a product into (the e-graph's `matmul_split_k` fact).
 - The generator unrolls the whole K tile into straight-line code with named accumulators:
   dynamically indexed private arrays would leave registers for local memory on some drivers.
 What each configuration reaches on the H200 and on lavapipe is in codegen/gemm_table.py, with the
@@ -42,13 +46,14 @@ from meganeura.codegen.common import (
     sum_terms,
 )
 from meganeura.codegen.expressions import helper_functions
-from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling
+from meganeura.codegen.gemm_table import GENERIC_TABLE, TABLES, GemmTiling, gemm_tiling, shrunk
 from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
+from meganeura.ir.ops.reduce import split_length
 from meganeura.target import GENERIC, Target
 
 
@@ -71,7 +76,9 @@ class OperandTile:
         return f"({k}) * {self.outer_size}u + ({o})" if self.outer_contiguous else f"({o}) * K + ({k})"
 
 
-def unit_code(op: OperandTile, tiling: GemmTiling, k: int, j: int, kt: str, register: str, prologue: bool) -> list[str]:
+def unit_code(
+    op: OperandTile, tiling: GemmTiling, ragged_k: bool, j: int, kt: str, register: str, prologue: bool
+) -> list[str]:
     """WGSL that loads unit j of this thread's share of `op`'s tile at K offset `kt` into the vec4
     variable `register`: zeros outside the matrix, A's elements through the prologue."""
     s = f"lid + {j * tiling.threads}u" if j else "lid"
@@ -91,7 +98,7 @@ def unit_code(op: OperandTile, tiling: GemmTiling, k: int, j: int, kt: str, regi
     else:
         body = f"{register} = {load};"
     # With a vec4 unit, the contiguous axis is a multiple of 4 long: a unit is all in or all out.
-    checks = [f"uo < {op.outer_size}u"] * (op.outer_size % op.tile != 0) + ["uk < K"] * (k % tiling.bk != 0)
+    checks = [f"uo < {op.outer_size}u"] * (op.outer_size % op.tile != 0) + ["uk < kend"] * ragged_k
     if checks:
         body = f"{register} = vec4<f32>(0.0); if ({' && '.join(checks)}) {{ {body} }}"
     return [f"{{ let uo = {o}; let uk = {kk}; {body} }}"]
@@ -137,7 +144,7 @@ def output_code(tiling: GemmTiling) -> list[str]:
             row = f"m0 + {g * 4 * tiling.threads_y + c}u + 4u * ty"
             for h in range(tiling.rn):
                 col = f"n0 + {h * 4 * tiling.threads_x}u + 4u * tx"
-                lines.append(f"store4(bat, {row}, {col}, acc_{4 * g + c}_{h});")
+                lines.append(f"store4(obat, {row}, {col}, acc_{4 * g + c}_{h});")
     return lines
 
 
@@ -156,12 +163,60 @@ def store4_function(m: int, n: int, bm: int, bn: int, vector: bool) -> str:
     return f"fn store4(bat: u32, row: u32, col: u32, v: vec4<f32>) {{\n    {guard}\n    {body}\n}}"
 
 
+# Split-K (`matmul_splits`): split where the largest tile leaves fewer than SPLIT_FILL workgroups
+# per compute unit, into parts of at least MIN_SPLIT_K, at most MAX_SPLITS of them.
+SPLIT_FILL = 2
+MIN_SPLIT_K = 256
+MAX_SPLITS = 16
+
+
+def matmul_splits(m: int, n: int, k: int, batches: int, target: Target, transpose_b: bool = False) -> int:
+    """The parts a product's reduction is split into on `target` (1: none): enough that the
+    table's largest tile for the output gives every compute unit SPLIT_FILL workgroups, each part
+    at least MIN_SPLIT_K long, none empty. A CPU (lavapipe) never splits: its units are threads
+    that a tiled product already keeps busy."""
+    if target.cpu or target.compute_units < 2 or k < 2 * MIN_SPLIT_K:
+        return 1
+    largest = shrunk(TABLES.get(target.tuning, GENERIC_TABLE).largest(transpose_b), m, n)
+    tiles = batches * -(-m // largest.bm) * -(-n // largest.bn)
+    if tiles >= SPLIT_FILL * target.compute_units:
+        return 1
+    splits = min(-(-SPLIT_FILL * target.compute_units // tiles), k // MIN_SPLIT_K, MAX_SPLITS)
+    splits = -(-k // split_length(k, splits))  # no empty part
+    return splits if splits > 1 else 1
+
+
+def split_tiling(m: int, n: int, k: int, batches: int, splits: int, target: Target, transpose_b: bool) -> GemmTiling:
+    """The tiling of a product split into `splits` parts along K: each part is a product of
+    ⌈K/S⌉, and the S parts are S times the matrices of the batch."""
+    return gemm_tiling(m, n, split_length(k, splits), batches * splits, target, transpose_b)
+
+
 def matmul_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
-    """One workgroup per output tile of every matrix of the batch."""
+    """The workgroups the cost model counts for a product: one per output tile of every matrix of
+    the batch (and of every part of K), on a GPU counted in workgroups of the table's largest tile
+    for the output, SPLIT_FILL of them per compute unit. Why: a unit runs several workgroups at
+    once, and the table's ladder gives a product too small for the largest tile smaller tiles so
+    that the units get SPLIT_FILL each; but a small tile keeps fewer threads per unit busy with
+    less reuse per load (on the H200, 2048x49152x576 at 32x128 tiles: 19 TFLOP/s; 49152x2048x576
+    Aᵀ at 64x128: 33, `python -m meganeura bench`, 2026-12-01). Counted this way, a product the
+    ladder has shrunk looks as partly idle as it runs, and the split along K (`matmul_splits`),
+    which keeps the large tile, can win in the cost model. A CPU's units are threads that run one
+    workgroup at a time: there, every workgroup counts."""
     batch, m, k, n = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs, "matmul")
-    batches = math.prod(batch)
-    tiling = gemm_tiling(m, n, k, batches, target, bool(attrs.get("transpose_b", False)))
-    return -(-m // tiling.bm) * -(-n // tiling.bn) * batches
+    batches, splits = math.prod(batch), attrs.get("splits", 1)
+    transpose_b = bool(attrs.get("transpose_b", False))
+    tiling = split_tiling(m, n, k, batches, splits, target, transpose_b)
+    count = -(-m // tiling.bm) * -(-n // tiling.bn) * batches * splits
+    return counted_workgroups(count, tiling, m, n, target, transpose_b)
+
+
+def counted_workgroups(dispatched: int, tiling: GemmTiling, m: int, n: int, target: Target, transpose_b: bool) -> int:
+    """`dispatched` workgroups of `tiling` as the cost model counts them (`matmul_workgroups`)."""
+    if target.cpu:
+        return dispatched
+    largest = shrunk(TABLES.get(target.tuning, GENERIC_TABLE).largest(transpose_b), m, n)
+    return max(1, dispatched * tiling.bm * tiling.bn // (largest.bm * largest.bn * SPLIT_FILL))
 
 
 @lowering("matmul", "fused_matmul", workgroups=matmul_workgroups, per_target=True)
@@ -182,6 +237,8 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     a_view = matmul_a_view(graph[a].type, node.attr_dict)
     batch, m, k, n = matmul_dims([a_view, graph[b].type], node.attr_dict, node.op)
     batches = math.prod(batch)
+    splits = node.attr("splits", 1) if node.op == "fused_matmul" else 1
+    k_part = split_length(k, splits)
     epilogue_text = node.attr("epilogue", "$acc") if node.op == "fused_matmul" else "$acc"
     prologue_text = node.attr("prologue", "$a") if node.op == "fused_matmul" else "$a"
     tree = parse_expr(epilogue_text)
@@ -222,25 +279,31 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
 
     reads, epilogue = expression_code(tree, read)
     a_reads, prologue = expression_code(prologue_tree, read_for_a)
-    tiling = gemm_tiling(m, n, k, batches, target, transpose_b)
+    tiling = split_tiling(m, n, k, batches, splits, target, transpose_b)
+    ragged_k = k % tiling.bk != 0 or k_part % tiling.bk != 0  # a K tile may pass the part's end
     # An operand an epilogue or prologue also reads by element keeps its scalar binding.
     elementwise = set(extras)
-    op_a = OperandTile("a", "m", m, tiling.bm, transpose_a, (m if transpose_a else k) % 4 == 0 and a not in elementwise)
+    # A vec4 unit along K must not straddle the end of a part of K: both K and the part length
+    # are multiples of 4 where an operand stored along K is loaded by vec4.
+    k4 = k % 4 == 0 and k_part % 4 == 0
+    op_a = OperandTile(
+        "a", "m", m, tiling.bm, transpose_a, (m % 4 == 0 if transpose_a else k4) and a not in elementwise
+    )
     op_b = OperandTile(
-        "b", "n", n, tiling.bn, not transpose_b, (k if transpose_b else n) % 4 == 0 and b not in elementwise
+        "b", "n", n, tiling.bn, not transpose_b, (k4 if transpose_b else n % 4 == 0) and b not in elementwise
     )
     vector_out = n % 4 == 0
     bindings = [Binding("a", a, "read"), Binding("b", b, "read"), *operands.bindings, output_binding(node)]
     vec4_names = {name for name, on in (("a", op_a.vector), ("b", op_b.vector), ("out", vector_out)) if on}
     tiles_m = -(-m // tiling.bm)
-    rows_grid = grid_for(tiles_m * batches)  # (row tile, batch) pairs, folded over y and z
+    rows_grid = grid_for(tiles_m * batches * splits)  # (row tile, batch, part) triples, folded over y and z
     units_a, units_b = tiling.units_per_thread
     registers = [f"var ra{j}: vec4<f32>;" for j in range(units_a)] + [f"var rb{j}: vec4<f32>;" for j in range(units_b)]
     loads = [
         line
         for op, units in ((op_a, units_a), (op_b, units_b))
         for j in range(units)
-        for line in unit_code(op, tiling, k, j, "KT", f"r{op.name}{j}", op is op_a and prologue_text != "$a")
+        for line in unit_code(op, tiling, ragged_k, j, "KT", f"r{op.name}{j}", op is op_a and prologue_text != "$a")
     ]
     stores = [
         line
@@ -263,6 +326,8 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "TY": tiling.threads_y,
             "TILES_M": tiles_m,
             "TILES": tiles_m * batches,
+            "SPLITS": splits,
+            "K_PART": k_part,
             "GRID_Y": max(rows_grid[0], 1),
             "PREFETCH": tiling.prefetch,
             "A_SCALAR": not op_a.vector,
@@ -282,7 +347,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "ACCUMULATORS": "\n    ".join(
                 f"var acc_{i}_{h} = vec4<f32>(0.0);" for i in range(4 * tiling.rm) for h in range(tiling.rn)
             ),
-            "LOAD_FIRST": load_text.replace("KT", "0u"),
+            "LOAD_FIRST": load_text.replace("KT", "kbegin"),
             "LOAD": load_text.replace("KT", "k0"),
             "LOAD_NEXT": load_text.replace("KT", "(k0 + BK)"),
             "STAGE": "\n        ".join(stores),
@@ -293,6 +358,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     label = f"{node.op} {shape_text(batch) + '×' if batch else ''}{m}x{k}x{n}"
     label += " Aᵀ" * transpose_a + " Bᵀ" * transpose_b + ("" if epilogue_text == "$acc" else f" {epilogue_text}")
     label += "" if prologue_text == "$a" else f" A={prologue_text}"
+    label += f" in {splits} parts of K" if splits > 1 else ""
     grid = (-(-n // tiling.bn), rows_grid[0], rows_grid[1])
     workgroup = (tiling.threads_x, tiling.threads_y, 1)
     return KernelSpec(node.id, label, wgsl, "matmul", tuple(bindings), grid, workgroup, trusted=True)

@@ -12,7 +12,8 @@ from the e-node's fields (`schema.op_of`); a kernel form decodes as `kernels.DEC
 - `MatmulKernel` → `matmul` when the epilogue is `$acc`, else `fused_matmul`; `MatmulPrologue`
   → `fused_matmul` with a prologue (A itself: a plain matmul); `ReduceKernel` → `sum`/`max`
   when the prologue is a plain load and the epilogue `$r`, else `fused_reduce`; `ReduceSplit` →
-  `fused_reduce` with `splits` (the partials of a two-level reduction); `ConvKernel` → `conv_gemm`.
+  `fused_reduce` with `splits` (the partials of a two-level reduction); `MatmulSplit` →
+  `fused_matmul` with `splits` (the partials of a split-K product); `ConvKernel` → `conv_gemm`.
 Every node's type is re-inferred with the op table and must equal its e-class's type (a rule that
 broke this would be unsound: decoding fails loudly).
 

@@ -86,6 +86,7 @@ PLAIN, POINTWISE, MATMUL, REDUCE, PROLOGUE = range(5)
 FORMS = {"Kernel": POINTWISE, "MatmulKernel": MATMUL, "ConvKernel": MATMUL, "ReduceKernel": REDUCE}
 FORMS["ReduceSplit"] = REDUCE
 FORMS["MatmulPrologue"] = PROLOGUE
+FORMS["MatmulSplit"] = PLAIN  # reads its operands as stored, like an unfused op
 PW_CALL_NODES = ("PUnary", "PBinary", "PTernary")
 
 

@@ -10,6 +10,8 @@ what the cost model prices them as.
     (MatmulKernel a b ta tb epilogue)                a matmul whose result goes through an epilogue
     (MatmulPrologue prologue "M,K" b ta tb epilogue) the same with A computed while it is loaded: A
                                                      is the body `prologue` over A's stored shape
+    (MatmulSplit a b ta tb splits)                   the partials [splits, *batch, M, N] of a matmul
+                                                     split along K (rewrite/matmul.py)
     (ReduceKernel kind "axes" keepdim "in_shape" prologue epilogue)
     (ReduceSplit kind "axes" keepdim "in_shape" splits prologue epilogue)
                                                      the partials [splits, *out] of a two-level
@@ -20,8 +22,8 @@ what the cost model prices them as.
 s)`, and two bodies that read the same tensors must not merge two kernels of different shapes);
 `ReduceKernel` carries the shape it reduces for the same reason.
 
-A class that only a rule's new kernel form computes (the partials of a split reduction or of a
-split weight gradient) has no IR node to take its type from: `form_type` infers it.
+A class that only a rule's new kernel form computes (the partials of a split reduction, of a split
+weight gradient or of a split matmul) has no IR node to take its type from: `form_type` infers it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,17 @@ MATMUL_PROLOGUE = Constructor(
         primitive("transpose_a", "bool"),
         primitive("transpose_b", "bool"),
         body("epilogue"),
+    ),
+)
+MATMUL_SPLIT = Constructor(
+    "MatmulSplit",
+    TERM,
+    (
+        operand("a"),
+        operand("b"),
+        primitive("transpose_a", "bool"),
+        primitive("transpose_b", "bool"),
+        primitive("splits", "i64"),
     ),
 )
 REDUCE_KERNEL = Constructor(
@@ -94,7 +107,7 @@ CONV_KERNEL = Constructor(
         body("epilogue"),
     ),
 )
-KERNEL_FORMS = (KERNEL, MATMUL_KERNEL, MATMUL_PROLOGUE, REDUCE_KERNEL, REDUCE_SPLIT, CONV_KERNEL)
+KERNEL_FORMS = (KERNEL, MATMUL_KERNEL, MATMUL_PROLOGUE, MATMUL_SPLIT, REDUCE_KERNEL, REDUCE_SPLIT, CONV_KERNEL)
 
 # ---------------------------------------------------------------------------------------------
 # Expression trees: ir/expr.py trees <-> Pw trees
@@ -152,6 +165,10 @@ def encode_fused(node: Node, graph: Graph) -> tuple[str, tuple]:
         extras = {str(index): ("load", i) for index, i in enumerate(node.inputs[2:])}
         epilogue = pw_from_expr(parse_expr(attrs["epilogue"]), {**extras, "acc": ("acc",)})
         flags = (attrs["transpose_a"], attrs["transpose_b"])
+        if attrs["splits"] != 1 and attrs["prologue"] == "$a" and not attrs["flatten_a"]:
+            return ("MatmulSplit", (("T", a), ("T", b), *flags, attrs["splits"]))
+        if attrs["splits"] != 1:
+            raise ValueError("a split matmul with a prologue has no kernel form: the rules never make one")
         if attrs["prologue"] == "$a" and not attrs["flatten_a"]:
             return ("MatmulKernel", (("T", a), ("T", b), *flags, ("P", epilogue)))
         prologue = pw_from_expr(parse_expr(attrs["prologue"]), {**extras, "a": ("load", a)})
@@ -212,6 +229,12 @@ def decode_matmul_prologue(entry: PlanEntry, plan: Plan):
         if attrs["epilogue"] == "$acc":
             return "matmul", [a, b], {"transpose_a": ta, "transpose_b": tb}
     return "fused_matmul", [a, b, *loads], attrs
+
+
+def decode_matmul_split(entry: PlanEntry, plan: Plan):
+    ta, tb, splits = entry.node.primitives
+    a, b = entry.node.children
+    return "fused_matmul", [a, b], {"transpose_a": ta, "transpose_b": tb, "splits": splits}
 
 
 def decode_reduce_kernel(entry: PlanEntry, plan: Plan):
@@ -280,6 +303,7 @@ DECODERS: dict[str, Callable[[PlanEntry, Plan], tuple[str, list[int], dict]]] = 
     "Kernel": decode_kernel,
     "MatmulKernel": decode_matmul_kernel,
     "MatmulPrologue": decode_matmul_prologue,
+    "MatmulSplit": decode_matmul_split,
     "ReduceKernel": decode_reduce_kernel,
     "ReduceSplit": decode_reduce_split,
     "ConvKernel": decode_conv_kernel,
@@ -303,6 +327,13 @@ def priced_as(op: str, primitives: tuple, children_types: list, out: tuple[Tenso
         a_shape, ta, tb = primitives
         attrs = {"transpose_a": ta, "transpose_b": tb, "flatten_a": len(a_shape) > out[0].rank}
         return "fused_matmul", attrs, [TensorType(tuple(a_shape)), children_types[0]]
+    if op == "MatmulSplit":
+        ta, tb, splits = primitives
+        return (
+            "fused_matmul",
+            {"transpose_a": ta, "transpose_b": tb, "flatten_a": False, "splits": splits},
+            children_types,
+        )
     if op == "ReduceKernel":
         kind, axes, keepdim, in_shape = primitives
         return "fused_reduce", {"kind": kind, "axes": axes, "keepdim": keepdim, "in_shape": in_shape}, []
@@ -325,6 +356,10 @@ def form_type(op: str, primitives: tuple, term_types: list) -> TensorType | None
         kind, axes, keepdim, in_shape, splits = primitives
         attrs = {"kind": kind, "axes": axes, "keepdim": keepdim, "in_shape": in_shape, "splits": splits}
         return infer_type("fused_reduce", [], {**attrs, "prologue": "1.0", "epilogue": "$r"})
+    if op == "MatmulSplit" and len(term_types) == 2 and None not in term_types:
+        ta, tb, splits = primitives
+        attrs = {"transpose_a": ta, "transpose_b": tb, "splits": splits, "epilogue": "$acc", "prologue": "$a"}
+        return infer_type("fused_matmul", term_types, attrs)
     if op == "ConvKernel" and len(term_types) == 2 and None not in term_types:
         mode, kernel, stride, padding, image, chunks = primitives
         attrs = {"mode": mode, "kernel": kernel, "stride": stride, "padding": padding, "image": image}

@@ -55,12 +55,29 @@ others (fact `(flattens_rows a)`), k ≡ (Kernel F s) → (MatmulPrologue F s b 
 kernel's own shape: the kernel computes F over s and reads A as the matrix of its rows (IR:
 `fused_matmul(…, flatten_a=True)`), so F's loads keep broadcasting over s. RMSNorm → the q/k/v
 projections of a transformer layer.
+
+`matmul_split_k`: a plain matmul kernel t whose output has too few tiles to fill the target's
+compute units over a long reduction (a weight gradient xᵀ·g over 2048 tokens with a 576×192
+output: 54 tiles for 132 SMs; the tied LM head's input gradient, 2048×576 over K = 49152) is
+also the sum over axis 0 of its S partial products along K, (Reduce "sum" (MatmulSplit a b ta
+tb S) "0" false): S times the workgroups, S·M·N partials written and summed after (IR:
+`fused_matmul(…, splits=S)`, then the reductions family's kernels). Guard: the target fact
+`(matmul_split t S p)` (`target_facts`, from `codegen.matmul.matmul_splits`: S > 1 where the
+largest tile of the target's table leaves units idle, each part at least a few hundred long), p
+the partials' shape. The split has no epilogue of its own: consumers fuse into the sum. Whether
+the plan splits is the cost model's call (the fill of the units against the partials' traffic).
 """
 
 from __future__ import annotations
 
+import math
+
+from meganeura.codegen.matmul import matmul_splits
 from meganeura.ir.graph import Graph
+from meganeura.ir.ops.matmul import matmul_dims
 from meganeura.rewrite.rules import Rule, rule
+from meganeura.rewrite.sorts import ints
+from meganeura.target import Target
 
 FAMILY = "matmul"
 
@@ -174,9 +191,31 @@ MATMUL_PROLOGUE_ROWS = Rule(
     ),
 )
 
-RULES = [LIFT_MATMUL, MATMUL_EPILOGUE, MATMUL_MENTIONS, MATMUL_SUBSTITUTE, MATMUL_PROLOGUE, MATMUL_PROLOGUE_ROWS]
+SPLIT = "(MatmulSplit a b ta tb n)"
+MATMUL_SPLIT_K = Rule(
+    "matmul_split_k",
+    FAMILY,
+    "a matmul with too few output tiles for the GPU is the sum of its partial products along K (split-K)",
+    (
+        rule(
+            ["(= t (MatmulKernel a b ta tb (Acc)))", "(matmul_split t n p)"],
+            [f"(set (shape {SPLIT}) p)", f'(union t (Reduce "sum" {SPLIT} "0" false))'],
+        ),
+    ),
+)
+
+RULES = [
+    LIFT_MATMUL,
+    MATMUL_EPILOGUE,
+    MATMUL_MENTIONS,
+    MATMUL_SUBSTITUTE,
+    MATMUL_PROLOGUE,
+    MATMUL_PROLOGUE_ROWS,
+    MATMUL_SPLIT_K,
+]
 
 DECLARATIONS = """(relation flattens_rows (Term))
+(relation matmul_split (Term i64 String))
 """
 
 
@@ -190,4 +229,19 @@ def facts(graph: Graph, node_ids: list[int]) -> list[str]:
         source = graph[node.inputs[0]].type
         if source.rank > 2 and node.shape[-1] == source.shape[-1]:
             lines.append(f"(flattens_rows (Ref {node_id}))")
+    return lines
+
+
+def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]:
+    """`(matmul_split m S p)` for each matmul among `node_ids` that `target` would split into S > 1
+    parts along K (`codegen.matmul.matmul_splits`), p the partials' shape [S, *batch, M, N]."""
+    lines = []
+    for node_id in node_ids:
+        node = graph[node_id]
+        if node.op != "matmul":
+            continue
+        batch, m, k, n = matmul_dims([graph[i].type for i in node.inputs], node.attr_dict)
+        splits = matmul_splits(m, n, k, math.prod(batch), target, bool(node.attr("transpose_b")))
+        if splits > 1:
+            lines.append(f"(matmul_split (Ref {node_id}) {splits} {ints((splits, *node.shape))})")
     return lines

@@ -13,6 +13,12 @@ shape; it is applied while A is loaded, so its result is never written. The epil
 (inputs[2:]) the same way, `$0`, `$1`…; an extra that only the prologue reads need not broadcast
 to the output. With `flatten_a`, A (after the prologue) is read as the matrix [rows, K] of its
 row-major flattening (a prologue over a [batch, seq, features] tensor feeding a Linear).
+
+`fused_matmul(…, splits=S)` with S > 1 is the product split along K (split-K): the reduction is
+cut into S consecutive parts of ⌈K/S⌉ (the last may be shorter, none empty) and the result is
+the S partial products [S, *batch, M, N], which a sum over axis 0 completes (rewrite/matmul.py
+`matmul_split_k`: a small output over a long reduction launches too few workgroups to fill the
+GPU; S times as many do). A split product has no epilogue: it applies to the sum, not to a part.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from meganeura.ir.expr import check_expr, variables
 from meganeura.ir.expr import evaluate as evaluate_expr
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import TensorType
-from meganeura.ir.op import BOOL, EXPR, Attr, Op, ShapeError, broadcasts_to, require_float
+from meganeura.ir.op import BOOL, EXPR, INT, Attr, Op, ShapeError, broadcasts_to, require_float
+from meganeura.ir.ops.reduce import check_splits, split_length
 
 FAMILY = "matmul"
 
@@ -69,9 +76,10 @@ def evaluate_matmul(a, b, transpose_a=False, transpose_b=False):
 
 
 def matmul_flops(operands, results, attrs) -> int:
-    """2·K per element of the product: 2·(batch·M·N)·K, also where a 2-D operand is shared by a batch."""
+    """2·K per element of the product: 2·(batch·M·N)·K, also where a 2-D operand is shared by a
+    batch, and where the product is split into partials (the same work in S parts)."""
     _, _, k, _ = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs)
-    return 2 * results[0].numel * k
+    return 2 * results[0].numel // attrs.get("splits", 1) * k
 
 
 def describe_matmul(node) -> str:
@@ -133,7 +141,12 @@ def _matmul(b, node, g):
 def infer_fused_matmul(types, attrs) -> TensorType:
     if len(types) < 2:
         raise ShapeError(f"fused_matmul: expected at least two operands (a, b), got {len(types)}")
-    batch, m, _, n = matmul_dims([matmul_a_view(types[0], attrs), *types[1:2]], attrs, "fused_matmul")
+    batch, m, k, n = matmul_dims([matmul_a_view(types[0], attrs), *types[1:2]], attrs, "fused_matmul")
+    splits = check_splits(k, attrs.get("splits", 1), "fused_matmul")
+    if splits > 1 and attrs["epilogue"] != "$acc":
+        raise ShapeError(
+            f"fused_matmul: a product split into {splits} partials has no epilogue, got {attrs['epilogue']}"
+        )
     out = TensorType((*batch, m, n), "f32")
     extras = types[2:]
     names = set(map(str, range(len(extras))))
@@ -147,16 +160,25 @@ def infer_fused_matmul(types, attrs) -> TensorType:
             raise ShapeError(f"fused_matmul: prologue input ${index} {extra} does not broadcast to A {types[0]}")
         if (name in in_epilogue or name not in in_prologue) and not broadcasts_to(extra.shape, out.shape):
             raise ShapeError(f"fused_matmul: epilogue input ${index} {extra} does not broadcast to {out}")
-    return out
+    return TensorType((splits, *out.shape), "f32") if splits > 1 else out
 
 
-def evaluate_fused_matmul(a, b, *extras, transpose_a, transpose_b, epilogue, prologue, flatten_a):
-    """epilogue(prologue(A, extras…) · B, extras…), as one kernel computes it (module docstring)."""
+def evaluate_fused_matmul(a, b, *extras, transpose_a, transpose_b, epilogue, prologue, flatten_a, splits=1):
+    """epilogue(prologue(A, extras…) · B, extras…), as one kernel computes it (module docstring);
+    with `splits`, the partial products over consecutive parts of K, stacked."""
     if prologue != "$a":
         values = {"a": a, **{str(i): x for i, x in enumerate(extras)}}
         a = np.broadcast_to(evaluate_expr(prologue, values, a.dtype), a.shape)
     if flatten_a:
         a = a.reshape(-1, a.shape[-1])
+    if splits > 1:
+        a = np.swapaxes(a, -1, -2) if transpose_a else a
+        b = np.swapaxes(b, -1, -2) if transpose_b else b
+        length = split_length(a.shape[-1], splits)
+        parts = [
+            a[..., s * length : (s + 1) * length] @ b[..., s * length : (s + 1) * length, :] for s in range(splits)
+        ]
+        return np.stack(parts)
     acc = evaluate_matmul(a, b, transpose_a, transpose_b)
     values = {"acc": acc, **{str(i): x for i, x in enumerate(extras)}}
     return np.broadcast_to(evaluate_expr(epilogue, values, acc.dtype), acc.shape)
@@ -165,7 +187,8 @@ def evaluate_fused_matmul(a, b, *extras, transpose_a, transpose_b, epilogue, pro
 def describe_fused_matmul(node) -> str:
     prologue = f"prologue {node.attr('prologue')}, " if node.attr("prologue") != "$a" else ""
     flags = describe_matmul(node)
-    return f"{prologue}epilogue {node.attr('epilogue')}" + (f" {flags}" if flags else "")
+    splits = f" in {node.attr('splits')} parts of K" if node.attr("splits") != 1 else ""
+    return f"{prologue}epilogue {node.attr('epilogue')}" + (f" {flags}" if flags else "") + splits
 
 
 FUSED_MATMUL = Op(
@@ -179,9 +202,10 @@ FUSED_MATMUL = Op(
         Attr("epilogue", EXPR, "$acc"),
         Attr("prologue", EXPR, "$a"),
         Attr("flatten_a", BOOL, False),
+        Attr("splits", INT, 1),
     ),
     egraph=None,
     flops=matmul_flops,
     describe=describe_fused_matmul,
-    doc="a matmul kernel with a prologue on A's load and an epilogue on the result",
+    doc="a matmul kernel with a prologue on A's load and an epilogue on the result (or split-K partials)",
 )
