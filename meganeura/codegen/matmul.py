@@ -295,4 +295,14 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     label += "" if prologue_text == "$a" else f" A={prologue_text}"
     grid = (-(-n // tiling.bn), rows_grid[0], rows_grid[1])
     workgroup = (tiling.threads_x, tiling.threads_y, 1)
-    return KernelSpec(node.id, label, wgsl, "matmul", tuple(bindings), grid, workgroup, trusted=True)
+    return KernelSpec(
+        node.id,
+        label,
+        wgsl,
+        "matmul",
+        tuple(bindings),
+        grid,
+        workgroup,
+        trusted=True,
+        workgroup_memory=tiling.workgroup_bytes,
+    )
