@@ -7,13 +7,14 @@ process, side by side with PyTorch's SDPA forward + backward at the same shape.
 Shapes (both causal, head_dim 64, seq 256, batch 8): smollm2, 9 query heads over 3 KV heads
 (SmolLM2-135M's attention); gpt2, 12 heads MHA (GPT-2 small's). For every kernel (attention,
 attention_grad_q, attention_grad_kv) and every tile configuration (BR query rows × BC key rows /
-threads, codegen/attention_tiles.py) that fits the adapter's workgroup memory, `repeat` dispatches
+threads, codegen/attention_tiles.py) that fits the device's workgroup memory, `repeat` dispatches
 of that kernel run in one step and the median dispatch time is printed (Executable.profile: a
 compute pass per dispatch with timestamps), after two warm-up steps (GPU clocks idle low). The
-per-layer total of the chosen configurations (attention_tiles.CHOSEN) and of the fastest of each
-kernel close the table. Each configuration's first result is checked against the ops' numpy
-semantics (float64); a wrong one is marked and left out of the totals. PyTorch (fp32, when torch
-and CUDA are there): SDPA forward and forward + backward, `repeat` iterations between CUDA events.
+per-layer total of the chosen configurations (attention_tiles.CHOSEN, the adapter's tuning family
+where they fit) and of the fastest of each kernel close the table. Each configuration's first
+result is checked against the ops' numpy semantics (float64); a wrong one is marked and left out
+of the totals. PyTorch (fp32, when torch and CUDA are there): SDPA forward and forward + backward,
+`repeat` iterations between CUDA events.
 
 On a CPU adapter (lavapipe) the GPU kernels are forced (the compiler would pick attention_rows);
 use small --seq/--batch there.
@@ -84,15 +85,19 @@ def expected_result(kind: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def kernel_ms(device, target, kind: str, tiles: Tiles, q_shape, kv_shape, inputs, repeat: int) -> tuple[float, float]:
-    """The median time of one `kind` dispatch with `tiles` in ms, and the largest error of its
-    first result relative to the largest magnitude of the expected one."""
-    saved = attention_tiles.CHOSEN.get((kind, q_shape[-1]))
-    attention_tiles.CHOSEN[(kind, q_shape[-1])] = tiles
+    """The median time of one `kind` dispatch with `tiles` (which fit `target`) in ms, and the
+    largest error of its first result relative to the largest magnitude of the expected one."""
+    key = (target.tuning, kind, q_shape[-1])
+    saved = attention_tiles.CHOSEN.get(key)
+    attention_tiles.CHOSEN[key] = tiles
     try:
         graph = attention_step(kind, q_shape, kv_shape, repeat)
         executable = Executable(compile_step(graph, target), device, {}, {})
     finally:
-        attention_tiles.CHOSEN[(kind, q_shape[-1])] = saved
+        if saved is None:
+            del attention_tiles.CHOSEN[key]
+        else:
+            attention_tiles.CHOSEN[key] = saved
     used = {name: value for name, value in inputs.items() if name in {"q", "k", "v"} or kind != "attention"}
     got = executable.run(used, read=("r0",))["r0"]
     executable.heat(used, 0.1)  # GPU clocks idle low while the pipeline compiles
@@ -139,11 +144,12 @@ def torch_ms(q_shape, kv_shape, repeat: int) -> tuple[float, float] | None:
     return timings[0], timings[1]
 
 
-def sweep(kind: str, d: int) -> list[Tiles]:
-    """The configurations of the sweep that `kind`'s kernel can take at head_dim d, the chosen one first."""
-    chosen = attention_tiles.tiles_for(kind, d)
+def sweep(kind: str, d: int, target) -> list[Tiles]:
+    """The configurations of the sweep that `kind`'s kernel can take at head_dim d on `target`,
+    the chosen one first."""
+    chosen = attention_tiles.tiles_for(kind, d, target)
     options = [Tiles(br, bc, t) for br, bc in SWEEP_TILES for t in SWEEP_THREADS]
-    fitting = [t for t in options if t != chosen and not isinstance(layout_of(kind, t, d), str)]
+    fitting = [t for t in options if t != chosen and attention_tiles.fits(kind, t, d, target)]
     return [chosen, *fitting]
 
 
@@ -156,12 +162,14 @@ def main() -> None:
     parser.add_argument("--kernels", default=",".join(KINDS))
     args = parser.parse_args()
     device = default_device()
-    target = dataclasses.replace(device.target, cpu=False)  # the tiled GPU kernels, on any adapter
-    limit = device.limits.get("max-compute-workgroup-storage-size", attention_tiles.WORKGROUP_BYTES)
-    # Sweep wider than the compiler's own limits: what fits this adapter, more registers a thread.
-    attention_tiles.WORKGROUP_BYTES = limit
+    # The tiled GPU kernels, on any adapter, in all the workgroup memory the device offers.
+    target = dataclasses.replace(device.target, cpu=False)
+    # Sweep wider than the compiler's own register limits: more registers a thread.
     attention_tiles.MAX_SCORES = attention_tiles.MAX_OUTPUT_VEC4 = 32
-    print(f"adapter: {device.describe()}, workgroup memory {limit} bytes, {args.repeat} dispatches a kernel")
+    print(
+        f"adapter: {device.describe()}, workgroup memory {target.workgroup_memory} bytes, tuning {target.tuning}, "
+        f"{args.repeat} dispatches a kernel"
+    )
     for name in args.shapes.split(","):
         heads, kv_heads = SHAPES[name]
         q_shape = (args.batch, heads, args.seq, HEAD_DIM)
@@ -172,8 +180,9 @@ def main() -> None:
         chosen_total, best_total = 0.0, 0.0
         for kind in args.kernels.split(","):
             results = []
-            for index, tiles in enumerate(sweep(kind, HEAD_DIM)):
-                layout = layout_of(kind, tiles, HEAD_DIM)
+            configurations = sweep(kind, HEAD_DIM, target)
+            for index, tiles in enumerate(configurations):
+                layout = layout_of(kind, tiles, HEAD_DIM, target.workgroup_memory)
                 ms, error = kernel_ms(device, target, kind, tiles, q_shape, kv_shape, inputs, args.repeat)
                 wrong = error > 1e-4  # f32 against float64: ~1e-6 when right
                 if not wrong:
@@ -183,7 +192,7 @@ def main() -> None:
                 used = attention_tiles.workgroup_bytes(kind, tiles, HEAD_DIM)
                 work = per_thread_work(layout)
                 print(f"  {kind:<18} {tiles!s:<12} {work:<12} {used:>6} {ms:>9.4f} {error:>8.1e}{mark}", flush=True)
-            chosen_total += results[0][0] if results and results[0][1] == sweep(kind, HEAD_DIM)[0] else float("nan")
+            chosen_total += results[0][0] if results and results[0][1] == configurations[0] else float("nan")
             best_ms, best_tiles = min(results, key=lambda r: r[0])
             best_total += best_ms
             print(f"  {kind:<18} fastest {best_tiles}: {best_ms:.4f} ms")

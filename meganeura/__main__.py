@@ -112,9 +112,7 @@ def adapter_record(adapter, chosen: bool) -> dict:
 
     info = dict(adapter.info)
     limits = dict(adapter.limits)
-    target = target_for(
-        adapter_name(adapter), info.get("adapter_type", ""), limits.get("max-storage-buffers-per-shader-stage")
-    )
+    target = target_for(adapter_name(adapter), info.get("adapter_type", ""), limits)
     return {
         "name": adapter_name(adapter),
         "backend": info.get("backend_type"),
@@ -129,6 +127,7 @@ def adapter_record(adapter, chosen: bool) -> dict:
             "max_storage_buffers": target.max_storage_buffers,
             "cpu": target.cpu,
             "tuning": target.tuning,
+            "workgroup_memory": target.workgroup_memory,
         },
     }
 
@@ -170,7 +169,8 @@ def adapter_text(index: int, record: dict, all_limits: bool, reason: str) -> str
         lines.append(f"     default: {reason}")
     lines.append(
         f"     plans for: {target['compute_units']} compute units, {target['max_storage_buffers']} storage buffers "
-        f"per kernel, tuning {target['tuning']}" + (", CPU kernels" if target["cpu"] else "")
+        f"and {target['workgroup_memory']} bytes of workgroup memory per kernel, tuning {target['tuning']}"
+        + (", CPU kernels" if target["cpu"] else "")
     )
     lines.append(wrapped(f"features ({len(record['features'])})", record["features"] or ["none"]))
     names = sorted(record["limits"]) if all_limits else [n for n in RAISED_LIMITS if n in record["limits"]]

@@ -5,6 +5,7 @@ interpreter."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -16,12 +17,15 @@ import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen import attention_tiles
 from meganeura.codegen.attention_tiles import Tiles
+from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.registry import node_workgroups
+from meganeura.codegen.transformer import lower_attention_tiles
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import ShapeError
 from meganeura.ir.ops.transformer import evaluate_attention, evaluate_attention_lse
 from meganeura.ir.trace import Tracer, tracing
-from meganeura.target import GENERIC, Target
+from meganeura.runtime import Executable, default_device
+from meganeura.target import GENERIC, Target, target_for
 
 RNG = np.random.default_rng(7)
 
@@ -164,6 +168,7 @@ def test_attention_kernels(causal, shapes, target):
 RAGGED_CASES = [
     ((2, 3, 37, 64), (2, 1, 45, 64)),  # GQA 3/1 as SmolLM2's 9/3, Sq < Skv, batch 2
     ((1, 2, 45, 64), (1, 2, 19, 64)),  # MHA, Sq > Skv
+    ((1, 3, 37, 32), (1, 1, 45, 32)),
     ((1, 3, 21, 48), (1, 3, 21, 48)),
     ((1, 2, 19, 80), (1, 1, 23, 80)),
     ((1, 2, 17, 128), (1, 1, 33, 128)),
@@ -171,6 +176,9 @@ RAGGED_CASES = [
 ]
 TILINGS = {  # per head_dim: configurations tried beside the chosen one (by each kernel that it fits)
     64: [Tiles(16, 16, 64), Tiles(32, 32, 64), Tiles(8, 16, 32)],
+    # The hopper family's dQ and dK/dV tiles at head_dim 64 (39296 and 43520 bytes) do not fit
+    # lavapipe's 32 KiB: their code, from the same generator, at head_dim 32 (22912 and 27136).
+    32: [Tiles(32, 32, 256)],
     6: [Tiles(8, 4, 4)],  # fewer threads than query rows: the per-row loops take several rows a thread
 }
 
@@ -192,10 +200,10 @@ def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, til
     d = q_shape[-1]
     kinds = ("attention", "attention_grad_q", "attention_grad_kv")
     if tiles is not None:
-        fitting = [kind for kind in kinds if not isinstance(attention_tiles.layout_of(kind, tiles, d), str)]
+        fitting = [kind for kind in kinds if attention_tiles.fits(kind, tiles, d, GENERIC)]
         assert fitting, f"{tiles} fits no kernel at head_dim {d}"
         for kind in fitting:  # the lowering and the workgroup count both read the table
-            monkeypatch.setitem(attention_tiles.CHOSEN, (kind, d), tiles)
+            monkeypatch.setitem(attention_tiles.CHOSEN, (GENERIC.tuning, kind, d), tiles)
     graph = attention_graph(q_shape, kv_shape, causal, 1.0 / np.sqrt(d))
     rng = np.random.default_rng(11)
     inputs = {
@@ -205,22 +213,102 @@ def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, til
     executable = check(graph, inputs, rtol=1e-4, atol=3e-5)
     for spec in executable.kernels:
         node = graph[spec.node]
-        wanted = attention_tiles.tiles_for(node.op, d)
+        wanted = attention_tiles.tiles_for(node.op, d, GENERIC)
         assert f"tiles {wanted} " in spec.label and spec.workgroup_size == (wanted.threads, 1, 1)
         assert math.prod(spec.grid) == node_workgroups(graph, node)  # what the cost model counts
+        assert spec.workgroup_memory == attention_tiles.workgroup_bytes(node.op, wanted, d)
+
+
+def test_every_chosen_configuration_runs_in_the_ragged_cases():
+    """Each family's chosen tiles compute right above: at their head_dim where they fit the test
+    device's 32 KiB (GENERIC's), else at a head_dim of TILINGS where the same generator fits them."""
+    head_dims = {q_shape[-1] for q_shape, _ in RAGGED_CASES}
+    for (family, kind, d), tiles in attention_tiles.CHOSEN.items():
+        if attention_tiles.fits(kind, tiles, d, GENERIC):
+            assert d in head_dims and tiles in [attention_tiles.tiles_for(kind, d, GENERIC), *TILINGS.get(d, [])]
+        else:
+            assert any(tiles in TILINGS[e] and attention_tiles.fits(kind, tiles, e, GENERIC) for e in TILINGS), (
+                family,
+                kind,
+                tiles,
+            )
 
 
 def test_tile_configurations_that_do_not_fit_are_refused_with_a_reason():
-    assert "workgroup memory" in attention_tiles.layout_of("attention_grad_kv", Tiles(32, 32, 128), 128)
-    assert "does not split" in attention_tiles.layout_of("attention", Tiles(32, 32, 96), 64)
+    limit = GENERIC.workgroup_memory
+    assert "workgroup memory" in attention_tiles.layout_of("attention_grad_kv", Tiles(32, 32, 128), 128, limit)
+    assert "does not split" in attention_tiles.layout_of("attention", Tiles(32, 32, 96), 64, limit)
     with pytest.raises(ValueError, match="head_dim 128"):
-        attention_tiles.layout_for("attention_grad_q", Tiles(64, 64, 256), 128)
+        attention_tiles.layout_for("attention_grad_q", Tiles(64, 64, 256), 128, GENERIC)
     for kind in ("attention", "attention_grad_q", "attention_grad_kv"):
         for d in (1, 3, 48, 64, 80, 96, 128, 256):
-            tiles = attention_tiles.tiles_for(kind, d)  # every head_dim gets a configuration that fits
-            layout = attention_tiles.layout_for(kind, tiles, d)
-            assert attention_tiles.workgroup_bytes(kind, tiles, d) <= attention_tiles.WORKGROUP_BYTES
+            tiles = attention_tiles.tiles_for(kind, d, GENERIC)  # every head_dim gets a configuration that fits
+            layout = attention_tiles.layout_for(kind, tiles, d, GENERIC)
+            assert attention_tiles.workgroup_bytes(kind, tiles, d) <= GENERIC.workgroup_memory
             assert layout.sr * layout.sc * tiles.threads == tiles.br * tiles.bc
+
+
+def target_with(tuning: str, workgroup_memory: int) -> Target:
+    return Target(f"{tuning}, {workgroup_memory} B", 132, 31, tuning=tuning, workgroup_memory=workgroup_memory)
+
+
+HOPPER = target_for("NVIDIA H200", "DiscreteGPU", {"max-compute-workgroup-storage-size": 48 * 1024})
+KINDS = ("attention", "attention_grad_q", "attention_grad_kv")
+
+
+def test_a_hopper_target_with_48_kib_takes_32x32_backward_tiles_at_head_dim_64():
+    assert (HOPPER.tuning, HOPPER.workgroup_memory) == ("hopper", 49152)
+    assert attention_tiles.tiles_for("attention", 64, HOPPER) == Tiles(32, 16, 128)
+    assert attention_tiles.tiles_for("attention_grad_q", 64, HOPPER) == Tiles(32, 32, 256)
+    assert attention_tiles.tiles_for("attention_grad_kv", 64, HOPPER) == Tiles(32, 32, 256)
+    generic = [attention_tiles.CHOSEN[("generic", kind, 64)] for kind in KINDS]
+    # The family with 32 KiB takes the generic family's tiles; a generic GPU keeps them with 48 KiB.
+    assert [
+        attention_tiles.tiles_for(kind, 64, dataclasses.replace(HOPPER, workgroup_memory=32768)) for kind in KINDS
+    ] == generic
+    assert [attention_tiles.tiles_for(kind, 64, target_with("generic", 49152)) for kind in KINDS] == generic
+    # The kernels lowered for the H200 dispatch the workgroups its cost model counts (SmolLM2's shape).
+    graph = attention_graph((8, 9, 256, 64), (8, 3, 256, 64), True, 0.125)
+    for spec in compile_step(graph, HOPPER).kernels:
+        node = graph[spec.node]
+        tiles = attention_tiles.tiles_for(node.op, 64, HOPPER)
+        assert f"tiles {tiles} " in spec.label and spec.workgroup_size == (tiles.threads, 1, 1)
+        assert math.prod(spec.grid) == node_workgroups(graph, node, HOPPER)
+        assert spec.workgroup_memory == attention_tiles.workgroup_bytes(node.op, tiles, 64) <= 49152
+
+
+@pytest.mark.parametrize("workgroup_memory", [16384, 32768, 49152])
+@pytest.mark.parametrize("tuning", ["generic", "hopper"])
+def test_no_target_gets_tiles_over_its_workgroup_memory(tuning, workgroup_memory):
+    target = target_with(tuning, workgroup_memory)
+    refused = []
+    for kind in KINDS:
+        for d in (1, 3, 6, 8, 16, 32, 48, 64, 80, 96, 128, 256):
+            try:
+                tiles = attention_tiles.tiles_for(kind, d, target)
+            except NotImplementedError as error:
+                assert f"{workgroup_memory} bytes of workgroup memory" in str(error)
+                refused.append((kind, d))
+                continue
+            assert attention_tiles.workgroup_bytes(kind, tiles, d) <= workgroup_memory, (kind, d, tiles)
+            attention_tiles.layout_for(kind, tiles, d, target)
+    # In WebGPU's 16 KiB, a backward tile of head_dim 256 (rows of 1040 bytes, four of each input) fits in none.
+    assert refused == ([("attention_grad_q", 256), ("attention_grad_kv", 256)] if workgroup_memory == 16384 else [])
+
+
+def test_tiles_over_the_workgroup_memory_are_refused_when_lowered_and_before_they_run():
+    graph = attention_graph((1, 2, 37, 64), (1, 1, 45, 64), True, 0.125)
+    grad_kv = next(node for node in graph if node.op == "attention_grad_kv")
+    with pytest.raises(ValueError, match="needs 43520 bytes of workgroup memory, over the 32768 allowed"):
+        lower_attention_tiles(graph, grad_kv, Tiles(32, 32, 256), GENERIC)  # forced on a 32 KiB target
+    # Planned for the H200, run on the test device: wgpu would make the pipeline (lavapipe even runs
+    # it, out of spec); the runtime refuses it, naming the limit.
+    device = default_device()
+    limit = device.limits["max-compute-workgroup-storage-size"]
+    if limit >= 43520:
+        pytest.skip(f"{device.describe()} offers {limit} bytes of workgroup memory: the H200's tiles fit")
+    with pytest.raises(ValueError, match=rf"needs 43520 bytes of workgroup memory, .* allows {limit} \(max-compute-"):
+        Executable(compile_step(graph, HOPPER), device, {}, {})
 
 
 def test_the_report_counts_one_dispatch_for_each_node_with_two_results():

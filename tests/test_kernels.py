@@ -7,6 +7,7 @@ and the optimizer updates."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -17,8 +18,8 @@ from meganeura import nn
 from meganeura.codegen import common, expressions
 from meganeura.codegen import matmul as codegen_matmul
 from meganeura.codegen.compiled import compile_step
-from meganeura.codegen.gemm_table import TABLES, GemmTiling, gemm_tiling
-from meganeura.codegen.registry import LOWERINGS
+from meganeura.codegen.gemm_table import TABLES, GemmLadder, GemmTiling, gemm_tiling
+from meganeura.codegen.registry import LOWERINGS, node_workgroups
 from meganeura.codegen.render import TemplateError, load_template, render
 from meganeura.ir.expr import parse
 from meganeura.ir.functions import BINARY_FUNCTIONS, FUNCTIONS, TERNARY_FUNCTIONS, UNARY_FUNCTIONS
@@ -26,7 +27,7 @@ from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.op import OPS, ShapeError, infer_type, launches_kernel, op_def
 from meganeura.runtime import Executable, default_device
-from meganeura.target import GENERIC
+from meganeura.target import GENERIC, WEBGPU_WORKGROUP_MEMORY, Target
 
 RNG = np.random.default_rng(0)
 
@@ -335,7 +336,7 @@ def test_matmul_kernels_run_without_bounds_checks_when_the_user_opts_in(monkeypa
 def test_every_gemm_table_entry_is_a_valid_tiling_and_bad_ones_say_why():
     for family, table in TABLES.items():
         for tiling in table.ladder + table.transposed_b:
-            assert 4 * tiling.bk * (tiling.bm + tiling.bn) <= 32 * 1024, (family, str(tiling))
+            assert tiling.workgroup_bytes <= WEBGPU_WORKGROUP_MEMORY, (family, str(tiling))  # fits every device
             assert tiling.threads <= 256 and tiling.threads_x * 4 * tiling.rn == tiling.bn
     for m, n, k in [(1, 1, 1), (8, 16, 3), (33, 33, 5), (1000, 1000, 64), (4096, 4096, 4096), (1, 50000, 64)]:
         tiling = gemm_tiling(m, n, k)
@@ -344,6 +345,25 @@ def test_every_gemm_table_entry_is_a_valid_tiling_and_bad_ones_say_why():
         GemmTiling(256, 256, 32, 4, 4)
     with pytest.raises(ValueError, match="multiple of 4"):
         GemmTiling(64, 64, 6, 1, 1)
+
+
+def test_a_gemm_tiling_is_picked_within_the_targets_workgroup_memory(monkeypatch):
+    """A ladder whose largest tile (32 KiB of staged tiles) only some targets hold: a 16 KiB one
+    takes the next, for the kernel and for the workgroups the cost model counts."""
+    large, next_one = GemmTiling(128, 128, 32, 2, 2), GemmTiling(64, 128, 16, 2, 2)
+    monkeypatch.setitem(TABLES, "generic", GemmLadder(fill=2, ladder=(large, next_one)))
+    roomy, small = (Target(f"{size} B", 4, 31, workgroup_memory=size) for size in (32768, 16384))
+    assert large.workgroup_bytes == 32768 and next_one.workgroup_bytes == 12288
+    assert gemm_tiling(4096, 4096, 4096, 1, roomy) == large
+    assert gemm_tiling(4096, 4096, 4096, 1, small) == next_one
+    graph = one_op("matmul", [(512, 64), (64, 512)])
+    for target, tiling in ((roomy, large), (small, next_one)):
+        (spec,) = compile_step(graph, target).kernels
+        assert spec.workgroup_memory == tiling.workgroup_bytes
+        assert math.prod(spec.grid) == node_workgroups(graph, graph[spec.node], target) == (512 // tiling.bm) * 4
+    monkeypatch.setitem(TABLES, "generic", GemmLadder(fill=2, ladder=(large,)))
+    with pytest.raises(ValueError, match="16384 bytes of workgroup memory"):
+        gemm_tiling(4096, 4096, 4096, 1, small)
 
 
 # -- expressions ----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from meganeura.target import Target, target_for
 
 MANY = Target("GPU-like", compute_units=256, max_storage_buffers=31)
 ONE = Target("one unit", compute_units=1, max_storage_buffers=31)
-H200 = target_for("NVIDIA H200", "DiscreteGPU", None)
+H200 = target_for("NVIDIA H200", "DiscreteGPU", {})
 RNG = np.random.default_rng(7)
 
 

@@ -25,7 +25,9 @@ from meganeura.ir.graph import TensorType
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
 from meganeura.rewrite import optimize
 from meganeura.rewrite.cost import DISPATCH_COST_BYTES, WORK_PER_UNIT, pricing
-from meganeura.target import GENERIC, Target, target_for
+from meganeura.runtime import default_device
+from meganeura.runtime.device import RAISED_LIMITS, Device
+from meganeura.target import GENERIC, WEBGPU_WORKGROUP_MEMORY, Target, target_for
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), os.pardir, "examples")
 
@@ -125,14 +127,58 @@ def test_a_kernel_with_few_workgroups_costs_what_it_leaves_idle():
     assert 2 * small.nbytes < WORK_PER_UNIT
 
 
+H200_LIMITS = {"max-storage-buffers-per-shader-stage": 1_000_000, "max-compute-workgroup-storage-size": 49152}
+
+
 def test_targets_of_known_adapters(monkeypatch):
-    assert target_for("NVIDIA H200", "DiscreteGPU", 1_000_000) == Target("NVIDIA H200", 132, 1_000_000, tuning="hopper")
+    h200 = Target("NVIDIA H200", 132, 1_000_000, tuning="hopper", workgroup_memory=49152)
+    assert target_for("NVIDIA H200", "DiscreteGPU", H200_LIMITS) == h200
     monkeypatch.setenv("LP_NUM_THREADS", "3")
-    assert target_for("llvmpipe (LLVM 15.0.6, 256 bits)", "CPU", 32).compute_units == 3
-    other = target_for("Some GPU", "IntegratedGPU", None)
+    assert target_for("llvmpipe (LLVM 15.0.6, 256 bits)", "CPU", {}).compute_units == 3
+    other = target_for("Some GPU", "IntegratedGPU", {})
     assert (other.compute_units, other.max_storage_buffers) == (GENERIC.compute_units, GENERIC.max_storage_buffers)
     with pytest.raises(ValueError, match="storage buffers"):
         Target("broken", 4, 1)
+
+
+def test_the_target_has_the_workgroup_memory_its_adapter_reports():
+    lavapipe = target_for("llvmpipe (LLVM 15.0.6, 256 bits)", "CPU", {"max-compute-workgroup-storage-size": 32768})
+    assert lavapipe.workgroup_memory == 32768
+    # An adapter that does not say gets what every WebGPU device offers, as does a Target that does not.
+    assert target_for("Some GPU", "IntegratedGPU", {}).workgroup_memory == WEBGPU_WORKGROUP_MEMORY == 16384
+    assert Target("t", 4, 31).workgroup_memory == WEBGPU_WORKGROUP_MEMORY
+    assert GENERIC.workgroup_memory == 32768  # what the generic attention tiles need (target.py)
+    with pytest.raises(ValueError, match="16384 bytes of workgroup memory"):
+        Target("below WebGPU's floor", 4, 31, workgroup_memory=8192)
+
+
+class FakeDevice:
+    def __init__(self, limits: dict) -> None:
+        self.limits = limits
+        self.queue = None
+
+
+class FakeAdapter:
+    """An H200 as wgpu describes it, and the limits its device is requested with."""
+
+    info = {"device": "NVIDIA H200", "adapter_type": "DiscreteGPU", "backend_type": "Vulkan"}
+    features = frozenset()
+    limits = {**H200_LIMITS, "max-buffer-size": 1 << 40, "max-compute-workgroups-per-dimension": 65535}
+
+    def request_device_sync(self, label, required_limits, required_features):
+        self.requested = dict(required_limits)
+        return FakeDevice({"max-compute-workgroup-storage-size": 16384, **required_limits})
+
+
+def test_the_device_is_requested_with_the_adapters_workgroup_memory_and_its_target_has_it():
+    assert "max-compute-workgroup-storage-size" in RAISED_LIMITS  # else the device gets WebGPU's 16 KiB
+    adapter = FakeAdapter()
+    device = Device(adapter)
+    assert adapter.requested["max-compute-workgroup-storage-size"] == 49152
+    assert device.target == Target("NVIDIA H200", 132, 1_000_000, tuning="hopper", workgroup_memory=49152)
+    real = default_device()  # the test device gets its adapter's own limit too
+    limit = real.adapter.limits["max-compute-workgroup-storage-size"]
+    assert real.limits["max-compute-workgroup-storage-size"] == real.target.workgroup_memory == limit
 
 
 # ---------------------------------------------------------------------------------------------

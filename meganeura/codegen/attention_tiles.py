@@ -1,8 +1,13 @@
 """The tiling of the flash-style attention kernels for GPUs (shaders/attention.wgsl): which tile
-configuration each kernel takes per head_dim (`tiles_for`), the per-thread register tiles that
-configuration implies (`Layout`), and the unrolled per-thread WGSL that the template leaves as
-placeholders (`tile_code`). codegen/transformer.py lowers the ops with it and registers the
-workgroup counts from the same `tiles_for`, so the cost model counts what is dispatched.
+configuration each kernel takes per head_dim on a target (`tiles_for`), the per-thread register
+tiles that configuration implies (`Layout`), and the unrolled per-thread WGSL that the template
+leaves as placeholders (`tile_code`). codegen/transformer.py lowers the ops with it and registers
+the workgroup counts from the same `tiles_for` and target, so the cost model counts what is
+dispatched.
+
+A configuration is taken only where its workgroup arrays (`workgroup_bytes`) fit the target's
+`workgroup_memory` (meganeura/target.py): the measured one of the target's tuning family, else the
+generic family's, else the first of `CANDIDATES` that fits.
 
 A configuration is (BR query rows, BC key rows, THREADS). Every kernel has two register tiles per
 thread, both of named accumulators (the GEMM probe, shared/notes/gemm-probe.md: dynamically
@@ -20,11 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from meganeura.target import Target
+
 KINDS = ("attention", "attention_grad_q", "attention_grad_kv")
 
-# Every chosen configuration fits 32 KiB of workgroup memory: lavapipe's limit, so that the GPU
-# kernels run in the tests here, and under the H200's 48 KiB.
-WORKGROUP_BYTES = 32 * 1024
 MAX_SCORES = 16  # per thread and score tile: beyond it, registers run out with the output tile
 MAX_OUTPUT_VEC4 = 16  # per thread, all output tiles together
 
@@ -39,21 +43,26 @@ class Tiles:
         return f"{self.br}x{self.bc}/{self.threads}"
 
 
-# The configuration of each kernel at head_dim 64, the SmolLM2 and GPT-2 shape: the fastest on the
-# H200 of those that fit 32 KiB (`PYTHONPATH=. python benchmarks/attention.py --shapes smollm2
-# --repeat 10`, 2026-12-01, batch 8, 9/3 heads, seq 256, causal; ms per dispatch): forward
-# 32x16/128 0.126 (32x32/256 0.135), dQ 16x16/256 0.188 (16x8/128 0.195), dK+dV 16x16/256 0.629
-# (16x32/256 0.667): 0.94 ms a layer, against 4.7 for the row-per-workgroup kernels before and
-# PyTorch's fp32 SDPA forward + backward at 0.95-1.48 ms in the same runs. With the H200's 48 KiB,
-# dQ 32x32/256 (0.184) and dK+dV 32x32/256 (0.495) would give 0.81 ms; the limit is 32 KiB so
-# that one table serves every adapter (Target does not carry the workgroup-memory size yet).
-CHOSEN: dict[tuple[str, int], Tiles] = {
-    ("attention", 64): Tiles(32, 16, 128),
-    ("attention_grad_q", 64): Tiles(16, 16, 256),
-    ("attention_grad_kv", 64): Tiles(16, 16, 256),
+# The configuration of each kernel per (tuning family, kind, head_dim), timed on the H200 at head_dim
+# 64, the SmolLM2 and GPT-2 shape (`PYTHONPATH=. python benchmarks/attention.py --shapes smollm2
+# --repeat 10`, 2026-12-01, batch 8, 9/3 heads, seq 256, causal; ms per dispatch).
+# generic: the fastest of those that fit 32 KiB (lavapipe's limit, so that they run in the tests
+# here): forward 32x16/128 0.126 (32x32/256 0.135), dQ 16x16/256 0.188 (16x8/128 0.195), dK+dV
+# 16x16/256 0.629 (16x32/256 0.667): 0.94 ms a layer, against 4.7 for the row-per-workgroup kernels
+# before and PyTorch's fp32 SDPA forward + backward at 0.95-1.48 ms in the same runs.
+# hopper: the fastest in the H200's 48 KiB: dQ 32x32/256 (0.184) and dK+dV 32x32/256 (0.495), the
+# forward unchanged: 0.81 ms a layer by the same sum. They need 39296 and 43520 bytes, so an adapter of the family
+# that offers less takes the generic ones.
+CHOSEN: dict[tuple[str, str, int], Tiles] = {
+    ("generic", "attention", 64): Tiles(32, 16, 128),
+    ("generic", "attention_grad_q", 64): Tiles(16, 16, 256),
+    ("generic", "attention_grad_kv", 64): Tiles(16, 16, 256),
+    ("hopper", "attention", 64): Tiles(32, 16, 128),
+    ("hopper", "attention_grad_q", 64): Tiles(32, 32, 256),
+    ("hopper", "attention_grad_kv", 64): Tiles(32, 32, 256),
 }
 
-# Tried in order for a head_dim without a chosen configuration: the first that fits and divides
+# Tried in order where no chosen configuration fits: the first that fits the target and divides
 # (larger tiles first, then more threads; small head_dims need fewer threads for their output tile).
 CANDIDATES = tuple(
     Tiles(br, bc, threads)
@@ -113,9 +122,10 @@ class Layout:
         return self.score_rows
 
 
-def layout_of(kind: str, tiles: Tiles, d: int) -> Layout | str:
-    """The register tiles of `kind` with `tiles` at head_dim d, or why there are none. The limits
-    are read at call time (benchmarks/attention.py raises them to sweep wider configurations)."""
+def layout_of(kind: str, tiles: Tiles, d: int, workgroup_memory: int) -> Layout | str:
+    """The register tiles of `kind` with `tiles` at head_dim d within `workgroup_memory` bytes, or
+    why there are none. The register limits are read at call time (benchmarks/attention.py raises
+    them to sweep wider configurations)."""
     t = tiles.threads
     rows, cols = (tiles.bc, tiles.br) if kind == "attention_grad_kv" else (tiles.br, tiles.bc)
     if (rows * cols) % t or rows * cols < t:
@@ -131,27 +141,47 @@ def layout_of(kind: str, tiles: Tiles, d: int) -> Layout | str:
     if outputs is None or copies * outputs[0] * outputs[1] > MAX_OUTPUT_VEC4:
         return f"the {rows}x{dv} vec4 output tile gives too many accumulators per thread, or no split"
     used = workgroup_bytes(kind, tiles, d)
-    if used > WORKGROUP_BYTES:
-        return f"needs {used} bytes of workgroup memory, over {WORKGROUP_BYTES}"
+    if used > workgroup_memory:
+        return f"needs {used} bytes of workgroup memory, over the {workgroup_memory} allowed"
     return Layout(kind, tiles, d, scores[0], scores[1], outputs[0], outputs[1])
 
 
-def tiles_for(kind: str, d: int) -> Tiles:
-    """The tile configuration of `kind`'s kernel at head_dim d: the chosen one, else the first
-    candidate that fits (types alone decide it, so the workgroup count can be asked before lowering)."""
-    chosen = CHOSEN.get((kind, d))
+def fits(kind: str, tiles: Tiles, d: int, target: Target) -> bool:
+    return isinstance(layout_of(kind, tiles, d, target.workgroup_memory), Layout)
+
+
+def chosen_tiles(kind: str, d: int, target: Target) -> Tiles | None:
+    """The measured configuration of `kind` at head_dim d for the target's tuning family, else the
+    generic family's, that fits the target; None where none does."""
+    for family in dict.fromkeys((target.tuning, "generic")):
+        tiles = CHOSEN.get((family, kind, d))
+        if tiles is not None and fits(kind, tiles, d, target):
+            return tiles
+    return None
+
+
+def tiles_for(kind: str, d: int, target: Target) -> Tiles:
+    """The tile configuration of `kind`'s kernel at head_dim d on `target`: the chosen one that
+    fits, else the first candidate that fits (types and the target alone decide it, so the
+    workgroup count can be asked before lowering)."""
+    chosen = chosen_tiles(kind, d, target)
     if chosen is not None:
         return chosen
     for tiles in CANDIDATES:
-        if isinstance(layout_of(kind, tiles, d), Layout):
+        if fits(kind, tiles, d, target):
             return tiles
-    raise NotImplementedError(f"{kind}: no tile configuration fits head_dim {d} in {WORKGROUP_BYTES} bytes")
+    raise NotImplementedError(
+        f"{kind}: no tile configuration fits head_dim {d} in {target.name}'s {target.workgroup_memory} bytes "
+        "of workgroup memory"
+    )
 
 
-def layout_for(kind: str, tiles: Tiles, d: int) -> Layout:
-    layout = layout_of(kind, tiles, d)
+def layout_for(kind: str, tiles: Tiles, d: int, target: Target) -> Layout:
+    """The register tiles of `kind` with `tiles` at head_dim d on `target`; ValueError with the
+    reason where the configuration does not fit (a tiling forced by a benchmark or a test)."""
+    layout = layout_of(kind, tiles, d, target.workgroup_memory)
     if isinstance(layout, str):
-        raise ValueError(f"{kind}: tiles {tiles} at head_dim {d}: {layout}")
+        raise ValueError(f"{kind}: tiles {tiles} at head_dim {d} on {target.name}: {layout}")
     return layout
 
 

@@ -21,7 +21,7 @@ import math
 
 from meganeura.codegen.common import Operands, bindings_wgsl, expression_code, grid_for, output_binding, shape_text
 from meganeura.codegen.expressions import helper_functions
-from meganeura.codegen.gemm_tiles import conv_tiling, register_tile, tile_size
+from meganeura.codegen.gemm_tiles import conv_tiling, register_tile, tile_size, workgroup_bytes
 from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
@@ -185,4 +185,7 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
     label = f"conv_gemm {mode} {geometry} {shape_text(graph[a].shape)},{shape_text(graph[b].shape)}"
     label += f" -> {shape_text(node.shape)} ({m}x{k}x{n})"
     label += "" if epilogue_text == "$acc" else f" {epilogue_text}"
-    return KernelSpec(node.id, label, wgsl, "conv_gemm", tuple(bindings), grid, (tiling["WG_X"], tiling["WG_Y"], 1))
+    workgroup = (tiling["WG_X"], tiling["WG_Y"], 1)
+    return KernelSpec(
+        node.id, label, wgsl, "conv_gemm", tuple(bindings), grid, workgroup, workgroup_memory=workgroup_bytes(tiling)
+    )

@@ -4,8 +4,8 @@ one each adapter family runs for each product, measured.
 A `GemmTiling` is a BM × BN output tile per workgroup walked over K in steps of BK, each thread
 owning 4·RM rows × 4·RN columns. `gemm_tiling(m, n, k, batches, target, transpose_b)` picks one
 from the ladder of the target's family (`Target.tuning`; an adapter without one gets the generic
-ladder): the largest tile that still gives every compute unit `fill` workgroups, shrunk for
-outputs smaller than the tile.
+ladder): the largest tile that fits the target's workgroup memory and still gives every compute
+unit `fill` workgroups, shrunk for outputs smaller than the tile.
 
 Measured by `python benchmarks/gemm_tune.py` (every candidate configuration on the products of
 real training steps in one process, GPU timestamps) and `python -m meganeura bench gemm`.
@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Workgroup memory every WebGPU device offers (the default limit) and lavapipe's: 32 KiB.
-WORKGROUP_BYTES = 32 * 1024
+from meganeura.target import GENERIC, Target
+
+# No tiling is made past the H200's 48 KiB, the most workgroup memory of the adapters measured
+# here; which tilings a target may take is its own `workgroup_memory` (`gemm_tiling`).
+MAX_WORKGROUP_BYTES = 48 * 1024
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,15 @@ class GemmTiling:
             for units, size in zip(self.units_per_thread, (self.bm * self.bk // 4, self.bn * self.bk // 4), strict=True)
         ):
             problems.append("each operand tile must split into whole vec4 units per thread")
-        if 4 * self.bk * (self.bm + self.bn) > WORKGROUP_BYTES:
-            problems.append(
-                f"{4 * self.bk * (self.bm + self.bn)} bytes of workgroup memory (at most {WORKGROUP_BYTES})"
-            )
+        if self.workgroup_bytes > MAX_WORKGROUP_BYTES:
+            problems.append(f"{self.workgroup_bytes} bytes of workgroup memory (at most {MAX_WORKGROUP_BYTES})")
         if problems:
             raise ValueError(f"GEMM tiling {self}: " + "; ".join(problems))
+
+    @property
+    def workgroup_bytes(self) -> int:
+        """The staged tiles (shaders/matmul.wgsl): BK rows of A's BM floats and of B's BN."""
+        return 4 * self.bk * (self.bm + self.bn)
 
     @property
     def threads_x(self) -> int:
@@ -94,12 +100,18 @@ class GemmLadder:
         """The first (largest) tiling of the ladder a product takes."""
         return self.rungs(transpose_b)[0]
 
-    def pick(self, m: int, n: int, batches: int, units: int, transpose_b: bool) -> GemmTiling:
+    def pick(self, m: int, n: int, batches: int, target: Target, transpose_b: bool) -> GemmTiling:
         ladder = self.rungs(transpose_b)
-        for tiling in ladder:
-            if batches * -(-m // tiling.bm) * -(-n // tiling.bn) >= self.fill * units:
+        fitting = [tiling for tiling in ladder if tiling.workgroup_bytes <= target.workgroup_memory]
+        if not fitting:
+            raise ValueError(
+                f"no GEMM tiling of {', '.join(map(str, ladder))} fits {target.name}'s "
+                f"{target.workgroup_memory} bytes of workgroup memory"
+            )
+        for tiling in fitting:
+            if batches * -(-m // tiling.bm) * -(-n // tiling.bn) >= self.fill * target.compute_units:
                 return tiling
-        return ladder[-1]
+        return fitting[-1]
 
 
 GENERIC_TABLE = GemmLadder(
@@ -136,9 +148,10 @@ CPU_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(128, 128, 16, 4, 4), GemmTilin
 TABLES = {"generic": GENERIC_TABLE, "hopper": HOPPER_TABLE, "cpu": CPU_TABLE}
 
 
-def shrunk(tiling: GemmTiling, m: int, n: int) -> GemmTiling:
+def shrunk(tiling: GemmTiling, m: int, n: int, workgroup_memory: int) -> GemmTiling:
     """`tiling`, its tile halved along an axis the output does not fill (down to 4 rows of 16
-    columns), keeping each thread's share and the per-thread load counts whole."""
+    columns), keeping each thread's share and the per-thread load counts whole and the staged
+    tiles within `workgroup_memory` (a smaller tile may need another BK)."""
     bm, bn, rm, rn = tiling.bm, tiling.bn, tiling.rm, tiling.rn
     while bm > 4 * rm and bm // 2 >= m:
         bm //= 2
@@ -146,14 +159,18 @@ def shrunk(tiling: GemmTiling, m: int, n: int) -> GemmTiling:
         bn //= 2
     for bk in (tiling.bk, 16, 32, 64, 8, 4):
         try:
-            return GemmTiling(bm, bn, bk, rm, rn, tiling.prefetch)
+            smaller = GemmTiling(bm, bn, bk, rm, rn, tiling.prefetch)
         except ValueError:
             continue
+        if smaller.workgroup_bytes <= workgroup_memory:
+            return smaller
     return GemmTiling(bm, bn, 16, 1, 1) if (bm, bn) != (tiling.bm, tiling.bn) else tiling
 
 
-def gemm_tiling(m: int, n: int, k: int, batches: int = 1, target=None, transpose_b: bool = False) -> GemmTiling:
+def gemm_tiling(
+    m: int, n: int, k: int, batches: int = 1, target: Target = GENERIC, transpose_b: bool = False
+) -> GemmTiling:
     """The tiling the matmul kernel uses for an M×K·K×N product (`batches` of them) on `target`."""
-    family = "generic" if target is None else "cpu" if target.cpu else target.tuning
-    units = 64 if target is None else target.compute_units
-    return shrunk(TABLES.get(family, GENERIC_TABLE).pick(m, n, batches, units, transpose_b), m, n)
+    family = "cpu" if target.cpu else target.tuning
+    tiling = TABLES.get(family, GENERIC_TABLE).pick(m, n, batches, target, transpose_b)
+    return shrunk(tiling, m, n, target.workgroup_memory)

@@ -40,3 +40,9 @@ def register_tile(tm: int, nv: int, wg_x: int, wg_y: int) -> dict[str, str]:
 def tile_size(tiling: dict[str, int]) -> tuple[int, int]:
     """(rows, columns) of the output tile one workgroup computes."""
     return tiling["WG_Y"] * tiling["TM"], tiling["WG_X"] * tiling["NV"] * 4
+
+
+def workgroup_bytes(tiling: dict[str, int]) -> int:
+    """The workgroup memory of the staged tiles: BK rows of A's BM floats and of B's BN."""
+    bm, bn = tile_size(tiling)
+    return 4 * tiling["BK"] * (bm + bn)

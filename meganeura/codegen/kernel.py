@@ -39,6 +39,11 @@ class KernelSpec:
     `trusted` marks a kernel whose indexing the suite tests at ragged shapes, so that it may run
     without the shader compiler's runtime bounds checks when the user opts in
     (`MEGANEURA_UNCHECKED_KERNELS=1`, runtime/device.py).
+    `workgroup_memory` is the bytes of its workgroup arrays where they grow with a tile
+    configuration picked for the target (attention, matmul, conv), so that the runtime refuses a
+    step planned for more than its device offers (wgpu does not check it: lavapipe ran a
+    43520-byte kernel on a device limited to 32768, out of spec); 0 for the kernels whose arrays
+    are a word per thread at most.
     """
 
     node: int
@@ -52,6 +57,7 @@ class KernelSpec:
     results: int = 1
     trusted: bool = False
     inplace_inputs: tuple[int | None, ...] = ()
+    workgroup_memory: int = 0
 
     def inplace_of(self, index: int) -> int | None:
         """The input whose buffer result `index` is written into in place (None: a buffer of its own)."""

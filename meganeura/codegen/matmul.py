@@ -177,7 +177,7 @@ def matmul_splits(m: int, n: int, k: int, batches: int, target: Target, transpos
     that a tiled product already keeps busy."""
     if target.cpu or target.compute_units < 2 or k < 2 * MIN_SPLIT_K:
         return 1
-    largest = shrunk(TABLES.get(target.tuning, GENERIC_TABLE).largest(transpose_b), m, n)
+    largest = shrunk(TABLES.get(target.tuning, GENERIC_TABLE).largest(transpose_b), m, n, target.workgroup_memory)
     tiles = batches * -(-m // largest.bm) * -(-n // largest.bn)
     if tiles >= SPLIT_FILL * target.compute_units:
         return 1
@@ -215,7 +215,7 @@ def counted_workgroups(dispatched: int, tiling: GemmTiling, m: int, n: int, targ
     """`dispatched` workgroups of `tiling` as the cost model counts them (`matmul_workgroups`)."""
     if target.cpu:
         return dispatched
-    largest = shrunk(TABLES.get(target.tuning, GENERIC_TABLE).largest(transpose_b), m, n)
+    largest = shrunk(TABLES.get(target.tuning, GENERIC_TABLE).largest(transpose_b), m, n, target.workgroup_memory)
     return max(1, dispatched * tiling.bm * tiling.bn // (largest.bm * largest.bn * SPLIT_FILL))
 
 
@@ -361,4 +361,14 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     label += f" in {splits} parts of K" if splits > 1 else ""
     grid = (-(-n // tiling.bn), rows_grid[0], rows_grid[1])
     workgroup = (tiling.threads_x, tiling.threads_y, 1)
-    return KernelSpec(node.id, label, wgsl, "matmul", tuple(bindings), grid, workgroup, trusted=True)
+    return KernelSpec(
+        node.id,
+        label,
+        wgsl,
+        "matmul",
+        tuple(bindings),
+        grid,
+        workgroup,
+        trusted=True,
+        workgroup_memory=tiling.workgroup_bytes,
+    )

@@ -16,6 +16,7 @@ from meganeura.codegen.attention_tiles import (
     tiles_needed,
     vec4_helpers,
     vec4s,
+    workgroup_bytes,
 )
 from meganeura.codegen.common import Operands, bindings_wgsl, elementwise_kernel, grid_for, output_binding, shape_text
 from meganeura.codegen.expressions import literal
@@ -81,7 +82,7 @@ def attention_workgroups(op: str, b: int, h: int, hkv: int, sq: int, skv: int, d
     if target.cpu:
         rows = b * hkv * skv if op == "attention_grad_kv" else b * h * sq
         return -(-rows // ROWS_PER_CPU_WORKGROUP)
-    tiles = tiles_for(op, d)
+    tiles = tiles_for(op, d, target)
     if op == "attention_grad_kv":
         return b * hkv * tiles_needed(skv, tiles.bc)
     return b * h * tiles_needed(sq, tiles.br)
@@ -102,12 +103,12 @@ def attention_op_workgroups(op: str):
 @lowering("attention", workgroups=attention_op_workgroups("attention"), per_target=True)
 def lower_attention(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
     """attention (output and log-sum-exp), attention_grad_q, attention_grad_kv (dK and dV). On a
-    GPU, flash-style tiles (`tiles_for` the op and head_dim); on a CPU, where workgroup barriers
-    cost much, a thread per row (the character LM's three attention kernels took 10-17 ms each on
-    lavapipe with a workgroup per row)."""
+    GPU, flash-style tiles (`tiles_for` the op, head_dim and target); on a CPU, where workgroup
+    barriers cost much, a thread per row (the character LM's three attention kernels took 10-17 ms
+    each on lavapipe with a workgroup per row)."""
     if target.cpu:
         return lower_attention_rows(graph, node)
-    return lower_attention_tiles(graph, node, tiles_for(node.op, graph[node.inputs[0]].shape[-1]))
+    return lower_attention_tiles(graph, node, tiles_for(node.op, graph[node.inputs[0]].shape[-1], target), target)
 
 
 def attention_bindings(node: Node) -> tuple[list[Binding], dict[str, bool]]:
@@ -139,14 +140,14 @@ def attention_label(graph: Graph, node: Node, extra: str = "") -> str:
     return f"{node.op} q {shape_text(graph[q].shape)} kv {shape_text(graph[k].shape)}{causal}{extra}"
 
 
-def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles) -> KernelSpec:
-    """The flash-style kernel of `node` with `tiles` (the benchmark and tests pass others than the
-    chosen ones)."""
+def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles, target: Target) -> KernelSpec:
+    """The flash-style kernel of `node` with `tiles` on `target` (the benchmark and tests pass
+    others than the chosen ones; ValueError where they do not fit its workgroup memory)."""
     bindings, flags = attention_bindings(node)
     sizes = attention_sizes(graph, node)
     b, h, sq, d = graph[node.inputs[0]].shape
     _, hkv, skv, _ = graph[node.inputs[1]].shape
-    layout = layout_for(node.op, tiles, d)
+    layout = layout_for(node.op, tiles, d, target)
     if node.op == "attention_grad_kv":
         per_head, heads = tiles_needed(skv, tiles.bc), b * hkv
     else:
@@ -174,7 +175,17 @@ def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles) -> KernelSpec:
     )
     label = attention_label(graph, node, f" tiles {tiles} {per_thread_work(layout)}")
     results = len(ATTENTION_KERNELS[node.op][1])
-    return KernelSpec(node.id, label, wgsl, node.op, tuple(bindings), grid, (tiles.threads, 1, 1), results=results)
+    return KernelSpec(
+        node.id,
+        label,
+        wgsl,
+        node.op,
+        tuple(bindings),
+        grid,
+        (tiles.threads, 1, 1),
+        results=results,
+        workgroup_memory=workgroup_bytes(node.op, tiles, d),
+    )
 
 
 def lower_attention_rows(graph: Graph, node: Node) -> KernelSpec:

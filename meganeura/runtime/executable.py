@@ -93,6 +93,7 @@ class Executable:
         self.plan: BufferPlan = step.plan
         self.leaf_types = step.leaf_types
         self.check_bindings()
+        self.check_workgroup_memory()
         self.check_sizes()
         self.check_leaves(parameters, initial_states)  # before any Parameter is moved to the device
         self.buffers = self.create_buffers(parameters)
@@ -135,6 +136,19 @@ class Executable:
                 f"kernel %{worst.node} ({worst.label[:100]}) binds {len(worst.bindings)} storage buffers, "
                 f"{self.device.describe()} allows {limit}: the step was compiled for {self.step.target.name} "
                 "(compile it with this device's target: mn.compile does)"
+            )
+
+    def check_workgroup_memory(self) -> None:
+        """Fail before creating anything if a kernel's workgroup arrays are larger than this device
+        allows (a step compiled for another target): wgpu does not refuse such a pipeline, and a
+        driver may run it wrong or crash."""
+        limit = self.device.limits.get("max-compute-workgroup-storage-size")
+        worst = max(self.kernels, key=lambda spec: spec.workgroup_memory, default=None)
+        if limit is not None and worst is not None and worst.workgroup_memory > limit:
+            raise ValueError(
+                f"kernel %{worst.node} ({worst.label[:100]}) needs {worst.workgroup_memory} bytes of workgroup "
+                f"memory, {self.device.describe()} allows {limit} (max-compute-workgroup-storage-size): the step "
+                f"was compiled for {self.step.target.name} (compile it with this device's target: mn.compile does)"
             )
 
     def check_leaves(self, parameters: dict[str, nn.Parameter], initial_states: dict[str, np.ndarray]) -> None:
