@@ -705,6 +705,21 @@ def test_optimizer_out_of_place_with_scalar_operands():
     assert all(spec.inplace_input is None for spec in executable.kernels)
 
 
+def test_elements_of_one_vector_share_its_binding():
+    """A kernel reading several `element`s of one vector (a parameter group's hyper-parameters)
+    binds the vector once and reads each at its literal offset."""
+    graph = Graph()
+    x, v = typed_leaf(graph, "input", "x", (5, 3)), typed_leaf(graph, "input", "v", (4,))
+    lr, wd = emit(graph, "element", [v], index=1), emit(graph, "element", [v], index=3)
+    graph.outputs["out"] = emit(graph, "sgd_step", [x, x, lr, wd])
+    (spec,) = check(graph, {"x": normal(5, 3), "v": normal(4)}).kernels
+    assert [b.value for b in spec.bindings] == [x, v, graph.outputs["out"]]
+    assert "x1[1u]" in spec.wgsl and "x1[3u]" in spec.wgsl
+    for shape, index in (((2, 2), 0), ((4,), 4)):
+        with pytest.raises(ShapeError, match="element"):
+            infer_type("element", [TensorType(shape)], {"index": index})
+
+
 def test_every_lowered_op_is_in_the_op_table_and_every_kernel_op_is_lowered():
     for op in LOWERINGS:
         assert op_def(op).name == op

@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from meganeura.codegen.common import constant_value, storage
+from meganeura.codegen.common import bound_value, constant_value, storage
 from meganeura.codegen.optimizer import updates_in_place
 from meganeura.ir.graph import Graph
 from meganeura.ir.op import checked_type, operand_types
@@ -113,15 +113,20 @@ def groupable(graph: Graph, node_id: int, replaced_leaves: set[int]) -> bool:
     updates, outputs = set(graph.updates.values()), set(graph.outputs.values())
     if any(users[r] or r not in updates or r in outputs for r in roots):
         return False
-    reads = [i for p, i in enumerate(node.inputs) if p not in positions]
+    reads = [bound_value(graph, i)[0] for p, i in enumerate(node.inputs) if p not in positions]
     return not any(storage(graph, i)[0] in replaced_leaves for i in reads)
 
 
 def member_reads(graph: Graph, node_id: int) -> set[int]:
-    """The buffers a member reads besides the values it replaces (constants are inlined)."""
+    """The buffers a member reads besides the values it replaces (constants are inlined; the
+    hyper-parameters are elements of their group's vector, one binding)."""
     node = graph[node_id]
     positions = set(updated_operands(node))
-    return {i for p, i in enumerate(node.inputs) if p not in positions and constant_value(graph, i) is None}
+    return {
+        bound_value(graph, i)[0]
+        for p, i in enumerate(node.inputs)
+        if p not in positions and constant_value(graph, i) is None
+    }
 
 
 def plan_groups(graph: Graph, target: Target = GENERIC) -> list[Group]:
