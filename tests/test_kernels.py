@@ -25,6 +25,7 @@ from meganeura.ir.functions import BINARY_FUNCTIONS, FUNCTIONS, TERNARY_FUNCTION
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.op import OPS, ShapeError, infer_type, launches_kernel, op_def
+from meganeura.ir.ops.optimizer import HYPER_FIELDS, hyper_offset, hyper_vector
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC
 
@@ -625,15 +626,18 @@ HYPERS = {
 
 
 def hyper_operands(graph: Graph, states: dict, op: str, values: dict) -> list[int]:
-    """`op`'s hyper-parameter operands as optim/optimizers.py builds them: scalar state leaves holding the
-    values (the runtime writes them), a weight decay of 0 as the constant 0 (inlined)."""
+    """`op`'s hyper-parameter operands as optim/optimizers.py builds them: elements of a group's
+    vector (a state leaf the runtime writes, laid out as HYPER_FIELDS), a weight decay of 0 as the
+    constant 0 (inlined)."""
+    fields = {name: "beta1" if name == "beta" else name for name in HYPERS[op]}
+    vector = typed_leaf(graph, "state", "hyper", (len(HYPER_FIELDS),))
+    states["hyper"] = hyper_vector({fields[name]: values[name] for name in HYPERS[op]})
     operands = []
     for name in HYPERS[op]:
         if name == "weight_decay" and values[name] == 0.0:
             operands.append(const(graph, 0.0))
         else:
-            operands.append(typed_leaf(graph, "state", f"hyper.{name}", ()))
-            states[f"hyper.{name}"] = np.float32(values[name])
+            operands.append(emit(graph, "element", [vector], index=hyper_offset(fields[name])))
     return operands
 
 

@@ -4,12 +4,12 @@
 parameter, ir/ops/optimizer.py) that have the same op and form (attributes and arity) by multi-tensor nodes
 (multi_sgd_update, multi_adam_update), as many members each as one kernel may bind buffers for;
 the lowering (codegen/optimizer.py) runs each as one dispatch in which every member owns a range
-of workgroups. The hyper-parameters are operands (scalar state leaves, one set per parameter
+of workgroups. The hyper-parameters are operands (elements of one vector leaf per parameter
 group, optim/optimizers.py), so members of different parameter groups share a kernel: each member's case
-reads its own group's values, and a group's leaves are bound once however many members read them.
+reads its own group's values, and a group's vector is bound once however many members read it.
 A SmolLM2-135M-shaped AdamW step has 272 parameters: 816 single-tensor kernels
 (two moments and the step each, `fused=False`), 272 fused ones, and 39 multi-tensor ones on a
-target of 31 buffers per kernel (7 members of 4 bindings, and the step count).
+target of 31 buffers per kernel (7 members of 4 bindings, the step count and one group's vector).
 
 Why grouping after extraction, and why by bindings:
 - Grouping independent updates moves no byte more or less (each member reads and writes what it
