@@ -20,7 +20,8 @@ kernels: dispatches, GPU time (timestamps) and wall time, every variant in one p
    time in a profiled step, and the step's wall time (median of `repeat` train_step calls,
    which wait for the loss); then the default again with a learning-rate schedule that changes
    the lr every step (`lr_scheduler.LambdaLR` stepped after each train_step, so each step first
-   writes the groups' new lr leaves): what a run-time hyper-parameter costs a step.
+   writes the groups' hyper-parameter vectors with the new lr): what a run-time hyper-parameter
+   costs a step.
 Warm-up runs come first everywhere (the GPU clocks idle low).
 """
 

@@ -6,14 +6,16 @@ readable by PyTorch and HF tools):
   (`Program.state_dict()`);
 - tensors `optim/<name>`: the optimizer's state leaves on the device — Adam's moments
   (`<param>.exp_avg`, `<param>.exp_avg_sq`) and step count, SGD's momentum buffers (not the
-  hyper-parameter leaves `param_groups.<g>.<name>`: the runtime writes those from the optimizer);
+  groups' hyper-parameter vectors `param_groups.<g>.hyper`: the runtime writes those from the
+  optimizer, which `hyper` below restores);
 - tensors `accum/<name>` (with compile(accumulate=k), meganeura/gate.py): the gradient
   accumulators and the position in the cycle, so that a run resumed mid-cycle goes on exactly;
 - metadata (strings): `format` ("meganeura-checkpoint"), `version`, `model` (the model's class),
-  `optimizer` (its class), `hyper` (JSON: `param_groups`, each group's hyper-parameters, what
-  `load` restores into the live optimizer, and `fused`), `scheduler` (JSON: the class and
-  `state_dict()` of the optimizer's learning-rate scheduler, `optimizer.scheduler`, the last
-  one made on it; empty without one), `steps` (train steps run).
+  `optimizer` (its class), `hyper` (JSON: `param_groups`, each group's hyper-parameters by
+  their PyTorch names, what `load` restores into the live optimizer, and `fused`; the device's
+  layout of them is no part of the file, so it may change without a new format version),
+  `scheduler` (JSON: the class and `state_dict()` of the optimizer's learning-rate scheduler,
+  `optimizer.scheduler`, the last one made on it; empty without one), `steps` (train steps run).
 
 Writes are atomic: the file is written beside its destination under a temporary name, flushed to
 disk (fsync) and renamed over it, so a crash mid-write leaves the previous checkpoint whole.
@@ -30,6 +32,8 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from meganeura.optim.optimizers import HYPER_PREFIX
 
 if TYPE_CHECKING:
     from meganeura.compiler import Program
@@ -49,9 +53,6 @@ def safetensors_numpy():
     except ImportError as error:
         raise ImportError("checkpoints need the safetensors package: pip install safetensors") from error
     return safetensors.numpy
-
-
-HYPER_PREFIX = "param_groups."  # the hyper-parameter leaves (optim: param_groups.<g>.<name>)
 
 
 def hyper_parameters(optimizer: Any) -> dict[str, Any]:

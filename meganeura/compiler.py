@@ -84,7 +84,7 @@ class TracedStep:
     # beside the optimizer's initial_states: checkpoints keep them, optimizer_state_dict() does not.
     step_states: dict[str, np.ndarray] = field(default_factory=dict)
     finite_checks: tuple[str, ...] = ()  # what each count of the `nonfinite` output is of
-    optimizer: Any = None  # the live optimizer whose hyper-parameter leaves the step reads
+    optimizer: Any = None  # the live optimizer whose hyper-parameter vectors the step reads
 
 
 def clipped_gradients(builder: GradBuilder, params: list[ParamGrad], max_norm: float) -> tuple[list[ParamGrad], int]:
@@ -460,15 +460,15 @@ class Program:
         return executable.run(values, read)
 
     def write_hypers(self, executable) -> None:
-        """Write the optimizer's hyper-parameters that changed since the last step into their
-        leaves (a few bytes each; nothing is recompiled)."""
+        """Write the hyper-parameter vector of each parameter group whose values changed since the
+        last step into its leaf (a few bytes each; nothing is recompiled)."""
         optimizer = self.traced.optimizer
         if optimizer is None:
             return
         written = self.hypers_written
         for name, value in optimizer.hyper_values().items():
-            if name in executable.states and written.get(name) != value:
-                executable.write_state(name, np.asarray(value, np.float32))
+            if name in executable.states and not np.array_equal(written.get(name), value):
+                executable.write_state(name, value)
                 written[name] = value
 
     def profile(self, warmup: int = 3, **arrays: np.ndarray):

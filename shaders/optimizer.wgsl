@@ -6,17 +6,17 @@
 //   adam_step(p, m, v, t, lr, beta1, beta2, eps, wd)
 //                                                 p·(1 − lr·wd) − lr/(1 − beta1ᵗ) · m / (√v / √(1 − beta2ᵗ) + eps)
 //
-// The hyper-parameters are scalar operands (1-element buffers the runtime writes when the
-// optimizer's values change, or inlined constants), not literals: a new learning rate needs no
-// new pipeline.
+// The hyper-parameters are scalar operands (elements of their parameter group's vector, which
+// the runtime writes when the optimizer's values change, read at literal offsets; or inlined
+// constants), not literals of their values: a new learning rate needs no new pipeline.
 //
 // The first input is the value being replaced. When it is a parameter or optimizer state that
 // the step updates, the kernel runs in place: out (read_write) holds the old value on entry and
 // V0 reads it from there, because WebGPU forbids binding one buffer both read-only and
 // read_write in one dispatch. Otherwise the first input has its own read binding.
 // Bindings (group 0, generated from the KernelSpec): the inputs that are buffers (x0 … x3;
-// scalar constants are inlined), then out (read_write). adam_step's t and the hyper-parameters are
-// 1-element buffers.
+// scalar constants are inlined; the hyper-parameters share one, their group's vector), then out
+// (read_write). adam_step's t is a 1-element buffer.
 // Grid: NUMEL / 256 workgroups of 256 threads, folded into (GRID_X, y).
 //
 // Placeholders: BINDINGS, NUMEL, GRID_X, V0 … V8 (f32 expressions of the inputs at `i`); flags SGD_STEP, MOMENTUM_BUFFER, ADAM_MOMENT, ADAM_STEP

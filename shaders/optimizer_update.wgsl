@@ -14,16 +14,19 @@
 // kernels one after another.
 //
 // Members: the parameters one dispatch updates (one for a plain fused update; many for a
-// multi-tensor update). The hyper-parameters are operands like the others (1-element buffers
-// the runtime writes when the optimizer's values change, one set per parameter group): each
-// member's case passes its own group's, so members of different groups share a kernel. Member k owns a contiguous range of
+// multi-tensor update). The hyper-parameters are operands like the others (elements of their
+// parameter group's vector, which the runtime writes when the optimizer's values change, read at
+// literal offsets): each member's case passes its own group's, so members of different groups
+// share a kernel, and each group's vector is one binding. Member k owns a contiguous range of
 // workgroups, one per 256 of its elements; MEMBER_OF (a binary search over the ranges' first
 // workgroups, generated as nested ifs with literal bounds) finds the member of a workgroup,
 // and the member's case of the switch updates its elements. Each case names its own buffers:
 // WGSL cannot index a set of bindings at run time.
 // Bindings (group 0, generated from the KernelSpec): the buffers read (gradients, the step
-// count, and the old values of updates that do not run in place: x0, x1…), then every result's
-// buffer (read_write; in place it holds the old value on entry, so the case reads it there).
+// count, each group's hyper-parameter vector, and the old values of updates that do not run in
+// place: x0, x1…), then every result's buffer (read_write; in place it holds the old value on
+// entry, so the case reads it there). A fused Adam update in place binds 6: the gradient, the
+// step count, the vector, p, m and v.
 // Grid: the members' workgroups in total, folded into (GRID_X, y).
 //
 // Placeholders: BINDINGS, GRID_X, MEMBER_OF (the body of member_of), CASES (the switch's

@@ -26,6 +26,7 @@ from meganeura.ir.functions import BINARY_FUNCTIONS, FUNCTIONS, TERNARY_FUNCTION
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.op import OPS, ShapeError, infer_type, launches_kernel, op_def
+from meganeura.ir.ops.optimizer import HYPER_FIELDS, hyper_offset, hyper_vector
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC, WEBGPU_WORKGROUP_MEMORY, Target
 
@@ -689,15 +690,18 @@ HYPERS = {
 
 
 def hyper_operands(graph: Graph, states: dict, op: str, values: dict) -> list[int]:
-    """`op`'s hyper-parameter operands as optim/optimizers.py builds them: scalar state leaves holding the
-    values (the runtime writes them), a weight decay of 0 as the constant 0 (inlined)."""
+    """`op`'s hyper-parameter operands as optim/optimizers.py builds them: elements of a group's
+    vector (a state leaf the runtime writes, laid out as HYPER_FIELDS), a weight decay of 0 as the
+    constant 0 (inlined)."""
+    fields = {name: "beta1" if name == "beta" else name for name in HYPERS[op]}
+    vector = typed_leaf(graph, "state", "hyper", (len(HYPER_FIELDS),))
+    states["hyper"] = hyper_vector({fields[name]: values[name] for name in HYPERS[op]})
     operands = []
     for name in HYPERS[op]:
         if name == "weight_decay" and values[name] == 0.0:
             operands.append(const(graph, 0.0))
         else:
-            operands.append(typed_leaf(graph, "state", f"hyper.{name}", ()))
-            states[f"hyper.{name}"] = np.float32(values[name])
+            operands.append(emit(graph, "element", [vector], index=hyper_offset(fields[name])))
     return operands
 
 
@@ -767,6 +771,21 @@ def test_optimizer_out_of_place_with_scalar_operands():
     graph.outputs["m"] = emit(graph, "momentum_buffer", [p, const(graph, 2.0), p, half, decay])
     executable = check(graph, {"p": normal(5, 3), "d": normal()})
     assert all(spec.inplace_input is None for spec in executable.kernels)
+
+
+def test_elements_of_one_vector_share_its_binding():
+    """A kernel reading several `element`s of one vector (a parameter group's hyper-parameters)
+    binds the vector once and reads each at its literal offset."""
+    graph = Graph()
+    x, v = typed_leaf(graph, "input", "x", (5, 3)), typed_leaf(graph, "input", "v", (4,))
+    lr, wd = emit(graph, "element", [v], index=1), emit(graph, "element", [v], index=3)
+    graph.outputs["out"] = emit(graph, "sgd_step", [x, x, lr, wd])
+    (spec,) = check(graph, {"x": normal(5, 3), "v": normal(4)}).kernels
+    assert [b.value for b in spec.bindings] == [x, v, graph.outputs["out"]]
+    assert "x1[1u]" in spec.wgsl and "x1[3u]" in spec.wgsl
+    for shape, index in (((2, 2), 0), ((4,), 4)):
+        with pytest.raises(ShapeError, match="element"):
+            infer_type("element", [TensorType(shape)], {"index": index})
 
 
 def test_every_lowered_op_is_in_the_op_table_and_every_kernel_op_is_lowered():

@@ -62,12 +62,12 @@ PARAMS = 2 * (len(WIDTHS) - 1) + 1
 
 def members_per_kernel(optimizer: str, limit: int) -> int:
     """Members of a multi-tensor kernel binding at most `limit` buffers: an Adam member binds p, m
-    and v (read_write) and its gradient, beside the shared step count and the group's 5
-    hyper-parameter leaves; an SGD member with momentum p and buf (read_write) and its gradient,
-    beside lr, momentum and weight_decay (lr and weight_decay without momentum)."""
+    and v (read_write) and its gradient, beside the shared step count and the group's
+    hyper-parameter vector; an SGD member with momentum p and buf (read_write) and its gradient,
+    beside the vector (p and its gradient without momentum)."""
     if "adam" in optimizer:
-        return (limit - 6) // 4
-    return (limit - 3) // 3 if "momentum" in optimizer else (limit - 2) // 2
+        return (limit - 2) // 4
+    return (limit - 1) // 3 if "momentum" in optimizer else (limit - 1) // 2
 
 
 def batch(seed: int = 0) -> dict[str, np.ndarray]:

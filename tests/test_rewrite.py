@@ -24,9 +24,11 @@ from conftest import (
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
+from meganeura.codegen.compiled import compile_step
 from meganeura.compiler import trace_step
 from meganeura.ir.expr import parse
 from meganeura.ir.graph import Graph
+from meganeura.ir.ops.optimizer import hyper_offset
 from meganeura.rewrite import FAMILIES, RULE_NAMES, Budget, RewriteReport, optimize
 from meganeura.rewrite.encode import Encoding, empty_egraph, encode
 from meganeura.rewrite.extract import Extractor, input_choice
@@ -103,11 +105,22 @@ def test_sgd_update_joins_the_weight_gradient_matmul(single):
     graph, inputs, params, states = mlp_step(optimizer=optim.SGD(lr=0.1, fused=not single))
     fused, report = optimize(graph)
     weights = [fused[i] for name, i in fused.updates.items() if name.endswith("weight")]
-    # p − lr·(g + wd·p), lr and wd read at run time from the parameter group's scalar leaves
+    # p − lr·(g + wd·p), lr and wd read at run time: elements of the parameter group's vector
     assert [n.attr("epilogue") for n in weights] == ["sub($0,mul($1,add($acc,mul($2,$0))))"] * 2
     assert all(n.op == "fused_matmul" and fused[n.inputs[2]].op == "param" for n in weights)
-    hypers = [tuple(fused[i].attr("name") for i in n.inputs[3:]) for n in weights]
-    assert hypers == [("param_groups.0.lr", "param_groups.0.weight_decay")] * 2
+    hypers = [
+        [(fused[i].op, fused[fused[i].inputs[0]].attr("name"), fused[i].attr("index")) for i in n.inputs[3:]]
+        for n in weights
+    ]
+    group = "param_groups.0.hyper"
+    assert hypers == [[("element", group, hyper_offset("lr")), ("element", group, hyper_offset("weight_decay"))]] * 2
+    kernels_of_weights = [
+        s for s in compile_step(fused, multi_tensor=False).kernels if s.node in {n.id for n in weights}
+    ]
+    # a and b, the parameter, the group's vector (once, for lr and wd) and the result
+    assert [[(b.name, fused[b.value].attr("name")) for b in s.bindings[2:]] for s in kernels_of_weights] == [
+        [("x0", name), ("x1", group), ("out", None)] for name in ("fc1.weight", "fc2.weight")
+    ]
     biases = [fused[i] for name, i in fused.updates.items() if name.endswith("bias")]
     op = "sgd_step" if single else "sgd_update"
     assert [n.op for n in biases] == [op] * 2  # a reduction's epilogue reads no other tensor

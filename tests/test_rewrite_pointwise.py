@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from meganeura.ir.expr import parse
 from meganeura.ir.functions import UNARY_FUNCTIONS
 from meganeura.ir.graph import Graph
+from meganeura.ir.ops.optimizer import HYPER_FIELDS, hyper_offset
 
 shapes = st.lists(dims, min_size=0, max_size=3).map(tuple)
 SAFE_UNARY = ("neg", "exp", "relu", "sigmoid", "tanh", "silu")  # defined on any input
@@ -189,10 +190,16 @@ def test_swiglu_keeps_a_silu_that_is_also_an_output():
 
 
 def hyper(graph: Graph, name: str, constant_zero: bool = False) -> int:
-    """A hyper-parameter operand as optim/optimizers.py builds it: a scalar `state` leaf the runtime writes
-    (random values here, like every leaf), or the constant 0 where a term is absent by
-    construction (AdamW's L2 term, SGD momentum's decay in sgd_step)."""
-    return const(graph, 0.0) if constant_zero else leaf(graph, name, (), "state")
+    """A hyper-parameter operand as optim/optimizers.py builds it: an element of the group's
+    vector, a `state` leaf the runtime writes (random values here, like every leaf), or the
+    constant 0 where a term is absent by construction (AdamW's L2 term, SGD momentum's decay in
+    sgd_step)."""
+    if constant_zero:
+        return const(graph, 0.0)
+    vectors = [n.id for n in graph if n.op == "state" and n.attr("name") == "hyper"]
+    vector = vectors[0] if vectors else leaf(graph, "hyper", (len(HYPER_FIELDS),), "state")
+    field = {"wd": "weight_decay", "beta": "beta1"}.get(name, name)
+    return node(graph, "element", (vector,), index=hyper_offset(field))
 
 
 @PROPERTY

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import assert_same_results, mlp_step
+from conftest import assert_same_results, assert_steps_follow_interpreter, mlp_step
 
 import meganeura as mn
 import meganeura.functional as F
@@ -20,8 +20,9 @@ from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import CPU_TABLE, gemm_tiling
 from meganeura.codegen.matmul import counted_workgroups, split_tiling
 from meganeura.codegen.registry import node_workgroups
-from meganeura.compiler import compile_plan, trace_step
+from meganeura.compiler import Program, compile_plan, trace_step
 from meganeura.ir.graph import TensorType
+from meganeura.ir.op import op_def
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
 from meganeura.rewrite import optimize
 from meganeura.rewrite.cost import DISPATCH_COST_BYTES, WORK_PER_UNIT, pricing
@@ -201,16 +202,10 @@ def mse(model, x, y):
     return F.mse_loss(model(x), y)
 
 
-TEN_BINDINGS = pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="known regression (issue 11 item 1, run-time hyper-parameters): one adam_update binds p, g, m, v, the "
-    "step count and 5 scalar hyper-parameter leaves, 10 buffers, over WebGPU's minimum of 8; packing a group's "
-    "hyper-parameters into one buffer would bring it to 6",
-)
+WEBGPU_MINIMUM = 8  # WebGPU's guaranteed maxStorageBuffersPerShaderStage
 
 
-@pytest.mark.parametrize("limit", [pytest.param(8, marks=TEN_BINDINGS), 12, 32])
+@pytest.mark.parametrize("limit", [WEBGPU_MINIMUM, 12, 32])
 def test_no_fused_kernel_binds_more_buffers_than_the_target_allows(limit):
     # Six residual blocks x + Linear(LayerNorm(x)): recomputing the gradient of the residual stream
     # in the weight gradients' prologues once read 37 tensors in one kernel, over lavapipe's 32.
@@ -229,6 +224,69 @@ def test_no_fused_kernel_binds_more_buffers_than_the_target_allows(limit):
     inputs = {name: rng.normal(size=s.shape).astype(np.float32) for name, s in spec.items()}
     params = {name: p.numpy() for name, p in traced.parameters.items()}
     assert_same_results(traced.graph, compilation.fused_graph, inputs, params, traced.initial_states, tol=1e-4)
+
+
+@pytest.mark.parametrize("make", [optim.Adam, optim.AdamW], ids=["adam", "adamw"])
+def test_a_target_of_webgpus_minimum_runs_a_fused_adam_step(make):
+    # Each fused update binds p, m, v, the gradient, the step count and its group's hyper-parameter
+    # vector: 6 buffers, so one member per multi-tensor kernel fits in 8, and the step runs.
+    spec = {"x": mn.f32[4, 16], "y": mn.f32[4, 16]}
+    mn.manual_seed(0)
+    model = Residual(2, 16)
+    optimizer = make(lr=1e-2, weight_decay=0.1)
+    program = Program(compile_plan(model, mse, spec, optimizer, target=Target("minimum", 16, WEBGPU_MINIMUM)))
+    kernels = program.compiled.kernels
+    assert max(len(k.bindings) for k in kernels) <= WEBGPU_MINIMUM
+    assert {program.compiled.graph[k.node].op for k in kernels} >= {"adam_update"}
+    rng = np.random.default_rng(0)
+    feeds = [{name: rng.normal(size=s.shape).astype(np.float32) for name, s in spec.items()} for _ in range(3)]
+    losses = assert_steps_follow_interpreter(program, feeds)
+    assert len(set(losses)) == 3
+
+
+def update_kernels(compilation) -> dict[str, list]:
+    """The optimizer's update kernels of a compiled step, by op."""
+    graph = compilation.compiled.graph
+    kernels: dict[str, list] = {}
+    for spec in compilation.compiled.kernels:
+        if op_def(graph[spec.node].op).family == "optimizer":
+            kernels.setdefault(graph[spec.node].op, []).append(spec)
+    return kernels
+
+
+def test_an_adam_update_binds_its_groups_hyper_parameters_as_one_buffer():
+    spec = {"x": mn.f32[4, 16], "y": mn.f32[4, 16]}
+    mn.manual_seed(0)
+    model = Residual(2, 16)  # 8 parameters: the 2 weights in a group with decay, the 6 others without
+    weights = [layer.weight for layer in model.layers]
+    others = [p for p in model.parameters() if all(p is not w for w in weights)]
+
+    def grouped():
+        return optim.AdamW([{"params": weights}, {"params": others, "weight_decay": 0.0}], lr=1e-3)
+
+    def bound(compilation, kernel) -> list[str]:
+        graph = compilation.compiled.graph
+        return [graph[b.value].attr("name") for b in kernel.bindings if graph[b.value].op == "state"]
+
+    # One parameter's fused update (a CPU target keeps one per parameter): p, m, v in place, its
+    # gradient, the step count and its group's vector, where it bound 10 with a leaf per value.
+    alone = compile_plan(model, mse, spec, grouped(), target=Target("cpu", 2, 32, cpu=True))
+    fused = update_kernels(alone)["adam_update"]
+    assert len(fused) == 8 and {len(k.bindings) for k in fused} == {6}
+    assert (
+        sorted(name for k in fused for name in bound(alone, k))
+        == ["param_groups.0.hyper"] * 2 + ["param_groups.1.hyper"] * 6
+    )
+    # All 8 in one multi-tensor kernel: 4 bindings a member, the step count and one vector per group.
+    wide = compile_plan(model, mse, spec, grouped(), target=Target("wide", 16, 1000))
+    (multi,) = update_kernels(wide)["multi_adam_update"]
+    assert len(multi.bindings) == 8 * 4 + 1 + 2
+    assert sorted(bound(wide, multi)) == ["param_groups.0.hyper", "param_groups.1.hyper"]
+    # fused=False: the step binds m, v, the step count, the vector and p; a moment m, g, the vector.
+    single = compile_plan(model, mse, spec, optim.AdamW(lr=1e-3, fused=False), target=Target("cpu", 2, 32, cpu=True))
+    kernels = update_kernels(single)
+    assert {len(k.bindings) for k in kernels["adam_step"]} == {5}
+    assert {len(k.bindings) for k in kernels["adam_moment"]} == {3}
 
 
 def test_a_step_wider_than_its_target_is_refused_before_it_runs():

@@ -3,7 +3,9 @@ bindings, and the one-thread-per-element kernel most of them are built on.
 
 Scalar constants (a `const` node, or a reshape of one) are inlined as WGSL literals where a
 kernel reads them elementwise (`Operands`), so they need no buffer; anywhere else they are bound
-like any other value and the buffer plan gives them a buffer holding the constant.
+like any other value and the buffer plan gives them a buffer holding the constant. An `element`
+of a vector (a parameter group's hyper-parameters) is read from its vector's binding at a
+literal offset, so a kernel reading several elements of one vector binds it once.
 """
 
 from __future__ import annotations
@@ -34,6 +36,15 @@ def storage(graph: Graph, node_id: int) -> Value:
     if node.op == "result":
         return (node.inputs[0], node.attr("index"))
     return (node.id, 0)
+
+
+def bound_value(graph: Graph, node_id: int) -> tuple[int, int]:
+    """(the node a kernel binds to read `node_id`, the offset of `node_id`'s data in it): an
+    `element` view is read from its vector, anything else from itself."""
+    node = graph[node_id]
+    if node.op == "element":
+        return node.inputs[0], node.attr("index")
+    return node_id, 0
 
 
 def constant_value(graph: Graph, node_id: int) -> float | int | None:
@@ -110,7 +121,8 @@ def bindings_wgsl(graph: Graph, bindings: list[Binding], vec4_names: set[str] = 
 
 class Operands:
     """The buffers a kernel reads elementwise: one read binding per distinct value, named `x0`, `x1`…
-    in order of first use, and literals instead of bindings for scalar constants."""
+    in order of first use, and literals instead of bindings for scalar constants; the elements of
+    one vector share its binding (`bound_value`)."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
@@ -128,10 +140,11 @@ class Operands:
         value = constant_value(self.graph, node_id)
         if value is not None:
             return literal(value, node.dtype)
-        if node_id not in self.names:
-            self.names[node_id] = f"x{len(self.bindings)}"
-            self.bindings.append(Binding(self.names[node_id], node_id, "read"))
-        return f"{self.names[node_id]}[{index}]"
+        bound, offset = bound_value(self.graph, node_id)
+        if bound not in self.names:
+            self.names[bound] = f"x{len(self.bindings)}"
+            self.bindings.append(Binding(self.names[bound], bound, "read"))
+        return f"{self.names[bound]}[{sum_terms(f'{offset}u', index) if offset else index}]"
 
     def read(self, node_id: int, out_shape: tuple[int, ...], var: str = "i") -> str:
         """Input `node_id` at row-major output element `var`, broadcast to `out_shape`."""

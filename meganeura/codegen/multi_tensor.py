@@ -4,12 +4,12 @@
 parameter, ir/ops/optimizer.py) that have the same op and form (attributes and arity) by multi-tensor nodes
 (multi_sgd_update, multi_adam_update), as many members each as one kernel may bind buffers for;
 the lowering (codegen/optimizer.py) runs each as one dispatch in which every member owns a range
-of workgroups. The hyper-parameters are operands (scalar state leaves, one set per parameter
+of workgroups. The hyper-parameters are operands (elements of one vector leaf per parameter
 group, optim/optimizers.py), so members of different parameter groups share a kernel: each member's case
-reads its own group's values, and a group's leaves are bound once however many members read them.
+reads its own group's values, and a group's vector is bound once however many members read it.
 A SmolLM2-135M-shaped AdamW step has 272 parameters: 816 single-tensor kernels
 (two moments and the step each, `fused=False`), 272 fused ones, and 39 multi-tensor ones on a
-target of 31 buffers per kernel (7 members of 4 bindings, and the step count).
+target of 31 buffers per kernel (7 members of 4 bindings, the step count and one group's vector).
 
 Why grouping after extraction, and why by bindings:
 - Grouping independent updates moves no byte more or less (each member reads and writes what it
@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from meganeura.codegen.common import constant_value, storage
+from meganeura.codegen.common import bound_value, constant_value, storage
 from meganeura.codegen.optimizer import updates_in_place
 from meganeura.ir.graph import Graph
 from meganeura.ir.op import checked_type, operand_types
@@ -113,15 +113,20 @@ def groupable(graph: Graph, node_id: int, replaced_leaves: set[int]) -> bool:
     updates, outputs = set(graph.updates.values()), set(graph.outputs.values())
     if any(users[r] or r not in updates or r in outputs for r in roots):
         return False
-    reads = [i for p, i in enumerate(node.inputs) if p not in positions]
+    reads = [bound_value(graph, i)[0] for p, i in enumerate(node.inputs) if p not in positions]
     return not any(storage(graph, i)[0] in replaced_leaves for i in reads)
 
 
 def member_reads(graph: Graph, node_id: int) -> set[int]:
-    """The buffers a member reads besides the values it replaces (constants are inlined)."""
+    """The buffers a member reads besides the values it replaces (constants are inlined; the
+    hyper-parameters are elements of their group's vector, one binding)."""
     node = graph[node_id]
     positions = set(updated_operands(node))
-    return {i for p, i in enumerate(node.inputs) if p not in positions and constant_value(graph, i) is None}
+    return {
+        bound_value(graph, i)[0]
+        for p, i in enumerate(node.inputs)
+        if p not in positions and constant_value(graph, i) is None
+    }
 
 
 def plan_groups(graph: Graph, target: Target = GENERIC) -> list[Group]:

@@ -15,6 +15,11 @@ uses them, with no recompilation); `meganeura.optim.lr_scheduler` changes them s
 A checkpoint (meganeura/checkpoint.py) saves the groups' hyper-parameters (`hyper_state`) and
 the state of the scheduler last made on the optimizer (`optimizer.scheduler`).
 
+On the device each parameter group's hyper-parameters are one f32 vector, the state leaf
+`param_groups.<g>.hyper` (`hyper_leaf`), laid out as ir/ops/optimizer.py's HYPER_FIELDS; the
+update nodes read each value as an `element` of it, so an update kernel binds one buffer for
+all of its group's hyper-parameters.
+
 >>> from meganeura import optim
 >>> optim.AdamW(lr=1e-3).weight_decay
 0.01
@@ -30,6 +35,7 @@ import numpy as np
 
 from meganeura.ir.autodiff import GradBuilder
 from meganeura.ir.graph import TensorType
+from meganeura.ir.ops.optimizer import HYPER_FIELDS, hyper_offset, hyper_vector
 
 
 @dataclass(frozen=True)
@@ -81,11 +87,13 @@ class Optimizer:
     `params` is what torch.optim takes: an iterable of Parameters, or of dicts each with "params"
     and hyper-parameters of its own (the others default to the constructor's), or None: one group
     with all of the model's parameters (those compile() finds). The object stays live after
-    compile(): the hyper-parameters are `state` leaves of the step (one scalar each, per group:
-    `param_groups.<g>.<name>`) that the Program writes before a step when their values changed.
+    compile(): each group's hyper-parameters are one `state` leaf of the step, a vector
+    (`param_groups.<g>.hyper`, module docstring) that the Program writes before a step when its
+    values changed.
     """
 
-    # The run-time hyper-parameters: their leaf names, and the group key and index each reads.
+    # The run-time hyper-parameters: their fields in the group's vector (HYPER_FIELDS), and the
+    # group key and index each reads.
     HYPERS: dict[str, tuple[str, int | None]] = {}
     # Keys torch's schedulers add to a group beside the hyper-parameters (read by them only).
     SCHEDULER_KEYS = frozenset({"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"})
@@ -144,8 +152,8 @@ class Optimizer:
         for group, saved in zip(self.param_groups, groups, strict=True):
             group.update(restored(saved))
 
-    def hyper_values(self) -> dict[str, np.float32]:
-        """The value of every hyper-parameter leaf of the compiled step, by leaf name."""
+    def hyper_values(self) -> dict[str, np.ndarray]:
+        """The value of every hyper-parameter leaf of the compiled step (a group's vector), by leaf name."""
         if self.structure is None:
             return {}
         self.check_groups()
@@ -157,10 +165,12 @@ class Optimizer:
         values = {}
         for index, group in enumerate(self.param_groups):
             self.check_structure(index, group)
-            for name, (key, item) in self.HYPERS.items():
-                value = group[key] if item is None else group[key][item]
-                values[f"param_groups.{index}.{name}"] = np.float32(value)
+            values[hyper_leaf(index)] = hyper_vector(self.hyper_fields(group))
         return values
+
+    def hyper_fields(self, group: dict[str, Any]) -> dict[str, Any]:
+        """A group's run-time hyper-parameters by their field in its vector (`HYPERS`)."""
+        return {name: group[key] if item is None else group[key][item] for name, (key, item) in self.HYPERS.items()}
 
     def check_structure(self, index: int, group: dict[str, Any]) -> None:
         """A change that the compiled graph cannot follow (SGD's momentum from 0) is an error."""
@@ -170,17 +180,13 @@ class Optimizer:
         (the hyper-parameter leaves included)."""
         groups = self.resolve_groups(params)
         self.structure = [self.group_structure(group) for group in self.param_groups]
-        initial = {}
-        hypers = []
-        for index in range(len(self.param_groups)):
-            leaves = {}
-            for name in self.HYPERS:
-                leaf_name = f"param_groups.{index}.{name}"
-                leaves[name] = self.state_leaf(builder, leaf_name, ())
-                initial[leaf_name] = np.zeros((), np.float32)
-            hypers.append(leaves)
-        initial.update({name: np.asarray(v, np.float32) for name, v in self.hyper_values().items()})
-        return initial | self.build_group_updates(builder, groups, hypers)
+        hypers = [self.hyper_operands(builder, index) for index in range(len(self.param_groups))]
+        return self.hyper_values() | self.build_group_updates(builder, groups, hypers)
+
+    def hyper_operands(self, builder: GradBuilder, index: int) -> dict[str, int]:
+        """Group `index`'s hyper-parameter operands by field: elements of the group's vector leaf."""
+        vector = self.state_leaf(builder, hyper_leaf(index), (len(HYPER_FIELDS),))
+        return {name: builder.emit("element", [vector], index=hyper_offset(name)) for name in self.HYPERS}
 
     def group_structure(self, group: dict[str, Any]) -> dict[str, Any]:
         return {}
@@ -224,6 +230,14 @@ class Optimizer:
     def state_leaf(builder: GradBuilder, name: str, shape: tuple[int, ...]) -> int:
         attrs = {"name": name, "shape": shape, "dtype": "f32"}
         return builder.graph.add("state", (), TensorType(shape, "f32"), attrs, builder.sources)
+
+
+HYPER_PREFIX = "param_groups."  # every hyper-parameter leaf's name starts so (`hyper_leaf`)
+
+
+def hyper_leaf(index: int) -> str:
+    """The name of parameter group `index`'s hyper-parameter vector, a state leaf of the step."""
+    return f"{HYPER_PREFIX}{index}.hyper"
 
 
 def restored(saved: dict[str, Any]) -> dict[str, Any]:

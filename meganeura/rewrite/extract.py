@@ -27,7 +27,8 @@ valid only if every tensor it reads or inlines has a smaller rank, so any plan o
 is acyclic (the cycle t ≡ Kernel(F), F ∋ Load(t) is ruled out, as are the self-loops that
 identities leave, x ≡ x·1). A fused kernel (a pointwise, matmul, reduction or conv kernel form)
 is valid only if it binds at most the target's storage buffers (`Target.max_storage_buffers`:
-its distinct tensors read, constants aside, and its results): inlining a long chain (the
+its distinct tensors read, constants aside and the elements of one vector counted once, as
+codegen binds them, and its results): inlining a long chain (the
 gradient of a residual stream recomputed in a prologue) could otherwise read more tensors than
 lavapipe's 32 bindings. Options are checked when the plan's cost is evaluated.
 
@@ -189,6 +190,7 @@ class Extractor:
         self.numel = [t.numel if t is not None else 0 for t in self.type]
         self.results = [len(ts) if ts is not None else 0 for ts in self.types]
         self.constant = self.constant_classes()
+        self.bound_as = self.bound_classes()
         self.read_bytes = [0 if self.constant[c] else self.nbytes[c] for c in range(count)]
         self.pw: dict[int, PwInfo] = {}
         self.options: dict[int, list[Option]] = {}
@@ -323,6 +325,17 @@ class Extractor:
                 if node.op == "Const" or (node.op == "Reshape" and constant[node.children[0]]):
                     constant[eclass] = True
         return constant
+
+    def bound_classes(self) -> list[int]:
+        """Per e-class, the e-class a kernel binds to read it: an `element`'s vector (a kernel
+        reading several elements of one vector binds it once: `codegen.common.bound_value`), else
+        itself."""
+        bound = list(range(self.view.eclass_count))
+        for eclass, nodes in self.view.nodes.items():
+            for node in nodes:
+                if node.op == "Element":
+                    bound[eclass] = node.children[0]
+        return bound
 
     def build_options(self) -> None:
         view = self.view
@@ -497,8 +510,8 @@ class Extractor:
         # A matmul binds `a` and `b` apart even where they are one tensor (x·xᵀ): one more, to be safe.
         written = self.results[eclass] + (form == MATMUL or form == PROLOGUE)
         if form != PLAIN and len(reads) + written > self.target.max_storage_buffers:
-            constant = self.constant
-            bound = sum([1 for s in reads if not constant[s]]) + written  # constants are literals
+            constant, bound_as = self.constant, self.bound_as
+            bound = len({bound_as[s] for s in reads if not constant[s]}) + written  # constants are literals
             if bound > self.target.max_storage_buffers:
                 return Evaluation(frozenset(), INVALID, 0, False)  # more buffers than a kernel may bind
         units = option.pricing.units(sum([read_bytes[s] for s in reads]))

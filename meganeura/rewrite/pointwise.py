@@ -18,8 +18,9 @@ Matmul epilogues and reduction prologues are Pw bodies too, so they fuse by the 
   elementwise formulas over their inputs (PyTorch's, in the op order of `ir/ops/optimizer.py`,
   so the results are bit-identical), and plain SGD's fused update `sgd_update(p, g, lr, wd)` (one
   result, sgd_step's formula: the e-graph may still fold it into the gradient's matmul). The
-  hyper-parameters are scalar operands, loaded (broadcast) like any tensor: run-time values in
-  1-element buffers, or literals where they are constants (`const_literal`).
+  hyper-parameters are scalar operands, loaded (broadcast) like any tensor: run-time values as
+  `element` views of their parameter group's vector (a kernel reading several binds the vector
+  once), or literals where they are constants (`const_literal`).
   `adam_step` stays one op: its bias correction needs β^t for a step count t held in a tensor,
   which the expression language has no power function for (nor does the fused `adam_update`);
 - `fuse_pointwise`: the inlining rule above;

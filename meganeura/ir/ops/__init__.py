@@ -6,7 +6,7 @@ Importing this package registers every op in `meganeura.ir.op.OPS`; nothing else
 |---|---|---|
 | leaves | `leaves.py` | input, param, state, const, causal_mask |
 | elementwise | `elementwise.py` | one op per function of `ir/functions.py`; pointwise (fused) |
-| shape | `shape.py` | reshape, broadcast_to, permute, slice, slice_grad, concat, result |
+| shape | `shape.py` | reshape, broadcast_to, permute, slice, slice_grad, concat, result, element |
 | reduce | `reduce.py` | sum, max; fused_reduce (fused) |
 | matmul | `matmul.py` | matmul; fused_matmul (fused) |
 | rows | `rows.py` | softmax, log_softmax and their gradients; cross_entropy_rows(_grad) |

@@ -1,10 +1,14 @@
 """Optimizer updates: elementwise, PyTorch's rules (torch/optim/sgd.py, adam.py, single-tensor form).
 
 Two forms of the same updates. The hyper-parameters (lr, momentum, betas, eps, weight_decay)
-are operands, not attributes: scalar tensors that are `state` leaves the runtime writes before a
-step when the optimizer's values changed (optim/optimizers.py: one set per parameter group), or constants
-where a term is absent by construction (Adam's decoupled decay of 0, AdamW's L2 term of 0). So
-the WGSL reads them from buffers and a new learning rate needs no new kernel.
+are operands, not attributes: scalars read from buffers the runtime writes before a step when
+the optimizer's values changed, or constants where a term is absent by construction (Adam's
+decoupled decay of 0, AdamW's L2 term of 0). So a new learning rate needs no new kernel.
+A parameter group's run-time values are one vector, a `state` leaf `param_groups.<g>.hyper`
+laid out as HYPER_FIELDS says (optim/optimizers.py fills it), and each operand is an `element`
+view of it (ir/ops/shape.py): a kernel that reads several binds the group's vector once and
+indexes it at literal offsets, so a fused Adam update binds 6 buffers (p, m, v, the gradient,
+the step count and the vector), within WebGPU's minimum of 8.
 
 The single-tensor ops, one per formula (`optim.SGD/Adam(fused=False)`):
 
@@ -42,10 +46,32 @@ from meganeura.ir.op import BOOL, INT, Attr, Op, ShapeError, require_float
 
 FAMILY = "optimizer"
 
+# The layout of a parameter group's hyper-parameter vector: field k at offset k. One layout for
+# every optimizer (a field it has no use for stays 0), so the offsets are constants of the op set.
+# The step count is not a field: the step computes it (`step` + 1, gated with the updates),
+# where the runtime writes this vector only when the optimizer's values change.
+HYPER_FIELDS = ("lr", "weight_decay", "momentum", "beta1", "beta2", "eps")
+
+
+def hyper_offset(field: str) -> int:
+    """The offset of a hyper-parameter in its group's vector (a KeyError naming the fields)."""
+    if field not in HYPER_FIELDS:
+        raise KeyError(f"{field!r} is not a hyper-parameter field; the vector holds {HYPER_FIELDS}")
+    return HYPER_FIELDS.index(field)
+
+
+def hyper_vector(values: dict[str, float]) -> np.ndarray:
+    """A group's hyper-parameter vector (f32, HYPER_FIELDS' order) from values by field name;
+    the fields not given are 0."""
+    unknown = set(values) - set(HYPER_FIELDS)
+    if unknown:
+        raise KeyError(f"{sorted(unknown)} are not hyper-parameter fields; the vector holds {HYPER_FIELDS}")
+    return np.array([values.get(field, 0.0) for field in HYPER_FIELDS], np.float32)
+
 
 def infer_update(name: str, tensors: int):
     """The first `tensors` operands are tensors of the parameter's shape (or scalars); the rest are
-    the hyper-parameters, scalar tensors (state leaves the runtime writes, or constants)."""
+    the hyper-parameters, scalar tensors (elements of the group's vector, or constants)."""
 
     def infer(types, attrs):
         require_float(types, name)

@@ -1,5 +1,6 @@
 """Shape ops: reshape (a view), broadcast_to, permute, slices and their gradient, concatenation,
-and `result`, the projection that reads one result of a node with several.
+`result`, the projection that reads one result of a node with several, and `element`, one
+element of a vector as a scalar (a view at a constant offset).
 
 `slice` keeps per-dim start/stop/step (normalised: 0 <= start <= stop <= dim, step >= 1);
 `slice_grad` writes a slice's gradient into zeros of the sliced tensor's shape; `concat` joins
@@ -252,3 +253,35 @@ RESULT = Op(
     doc="result `index` of a node with several results (a view)",
 )
 # No VJP rule: autodiff routes a projection's gradient to its node's result (ir/autodiff.py).
+
+
+# ---------------------------------------------------------------------------------------------
+# element: one element of a vector, as a scalar (a view at a constant offset)
+#
+# What the optimizer updates read their hyper-parameters through: a parameter group's values
+# are one vector (ir/ops/optimizer.py: HYPER_FIELDS), each update operand an element of it, so
+# that a kernel reading several binds the vector once and indexes it by literal offsets
+# (codegen/common.py: `Operands`).
+
+
+def infer_element(types, attrs) -> TensorType:
+    (vector,) = types
+    index = attrs["index"]
+    if vector.rank != 1:
+        raise ShapeError(f"element: expected a vector, got {vector}")
+    if not 0 <= index < vector.shape[0]:
+        raise ShapeError(f"element: index {index} is out of range for {vector}")
+    return TensorType((), vector.dtype)
+
+
+ELEMENT = Op(
+    "element",
+    family=FAMILY,
+    infer=infer_element,
+    evaluate=lambda vector, index: np.asarray(vector[index]),
+    operands=("vector",),
+    attrs=(Attr("index", INT),),
+    kernel=False,
+    doc="element `index` of a vector, as a scalar (a view)",
+)
+# No VJP rule: only the optimizer's updates read elements, after autodiff.
