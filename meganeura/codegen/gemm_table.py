@@ -96,11 +96,11 @@ class GemmLadder:
     def rungs(self, transpose_b: bool) -> tuple[GemmTiling, ...]:
         return (self.transposed_b or self.ladder) if transpose_b else self.ladder
 
-    def largest(self, transpose_b: bool) -> GemmTiling:
-        """The first (largest) tiling of the ladder a product takes."""
-        return self.rungs(transpose_b)[0]
+    def largest(self, transpose_b: bool, target: Target) -> GemmTiling:
+        """The first (largest) tiling of the ladder a product may take on `target`."""
+        return self.fitting(transpose_b, target)[0]
 
-    def pick(self, m: int, n: int, batches: int, target: Target, transpose_b: bool) -> GemmTiling:
+    def fitting(self, transpose_b: bool, target: Target) -> list[GemmTiling]:
         ladder = self.rungs(transpose_b)
         fitting = [tiling for tiling in ladder if tiling.workgroup_bytes <= target.workgroup_memory]
         if not fitting:
@@ -108,6 +108,10 @@ class GemmLadder:
                 f"no GEMM tiling of {', '.join(map(str, ladder))} fits {target.name}'s "
                 f"{target.workgroup_memory} bytes of workgroup memory"
             )
+        return fitting
+
+    def pick(self, m: int, n: int, batches: int, target: Target, transpose_b: bool) -> GemmTiling:
+        fitting = self.fitting(transpose_b, target)
         for tiling in fitting:
             if batches * -(-m // tiling.bm) * -(-n // tiling.bn) >= self.fill * target.compute_units:
                 return tiling
