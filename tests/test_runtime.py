@@ -269,3 +269,58 @@ def test_unfused_attention_block_trains_like_the_interpreter():
     assert any(node.op == "matmul" and len(node.shape) == 4 for node in program.graph)
     x, y = RNG.normal(size=(2, 5, 8)).astype(np.float32), np.array([0, 2], np.int32)
     assert_steps_follow_interpreter(program, [{"x": x, "y": y}] * 3)
+
+
+def test_dispatches_recorded_through_wgpu_natives_c_calls_train_exactly_like_the_public_methods(monkeypatch):
+    """runtime/encoding.py: the pinned wgpu exposes its C functions, the runtime records through
+    them, and three Adam steps give the same losses and parameters, bit for bit, as recording
+    through wgpu-py's methods."""
+    import meganeura as mn
+    from meganeura.runtime import encoding
+    from meganeura.runtime import executable as executable_module
+
+    assert encoding.NATIVE is not None and executable_module.record is encoding.record_native
+    rng = np.random.default_rng(5)
+    feeds = [{"x": rng.normal(size=(8, 6)).astype(np.float32), "y": rng.integers(0, 3, 8).astype(np.int32)}]
+    results = []
+    for record in (encoding.record_native, encoding.record_public):
+        monkeypatch.setattr(executable_module, "record", record)
+        mn.manual_seed(11)
+        model = nn.Sequential(nn.Linear(6, 7), nn.ReLU(), nn.Linear(7, 3))
+        program = mn.compile(
+            model,
+            loss=lambda m, x, y: F.cross_entropy(m(x), y),
+            inputs={"x": mn.f32[8, 6], "y": mn.i32[8]},
+            optimizer=optim.Adam(lr=1e-2),
+        )
+        losses = [program.train_step(**feeds[0]) for _ in range(3)]
+        results.append((losses, program.state_dict()))
+    (native_losses, native_state), (public_losses, public_state) = results
+    assert native_losses == public_losses and native_losses[2] < native_losses[0]
+    for name, value in native_state.items():
+        np.testing.assert_array_equal(value, public_state[name], err_msg=name)
+    assert encoding.recorder(native=False) is encoding.record_public
+
+
+def test_a_bad_dispatch_recorded_natively_fails_when_the_encoder_finishes(monkeypatch):
+    """Errors are not lost on the C path: WebGPU reports a pass's errors at finish, both ways."""
+    import wgpu
+
+    import meganeura as mn
+    from meganeura.runtime import encoding
+
+    program = mn.compile(
+        nn.Sequential(nn.Linear(6, 3)),
+        loss=lambda m, x, y: F.cross_entropy(m(x), y),
+        inputs={"x": mn.f32[8, 6], "y": mn.i32[8]},
+        optimizer=optim.SGD(lr=0.1),
+    )
+    pipeline, group, _ = program.executable.dispatches[0]
+    device = program.executable.device.device
+    for record in (encoding.record_native, encoding.record_public):
+        encoder = device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        record(compute, [(pipeline, group, (70000, 1, 1))])  # over the 65535 a dimension allows
+        compute.end()
+        with pytest.raises(wgpu.GPUValidationError, match="65535"):
+            encoder.finish()

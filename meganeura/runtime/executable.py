@@ -23,10 +23,12 @@ from meganeura.codegen.kernel import KernelSpec
 from meganeura.ir.graph import TensorType
 from meganeura.rewrite.cost import node_cost
 from meganeura.runtime.device import Device
+from meganeura.runtime.encoding import recorder
 from meganeura.runtime.profile import DISPATCHES_PER_SET, Profile, kernel_times
 
 BUFFER_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 MAP_ALIGN = 8  # WebGPU's alignment of mapAsync offsets
+record = recorder()
 CANARY = 0x7F7FDEAD  # 3.4e38, near f32's largest: read past a value's end, it shows as huge or inf results
 
 
@@ -356,13 +358,8 @@ class Executable:
 
     @staticmethod
     def encode_dispatches(compute: wgpu.GPUComputePassEncoder, dispatches: list[tuple]) -> None:
-        current = None
-        for pipeline, group, grid in dispatches:
-            if pipeline is not current:
-                compute.set_pipeline(pipeline)
-                current = pipeline
-            compute.set_bind_group(0, group)
-            compute.dispatch_workgroups(*grid)
+        """Record `dispatches` into the pass (runtime/encoding.py: wgpu-native's C calls where available)."""
+        record(compute, dispatches)
 
     def encode_copies(self, encoder: wgpu.GPUCommandEncoder, copies: list[tuple]) -> None:
         """The readback copies of the outputs asked for, then the end-of-step state copies."""
