@@ -13,6 +13,7 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.checkpoint import CheckpointError
+from meganeura.runtime import default_device
 
 pytest.importorskip("safetensors")
 pytestmark = pytest.mark.gpu
@@ -127,10 +128,14 @@ def test_a_checkpoint_from_before_the_hyper_parameter_vectors_loads():
     snapshot_whole, snapshot_resumed = snapshot(whole), snapshot(resumed)
     assert snapshot_whole.keys() == snapshot_resumed.keys()
     assert not [name for name in snapshot_resumed if "param_groups" in name]
-    for name, value in snapshot_whole.items():  # bit for bit on lavapipe; other devices round otherwise
-        np.testing.assert_allclose(snapshot_resumed[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    # The file was written on lavapipe: there, the uninterrupted run is the same bit for bit; another
+    # device rounds its three Adam steps otherwise (on the H200 by up to 2.1e-6 in fc1.weight,
+    # measured 2026-12-01), so the resumed state is compared to fp32 rounding there.
+    rtol, atol = (1e-5, 1e-6) if default_device().target.cpu else (1e-4, 1e-5)
+    for name, value in snapshot_whole.items():
+        np.testing.assert_allclose(snapshot_resumed[name], value, rtol=rtol, atol=atol, err_msg=name)
     expected = [whole.train_step(**b) for b in BATCHES[3:]]
-    np.testing.assert_allclose([resumed.train_step(**b) for b in BATCHES[3:]], expected, rtol=1e-5)
+    np.testing.assert_allclose([resumed.train_step(**b) for b in BATCHES[3:]], expected, rtol=rtol)
 
 
 def test_a_crash_mid_write_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
