@@ -24,22 +24,32 @@ HERE = os.path.basename(__file__)
 # -- devices ------------------------------------------------------------------------------------
 
 
+def on_lavapipe() -> bool:
+    """Whether the default adapter is lavapipe (CI, this project's machine): the tests below check
+    its listing in detail there, and the listing of whatever adapter is the default elsewhere."""
+    return "llvmpipe" in select_adapter().info["device"]
+
+
 @pytest.mark.gpu
-def test_devices_lists_lavapipe_on_vulkan_and_marks_the_default(capsys, monkeypatch):
+def test_devices_lists_the_adapters_and_marks_the_default(capsys, monkeypatch):
     monkeypatch.delenv(ADAPTER_ENV, raising=False)
     assert main(["devices"]) == 0
     lines = capsys.readouterr().out.splitlines()
     marked = [index for index, line in enumerate(lines) if line.startswith("* ")]
     assert len(marked) == 1, lines  # exactly one default
     default = marked[0]
-    assert "llvmpipe" in lines[default]
-    assert lines[default + 1].strip().startswith("backend Vulkan, type CPU")
+    info = select_adapter().info
+    assert info["device"] in lines[default]
+    assert lines[default + 1].strip().startswith(f"backend {info['backend_type']}, type {info['adapter_type']}")
     assert "default: wgpu's high-performance adapter" in lines[default + 2]
     text = "\n".join(lines)
-    assert "plans for: " in text and "features (" in text and "max-storage-buffer-binding-size 128 MiB" in text
-    # the OpenGL adapter for the same CPU is listed, unmarked
-    assert any(line.startswith("  ") and "llvmpipe" in line for line in lines[:default] + lines[default + 1 :])
-    assert "backend OpenGL" in text
+    assert "plans for: " in text and "features (" in text and "max-storage-buffer-binding-size" in text
+    if on_lavapipe():
+        assert lines[default + 1].strip().startswith("backend Vulkan, type CPU")
+        assert "max-storage-buffer-binding-size 128 MiB" in text
+        # the OpenGL adapter for the same CPU is listed, unmarked
+        assert any(line.startswith("  ") and "llvmpipe" in line for line in lines[:default] + lines[default + 1 :])
+        assert "backend OpenGL" in text
 
 
 @pytest.mark.gpu
@@ -50,15 +60,21 @@ def test_devices_json_has_features_limits_and_the_adapter_programs_run_on(capsys
     defaults = [a for a in data["adapters"] if a["default"]]
     assert len(defaults) == 1 and data["error"] is None
     chosen, info = defaults[0], select_adapter().info
-    assert (chosen["name"], chosen["backend"], chosen["type"]) == (info["device"], "Vulkan", "CPU")
-    assert {"subgroup", "timestamp-query", "shader-f16"} <= set(chosen["features"])  # platform.md's lavapipe
-    assert chosen["limits"]["max-storage-buffer-binding-size"] == 128 << 20
-    assert chosen["limits"]["max-compute-workgroup-storage-size"] == 32 << 10
-    assert chosen["target"]["cpu"] is True
+    assert (chosen["name"], chosen["backend"], chosen["type"]) == (
+        info["device"], info["backend_type"], info["adapter_type"],
+    )  # fmt: skip
+    assert chosen["target"]["cpu"] is (info["adapter_type"] == "CPU")
+    assert chosen["limits"]["max-compute-workgroup-storage-size"] == chosen["target"]["workgroup_memory"]
+    if on_lavapipe():
+        assert {"subgroup", "timestamp-query", "shader-f16"} <= set(chosen["features"])  # platform.md's lavapipe
+        assert chosen["limits"]["max-storage-buffer-binding-size"] == 128 << 20
+        assert chosen["limits"]["max-compute-workgroup-storage-size"] == 32 << 10
 
 
 @pytest.mark.gpu
 def test_devices_follows_meganeura_adapter(capsys, monkeypatch):
+    if not on_lavapipe():
+        pytest.skip("picks lavapipe by name: needs Mesa's llvmpipe, the default adapter in CI")
     monkeypatch.setenv(ADAPTER_ENV, "cpu")  # both llvmpipe adapters match; the ranking picks Vulkan
     assert main(["devices", "--all-limits"]) == 0
     lines = capsys.readouterr().out.splitlines()
