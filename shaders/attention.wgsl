@@ -25,7 +25,9 @@
 //     query head of the group and every query tile that sees the key tile (causal: from the
 //     diagonal tile on): stage Q and dO, per row lse and D (recomputed per tile from o and do:
 //     BR·D multiply-adds beside the tile's 4·BR·BC·D), Pᵀ and dSᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q.
-//     Writes dK·scale and dV. No atomics: each workgroup owns its output rows.
+//     Writes dK·scale and dV. No atomics: each workgroup owns its output rows. PER_QUERY_HEAD: a
+//     workgroup per (b, query head, key tile) walks its own head only and writes that head's
+//     part, dK and dV [B, H, SKV, D] (summed over each group after the kernel).
 //
 // Bindings (group 0, generated from the KernelSpec; all f32, the outputs read_write): q, k and
 // v, then out and out_lse; the backward: q, k, v, o, lse, d_o, then out (dQ) or out_k and out_v.
@@ -211,15 +213,27 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     if (tile >= TILES) {
         return;
     }
-    let bhk = tile / SEQ_TILES;
+    let bhk = tile / SEQ_TILES;  // (b, output head): a KV head, or with PER_QUERY_HEAD a query head
     let k0 = (tile % SEQ_TILES) * BC;  // causal: the first key tiles see the most queries, and start first
+//#if PER_QUERY_HEAD
+    let b = bhk / H;
+    let kvh = (bhk % H) / GROUP;
+    let g_first = (bhk % H) % GROUP;  // this query head alone: its part of the group's sum
+    let g_end = g_first + 1u;
+    let out_base = bhk * SKV * D;  // dK, dV [B, H, SKV, D]
+//#else
     let b = bhk / HKV;
-    let kv_base = kv_at(b, bhk % HKV, 0u);
+    let kvh = bhk % HKV;
+    let g_first = 0u;
+    let g_end = GROUP;
+    let out_base = kv_at(b, kvh, 0u);
+//#endif
+    let kv_base = kv_at(b, kvh, 0u);
     {{STAGE_K}}
     {{STAGE_V}}
     {{DKV_DECLARE}}
-    for (var g = 0u; g < GROUP; g++) {
-        let bh = b * H + (bhk % HKV) * GROUP + g;
+    for (var g = g_first; g < g_end; g++) {
+        let bh = b * H + kvh * GROUP + g;
         let q_base = bh * SQ * D;
         for (var q0 = query_start(k0); q0 < SQ; q0 += BR) {
             workgroupBarrier();  // the previous tile's readers are done (first time: K, V are staged)

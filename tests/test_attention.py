@@ -15,14 +15,19 @@ from conftest import assert_steps_follow_interpreter, check, emit, gradcheck, tr
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.codegen import attention_tiles
+from meganeura.codegen import attention_heads, attention_tiles, compiled
 from meganeura.codegen.attention_tiles import Tiles
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.registry import node_workgroups
-from meganeura.codegen.transformer import lower_attention_tiles
+from meganeura.codegen.transformer import balanced_grad_kv_workgroups, lower_attention_tiles
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import ShapeError
-from meganeura.ir.ops.transformer import evaluate_attention, evaluate_attention_lse
+from meganeura.ir.ops.transformer import (
+    evaluate_attention,
+    evaluate_attention_grad_kv,
+    evaluate_attention_lse,
+    sum_groups,
+)
 from meganeura.ir.trace import Tracer, tracing
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC, Target, target_for
@@ -196,7 +201,14 @@ def tiling_cases():
     list(tiling_cases()),
     ids=lambda v: "chosen" if v is None else str(v) if isinstance(v, Tiles) else shape_id(v),
 )
-def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, tiles, monkeypatch):
+@pytest.mark.parametrize("grouped", [False, True], ids=["as-planned", "grouped"])
+def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, tiles, grouped, monkeypatch):
+    """Every kernel against the interpreter; "grouped" keeps the grouped dK/dV kernel where the plan
+    would split it per query head (codegen/attention_heads.py)."""
+    if grouped:
+        if q_shape[1] == kv_shape[1]:
+            pytest.skip("no KV groups: nothing is split")
+        monkeypatch.setattr(compiled, "split_attention_heads", lambda graph, target: graph)
     d = q_shape[-1]
     kinds = ("attention", "attention_grad_q", "attention_grad_kv")
     if tiles is not None:
@@ -211,12 +223,68 @@ def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, til
         for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
     }
     executable = check(graph, inputs, rtol=1e-4, atol=3e-5)
+    step = executable.graph  # the plan's: dK/dV per query head and their sums where split
+    split = any(n.attr("per_query_head", False) for n in step if n.op == "attention_grad_kv")
+    kv = graph[8]
+    planned = attention_heads.grouped_heads(graph, kv) is not None and attention_heads.split_pays(graph, kv, GENERIC)
+    assert split == (not grouped and planned)
     for spec in executable.kernels:
-        node = graph[spec.node]
+        node = step[spec.node]
+        if node.op == "sum":
+            continue
         wanted = attention_tiles.tiles_for(node.op, d, GENERIC)
         assert f"tiles {wanted} " in spec.label and spec.workgroup_size == (wanted.threads, 1, 1)
-        assert math.prod(spec.grid) == node_workgroups(graph, node)  # what the cost model counts
+        assert math.prod(spec.grid) == dispatched_workgroups(step, node, wanted)
         assert spec.workgroup_memory == attention_tiles.workgroup_bytes(node.op, wanted, d)
+
+
+def dispatched_workgroups(graph, node, tiles: Tiles, target: Target = GENERIC) -> int:
+    """What an attention kernel dispatches, from the cost model's count: the same, except for
+    dK/dV, which it counts as its work over its longest workgroup's (`balanced_grad_kv_workgroups`)."""
+    counted = node_workgroups(graph, node, target)
+    if node.op != "attention_grad_kv":
+        return counted
+    b, h, sq, _ = graph[node.inputs[0]].shape
+    _, hkv, skv, _ = graph[node.inputs[1]].shape
+    heads = b * (h if node.attr("per_query_head") else hkv)
+    assert counted == balanced_grad_kv_workgroups(heads, sq, skv, tiles, bool(node.attr("causal")))
+    return heads * -(-skv // tiles.bc)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(
+    "q_shape, kv_shape, tiles",
+    [c for c in tiling_cases() if c[0][1] != c[1][1]],  # grouped heads: the split has parts to sum
+    ids=lambda v: "chosen" if v is None else str(v) if isinstance(v, Tiles) else shape_id(v),
+)
+def test_dk_dv_per_query_head_at_ragged_shapes(causal, q_shape, kv_shape, tiles, monkeypatch):
+    """attention_grad_kv(per_query_head=True): each query head's dK and dV [B, H, Skv, D], a
+    workgroup per (b, query head, key tile); summed over each group they are the grouped kernel's."""
+    d = q_shape[-1]
+    if tiles is not None:
+        if not attention_tiles.fits("attention_grad_kv", tiles, d, GENERIC):
+            pytest.skip(f"{tiles} does not fit dK/dV at head_dim {d}")
+        monkeypatch.setitem(attention_tiles.CHOSEN, (GENERIC.tuning, "attention_grad_kv", d), tiles)
+    rng = np.random.default_rng(5)
+    b, h, sq, _ = q_shape
+    shapes = [q_shape, kv_shape, kv_shape, q_shape, (b, h, sq), q_shape]
+    q, k, v, _, _, do = (rng.normal(size=shape).astype(np.float32) for shape in shapes)
+    o, lse = evaluate_attention(q, k, v, causal, 1.0 / np.sqrt(d))
+    values = [q, k, v, o.astype(np.float32), lse.astype(np.float32), do]
+    graph = Graph()
+    leaves = [typed_leaf(graph, "input", f"x{i}", shape) for i, shape in enumerate(shapes)]
+    node = emit(graph, "attention_grad_kv", leaves, causal=causal, scale=1.0 / np.sqrt(d), per_query_head=True)
+    graph.outputs["dk"] = emit(graph, "result", [node], index=0)
+    graph.outputs["dv"] = emit(graph, "result", [node], index=1)
+    executable = check(graph, {f"x{i}": value for i, value in enumerate(values)}, rtol=1e-4, atol=3e-5)
+    (spec,) = executable.kernels
+    assert "per query head" in spec.label and graph[node].types[0].shape == (b, h, kv_shape[2], d)
+    wanted = attention_tiles.tiles_for("attention_grad_kv", d, GENERIC)
+    assert math.prod(spec.grid) == dispatched_workgroups(graph, graph[node], wanted)
+    grouped = evaluate_attention_grad_kv(*values, causal=causal, scale=1.0 / np.sqrt(d))
+    split = evaluate_attention_grad_kv(*values, causal=causal, scale=1.0 / np.sqrt(d), per_query_head=True)
+    for whole, parts in zip(grouped, split, strict=True):
+        np.testing.assert_allclose(sum_groups(parts, kv_shape[1]), whole, rtol=1e-5, atol=1e-5)
 
 
 def test_every_chosen_configuration_runs_in_the_ragged_cases():
@@ -269,12 +337,22 @@ def test_a_hopper_target_with_48_kib_takes_32x32_backward_tiles_at_head_dim_64()
     assert [attention_tiles.tiles_for(kind, 64, target_with("generic", 49152)) for kind in KINDS] == generic
     # The kernels lowered for the H200 dispatch the workgroups its cost model counts (SmolLM2's shape).
     graph = attention_graph((8, 9, 256, 64), (8, 3, 256, 64), True, 0.125)
-    for spec in compile_step(graph, HOPPER).kernels:
-        node = graph[spec.node]
+    step = compile_step(graph, HOPPER)
+    for spec in step.kernels:
+        node = step.graph[spec.node]
+        if node.op == "sum":  # of dK's and dV's per-head parts
+            continue
         tiles = attention_tiles.tiles_for(node.op, 64, HOPPER)
         assert f"tiles {tiles} " in spec.label and spec.workgroup_size == (tiles.threads, 1, 1)
-        assert math.prod(spec.grid) == node_workgroups(graph, node, HOPPER)
+        assert math.prod(spec.grid) == dispatched_workgroups(graph, node, tiles, HOPPER)
         assert spec.workgroup_memory == attention_tiles.workgroup_bytes(node.op, tiles, 64) <= 49152
+        if node.op == "attention_grad_kv":  # split per query head: 576 dispatched, none walks more than 8
+            assert node.attr("per_query_head") and math.prod(spec.grid) == 576
+            assert node_workgroups(step.graph, node, HOPPER) == 8 * 9 * 36 // 8
+    grouped = graph[8]  # the grouped kernel: 192 workgroups, the first key tiles walk 24 query tiles
+    assert node_workgroups(graph, grouped, HOPPER) == 8 * 3 * 36 // 8 and attention_heads.split_pays(
+        graph, grouped, HOPPER
+    )
 
 
 @pytest.mark.parametrize("workgroup_memory", [16384, 32768, 49152])
@@ -382,3 +460,23 @@ def test_tiny_gqa_model_trains_on_the_gpu_like_the_interpreter(rewrite):
     y = rng.integers(0, CLASSES, size=batch * SEQ).astype(np.int32)
     losses = assert_steps_follow_interpreter(program, [{"x": x, "y": y}] * 3)
     assert losses[-1] < losses[0]
+
+
+def test_grouped_gradients_split_per_query_head_on_a_gpu_where_the_cost_model_says_so():
+    """codegen/attention_heads.py: SmolLM2's 9/3 heads on the H200 take the per-head dK/dV kernel
+    and a sum over each group for dK and dV; heads without groups, and a CPU, keep the graph."""
+    smollm2 = attention_graph((8, 9, 256, 64), (8, 3, 256, 64), True, 0.125)
+    split = attention_heads.split_attention_heads(smollm2, HOPPER)
+    (kv,) = [n for n in split if n.op == "attention_grad_kv"]
+    assert kv.attr("per_query_head") and kv.types == (TensorType((8, 9, 256, 64)),) * 2
+    sums = [n for n in split if n.op == "sum"]
+    assert [(n.attr("axes"), split[n.inputs[0]].shape, n.shape) for n in sums] == [
+        ((2,), (8, 3, 3, 256, 64), (8, 3, 256, 64))
+    ] * 2
+    assert {split[split.outputs[name]].op for name in ("dk", "dv")} == {"sum"}
+    mha = attention_graph((8, 12, 256, 64), (8, 12, 256, 64), True, 0.125)
+    assert attention_heads.split_attention_heads(mha, HOPPER) is mha
+    lavapipe = Target("lavapipe", 2, 32, cpu=True)
+    assert attention_heads.split_attention_heads(smollm2, lavapipe) is smollm2
+    with pytest.raises(NotImplementedError, match="no CPU kernel"):
+        compile_step(split, lavapipe, multi_tensor=False)  # the row kernel has no per-head form

@@ -377,7 +377,7 @@ def tile_code(layout: Layout) -> dict[str, str]:
         "DKV_DECLARE": output_declare(layout, ("dk", "dv")),
         "DKV_UPDATE": output_update(layout, (("dv", "tile_p", "tile_do"), ("dk", "tile_ds", "tile_q")), "BR"),
         "DKV_STORE": output_store(
-            layout, (("dk", "out_k", "{x} * SCALE"), ("dv", "out_v", "{x}")), "k0", "SKV", "kv_base"
+            layout, (("dk", "out_k", "{x} * SCALE"), ("dv", "out_v", "{x}")), "k0", "SKV", "out_base"
         ),
     }
 

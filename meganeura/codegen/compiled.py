@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from meganeura.codegen.attention_heads import split_attention_heads
 from meganeura.codegen.buffers import BufferPlan, plan_buffers
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.lower import lower_graph
@@ -44,9 +45,11 @@ class CompiledStep:
 
 
 def compile_step(graph: Graph, target: Target = GENERIC, multi_tensor: bool = True) -> CompiledStep:
-    """`graph` lowered to kernels for `target`, with its buffers planned (no device needed); with
-    `multi_tensor`, the fused optimizer updates first grouped into multi-tensor kernels
-    (codegen/multi_tensor.py: the step's graph is then the grouped one)."""
+    """`graph` lowered to kernels for `target`, with its buffers planned (no device needed): first
+    the grouped attention gradients split per query head where that costs less
+    (codegen/attention_heads.py); with `multi_tensor`, the fused optimizer updates grouped into
+    multi-tensor kernels (codegen/multi_tensor.py). The step's graph is then the rewritten one."""
+    graph = split_attention_heads(graph, target)
     if multi_tensor:
         graph = group_updates(graph, target)
     kernels = lower_graph(graph, target)

@@ -88,10 +88,32 @@ def attention_workgroups(op: str, b: int, h: int, hkv: int, sq: int, skv: int, d
     return b * h * tiles_needed(sq, tiles.br)
 
 
+def key_tile_walks(sq: int, skv: int, tiles: Tiles, causal: bool) -> list[int]:
+    """The query tiles each key tile's workgroup of a dK/dV kernel walks (per query head): all of
+    them, or under the causal mask those from the diagonal on (shaders/attention.wgsl `query_start`)."""
+    query_tiles = tiles_needed(sq, tiles.br)
+    return [query_tiles - (k0 // tiles.br if causal else 0) for k0 in range(0, skv, tiles.bc)]
+
+
+def balanced_grad_kv_workgroups(heads: int, sq: int, skv: int, tiles: Tiles, causal: bool) -> int:
+    """The workgroups the cost model counts for a dK/dV kernel of `heads` output heads: its work
+    over the longest workgroup's. Under the causal mask the first key tile walks every query
+    tile and the last only its own, so the kernel lasts as long as its first key tiles, and its
+    other workgroups leave units idle for the rest of it; a grouped kernel (a workgroup per KV
+    head walking every query head of its group: SmolLM2's 3 KV heads, 192 workgroups of 32x32
+    tiles at batch 8 × seq 256 on 132 SMs) lasts as long as its longest workgroup, 24 query
+    tiles (H200, 2026-12-01: 493 µs a layer)."""
+    walks = key_tile_walks(sq, skv, tiles, causal)
+    return max(1, heads * sum(walks) // max(walks))
+
+
 def attention_op_workgroups(op: str):
     def count(attrs: dict, operands, results, target: Target = GENERIC) -> int:
         b, h, sq, d = operands[0].shape
         _, hkv, skv, _ = operands[1].shape
+        if op == "attention_grad_kv" and not target.cpu:
+            heads = b * (h if attrs.get("per_query_head") else hkv)
+            return balanced_grad_kv_workgroups(heads, sq, skv, tiles_for(op, d, target), bool(attrs.get("causal")))
         return attention_workgroups(op, b, h, hkv, sq, skv, d, target)
 
     count.__name__ = f"{op}_workgroups"
@@ -122,6 +144,7 @@ def attention_bindings(node: Node) -> tuple[list[Binding], dict[str, bool]]:
         "CAUSAL": bool(node.attr("causal")),
         "FORWARD": node.op == "attention",
         "GRAD_KV": node.op == "attention_grad_kv",
+        "PER_QUERY_HEAD": node.op == "attention_grad_kv" and bool(node.attr("per_query_head")),
     }
     return bindings, flags
 
@@ -149,7 +172,7 @@ def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles, target: Target
     _, hkv, skv, _ = graph[node.inputs[1]].shape
     layout = layout_for(node.op, tiles, d, target)
     if node.op == "attention_grad_kv":
-        per_head, heads = tiles_needed(skv, tiles.bc), b * hkv
+        per_head, heads = tiles_needed(skv, tiles.bc), b * (h if node.attr("per_query_head") else hkv)
     else:
         per_head, heads = tiles_needed(sq, tiles.br), b * h
     count = per_head * heads
@@ -173,7 +196,8 @@ def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles, target: Target
             **flags,
         },
     )
-    label = attention_label(graph, node, f" tiles {tiles} {per_thread_work(layout)}")
+    split = " per query head" if node.attr("per_query_head", False) else ""
+    label = attention_label(graph, node, f"{split} tiles {tiles} {per_thread_work(layout)}")
     results = len(ATTENTION_KERNELS[node.op][1])
     return KernelSpec(
         node.id,
@@ -190,6 +214,11 @@ def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles, target: Target
 
 def lower_attention_rows(graph: Graph, node: Node) -> KernelSpec:
     """The CPU kernel of `node`: a thread per row (attention_rows.wgsl)."""
+    if node.attr("per_query_head", False):
+        raise NotImplementedError(
+            f"attention_grad_kv per query head has no CPU kernel (a thread per key row sums its group): "
+            f"node %{node.id}; the plan makes one only for GPUs (rewrite/reductions.py split_attention_heads)"
+        )
     bindings, flags = attention_bindings(node)
     sizes = attention_sizes(graph, node)
     grid = grid_for(-(-int(sizes["ROWS"]) // ROWS_PER_CPU_WORKGROUP))

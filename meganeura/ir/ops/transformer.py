@@ -13,7 +13,16 @@ softmax(q·kᵀ·scale)·v and the row log-sum-exp [B, H, Sq], which the backwar
 recompute P = exp(q·kᵀ·scale − lse) instead of keeping it. `attention_grad_q(q, k, v, o, lse,
 do)` is dQ; `attention_grad_kv(…)` has two results, dK and dV (one pass over the key rows
 recomputes P once for both), each summed over the query heads of a group; o is the forward's
-output and do its incoming gradient.
+output and do its incoming gradient. With `per_query_head` its results are [B, H, Skv, D], one
+dK and dV per query head, not yet summed over the group (rewrite/reductions.py
+`split_attention_heads`: a grouped kernel walks every query head of its group for each key tile,
+a per-head one spreads that work over H / H_kv times the workgroups, and a sum after it adds the
+group's parts).
+
+The ops declare their arithmetic to the cost model (`attention_flops`): 2·D flops per (query,
+key) pair and product — two products in the forward (q·kᵀ, P·v), three for dQ (the scores, dO·vᵀ,
+dS·k), four for dK and dV (the scores, dO·vᵀ, Pᵀ·dO, dSᵀ·q) — over the pairs the causal mask
+leaves (about half).
 """
 
 from __future__ import annotations
@@ -151,7 +160,11 @@ def infer_attention_grad_q(types, attrs) -> TensorType:
 
 
 def infer_attention_grad_kv(types, attrs) -> tuple[TensorType, TensorType]:
-    check_backward_operands(types, "attention_grad_kv")
+    b, h, _ = check_backward_operands(types, "attention_grad_kv")
+    if attrs.get("per_query_head"):
+        _, _, skv, d = types[1].shape
+        per_head = TensorType((b, h, skv, d), "f32")
+        return (per_head, per_head)
     return (types[1], types[2])
 
 
@@ -199,11 +212,32 @@ def evaluate_attention_grad_q(q, k, v, o, lse, do, causal, scale):
     return ds @ np.repeat(k, q.shape[1] // k.shape[1], axis=1) * q.dtype.type(scale)
 
 
-def evaluate_attention_grad_kv(q, k, v, o, lse, do, causal, scale):
-    """(dK = Σ_group dSᵀ·Q·scale, dV = Σ_group Pᵀ·dO)."""
+def evaluate_attention_grad_kv(q, k, v, o, lse, do, causal, scale, per_query_head=False):
+    """(dK = Σ_group dSᵀ·Q·scale, dV = Σ_group Pᵀ·dO); with `per_query_head`, each query head's part."""
     probs, ds = attention_backward(q, k, v, o, lse, do, causal, scale)
-    grad_k = sum_groups(np.swapaxes(ds, -1, -2) @ q, k.shape[1]) * q.dtype.type(scale)
-    return grad_k, sum_groups(np.swapaxes(probs, -1, -2) @ do, k.shape[1])
+    grad_k = (np.swapaxes(ds, -1, -2) @ q) * q.dtype.type(scale)
+    grad_v = np.swapaxes(probs, -1, -2) @ do
+    if per_query_head:
+        return grad_k, grad_v
+    return sum_groups(grad_k, k.shape[1]), sum_groups(grad_v, k.shape[1])
+
+
+def visible_pairs(sq: int, skv: int, causal: bool) -> int:
+    """The (query, key) pairs attention computes: all, or those with key j ≤ query i."""
+    if not causal:
+        return sq * skv
+    return sum(min(i + 1, skv) for i in range(sq))
+
+
+def attention_flops(products: int):
+    """2·D flops per visible (query, key) pair per product, for every head of the batch."""
+
+    def flops(operands, results, attrs) -> int:
+        b, h, sq, d = operands[0].shape
+        skv = operands[1].shape[2]
+        return 2 * d * products * b * h * visible_pairs(sq, skv, bool(attrs.get("causal")))
+
+    return flops
 
 
 ATTENTION_ATTRS = (Attr("causal", BOOL, False), Attr("scale", FLOAT, 1.0))
@@ -213,6 +247,10 @@ def describe_attention(node) -> str:
     return "causal" if node.attr("causal") else ""
 
 
+def describe_attention_grad_kv(node) -> str:
+    return " ".join(filter(None, (describe_attention(node), "per query head" * bool(node.attr("per_query_head")))))
+
+
 ATTENTION = Op(
     "attention",
     family=FAMILY,
@@ -220,6 +258,7 @@ ATTENTION = Op(
     evaluate=evaluate_attention,
     operands=("q", "k", "v"),
     attrs=ATTENTION_ATTRS,
+    flops=attention_flops(2),
     describe=describe_attention,
     doc="(softmax(q·kᵀ·scale)·v, row log-sum-exp) with grouped KV heads and an optional causal mask",
 )
@@ -230,6 +269,7 @@ ATTENTION_GRAD_Q = Op(
     evaluate=evaluate_attention_grad_q,
     operands=("q", "k", "v", "o", "lse", "do"),
     attrs=ATTENTION_ATTRS,
+    flops=attention_flops(3),
     describe=describe_attention,
     doc="attention's gradient w.r.t. q",
 )
@@ -239,9 +279,10 @@ ATTENTION_GRAD_KV = Op(
     infer=infer_attention_grad_kv,
     evaluate=evaluate_attention_grad_kv,
     operands=("q", "k", "v", "o", "lse", "do"),
-    attrs=ATTENTION_ATTRS,
-    describe=describe_attention,
-    doc="attention's gradients w.r.t. k and v (two results)",
+    attrs=(*ATTENTION_ATTRS, Attr("per_query_head", BOOL, False)),
+    flops=attention_flops(4),
+    describe=describe_attention_grad_kv,
+    doc="attention's gradients w.r.t. k and v (two results; per query head, or summed over each group)",
 )
 
 
