@@ -195,19 +195,32 @@ def tiling_cases():
             yield q_shape, kv_shape, tiles
 
 
+def ragged_cases():
+    """Each tiling case as planned, and where KV heads are grouped also with the grouped dK/dV
+    kernel kept (the plan may split it per query head, codegen/attention_heads.py)."""
+    for q_shape, kv_shape, tiles in tiling_cases():
+        yield q_shape, kv_shape, tiles, False
+        if q_shape[1] != kv_shape[1]:
+            yield q_shape, kv_shape, tiles, True
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize(
-    "q_shape, kv_shape, tiles",
-    list(tiling_cases()),
-    ids=lambda v: "chosen" if v is None else str(v) if isinstance(v, Tiles) else shape_id(v),
+    "q_shape, kv_shape, tiles, grouped",
+    list(ragged_cases()),
+    ids=lambda v: (
+        "chosen"
+        if v is None
+        else str(v)
+        if isinstance(v, Tiles)
+        else ("grouped" if v else "planned")
+        if isinstance(v, bool)
+        else shape_id(v)
+    ),
 )
-@pytest.mark.parametrize("grouped", [False, True], ids=["as-planned", "grouped"])
 def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, tiles, grouped, monkeypatch):
-    """Every kernel against the interpreter; "grouped" keeps the grouped dK/dV kernel where the plan
-    would split it per query head (codegen/attention_heads.py)."""
+    """Every kernel against the interpreter (`grouped`: the grouped dK/dV kernel, not split)."""
     if grouped:
-        if q_shape[1] == kv_shape[1]:
-            pytest.skip("no KV groups: nothing is split")
         monkeypatch.setattr(compiled, "split_attention_heads", lambda graph, target: graph)
     d = q_shape[-1]
     kinds = ("attention", "attention_grad_q", "attention_grad_kv")
@@ -254,7 +267,11 @@ def dispatched_workgroups(graph, node, tiles: Tiles, target: Target = GENERIC) -
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize(
     "q_shape, kv_shape, tiles",
-    [c for c in tiling_cases() if c[0][1] != c[1][1]],  # grouped heads: the split has parts to sum
+    [  # grouped heads (the split has parts to sum), tiles that fit dK/dV
+        c
+        for c in tiling_cases()
+        if c[0][1] != c[1][1] and (c[2] is None or attention_tiles.fits("attention_grad_kv", c[2], c[0][-1], GENERIC))
+    ],
     ids=lambda v: "chosen" if v is None else str(v) if isinstance(v, Tiles) else shape_id(v),
 )
 def test_dk_dv_per_query_head_at_ragged_shapes(causal, q_shape, kv_shape, tiles, monkeypatch):
@@ -262,8 +279,6 @@ def test_dk_dv_per_query_head_at_ragged_shapes(causal, q_shape, kv_shape, tiles,
     workgroup per (b, query head, key tile); summed over each group they are the grouped kernel's."""
     d = q_shape[-1]
     if tiles is not None:
-        if not attention_tiles.fits("attention_grad_kv", tiles, d, GENERIC):
-            pytest.skip(f"{tiles} does not fit dK/dV at head_dim {d}")
         monkeypatch.setitem(attention_tiles.CHOSEN, (GENERIC.tuning, "attention_grad_kv", d), tiles)
     rng = np.random.default_rng(5)
     b, h, sq, _ = q_shape
