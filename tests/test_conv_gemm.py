@@ -20,6 +20,9 @@ from meganeura.ir.op import ShapeError, infer_type, op_def
 from meganeura.ir.ops.image import conv_output_size
 from meganeura.rewrite.cost import node_cost
 from meganeura.runtime import Executable, default_device
+from meganeura.target import GENERIC, Target
+
+CPU = Target("cpu", 2, 32, cpu=True)  # lavapipe's kind of target: its gathers staged by a loop
 
 RNG = np.random.default_rng(7)
 
@@ -236,8 +239,8 @@ def conv_graph(
     return graph, feeds
 
 
-def check_gpu(graph: Graph, feeds: dict) -> np.ndarray:
-    executable = Executable(compile_step(graph), default_device(), {}, {})
+def check_gpu(graph: Graph, feeds: dict, target: Target = GENERIC) -> np.ndarray:
+    executable = Executable(compile_step(graph, target), default_device(), {}, {})
     got = executable.run(feeds, read=("out",))["out"]
     expected = interpret(graph, feeds, dtype=np.float64).outputs["out"]
     assert got.shape == expected.shape
@@ -411,6 +414,9 @@ def test_kernel_tilings_on_ragged_shapes(monkeypatch, tiling, geometries):
         check_gpu(graph, feeds)
         check_gpu(*conv_graph("grad_input", geometry))
         check_gpu(*conv_graph("grad_weight", geometry, chunks=3 if index % 2 == 0 else 1))
+        if not tiling.prefetch and index == geometries[0]:  # a CPU target's looped staging
+            for mode in ("forward", "grad_input", "grad_weight"):
+                check_gpu(*conv_graph(mode, geometry), target=CPU)
 
 
 def test_on_a_cpu_conv_kernels_take_the_cpu_table_and_dispatch_what_the_cost_model_counts():
@@ -418,11 +424,9 @@ def test_on_a_cpu_conv_kernels_take_the_cpu_table_and_dispatch_what_the_cost_mod
     cost model counts are the ones dispatched."""
     import math
 
-    from meganeura.codegen.compiled import compile_step
     from meganeura.codegen.registry import node_workgroups
-    from meganeura.target import GENERIC, Target
 
-    cpu = Target("cpu", 2, 32, cpu=True)
+    cpu = CPU
     graph, _ = conv_graph("forward", (4, 16, 128, (16, 16), (3, 3), (1, 1), (1, 1)))
     sizes = {}
     for target in (cpu, GENERIC):
@@ -430,5 +434,6 @@ def test_on_a_cpu_conv_kernels_take_the_cpu_table_and_dispatch_what_the_cost_mod
         (spec,) = [s for s in step.kernels if s.entry_point == "conv_gemm"]
         assert math.prod(spec.grid) == node_workgroups(step.graph, step.graph[spec.node], target)
         sizes[target.name] = spec.workgroup_size
+        assert ("for (var j = 0u;" in spec.wgsl) == target.cpu  # the gathers' staging loop
     assert sizes["cpu"] == (8, 8, 1)  # 128x128, 16x16 per thread
     assert sizes["cpu"] != sizes[GENERIC.name]

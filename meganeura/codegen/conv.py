@@ -226,6 +226,13 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
     vector_a = mode == "forward" and k % 4 == 0 and a not in extras
     op_a, op_b = operand_tiles(mode, m, n, tiling, vector_a)
     vector_out = vector_columns(mode, n, groups, image, ho, wo)
+    # On a CPU, the gathered units are staged by a loop: straight-line gathers for lavapipe's
+    # 16x16-per-thread tiles (up to 64 units of 4 a thread) took LLVM seconds per kernel to compile.
+    looped = (
+        frozenset(op.name for op in (op_a, op_b) if not op.vector)
+        if target.cpu and not tiling.prefetch
+        else frozenset()
+    )
     vec4_names = {name for name, on in (("a", vector_a), ("out", vector_out)) if on}
     grid = grid_for(tiles_m * tiles_n * groups)
     wgsl = render(
@@ -264,7 +271,7 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
             "READS": reads,
             "EPILOGUE": epilogue,
             "STORE4": conv_store4(mode, m, n, tiling, vector_out),
-            **gemm_blocks(op_a, op_b, tiling, ragged_k, prologue=False),
+            **gemm_blocks(op_a, op_b, tiling, ragged_k, prologue=False, looped=looped),
         },
     )
     geometry = f"{kernel[0]}x{kernel[1]}{pair_text('s', stride, 1)}{pair_text('p', padding, 0)}"

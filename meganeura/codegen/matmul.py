@@ -76,12 +76,20 @@ class OperandTile:
         return f"({k}) * {self.outer_size}u + ({o})" if self.outer_contiguous else f"({o}) * K + ({k})"
 
 
+def unit_slot(tiling: GemmTiling, j: int | str) -> str:
+    """The index, among an operand tile's vec4 units, of this thread's unit j (a number, or the
+    WGSL name of a loop's unit index): consecutive threads take consecutive units."""
+    if isinstance(j, str):
+        return f"lid + {j} * {tiling.threads}u"
+    return f"lid + {j * tiling.threads}u" if j else "lid"
+
+
 def unit_code(
-    op: OperandTile, tiling: GemmTiling, ragged_k: bool, j: int, kt: str, register: str, prologue: bool
+    op: OperandTile, tiling: GemmTiling, ragged_k: bool, j: int | str, kt: str, register: str, prologue: bool
 ) -> list[str]:
     """WGSL that loads unit j of this thread's share of `op`'s tile at K offset `kt` into the vec4
     variable `register`: zeros outside the matrix, A's elements through the prologue."""
-    s = f"lid + {j * tiling.threads}u" if j else "lid"
+    s = unit_slot(tiling, j)
     if op.outer_contiguous:  # 4 consecutive outer elements at one k
         o, kk = f"{op.outer}0 + ({s}) % {op.tile // 4}u * 4u", f"{kt} + ({s}) / {op.tile // 4}u"
         steps = [(f"uo + {i}u", "uk") for i in range(4)]
@@ -104,9 +112,9 @@ def unit_code(
     return [f"{{ let uo = {o}; let uk = {kk}; {body} }}"]
 
 
-def store_code(op: OperandTile, tiling: GemmTiling, j: int, register: str) -> list[str]:
+def store_code(op: OperandTile, tiling: GemmTiling, j: int | str, register: str) -> list[str]:
     """WGSL that stores unit j (in `register`) into the workgroup tile of `op`."""
-    s = f"lid + {j * tiling.threads}u" if j else "lid"
+    s = unit_slot(tiling, j)
     tile4 = op.tile // 4
     shared = f"tile_{op.name}"
     if op.outer_contiguous:
@@ -136,29 +144,49 @@ def multiply_code(tiling: GemmTiling) -> list[str]:
     return lines
 
 
+def looped_staging(op: OperandTile, tiling: GemmTiling, units: int, ragged_k: bool) -> list[str]:
+    """The staging of `op`'s tile as a loop over this thread's units, each loaded and stored into
+    the workgroup tile at once (no staging registers): one unit's code however many there are."""
+    body = unit_code(op, tiling, ragged_k, "j", "KT", "unit", False) + store_code(op, tiling, "j", "unit")
+    return [f"for (var j = 0u; j < {units}u; j++) {{ var unit: vec4<f32>; {' '.join(body)} }}"]
+
+
 def gemm_blocks(
-    op_a: OperandTile, op_b: OperandTile, tiling: GemmTiling, ragged_k: bool, prologue: bool
+    op_a: OperandTile,
+    op_b: OperandTile,
+    tiling: GemmTiling,
+    ragged_k: bool,
+    prologue: bool,
+    looped: frozenset[str] = frozenset(),
 ) -> dict[str, object]:
     """The generated parts of a register-tiled GEMM kernel, as the placeholders and the flag of
     shaders/gemm_loop.wgsl (the K loop): the tile sizes, the staging registers, the named
     accumulators, the global loads of a K tile at `kbegin`, at `k0` and at `k0 + BK`, the stores
     of the staged units into the workgroup tiles, the unrolled inner product and the output stores
-    through `store4(obat, row, col, v)`. `prologue`: A's vec4 units go through `prologue`. Shared
-    by matmul and conv_gemm, which differ in how a unit is loaded (their `load_a`, `load_b`) and
-    where an output element goes (their `store4`)."""
+    through `store4(obat, row, col, v)`. `prologue`: A's vec4 units go through `prologue`.
+    `looped`: the operands ("a", "b") staged by `looped_staging`, in the loads (not with
+    `prefetch`). Shared by matmul and conv_gemm, which differ in how a unit is loaded (their
+    `load_a`, `load_b`) and where an output element goes (their `store4`)."""
+    if looped and tiling.prefetch:
+        raise ValueError(f"GEMM tiling {tiling}: a looped staging has no registers to prefetch into")
     units_a, units_b = tiling.units_per_thread
-    registers = [f"var ra{j}: vec4<f32>;" for j in range(units_a)] + [f"var rb{j}: vec4<f32>;" for j in range(units_b)]
+    unrolled = [(op, units) for op, units in ((op_a, units_a), (op_b, units_b)) if op.name not in looped]
+    registers = [f"var r{op.name}{j}: vec4<f32>;" for op, units in unrolled for j in range(units)]
     loads = [
         line
         for op, units in ((op_a, units_a), (op_b, units_b))
-        for j in range(units)
-        for line in unit_code(op, tiling, ragged_k, j, "KT", f"r{op.name}{j}", op is op_a and prologue)
+        for line in (
+            looped_staging(op, tiling, units, ragged_k)
+            if op.name in looped
+            else [
+                line
+                for j in range(units)
+                for line in unit_code(op, tiling, ragged_k, j, "KT", f"r{op.name}{j}", op is op_a and prologue)
+            ]
+        )
     ]
     stores = [
-        line
-        for op, units in ((op_a, units_a), (op_b, units_b))
-        for j in range(units)
-        for line in store_code(op, tiling, j, f"r{op.name}{j}")
+        line for op, units in unrolled for j in range(units) for line in store_code(op, tiling, j, f"r{op.name}{j}")
     ]
     load_text = "\n        ".join(loads)
     return {
