@@ -101,6 +101,8 @@ def conv_workgroups(attrs: dict, operands, results, target: Target = GENERIC) ->
 # 2026-12-01, ResNet-18's 3×3 weight gradients at batch 128): the fastest splits gave 9-17
 # workgroups per SM — 128 channels at 16×16: 6.26 ms whole-batch, 1.01 ms at 4 per SM, 0.82 at
 # 17; 256 channels at 8×8 (144 tiles, more than the 132 SMs): 1.84 ms whole-batch, 0.81 split 16.
+# (Those were 64x64 tiles of the kernel before it took the matmul's structure and ladder; the
+# splits it makes now are not measured yet: benchmarks/conv_tune.py times its tilings.)
 FILL_WAVES = 4
 SPLIT_WAVES = 16
 MAX_SPLITS = 128
