@@ -20,10 +20,11 @@
 // scalar loads); FUNCTIONS (helpers the prologue and epilogue call), A_READS / PROLOGUE (the
 // prologue's extra loads and f32 expression of `x`, the stored A element), READS / EPILOGUE (the
 // same for the epilogue, `x` the dot product), STORE4 (the function storing 4 columns); the
-// generated blocks REGISTERS (staging registers), ACCUMULATORS, LOAD_FIRST / LOAD / LOAD_NEXT
-// (global loads of the K tile at 0, k0, k0 + BK into the registers), STAGE (registers → workgroup
-// tiles), MULTIPLY (the unrolled K tile), STORE. Flag: PREFETCH (load the next tile while
-// multiplying this one), A_SCALAR / B_SCALAR (the operand is loaded by element).
+// generated blocks of the K loop (gemm_loop.wgsl) REGISTERS (staging registers), ACCUMULATORS,
+// LOAD_FIRST / LOAD / LOAD_NEXT (global loads of the K tile at kbegin, k0, k0 + BK into the
+// registers), STAGE (registers → workgroup tiles), MULTIPLY (the unrolled K tile), STORE. Flag:
+// PREFETCH (load the next tile while multiplying this one), A_SCALAR / B_SCALAR (the operand is
+// loaded by element).
 
 {{BINDINGS}}
 
@@ -101,25 +102,5 @@ fn matmul(
     let b_base = bat * {{B_BATCH_STRIDE}};
     let tx = local.x;
     let ty = local.y;
-    {{REGISTERS}}
-    {{ACCUMULATORS}}
-//#if PREFETCH
-    {{LOAD_FIRST}}
-//#endif
-    for (var k0 = kbegin; k0 < klimit; k0 += BK) {
-//#if PREFETCH
-        {{STAGE}}
-        workgroupBarrier();
-        if (k0 + BK < klimit) {
-            {{LOAD_NEXT}}
-        }
-//#else
-        {{LOAD}}
-        {{STAGE}}
-        workgroupBarrier();
-//#endif
-        {{MULTIPLY}}
-        workgroupBarrier();
-    }
-    {{STORE}}
+//#include gemm_loop
 }

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from conftest import emit, typed_leaf
 
+from meganeura.codegen import conv as codegen_conv
 from meganeura.codegen.compiled import compile_step
+from meganeura.codegen.gemm_table import GemmTiling
 from meganeura.codegen.lower import lower_node
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
@@ -18,6 +20,9 @@ from meganeura.ir.op import ShapeError, infer_type, op_def
 from meganeura.ir.ops.image import conv_output_size
 from meganeura.rewrite.cost import node_cost
 from meganeura.runtime import Executable, default_device
+from meganeura.target import GENERIC, Target
+
+CPU = Target("cpu", 2, 32, cpu=True)  # lavapipe's kind of target: its gathers staged by a loop
 
 RNG = np.random.default_rng(7)
 
@@ -234,8 +239,8 @@ def conv_graph(
     return graph, feeds
 
 
-def check_gpu(graph: Graph, feeds: dict) -> np.ndarray:
-    executable = Executable(compile_step(graph), default_device(), {}, {})
+def check_gpu(graph: Graph, feeds: dict, target: Target = GENERIC) -> np.ndarray:
+    executable = Executable(compile_step(graph, target), default_device(), {}, {})
     got = executable.run(feeds, read=("out",))["out"]
     expected = interpret(graph, feeds, dtype=np.float64).outputs["out"]
     assert got.shape == expected.shape
@@ -351,9 +356,10 @@ def test_large_grids_fold_into_two_dimensions(monkeypatch):
     from meganeura.codegen import common
 
     monkeypatch.setattr(common, "MAX_WORKGROUPS_PER_DIM", 3)
+    monkeypatch.setattr(codegen_conv, "gemm_tiling", lambda *_: GemmTiling(64, 64, 16, 2, 2))
     graph, feeds = conv_graph("forward", KERNEL_GEOMETRIES[-1], "add($acc,$0)", (70, 1, 1))
     spec = lower_node(graph, graph.outputs["out"])
-    assert spec.grid == (3, 3, 1)  # 2 row tiles × 4 column tiles, 9 workgroups of which 1 idle
+    assert spec.grid == (3, 3, 1)  # 2 row tiles × 4 column tiles of 64x64, 9 workgroups of which 1 idle
     check_gpu(graph, feeds)
 
 
@@ -367,3 +373,67 @@ def test_optimize_keeps_a_conv_gemm_as_a_generic_op():
     assert "conv_gemm" in [node.op for node in optimized]
     expected = interpret(graph, feeds).outputs["out"]
     np.testing.assert_allclose(interpret(optimized, feeds).outputs["out"], expected, rtol=1e-5, atol=1e-5)
+
+
+# -- the kernel at forced tilings ----------------------------------------------------------------------
+
+# Geometries whose GEMMs no tile divides: every axis ragged with scalar loads and stores (K 45, HO·WO
+# 63); multiples of 4 that take the vec4 paths (forward's weight rows K 36, output positions 64,
+# grad_input's one phase of 64 pixels, grad_weight's rows of 36); stride 2 with padding (4 phases
+# of unequal taps); a 1×1 kernel at stride 2 (phases without a tap) and at stride 1.
+RAGGED_GEOMETRIES = [
+    (3, 5, 37, (9, 7), (3, 3), (1, 1), (1, 1)),
+    (2, 4, 36, (8, 8), (3, 3), (1, 1), (1, 1)),
+    (3, 4, 20, (9, 9), (3, 3), (2, 2), (1, 1)),
+    (2, 12, 20, (8, 6), (1, 1), (2, 2), (0, 0)),
+    (2, 6, 10, (7, 7), (1, 1), (1, 1), (0, 0)),
+]
+
+
+# (tiling, the RAGGED_GEOMETRIES it runs): each geometry under several tilings, each tiling on a
+# few geometries (a 16x16-per-thread kernel takes lavapipe seconds to compile).
+FORCED_TILINGS = [
+    (GemmTiling(128, 128, 16, 4, 4), (0, 2)),  # the CPU's: 16x16 per thread
+    (GemmTiling(64, 128, 16, 2, 2, prefetch=True), (0, 1, 2, 3)),  # the H200's
+    (GemmTiling(128, 128, 32, 2, 2), (1, 3)),
+    (GemmTiling(32, 64, 16, 1, 1), (0, 1, 2, 3, 4)),
+    (GemmTiling(64, 16, 16, 1, 1, prefetch=True), (2, 4)),
+    (GemmTiling(4, 64, 16, 1, 1), (1, 3)),
+]
+
+
+@pytest.mark.parametrize(("tiling", "geometries"), FORCED_TILINGS, ids=[str(t) for t, _ in FORCED_TILINGS])
+def test_kernel_tilings_on_ragged_shapes(monkeypatch, tiling, geometries):
+    """Tile configurations the test sizes would not pick, in every mode, on ragged and vec4 shapes,
+    strides 1 and 2, 1×1 and 3×3, with an epilogue on forward, grad_weight also in 3 parts of K."""
+    monkeypatch.setattr(codegen_conv, "gemm_tiling", lambda *_: tiling)
+    for index in geometries:
+        geometry = RAGGED_GEOMETRIES[index]
+        graph, feeds = conv_graph("forward", geometry, "relu(add($acc,$0))", (geometry[2], 1, 1))
+        assert lower_node(graph, graph.outputs["out"]).workgroup_size == (tiling.threads_x, tiling.threads_y, 1)
+        check_gpu(graph, feeds)
+        check_gpu(*conv_graph("grad_input", geometry))
+        check_gpu(*conv_graph("grad_weight", geometry, chunks=3 if index % 2 == 0 else 1))
+        if not tiling.prefetch and index == geometries[0]:  # a CPU target's looped staging
+            for mode in ("forward", "grad_input", "grad_weight"):
+                check_gpu(*conv_graph(mode, geometry), target=CPU)
+
+
+def test_on_a_cpu_conv_kernels_take_the_cpu_table_and_dispatch_what_the_cost_model_counts():
+    """The lowering is per target: on a CPU (lavapipe) the CPU family's ladder, and the workgroups the
+    cost model counts are the ones dispatched."""
+    import math
+
+    from meganeura.codegen.registry import node_workgroups
+
+    cpu = CPU
+    graph, _ = conv_graph("forward", (4, 16, 128, (16, 16), (3, 3), (1, 1), (1, 1)))
+    sizes = {}
+    for target in (cpu, GENERIC):
+        step = compile_step(graph, target)
+        (spec,) = [s for s in step.kernels if s.entry_point == "conv_gemm"]
+        assert math.prod(spec.grid) == node_workgroups(step.graph, step.graph[spec.node], target)
+        sizes[target.name] = spec.workgroup_size
+        assert ("for (var j = 0u;" in spec.wgsl) == target.cpu  # the gathers' staging loop
+    assert sizes["cpu"] == (8, 8, 1)  # 128x128, 16x16 per thread
+    assert sizes["cpu"] != sizes[GENERIC.name]

@@ -1,15 +1,19 @@
 """Lowering of the implicit-GEMM convolution kernels (`conv_gemm`) to shaders/conv_gemm.wgsl.
 
 A conv_gemm node is one tiled GEMM whose im2col operand is gathered from the image while the
-GEMM tile is staged (see `meganeura/ir/ops/image.py` for the three modes as GEMMs). The tiling
-and the register tile are codegen/gemm_tiles.py's, the epilogue `common.expression_code`; what
-differs is how a tile element is loaded (the mode's gather, selected by a template flag) and
-where an output element is stored (NCHW for forward and grad_input, the weight matrix for
-grad_weight). The images are folded into the GEMM's columns (forward, grad_input) or its
-reduction (grad_weight), so there is no batch dimension in the grid;
+GEMM tile is staged (see `meganeura/ir/ops/image.py` for the three modes as GEMMs). The kernel is
+the matmul kernel's (codegen/matmul.py): its tiling comes from the matmul table of the target's
+family (`gemm_tiling`, codegen/gemm_table.py), and the register tile, the staging of both
+operands in workgroup memory and the K loop from `matmul.gemm_blocks`. What is the
+convolution's: how a unit of a tile is loaded (the mode's gathers, `load_a` / `load_b`), which
+way a unit runs (`operand_tiles`: along the axis where a gather's neighbouring elements are
+neighbouring words), and where an output element is stored (`conv_store4`: NCHW for forward and
+grad_input, the weight matrix for grad_weight). The images are folded into the GEMM's columns
+(forward, grad_input) or its reduction (grad_weight), so there is no batch dimension in the grid;
 independent GEMMs of one dispatch ("groups") are the stride phases of grad_input (each pixel only
 meets the taps of its phase: no multiplications by the zeros between strided positions) and the
-parts of the reduction of grad_weight (split-K: `chunks`, see `weight_splits`).
+parts of the reduction of grad_weight (split-K: `chunks`, see `weight_splits`); the tiling counts
+them as the batch of matrices a matmul would have.
 
 The epilogue reads `$acc` and the extras `$0…`, each broadcast to the node's output shape and
 indexed by the output element's row-major index.
@@ -21,25 +25,16 @@ import math
 
 from meganeura.codegen.common import Operands, bindings_wgsl, expression_code, grid_for, output_binding, shape_text
 from meganeura.codegen.expressions import helper_functions
-from meganeura.codegen.gemm_tiles import conv_tiling, register_tile, tile_size, workgroup_bytes
+from meganeura.codegen.gemm_table import GENERIC_TABLE, TABLES, GemmTiling, gemm_tiling, shrunk
 from meganeura.codegen.kernel import Binding, KernelSpec
+from meganeura.codegen.matmul import OperandTile, gemm_blocks, store_guard
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops.image import conv_gemm_geometry, conv_output_size
 from meganeura.ir.ops.reduce import split_length
-from meganeura.target import Target
-
-# How a staging loop walks the B tile: the coordinate that varies fastest between neighbouring
-# threads. forward/grad_input: the column (neighbouring output positions, or pixels, read
-# neighbouring words); grad_weight: the reduction index (neighbouring output positions of one
-# image read x at neighbouring strided positions; a run of columns (c, i, j) breaks every kw).
-B_STAGE = {
-    "forward": "let k = s / BN; let n = s % BN;",
-    "grad_input": "let k = s / BN; let n = s % BN;",
-    "grad_weight": "let n = s / BK; let k = s % BK;",
-}
+from meganeura.target import GENERIC, Target
 
 
 def conv_gemm_dims(attrs: dict, a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, int, int]:
@@ -71,11 +66,31 @@ def conv_groups(attrs: dict) -> int:
     return stride[0] * stride[1] if mode == "grad_input" else attrs.get("chunks", 1)
 
 
-def conv_workgroups(attrs: dict, operands, results) -> int:
-    """One workgroup per output tile of each of the dispatch's GEMMs."""
-    m, n, _ = conv_gemm_dims(attrs, operands[0].shape, operands[1].shape, results[0].shape)
-    bm, bn = tile_size(conv_tiling(m, n))
-    return -(-m // bm) * -(-n // bn) * conv_groups(attrs)
+def b_along_k(mode: str) -> bool:
+    """Whether the gathered operand B is staged in units along K (the matmul table's Bᵀ ladder):
+    grad_weight's, whose neighbouring reduction indices (n, ho, wo) are neighbouring output
+    positions of one image, neighbouring words of x at stride 1, while its columns (c, i, j) break
+    every KW. forward's and grad_input's B run along N, neighbouring output positions or pixels."""
+    return mode == "grad_weight"
+
+
+def conv_tiling(
+    attrs: dict, a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...], target: Target
+) -> GemmTiling:
+    """The GEMM tiling of a conv_gemm on `target`: the matmul table's for its M×K·K×N product,
+    its groups (stride phases, parts of K) counted as the batch."""
+    m, n, k = conv_gemm_dims(attrs, a, b, out)
+    return gemm_tiling(m, n, k, conv_groups(attrs), target, b_along_k(attrs["mode"]))
+
+
+def conv_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
+    """One workgroup per output tile of each of the dispatch's GEMMs (every one counts: the tiles
+    of a convolution come from the same ladder, but the matmul's weighting in workgroups of the
+    largest tile, `matmul.counted_workgroups`, was measured on products, not on gathers)."""
+    a, b, out = operands[0].shape, operands[1].shape, results[0].shape
+    m, n, _ = conv_gemm_dims(attrs, a, b, out)
+    tiling = conv_tiling(attrs, a, b, out, target)
+    return -(-m // tiling.bm) * -(-n // tiling.bn) * conv_groups(attrs)
 
 
 # Split-K of a weight gradient is offered where the one GEMM has fewer than FILL_WAVES tiles per
@@ -86,20 +101,32 @@ def conv_workgroups(attrs: dict, operands, results) -> int:
 # 2026-12-01, ResNet-18's 3×3 weight gradients at batch 128): the fastest splits gave 9-17
 # workgroups per SM — 128 channels at 16×16: 6.26 ms whole-batch, 1.01 ms at 4 per SM, 0.82 at
 # 17; 256 channels at 8×8 (144 tiles, more than the 132 SMs): 1.84 ms whole-batch, 0.81 split 16.
+# (Those were 64x64 tiles of the kernel before it took the matmul's structure and ladder; the
+# splits it makes now are not measured yet: benchmarks/conv_tune.py times its tilings.)
 FILL_WAVES = 4
 SPLIT_WAVES = 16
 MAX_SPLITS = 128
 MIN_SPLIT_K = 256
 
 
+def largest_tiling(m: int, n: int, target: Target, transpose_b: bool) -> GemmTiling:
+    """The first rung of the target family's ladder that fits its workgroup memory, shrunk to an
+    M × N output."""
+    family = "cpu" if target.cpu else target.tuning
+    ladder = TABLES.get(family, GENERIC_TABLE)
+    return shrunk(ladder.largest(transpose_b, target), m, n, target.workgroup_memory)
+
+
 def weight_splits(filters: int, columns: int, reduction: int, target: Target) -> int:
     """The parts to split a weight gradient's reduction (N·L long, output [filters, columns]) into
     on `target`: 1 where the one GEMM's tiles already fill the compute units FILL_WAVES times,
     else as many as give SPLIT_WAVES workgroups per unit (at most MAX_SPLITS), each part at
-    least MIN_SPLIT_K long, none empty. The
+    least MIN_SPLIT_K long, none empty. Tiles are counted in the table's largest for the output
+    (as `matmul.matmul_splits` does): the tile the ladder gives the split GEMM once its parts
+    fill the units, where the whole-batch GEMM alone would take the smallest rung. The
     cost model decides whether the split is used (rewrite/conv.py `conv_split_k`)."""
-    bm, bn = tile_size(conv_tiling(filters, columns))
-    tiles = -(-filters // bm) * -(-columns // bn)
+    tiling = largest_tiling(filters, columns, target, b_along_k("grad_weight"))
+    tiles = -(-filters // tiling.bm) * -(-columns // tiling.bn)
     if target.compute_units == 1 or tiles >= FILL_WAVES * target.compute_units or reduction < 2 * MIN_SPLIT_K:
         return 1  # (one unit: nothing to fill)
     splits = min(-(-SPLIT_WAVES * target.compute_units // tiles), reduction // MIN_SPLIT_K, MAX_SPLITS)
@@ -114,8 +141,63 @@ def pair_text(prefix: str, value: tuple[int, int], default: int) -> str:
     return f"/{prefix}{value[0]}" if value[0] == value[1] else f"/{prefix}{value[0]},{value[1]}"
 
 
-@lowering("conv_gemm", workgroups=conv_workgroups)
-def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
+def ragged_reduction(mode: str, k: int, k_total: int, groups: int, bk: int) -> bool:
+    """Whether a K tile may pass the end of a GEMM's reduction: K not a multiple of BK, a stride
+    phase of grad_input with fewer taps than the largest, the short last part of a grad_weight."""
+    if mode == "grad_input":
+        return groups > 1 or k % bk != 0
+    if mode == "grad_weight":
+        return k % bk != 0 or (k_total - (groups - 1) * k) % bk != 0
+    return k % bk != 0
+
+
+def operand_tiles(mode: str, m: int, n: int, tiling: GemmTiling, vector_a: bool) -> tuple[OperandTile, OperandTile]:
+    """How each operand's tile is staged: a unit runs along the axis where the gather's neighbouring
+    elements are neighbouring words (A: along K, the weight's rows or g's positions; B: along N but
+    for grad_weight), loaded by element (`load_a`, `load_b`), but for forward's A, the weight
+    matrix as stored, by vec4 where `vector_a`."""
+    op_a = OperandTile("a", "m", m, tiling.bm, False, vector_a)
+    op_b = OperandTile("b", "n", n, tiling.bn, not b_along_k(mode), False)
+    return op_a, op_b
+
+
+def load_checks(size: int, tile: int, axis: str, ragged_k: bool) -> str:
+    """The bound check of a scalar load at (axis, k): the outer axis where the tiles do not divide
+    it, k where a K tile may pass the reduction's end ("true" for none)."""
+    checks = [f"{axis} < {'M' if axis == 'm' else 'N'}"] * (size % tile != 0) + ["k < kend"] * ragged_k
+    return " && ".join(checks) or "true"
+
+
+def vector_columns(mode: str, n: int, groups: int, image: tuple[int, int], ho: int, wo: int) -> bool:
+    """Whether 4 consecutive GEMM columns from a multiple of 4 are 4 consecutive words of the
+    output: forward's positions with HO·WO a multiple of 4, grad_input's pixels with one stride
+    phase and H·W a multiple of 4, grad_weight's weight rows with C·KH·KW a multiple of 4."""
+    if mode == "forward":
+        return ho * wo % 4 == 0
+    if mode == "grad_input":
+        return groups == 1 and image[0] * image[1] % 4 == 0
+    return n % 4 == 0
+
+
+def conv_store4(mode: str, m: int, n: int, tiling: GemmTiling, vector: bool) -> str:
+    """`store4(bat, row, col, v)`: GEMM `bat`'s elements (row, col .. col + 3) = epilogue(v), inside
+    the matrix, at `out_index`; one vec4 store where the 4 are consecutive words (`vector`)."""
+    guard = store_guard(m, n, tiling.bm, tiling.bn)
+    if vector:  # N is a multiple of 4 too: a vec4 is all in or all out
+        parts = ", ".join(f"epilogue(v.{comp}, i + {c}u)" for c, comp in enumerate("xyzw"))
+        body = f"let i = out_index(bat, row, col); out[i / 4u] = vec4<f32>({parts});"
+    else:
+        guard = "if (row >= M) { return; }" if m % tiling.bm else ""
+        inside = "col + c < N" if n % tiling.bn else "true"
+        body = (
+            f"for (var c = 0u; c < 4u; c++) {{ if ({inside}) {{ let i = out_index(bat, row, col + c);"
+            " if (i != NO_ELEMENT) { out[i] = epilogue(v[c], i); } } }"
+        )
+    return f"fn store4(bat: u32, row: u32, col: u32, v: vec4<f32>) {{\n    {guard}\n    {body}\n}}"
+
+
+@lowering("conv_gemm", workgroups=conv_workgroups, per_target=True)
+def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
     """One conv_gemm node as a tiled implicit GEMM (see the module docstring)."""
     mode, kernel, stride, padding, image = conv_gemm_geometry(node.attr_dict)
     a, b, *extras = node.inputs
@@ -135,29 +217,40 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
 
     reads, epilogue = expression_code(tree, read)
     bindings = [Binding("a", a, "read"), Binding("b", b, "read"), *operands.bindings, output_binding(node)]
-    tiling = conv_tiling(m, n)
-    bm, bn = tile_size(tiling)
-    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
+    tiling = conv_tiling(node.attr_dict, graph[a].shape, graph[b].shape, node.shape, target)
+    tiles_m, tiles_n = -(-m // tiling.bm), -(-n // tiling.bn)
     chunks = node.attr("chunks", 1)
     groups = conv_groups(node.attr_dict)
     _, (hp, wp) = phase_sizes(node.attr_dict)
+    k_total = graph[a].shape[0] * graph[a].shape[2] if mode == "grad_weight" else k
+    ragged_k = ragged_reduction(mode, k, k_total, groups, tiling.bk)
+    # The weight as stored is A of forward: vec4 units along its rows where they are whole.
+    vector_a = mode == "forward" and k % 4 == 0 and a not in extras
+    op_a, op_b = operand_tiles(mode, m, n, tiling, vector_a)
+    vector_out = vector_columns(mode, n, groups, image, ho, wo)
+    # On a CPU, the gathered units are staged by a loop: straight-line gathers for lavapipe's
+    # 16x16-per-thread tiles (up to 64 units of 4 a thread) took LLVM seconds per kernel to compile.
+    looped = (
+        frozenset(op.name for op in (op_a, op_b) if not op.vector)
+        if target.cpu and not tiling.prefetch
+        else frozenset()
+    )
+    vec4_names = {name for name, on in (("a", vector_a), ("out", vector_out)) if on}
     grid = grid_for(tiles_m * tiles_n * groups)
-    tile = register_tile(tiling["TM"], tiling["NV"], tiling["WG_X"], tiling["WG_Y"])
     wgsl = render(
         "conv_gemm",
         {
-            "BINDINGS": bindings_wgsl(graph, bindings),
+            "BINDINGS": bindings_wgsl(graph, bindings, vec4_names),
             "M": m,
             "N": n,
             "K": k,
             "TILES_M": tiles_m,
             "TILES": tiles_m * tiles_n * groups,
             "GROUPS": groups,
-            "K_TOTAL": graph[a].shape[0] * graph[a].shape[2] if mode == "grad_weight" else k,
+            "K_TOTAL": k_total,
             "HP": hp,
             "WP": wp,
             "GRID_X": grid[0],
-            **tiling,
             "C": channels,
             "O": filters,
             "H": image[0],
@@ -173,11 +266,14 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
             "FORWARD": mode == "forward",
             "GRAD_INPUT": mode == "grad_input",
             "GRAD_WEIGHT": mode == "grad_weight",
-            "B_STAGE": B_STAGE[mode],
+            "A_SCALAR": not vector_a,
+            "A_IN": load_checks(m, tiling.bm, "m", ragged_k),
+            "B_IN": load_checks(n, tiling.bn, "n", ragged_k),
             "FUNCTIONS": helper_functions([tree]),
             "READS": reads,
             "EPILOGUE": epilogue,
-            **tile,
+            "STORE4": conv_store4(mode, m, n, tiling, vector_out),
+            **gemm_blocks(op_a, op_b, tiling, ragged_k, prologue=False, looped=looped),
         },
     )
     geometry = f"{kernel[0]}x{kernel[1]}{pair_text('s', stride, 1)}{pair_text('p', padding, 0)}"
@@ -185,7 +281,14 @@ def lower_conv_gemm(graph: Graph, node: Node) -> KernelSpec:
     label = f"conv_gemm {mode} {geometry} {shape_text(graph[a].shape)},{shape_text(graph[b].shape)}"
     label += f" -> {shape_text(node.shape)} ({m}x{k}x{n})"
     label += "" if epilogue_text == "$acc" else f" {epilogue_text}"
-    workgroup = (tiling["WG_X"], tiling["WG_Y"], 1)
+    workgroup = (tiling.threads_x, tiling.threads_y, 1)
     return KernelSpec(
-        node.id, label, wgsl, "conv_gemm", tuple(bindings), grid, workgroup, workgroup_memory=workgroup_bytes(tiling)
+        node.id,
+        label,
+        wgsl,
+        "conv_gemm",
+        tuple(bindings),
+        grid,
+        workgroup,
+        workgroup_memory=tiling.workgroup_bytes,
     )

@@ -76,12 +76,20 @@ class OperandTile:
         return f"({k}) * {self.outer_size}u + ({o})" if self.outer_contiguous else f"({o}) * K + ({k})"
 
 
+def unit_slot(tiling: GemmTiling, j: int | str) -> str:
+    """The index, among an operand tile's vec4 units, of this thread's unit j (a number, or the
+    WGSL name of a loop's unit index): consecutive threads take consecutive units."""
+    if isinstance(j, str):
+        return f"lid + {j} * {tiling.threads}u"
+    return f"lid + {j * tiling.threads}u" if j else "lid"
+
+
 def unit_code(
-    op: OperandTile, tiling: GemmTiling, ragged_k: bool, j: int, kt: str, register: str, prologue: bool
+    op: OperandTile, tiling: GemmTiling, ragged_k: bool, j: int | str, kt: str, register: str, prologue: bool
 ) -> list[str]:
     """WGSL that loads unit j of this thread's share of `op`'s tile at K offset `kt` into the vec4
     variable `register`: zeros outside the matrix, A's elements through the prologue."""
-    s = f"lid + {j * tiling.threads}u" if j else "lid"
+    s = unit_slot(tiling, j)
     if op.outer_contiguous:  # 4 consecutive outer elements at one k
         o, kk = f"{op.outer}0 + ({s}) % {op.tile // 4}u * 4u", f"{kt} + ({s}) / {op.tile // 4}u"
         steps = [(f"uo + {i}u", "uk") for i in range(4)]
@@ -104,9 +112,9 @@ def unit_code(
     return [f"{{ let uo = {o}; let uk = {kk}; {body} }}"]
 
 
-def store_code(op: OperandTile, tiling: GemmTiling, j: int, register: str) -> list[str]:
+def store_code(op: OperandTile, tiling: GemmTiling, j: int | str, register: str) -> list[str]:
     """WGSL that stores unit j (in `register`) into the workgroup tile of `op`."""
-    s = f"lid + {j * tiling.threads}u" if j else "lid"
+    s = unit_slot(tiling, j)
     tile4 = op.tile // 4
     shared = f"tile_{op.name}"
     if op.outer_contiguous:
@@ -136,6 +144,71 @@ def multiply_code(tiling: GemmTiling) -> list[str]:
     return lines
 
 
+def looped_staging(op: OperandTile, tiling: GemmTiling, units: int, ragged_k: bool) -> list[str]:
+    """The staging of `op`'s tile as a loop over this thread's units, each loaded and stored into
+    the workgroup tile at once (no staging registers): one unit's code however many there are."""
+    body = unit_code(op, tiling, ragged_k, "j", "KT", "unit", False) + store_code(op, tiling, "j", "unit")
+    return [f"for (var j = 0u; j < {units}u; j++) {{ var unit: vec4<f32>; {' '.join(body)} }}"]
+
+
+def gemm_blocks(
+    op_a: OperandTile,
+    op_b: OperandTile,
+    tiling: GemmTiling,
+    ragged_k: bool,
+    prologue: bool,
+    looped: frozenset[str] = frozenset(),
+) -> dict[str, object]:
+    """The generated parts of a register-tiled GEMM kernel, as the placeholders and the flag of
+    shaders/gemm_loop.wgsl (the K loop): the tile sizes, the staging registers, the named
+    accumulators, the global loads of a K tile at `kbegin`, at `k0` and at `k0 + BK`, the stores
+    of the staged units into the workgroup tiles, the unrolled inner product and the output stores
+    through `store4(obat, row, col, v)`. `prologue`: A's vec4 units go through `prologue`.
+    `looped`: the operands ("a", "b") staged by `looped_staging`, in the loads (not with
+    `prefetch`). Shared by matmul and conv_gemm, which differ in how a unit is loaded (their
+    `load_a`, `load_b`) and where an output element goes (their `store4`)."""
+    if looped and tiling.prefetch:
+        raise ValueError(f"GEMM tiling {tiling}: a looped staging has no registers to prefetch into")
+    units_a, units_b = tiling.units_per_thread
+    unrolled = [(op, units) for op, units in ((op_a, units_a), (op_b, units_b)) if op.name not in looped]
+    registers = [f"var r{op.name}{j}: vec4<f32>;" for op, units in unrolled for j in range(units)]
+    loads = [
+        line
+        for op, units in ((op_a, units_a), (op_b, units_b))
+        for line in (
+            looped_staging(op, tiling, units, ragged_k)
+            if op.name in looped
+            else [
+                line
+                for j in range(units)
+                for line in unit_code(op, tiling, ragged_k, j, "KT", f"r{op.name}{j}", op is op_a and prologue)
+            ]
+        )
+    ]
+    stores = [
+        line for op, units in unrolled for j in range(units) for line in store_code(op, tiling, j, f"r{op.name}{j}")
+    ]
+    load_text = "\n        ".join(loads)
+    return {
+        "BM": tiling.bm,
+        "BN": tiling.bn,
+        "BK": tiling.bk,
+        "TX": tiling.threads_x,
+        "TY": tiling.threads_y,
+        "PREFETCH": tiling.prefetch,
+        "REGISTERS": "\n    ".join(registers),
+        "ACCUMULATORS": "\n    ".join(
+            f"var acc_{i}_{h} = vec4<f32>(0.0);" for i in range(4 * tiling.rm) for h in range(tiling.rn)
+        ),
+        "LOAD_FIRST": load_text.replace("KT", "kbegin"),
+        "LOAD": load_text.replace("KT", "k0"),
+        "LOAD_NEXT": load_text.replace("KT", "(k0 + BK)"),
+        "STAGE": "\n        ".join(stores),
+        "MULTIPLY": "\n        ".join(multiply_code(tiling)),
+        "STORE": "\n    ".join(output_code(tiling)),
+    }
+
+
 def output_code(tiling: GemmTiling) -> list[str]:
     """Stores of every accumulator through the epilogue (`store4`)."""
     lines = []
@@ -148,10 +221,16 @@ def output_code(tiling: GemmTiling) -> list[str]:
     return lines
 
 
+def store_guard(m: int, n: int, bm: int, bn: int) -> str:
+    """The WGSL that leaves `store4` for a (row, col) outside the M × N output: a check on each axis
+    the tiles do not divide ("" when both do)."""
+    checks = (["row < M"] if m % bm else []) + (["col < N"] if n % bn else [])
+    return f"if (!({' && '.join(checks)})) {{ return; }}" if checks else ""
+
+
 def store4_function(m: int, n: int, bm: int, bn: int, vector: bool) -> str:
     """`store4(bat, row, col, v)`: out[bat, row, col .. col + 3] = epilogue(v), inside the matrix."""
-    checks = (["row < M"] if m % bm else []) + (["col < N"] if n % bn else [])
-    guard = f"if (!({' && '.join(checks)})) {{ return; }}" if checks else ""
+    guard = store_guard(m, n, bm, bn)
     if vector:
         parts = ", ".join(f"epilogue(v.{comp}, bat, row, col + {c}u)" for c, comp in enumerate("xyzw"))
         body = f"out[((bat * M + row) * N + col) / 4u] = vec4<f32>({parts});"
@@ -301,21 +380,6 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     vec4_names = {name for name, on in (("a", op_a.vector), ("b", op_b.vector), ("out", vector_out)) if on}
     tiles_m = -(-m // tiling.bm)
     rows_grid = grid_for(tiles_m * batches * splits)  # (row tile, batch, part) triples, folded over y and z
-    units_a, units_b = tiling.units_per_thread
-    registers = [f"var ra{j}: vec4<f32>;" for j in range(units_a)] + [f"var rb{j}: vec4<f32>;" for j in range(units_b)]
-    loads = [
-        line
-        for op, units in ((op_a, units_a), (op_b, units_b))
-        for j in range(units)
-        for line in unit_code(op, tiling, ragged_k, j, "KT", f"r{op.name}{j}", op is op_a and prologue_text != "$a")
-    ]
-    stores = [
-        line
-        for op, units in ((op_a, units_a), (op_b, units_b))
-        for j in range(units)
-        for line in store_code(op, tiling, j, f"r{op.name}{j}")
-    ]
-    load_text = "\n        ".join(loads)
     wgsl = render(
         "matmul",
         {
@@ -323,17 +387,11 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "M": m,
             "N": n,
             "K": k,
-            "BM": tiling.bm,
-            "BN": tiling.bn,
-            "BK": tiling.bk,
-            "TX": tiling.threads_x,
-            "TY": tiling.threads_y,
             "TILES_M": tiles_m,
             "TILES": tiles_m * batches,
             "SPLITS": splits,
             "K_PART": k_part,
             "GRID_Y": max(rows_grid[0], 1),
-            "PREFETCH": tiling.prefetch,
             "A_SCALAR": not op_a.vector,
             "B_SCALAR": not op_b.vector,
             # Elements between an operand's matrices; 0u for a 2-D operand shared by the whole batch.
@@ -347,16 +405,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "READS": reads,
             "EPILOGUE": epilogue,
             "STORE4": store4_function(m, n, tiling.bm, tiling.bn, vector_out),
-            "REGISTERS": "\n    ".join(registers),
-            "ACCUMULATORS": "\n    ".join(
-                f"var acc_{i}_{h} = vec4<f32>(0.0);" for i in range(4 * tiling.rm) for h in range(tiling.rn)
-            ),
-            "LOAD_FIRST": load_text.replace("KT", "kbegin"),
-            "LOAD": load_text.replace("KT", "k0"),
-            "LOAD_NEXT": load_text.replace("KT", "(k0 + BK)"),
-            "STAGE": "\n        ".join(stores),
-            "MULTIPLY": "\n        ".join(multiply_code(tiling)),
-            "STORE": "\n    ".join(output_code(tiling)),
+            **gemm_blocks(op_a, op_b, tiling, ragged_k, prologue_text != "$a"),
         },
     )
     label = f"{node.op} {shape_text(batch) + '×' if batch else ''}{m}x{k}x{n}"
