@@ -356,7 +356,7 @@ def test_large_grids_fold_into_two_dimensions(monkeypatch):
     from meganeura.codegen import common
 
     monkeypatch.setattr(common, "MAX_WORKGROUPS_PER_DIM", 3)
-    monkeypatch.setattr(codegen_conv, "gemm_tiling", lambda *_: GemmTiling(64, 64, 16, 2, 2))
+    monkeypatch.setattr(codegen_conv, "gemm_tiling", lambda *_, **__: GemmTiling(64, 64, 16, 2, 2))
     graph, feeds = conv_graph("forward", KERNEL_GEOMETRIES[-1], "add($acc,$0)", (70, 1, 1))
     spec = lower_node(graph, graph.outputs["out"])
     assert spec.grid == (3, 3, 1)  # 2 row tiles × 4 column tiles of 64x64, 9 workgroups of which 1 idle
@@ -406,7 +406,7 @@ FORCED_TILINGS = [
 def test_kernel_tilings_on_ragged_shapes(monkeypatch, tiling, geometries):
     """Tile configurations the test sizes would not pick, in every mode, on ragged and vec4 shapes,
     strides 1 and 2, 1×1 and 3×3, with an epilogue on forward, grad_weight also in 3 parts of K."""
-    monkeypatch.setattr(codegen_conv, "gemm_tiling", lambda *_: tiling)
+    monkeypatch.setattr(codegen_conv, "gemm_tiling", lambda *_, **__: tiling)
     for index in geometries:
         geometry = RAGGED_GEOMETRIES[index]
         graph, feeds = conv_graph("forward", geometry, "relu(add($acc,$0))", (geometry[2], 1, 1))

@@ -25,7 +25,7 @@ import math
 
 from meganeura.codegen.common import Operands, bindings_wgsl, expression_code, grid_for, output_binding, shape_text
 from meganeura.codegen.expressions import helper_functions
-from meganeura.codegen.gemm_table import GENERIC_TABLE, TABLES, GemmTiling, gemm_tiling, shrunk
+from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling, shrunk, table_for
 from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.matmul import OperandTile, gemm_blocks, store_guard
 from meganeura.codegen.registry import lowering
@@ -80,7 +80,7 @@ def conv_tiling(
     """The GEMM tiling of a conv_gemm on `target`: the matmul table's for its M×K·K×N product,
     its groups (stride phases, parts of K) counted as the batch."""
     m, n, k = conv_gemm_dims(attrs, a, b, out)
-    return gemm_tiling(m, n, k, conv_groups(attrs), target, b_along_k(attrs["mode"]))
+    return gemm_tiling(m, n, k, conv_groups(attrs), target, b_along_k(attrs["mode"]), kind="conv")
 
 
 def conv_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
@@ -112,9 +112,7 @@ MIN_SPLIT_K = 256
 def largest_tiling(m: int, n: int, target: Target, transpose_b: bool) -> GemmTiling:
     """The first rung of the target family's ladder that fits its workgroup memory, shrunk to an
     M × N output."""
-    family = "cpu" if target.cpu else target.tuning
-    ladder = TABLES.get(family, GENERIC_TABLE)
-    return shrunk(ladder.largest(transpose_b, target), m, n, target.workgroup_memory)
+    return shrunk(table_for(target, "conv").largest(transpose_b, target), m, n, target.workgroup_memory)
 
 
 def weight_splits(filters: int, columns: int, reduction: int, target: Target) -> int:

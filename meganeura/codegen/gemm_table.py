@@ -149,7 +149,22 @@ HOPPER_TABLE = GemmLadder(
 # 512x2048x128 15.1 (16.7 at BK 32); next best 64x128 16x16 and 128x128 8x16, 15-25% slower.
 CPU_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(128, 128, 16, 4, 4), GemmTiling(32, 64, 16, 1, 1)))
 
+# lavapipe's convolutions (codegen/conv.py) take 8x8 per thread: as fast as the matmul's 16x16 once
+# compiled and far quicker for LLVM to compile, which a CPU does for every distinct kernel on a
+# fresh machine (no shader cache: CI). examples/resnet_digits.py, one epoch of 44 steps with
+# MESA_SHADER_CACHE_DISABLE=true / two epochs with a warm cache, on this project's 2-core machine
+# (2026-12-01): 128x128 16x16 110.2 s / 65.8 ms a step; 64x64 8x8 28.5 s / 66.5 ms; 32x64 4x4
+# 12.4 s / 79.6 ms.
+CPU_CONV_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(64, 64, 16, 2, 2), GemmTiling(32, 64, 16, 1, 1)))
+
 TABLES = {"generic": GENERIC_TABLE, "hopper": HOPPER_TABLE, "cpu": CPU_TABLE}
+
+
+def table_for(target: Target, kind: str = "matmul") -> GemmLadder:
+    """The ladder a product of `kind` ("matmul", or "conv" for the implicit GEMMs) takes on `target`."""
+    if target.cpu:
+        return CPU_CONV_TABLE if kind == "conv" else CPU_TABLE
+    return TABLES.get(target.tuning, GENERIC_TABLE)
 
 
 def shrunk(tiling: GemmTiling, m: int, n: int, workgroup_memory: int) -> GemmTiling:
@@ -172,9 +187,9 @@ def shrunk(tiling: GemmTiling, m: int, n: int, workgroup_memory: int) -> GemmTil
 
 
 def gemm_tiling(
-    m: int, n: int, k: int, batches: int = 1, target: Target = GENERIC, transpose_b: bool = False
+    m: int, n: int, k: int, batches: int = 1, target: Target = GENERIC, transpose_b: bool = False, kind: str = "matmul"
 ) -> GemmTiling:
-    """The tiling the matmul kernel uses for an M×K·K×N product (`batches` of them) on `target`."""
-    family = "cpu" if target.cpu else target.tuning
-    tiling = TABLES.get(family, GENERIC_TABLE).pick(m, n, batches, target, transpose_b)
+    """The tiling the matmul kernel (`kind` "conv": the implicit-GEMM convolution) uses for an
+    M×K·K×N product (`batches` of them) on `target`."""
+    tiling = table_for(target, kind).pick(m, n, batches, target, transpose_b)
     return shrunk(tiling, m, n, target.workgroup_memory)

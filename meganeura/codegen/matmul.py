@@ -46,7 +46,7 @@ from meganeura.codegen.common import (
     sum_terms,
 )
 from meganeura.codegen.expressions import helper_functions
-from meganeura.codegen.gemm_table import GENERIC_TABLE, TABLES, GemmTiling, gemm_tiling, shrunk
+from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling, shrunk, table_for
 from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
@@ -256,9 +256,7 @@ def matmul_splits(m: int, n: int, k: int, batches: int, target: Target, transpos
     that a tiled product already keeps busy."""
     if target.cpu or target.compute_units < 2 or k < 2 * MIN_SPLIT_K:
         return 1
-    largest = shrunk(
-        TABLES.get(target.tuning, GENERIC_TABLE).largest(transpose_b, target), m, n, target.workgroup_memory
-    )
+    largest = shrunk(table_for(target).largest(transpose_b, target), m, n, target.workgroup_memory)
     tiles = batches * -(-m // largest.bm) * -(-n // largest.bn)
     if tiles >= SPLIT_FILL * target.compute_units:
         return 1
@@ -296,9 +294,7 @@ def counted_workgroups(dispatched: int, tiling: GemmTiling, m: int, n: int, targ
     """`dispatched` workgroups of `tiling` as the cost model counts them (`matmul_workgroups`)."""
     if target.cpu:
         return dispatched
-    largest = shrunk(
-        TABLES.get(target.tuning, GENERIC_TABLE).largest(transpose_b, target), m, n, target.workgroup_memory
-    )
+    largest = shrunk(table_for(target).largest(transpose_b, target), m, n, target.workgroup_memory)
     return max(1, dispatched * tiling.bm * tiling.bn // (largest.bm * largest.bn * SPLIT_FILL))
 
 
