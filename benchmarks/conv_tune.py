@@ -19,20 +19,17 @@ picks today and of every candidate; `--json` keeps every time.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import random
 from dataclasses import dataclass
 
-import numpy as np
+from gemm_tune import median_seconds, one_op_graph  # benchmarks/ is the script's directory
 
 from meganeura.codegen import conv as codegen_conv
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import GemmTiling
 from meganeura.codegen.lower import lower_node
-from meganeura.ir.trace import Tracer
 from meganeura.rewrite.cost import node_cost
-from meganeura.runtime import Executable, default_device
+from meganeura.runtime import default_device
 
 # (bm, bn, bk, rm, rn, prefetch): the H200 ladders' rungs and their neighbours.
 GPU_CANDIDATES = [
@@ -68,13 +65,7 @@ class Case:
 
 def one_node_graph(operands, attrs: dict, copies: int = 1):
     """A graph of `copies` conv_gemm nodes on the same leaves, outputs c0, c1, …"""
-    tracer = Tracer()
-    leaves = [
-        tracer.const(t) if isinstance(t, float) else tracer.leaf("input", f"x{i}", t) for i, t in enumerate(operands)
-    ]
-    for index in range(copies):
-        tracer.graph.outputs[f"c{index}"] = tracer.emit("conv_gemm", leaves, **attrs)
-    return tracer.graph
+    return one_op_graph("conv_gemm", operands, attrs, copies)
 
 
 def step_cases(small: bool, target) -> list[Case]:
@@ -104,28 +95,7 @@ def step_cases(small: bool, target) -> list[Case]:
 def seconds(case: Case, tiling: GemmTiling, repeat: int, device) -> float:
     """Median GPU time of one dispatch of `case` with `tiling`."""
     graph = one_node_graph(case.operands, dict(case.attrs), repeat)
-    original = codegen_conv.gemm_tiling
-    codegen_conv.gemm_tiling = lambda *_: tiling
-    try:
-        executable = Executable(compile_step(graph, device.target), device, {}, {})
-    finally:
-        codegen_conv.gemm_tiling = original
-    rng = np.random.default_rng(0)
-    inputs = {
-        f"x{i}": rng.normal(size=t.shape).astype(np.float32)
-        for i, t in enumerate(case.operands)
-        if not isinstance(t, float)
-    }
-    try:
-        executable.heat(inputs, 0.1)  # GPU clocks idle low while the pipeline compiles
-        _, profile = executable.profile(inputs)
-        times = sorted(kernel.ns for kernel in profile.kernels if kernel.kind == "conv_gemm")
-        return times[len(times) // 2] / 1e9
-    finally:  # free the device memory now: a full device slows every later configuration
-        for buffer in executable.buffers:
-            buffer.destroy()
-        del executable
-        gc.collect()
+    return median_seconds(graph, case.operands, codegen_conv, tiling, ("conv_gemm",), device)
 
 
 def main() -> None:

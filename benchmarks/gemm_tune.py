@@ -119,37 +119,47 @@ def product_case(text: str) -> Case:
     return Case(case_label(case), case.op, case.operands, case.attrs, 1)
 
 
-def seconds(case: Case, tiling: GemmTiling, repeat: int, device) -> float:
-    """Median GPU time of one dispatch of `case` with `tiling`."""
+def one_op_graph(op: str, operands, attrs: dict, copies: int = 1):
+    """A graph of `copies` nodes of `op` on the same leaves (a float operand is a constant),
+    outputs c0, c1, …"""
     tracer = Tracer()
-    operands = [
-        tracer.const(t) if isinstance(t, float) else tracer.leaf("input", f"x{i}", t)
-        for i, t in enumerate(case.operands)
+    leaves = [
+        tracer.const(t) if isinstance(t, float) else tracer.leaf("input", f"x{i}", t) for i, t in enumerate(operands)
     ]
-    for index in range(repeat):
-        tracer.graph.outputs[f"c{index}"] = tracer.emit(case.op, operands, **dict(case.attrs))
-    original = codegen_matmul.gemm_tiling
-    codegen_matmul.gemm_tiling = lambda *_: tiling
+    for index in range(copies):
+        tracer.graph.outputs[f"c{index}"] = tracer.emit(op, leaves, **attrs)
+    return tracer.graph
+
+
+def median_seconds(graph, operands, lowering_module, tiling: GemmTiling, kinds: tuple[str, ...], device) -> float:
+    """Median GPU time of the dispatches of `kinds` in `graph`, every GEMM tiling of the lowering
+    in `lowering_module` (codegen.matmul or codegen.conv) forced to `tiling`."""
+    original = lowering_module.gemm_tiling
+    lowering_module.gemm_tiling = lambda *_, **__: tiling
     try:
-        executable = Executable(compile_step(tracer.graph, device.target), device, {}, {})
+        executable = Executable(compile_step(graph, device.target), device, {}, {})
     finally:
-        codegen_matmul.gemm_tiling = original
+        lowering_module.gemm_tiling = original
     rng = np.random.default_rng(0)
     inputs = {
-        f"x{i}": rng.normal(size=t.shape).astype(np.float32)
-        for i, t in enumerate(case.operands)
-        if not isinstance(t, float)
+        f"x{i}": rng.normal(size=t.shape).astype(np.float32) for i, t in enumerate(operands) if not isinstance(t, float)
     }
     try:
         executable.heat(inputs, 0.1)  # GPU clocks idle low while the pipeline compiles
         _, profile = executable.profile(inputs)
-        times = sorted(kernel.ns for kernel in profile.kernels if kernel.kind in ("matmul", "fused_matmul"))
+        times = sorted(kernel.ns for kernel in profile.kernels if kernel.kind in kinds)
         return times[len(times) // 2] / 1e9
     finally:  # free the device memory now: a full device slows every later configuration
         for buffer in executable.buffers:
             buffer.destroy()
         del executable
         gc.collect()
+
+
+def seconds(case: Case, tiling: GemmTiling, repeat: int, device) -> float:
+    """Median GPU time of one dispatch of `case` with `tiling`."""
+    graph = one_op_graph(case.op, case.operands, dict(case.attrs), repeat)
+    return median_seconds(graph, case.operands, codegen_matmul, tiling, ("matmul", "fused_matmul"), device)
 
 
 def main() -> None:
