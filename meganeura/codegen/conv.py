@@ -27,7 +27,7 @@ from meganeura.codegen.common import Operands, bindings_wgsl, expression_code, g
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling, shrunk, table_for
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.matmul import OperandTile, gemm_blocks, store_guard
+from meganeura.codegen.matmul import OperandTile, gemm_blocks, parts_to_fill, store_guard
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
@@ -127,9 +127,7 @@ def weight_splits(filters: int, columns: int, reduction: int, target: Target) ->
     tiles = -(-filters // tiling.bm) * -(-columns // tiling.bn)
     if target.compute_units == 1 or tiles >= FILL_WAVES * target.compute_units or reduction < 2 * MIN_SPLIT_K:
         return 1  # (one unit: nothing to fill)
-    splits = min(-(-SPLIT_WAVES * target.compute_units // tiles), reduction // MIN_SPLIT_K, MAX_SPLITS)
-    splits = -(-reduction // split_length(reduction, splits))  # no empty part
-    return splits if splits > 1 else 1
+    return parts_to_fill(tiles, reduction, SPLIT_WAVES * target.compute_units, MIN_SPLIT_K, MAX_SPLITS)
 
 
 def pair_text(prefix: str, value: tuple[int, int], default: int) -> str:

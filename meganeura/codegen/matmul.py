@@ -260,8 +260,15 @@ def matmul_splits(m: int, n: int, k: int, batches: int, target: Target, transpos
     tiles = batches * -(-m // largest.bm) * -(-n // largest.bn)
     if tiles >= SPLIT_FILL * target.compute_units:
         return 1
-    splits = min(-(-SPLIT_FILL * target.compute_units // tiles), k // MIN_SPLIT_K, MAX_SPLITS)
-    splits = -(-k // split_length(k, splits))  # no empty part
+    return parts_to_fill(tiles, k, SPLIT_FILL * target.compute_units, MIN_SPLIT_K, MAX_SPLITS)
+
+
+def parts_to_fill(tiles: int, reduction: int, wanted: int, shortest: int, most: int) -> int:
+    """The parts a reduction of `reduction` elements splits into so that `tiles` output tiles
+    become `wanted` workgroups, each part at least `shortest` long, at most `most` parts, none
+    empty (1: no split). Matmul split-K and the convolutions' weight gradients share it."""
+    splits = min(-(-wanted // tiles), reduction // shortest, most)
+    splits = -(-reduction // split_length(reduction, max(splits, 1)))  # no empty part
     return splits if splits > 1 else 1
 
 
