@@ -75,10 +75,8 @@ def split_attention_heads(graph: Graph, target: Target) -> Graph:
             canonical, types = checked_type(node.op, operand_types(new, inputs), attrs)
             new_id[node.id] = new.add(node.op, inputs, types, canonical, node.sources)
         elif source is not None and source.id in chosen:  # dK or dV: the sum of its group's parts
-            _, summed, grouped_shape = split_types(graph, source)
-            part = new.add(
-                "result", inputs, (TensorType(split_types(graph, source)[0].shape),), node.attr_dict, node.sources
-            )
+            per_head, summed, grouped_shape = split_types(graph, source)
+            part = new.add("result", inputs, per_head, node.attr_dict, node.sources)
             grouped = new.add("reshape", (part,), (TensorType(grouped_shape),), {"shape": grouped_shape}, node.sources)
             new_id[node.id] = new.add("sum", (grouped,), (summed,), {"axes": (2,), "keepdim": False}, node.sources)
         else:
