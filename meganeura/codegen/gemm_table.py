@@ -157,13 +157,34 @@ CPU_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(128, 128, 16, 4, 4), GemmTilin
 # 12.4 s / 79.6 ms.
 CPU_CONV_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(64, 64, 16, 2, 2), GemmTiling(32, 64, 16, 1, 1)))
 
+# The H200's convolutions (codegen/conv.py): the 8x8-per-thread 128x128 tiles win over the
+# matmul ladder's smaller rungs, which its `fill` picks for most of ResNet-18's outputs. Measured
+# on the H200 on 2026-12-01 with `PYTHONPATH=. python benchmarks/conv_tune.py --repeat 8` (the 36
+# distinct conv_gemm kernels of the ResNet-18 bench step, 11 tilings each); summed over the
+# step by how often each kernel runs: the weight gradients (B along K) 14.1 ms on the matmul
+# ladder, 12.7 on this one (best of every kernel's candidates: 10.5), the forward and input
+# gradients 31.3 and 27.5 (best 19.9). The first rung of `transposed_b` is the matmul's, so the
+# weight gradients' split counts (conv.weight_splits, counted in that rung) stay as measured.
+HOPPER_CONV_TABLE = GemmLadder(
+    fill=2,
+    ladder=(GemmTiling(128, 128, 16, 2, 2, prefetch=True), GemmTiling(128, 128, 32, 2, 2)),
+    transposed_b=(
+        GemmTiling(128, 128, 16, 2, 2, prefetch=True),
+        GemmTiling(64, 128, 16, 2, 2, prefetch=True),
+        GemmTiling(32, 64, 16, 1, 1),
+    ),
+)
+
 TABLES = {"generic": GENERIC_TABLE, "hopper": HOPPER_TABLE, "cpu": CPU_TABLE}
+CONV_TABLES = {"hopper": HOPPER_CONV_TABLE}
 
 
 def table_for(target: Target, kind: str = "matmul") -> GemmLadder:
     """The ladder a product of `kind` ("matmul", or "conv" for the implicit GEMMs) takes on `target`."""
     if target.cpu:
         return CPU_CONV_TABLE if kind == "conv" else CPU_TABLE
+    if kind == "conv" and target.tuning in CONV_TABLES:
+        return CONV_TABLES[target.tuning]
     return TABLES.get(target.tuning, GENERIC_TABLE)
 
 
