@@ -1,14 +1,17 @@
 """Column reductions and convolution weight gradients, one kernel (or one pair) at a time: the
 one-level form against two-level / split-K forms of several split sizes, GPU timestamps, one process.
 
-    python benchmarks/reductions.py [--batch 128] [--elements 29360128] [--repeat 5] [--only bn,sum,col,wgrad]
+    python benchmarks/reductions.py [--batch 128] [--elements 29360128] [--repeat 5]
+                                    [--only bn,sum,col,partials,wgrad] [--entries reduce_serial,…]
 
 Workloads (ResNet-18 on CIFAR shapes at `--batch`, and the LM-sized bias gradient):
 - bn: the batch-norm statistics of ResNet-18's stages, Σx² over (N, H, W) of [N, C, H, W] → [C]
   (a fused_reduce with the prologue x·x, as the training step runs them), C·H·W = 64·32², 128·16²,
   256·8², 512·4²;
 - sum: a full sum of `--elements` elements (28M by default) to a scalar;
-- col: a column sum [2048, 1536] → [1536] (a bias gradient of a 2048-token batch);
+- col: column sums [rows, C] → [C]: the bias gradients of a 2048-token batch (C = 1536, 768)
+  and of the digits MLP (256 × 1024), an RMSNorm weight's gradient (2048 × 576);
+- partials: the combine of a split product's partials, [S, 2048, 576] → [2048, 576], S = 2, 4;
 - wgrad: the 3×3 weight gradients (stride 1, padding 1) of the 32×32, 16×16 and 8×8 stages,
   g [N, C, H·W] and x [N, C, H, W] → [C, C·9]: the whole-batch GEMM (chunks 1), one per image
   (chunks N, then the sum over the batch) and split-K in S parts (then the sum).
@@ -19,7 +22,9 @@ copies of the GPU time of its kernels (partials + combine), each dispatch in its
 (Executable.profile). `S*` marks the split the compiler would choose on this adapter
 (codegen/reduce.py `reduce_splits`, codegen/conv.py `weight_splits`), `*` alone the one-level form
 where it chooses no split. GB/s counts the bytes the cost model counts (reads + writes, partials
-included); TFLOP/s the GEMM's 2·M·N·K.
+included); TFLOP/s the GEMM's 2·M·N·K. `--entries` times every reduction again with each named
+entry point of shaders/reduce.wgsl forced (each computes any reduction: the choice is speed
+only), so the rule of `codegen.reduce.reduce_plan` can be checked against the others.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from meganeura.codegen import reduce as codegen_reduce
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.conv import weight_splits
 from meganeura.codegen.reduce import reduce_splits
@@ -145,11 +151,16 @@ def build(args, target: Target, max_binding: int) -> Bench:
         candidates = sorted({132, 264, 528, 1056, 2112, chosen} - {1})
         bench.reduction(f"sum of {args.elements}", x, shape, (0,), chosen, candidates)
     if "col" in only:
-        shape = (2048, 1536)
-        x = bench.leaf("rows", shape)
-        chosen = reduce_splits(shape, (0,), target)
-        candidates = sorted({4, 8, 16, 32, 64, chosen} - {1})
-        bench.reduction("column sum [2048,1536]", x, shape, (0,), chosen, candidates)
+        for shape in ((2048, 1536), (2048, 768), (2048, 576), (256, 1024)):
+            x = bench.leaf(f"rows{shape}", shape)
+            chosen = reduce_splits(shape, (0,), target)
+            candidates = sorted({4, 8, 16, 32, 64, chosen} - {1})
+            bench.reduction(f"column sum [{shape[0]},{shape[1]}]", x, shape, (0,), chosen, candidates)
+    if "partials" in only:
+        for splits in (2, 4):
+            shape = (splits, 2048, 576)
+            x = bench.leaf(f"partials{splits}", shape)
+            bench.reduction(f"partials [{splits},2048,576]", x, shape, (0,), 1, [])
     if "wgrad" in only:
         for channels, side in STAGES[:3]:
             g = bench.leaf(f"g{channels}", (n, channels, side * side))
@@ -164,11 +175,26 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--elements", type=int, default=28 * 2**20)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--only", default="bn,sum,col,wgrad")
+    parser.add_argument("--only", default="bn,sum,col,partials,wgrad")
+    parser.add_argument("--entries", default="", help="also time with each of these reduce.wgsl entry points forced")
     args = parser.parse_args()
     device = default_device()
     target = device.target
     print(f"adapter: {device.describe()}; target {target.name}: {target.compute_units} units")
+    original = codegen_reduce.reduce_plan
+    for entry in ["", *filter(None, args.entries.split(","))]:
+        if entry:
+            print(f"\n-- every reduction with {entry} forced")
+            size = 64 if entry == "reduce_serial" else 256
+            codegen_reduce.reduce_plan = lambda outs, r, innermost, entry=entry, size=size: (entry, size)
+        try:
+            run(args, device, target)
+        finally:
+            codegen_reduce.reduce_plan = original
+
+
+def run(args, device, target: Target) -> None:
+    """Build, compile and time every variant once; print a row per variant."""
     bench = build(args, target, device.limits.get("max-storage-buffer-binding-size", 2**27))
     compiled = compile_step(bench.tracer.graph, target)
     executable = Executable(compiled, device, {}, {})

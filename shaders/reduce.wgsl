@@ -10,16 +10,22 @@
 // and PART = R for a plain reduction), so neighbouring items are neighbouring outputs of one part.
 // Bindings (group 0, generated from the KernelSpec): one read binding per input buffer (x0,
 // x1, …; scalar constants are inlined), then out (read_write).
-// Two entry points:
+// Three entry points:
 // - reduce_tree: one workgroup of WG threads per item; each thread combines a strided slice
 //   of its part, then a tree reduction in workgroup memory. For long reductions.
 //   Grid: ITEMS workgroups, folded into (GRID_X, y).
+// - reduce_columns: COLUMNS neighbouring items per workgroup, WG / COLUMNS threads (lanes) per
+//   item, lane l combining elements l, l + LANES, … of the item's part; the lanes' values are
+//   then combined in workgroup memory (a tree in lane order). For long reductions over outer
+//   dims (column sums), where neighbouring items are neighbouring words: each row of a part is
+//   read as COLUMNS contiguous words. Grid: ITEMS / COLUMNS workgroups, folded into (GRID_X, y).
 // - reduce_serial: one thread per item, looping over its part. For short reductions with
 //   many outputs, where neighbouring threads then read neighbouring addresses.
 //   Grid: ITEMS / WG workgroups, folded into (GRID_X, y).
 // Either way the order of the additions is fixed by the sizes: results are deterministic.
 //
-// Placeholders: BINDINGS, OUTS, R, SPLITS, PART (⌈R/SPLITS⌉), WG (a power of two), GRID_X,
+// Placeholders: BINDINGS, OUTS, R, SPLITS, PART (⌈R/SPLITS⌉), WG (a power of two), COLUMNS
+// (a power of two dividing WG), GRID_X,
 // FUNCTIONS (helpers the expressions call), READS (`let` statements loading the inputs at `o`,
 // `r`), PROLOGUE (the f32 value reduced at (o, r)), INIT (the identity of ⊕), COMBINE (⊕ of `a`
 // and `b`), EPILOGUE (an f32 expression of `value`, the reduced value).
@@ -33,6 +39,8 @@ const PART: u32 = {{PART}}u;
 const ITEMS: u32 = OUTS * SPLITS;
 const WG: u32 = {{WG}}u;
 const GRID_X: u32 = {{GRID_X}}u;
+const COLUMNS: u32 = {{COLUMNS}}u;
+const LANES: u32 = WG / COLUMNS;
 
 var<workgroup> partial: array<f32, WG>;
 
@@ -73,6 +81,33 @@ fn reduce_tree(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     }
     if (lid == 0u && item < ITEMS) {
         out[item] = finish(partial[0]);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn reduce_columns(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let column = lid % COLUMNS;
+    let lane = lid / COLUMNS;
+    let item = (wid.x + wid.y * GRID_X) * COLUMNS + column;
+    var acc = {{INIT}};
+    if (item < ITEMS) {
+        let o = item % OUTS;
+        let first = (item / OUTS) * PART;
+        let end = min(first + PART, R);
+        for (var r = first + lane; r < end; r += LANES) {
+            acc = combine(acc, value_at(o, r));
+        }
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var half = LANES / 2u; half > 0u; half >>= 1u) {
+        if (lane < half) {
+            partial[lid] = combine(partial[lid], partial[lid + half * COLUMNS]);
+        }
+        workgroupBarrier();
+    }
+    if (lane == 0u && item < ITEMS) {
+        out[item] = finish(partial[lid]);
     }
 }
 

@@ -533,7 +533,9 @@ SUMS = [
     ((2, 3, 4, 5), (3,)),
     ((3, 1000), (1,)),  # long rows: a workgroup per output
     ((40, 300), (0,)),  # short columns: a thread per output
-    ((300, 5), (0,)),  # long columns, few outputs: a workgroup per output
+    ((300, 5), (0,)),  # long columns, few outputs: 16 outputs a workgroup, 16 threads each
+    ((257, 37), (0,)),  # long columns, outputs not a multiple of 16, rows not of the 16 lanes
+    ((3, 131, 7, 5), (0, 1)),  # outer dims reduced: neighbouring outputs are neighbouring words
     ((2000,), (0,)),
     ((), ()),
 ]
@@ -547,6 +549,8 @@ def test_sum(shape, axes, keepdim):
         assert executable.kernels[0].entry_point == "reduce_tree"
     if shape == (40, 300):
         assert executable.kernels[0].entry_point == "reduce_serial"
+    if shape in ((300, 5), (257, 37), (3, 131, 7, 5)):
+        assert executable.kernels[0].entry_point == "reduce_columns"
 
 
 @pytest.mark.parametrize("shape, axes", SUMS, ids=lambda v: "x".join(map(str, v)) if v else "scalar")
@@ -570,6 +574,9 @@ FUSED_REDUCES = [
     ("max", "add($0,$1)", "exp($r)", [(300, 5), (300, 1)], (0, 1)),
     ("max", "swiglu($0,$1)", "sigmoid($r)", [(33, 300), (33, 300)], (1,)),
     ("max", "$0", "$r", [()], ()),
+    # an RMSNorm weight's gradient Σ g·x·r over (batch, seq): reduce_columns, r broadcast per row
+    ("sum", "mul(mul($0,$1),$2)", "$r", [(3, 43, 37), (3, 43, 37), (3, 43, 1)], (0, 1)),
+    ("max", "add($0,$1)", "neg($r)", [(129, 19), (19,)], (0,)),
 ]
 
 

@@ -108,6 +108,8 @@ KERNELS = [  # shape, axes, splits, entry point the partials take
     ((200, 1100), (0,), 13, "reduce_serial"),  # a column sum over many outputs: a thread per partial
     ((70, 3, 30), (0, 2), 3, "reduce_tree"),
     ((90, 33), (0,), 4, "reduce_serial"),  # short parts: a thread per partial
+    ((1000, 37), (0,), 3, "reduce_columns"),  # long parts of columns: 16 partials a workgroup
+    ((517, 3, 21), (0, 1), 5, "reduce_columns"),  # a workgroup's 16 partials straddle two parts
 ]
 
 
@@ -149,7 +151,8 @@ def test_the_split_fills_the_units_and_leaves_no_part_empty():
     cases = {  # (shape, axes): (splits on the H200, workgroups of the partials)
         ((128, 64, 32, 32), (0, 2, 3)): (9, 576),
         ((28 * 2**20,), (0,)): (528, 528),
-        ((2048, 1536), (0,)): (22, 528),
+        ((2048, 1536), (0,)): (6, 576),  # reduce_columns: 16 outputs a workgroup, 96 unsplit
+        ((2048, 576), (0,)): (8, 288),  # an RMSNorm weight's gradient: parts of 256 rows at least
     }
     for (shape, axes), (splits, workgroups) in cases.items():
         assert reduce_splits(shape, axes, H200) == splits, shape

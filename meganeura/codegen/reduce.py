@@ -44,26 +44,44 @@ REDUCE_INIT = {"sum": "0.0", "max": literal(float("-inf"))}
 REDUCE_COMBINE = {"sum": "a + b", "max": "max(a, b)"}
 
 
-def reduce_plan(outs: int, r: int, innermost_reduced: bool) -> tuple[str, int]:
-    """(entry point, workgroup size): a workgroup per output for long rows, a thread per output otherwise.
+# reduce_columns: a workgroup computes COLUMNS neighbouring outputs, each with WG / COLUMNS
+# threads. 16 floats are 64 bytes, two whole 32-byte memory sectors per row read.
+COLUMNS = 16
 
-    A workgroup per output wins when the reduction is long and contiguous (the workgroup reads
-    one row together) or when there are too few outputs to fill the device; a thread per output
-    wins for short reductions over many outputs, where neighbouring threads read neighbours.
+
+def reduce_plan(outs: int, r: int, innermost_reduced: bool) -> tuple[str, int]:
+    """(entry point, workgroup size) of a reduction of `r` elements for each of `outs` outputs.
+
+    - reduce_tree, a workgroup per output: a long reduction along contiguous memory (the
+      innermost dim is reduced), which the workgroup reads one row together;
+    - reduce_columns, COLUMNS outputs per workgroup: a long reduction over outer dims (a bias's
+      or a norm weight's gradient, a column sum [rows, C] → [C]): neighbouring outputs are
+      neighbouring words, so the workgroup reads whole row segments, and each output's sum is
+      shared by WG / COLUMNS threads. (A thread per output walked all R rows alone: a latency
+      chain that left the MLP's [256, 1024] bias gradients at 57 µs on the H200; a workgroup
+      per output read one word of every 32-byte sector it fetched.)
+    - reduce_serial, a thread per output: a short reduction (the partials of a split product
+      or reduction), where neighbouring threads read neighbours.
     """
-    if r > 64 and (innermost_reduced or outs < 1024):
-        return "reduce_tree", 256 if r >= 256 else 128
+    if r > 64:
+        return ("reduce_tree", 256 if r >= 256 else 128) if innermost_reduced else ("reduce_columns", 256)
     return "reduce_serial", 64
+
+
+def items_per_workgroup(entry: str, wg: int) -> int:
+    """The values (outputs or partials) one workgroup of `entry` computes."""
+    return {"reduce_tree": 1, "reduce_columns": COLUMNS}.get(entry, wg)
 
 
 # A split aims at SPLIT_WAVES workgroups per compute unit: a unit (an SM) holds several
 # workgroups at once, and a memory-bound reduction needs many loads in flight to hide latency.
 # A guess to tune with benchmarks/reductions.py (it times several split sizes on the target).
 SPLIT_WAVES = 4
-# The shortest part worth its own workgroup (reduce_tree: a few elements per thread) or thread
-# (reduce_serial): shorter parts spend more on writing and combining partials than they save.
-MIN_TREE_PART = 1024
-MIN_SERIAL_PART = 64
+# The shortest part of a split, by the entry point that computes the partials: reduce_tree's
+# 1024 are a few elements per thread, reduce_columns' 256 are 16 loads for each of an output's 16
+# threads, reduce_serial's 64 a thread's loop; shorter parts spend more on writing and combining
+# partials than they save.
+MIN_PART = {"reduce_tree": 1024, "reduce_columns": 256, "reduce_serial": 64}
 
 
 def reduce_geometry(in_shape: tuple[int, ...], axes) -> tuple[int, int, bool]:
@@ -76,16 +94,17 @@ def reduce_geometry(in_shape: tuple[int, ...], axes) -> tuple[int, int, bool]:
 
 def plan_workgroups(items: int, part: int, innermost_reduced: bool) -> int:
     """The workgroups of a reduction computing `items` values (outputs, or partials), each over
-    `part` elements: one per item (reduce_tree) or per WG items (reduce_serial)."""
+    `part` elements: one per item (reduce_tree), per COLUMNS items (reduce_columns) or per WG
+    items (reduce_serial)."""
     entry, wg = reduce_plan(items, part, innermost_reduced)
-    return items if entry == "reduce_tree" else -(-items // wg)
+    return -(-items // items_per_workgroup(entry, wg))
 
 
 def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
     """How many parts to split a reduction of `in_shape` over `axes` into on `target` (1: none).
 
     Only a reduction that leaves units of the target idle is split: into as many parts as give
-    SPLIT_WAVES workgroups per unit, each part at least MIN_TREE_PART (MIN_SERIAL_PART) long, and
+    SPLIT_WAVES workgroups per unit, each part at least MIN_PART of its entry point long, and
     no part empty. Whether the split is used is the cost model's call (it pays an extra dispatch
     and the partials' traffic for the units it fills)."""
     outs, r, innermost = reduce_geometry(in_shape, axes)
@@ -95,8 +114,8 @@ def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
     splits = 1
     while splits < r:  # the entry point of the partials depends on their count: settle it
         entry, wg = reduce_plan(outs * splits, split_length(r, splits), innermost)
-        per_item = 1 if entry == "reduce_tree" else wg
-        shortest = MIN_TREE_PART if entry == "reduce_tree" else MIN_SERIAL_PART
+        per_item = items_per_workgroup(entry, wg)
+        shortest = MIN_PART[entry]
         proposal = min(-(-wanted * per_item // outs), max(1, r // shortest))
         proposal = -(-r // split_length(r, proposal))  # no empty part
         if proposal <= splits:
@@ -155,6 +174,7 @@ def lower_reduce(graph: Graph, node: Node) -> KernelSpec:
             "SPLITS": splits,
             "PART": part,
             "WG": wg,
+            "COLUMNS": COLUMNS,
             "GRID_X": max(grid[0], 1),
             "FUNCTIONS": helper_functions([prologue, epilogue]),
             "READS": reads,
