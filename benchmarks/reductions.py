@@ -186,7 +186,7 @@ def main() -> None:
         if entry:
             print(f"\n-- every reduction with {entry} forced")
             size = 64 if entry == "reduce_serial" else 256
-            codegen_reduce.reduce_plan = lambda outs, r, innermost, entry=entry, size=size: (entry, size)
+            codegen_reduce.reduce_plan = lambda outs, r, innermost, target=None, entry=entry, size=size: (entry, size)
         try:
             run(args, device, target)
         finally:

@@ -17,7 +17,7 @@
 // - reduce_columns: COLUMNS neighbouring items per workgroup, WG / COLUMNS threads (lanes) per
 //   item, lane l combining elements l, l + LANES, … of the item's part; the lanes' values are
 //   then combined in workgroup memory (a tree in lane order). For long reductions over outer
-//   dims (column sums), where neighbouring items are neighbouring words: each row of a part is
+//   dims (column sums) on a CPU, where neighbouring items are neighbouring words: each row of a part is
 //   read as COLUMNS contiguous words. Grid: ITEMS / COLUMNS workgroups, folded into (GRID_X, y).
 // - reduce_serial: one thread per item, looping over its part. For short reductions with
 //   many outputs, where neighbouring threads then read neighbouring addresses.

@@ -26,7 +26,7 @@ from meganeura.ir.interpret import interpret
 from meganeura.ir.op import ShapeError, infer_type, op_def
 from meganeura.ir.ops.reduce import split_length
 from meganeura.rewrite import optimize
-from meganeura.target import Target, target_for
+from meganeura.target import GENERIC, Target, target_for
 
 MANY = Target("GPU-like", compute_units=256, max_storage_buffers=31)
 ONE = Target("one unit", compute_units=1, max_storage_buffers=31)
@@ -108,19 +108,34 @@ KERNELS = [  # shape, axes, splits, entry point the partials take
     ((200, 1100), (0,), 13, "reduce_serial"),  # a column sum over many outputs: a thread per partial
     ((70, 3, 30), (0, 2), 3, "reduce_tree"),
     ((90, 33), (0,), 4, "reduce_serial"),  # short parts: a thread per partial
-    ((1000, 37), (0,), 3, "reduce_columns"),  # long parts of columns: 16 partials a workgroup
-    ((517, 3, 21), (0, 1), 5, "reduce_columns"),  # a workgroup's 16 partials straddle two parts
+    ((1000, 37), (0,), 3, "reduce_tree"),  # long parts of columns: a workgroup per partial on a GPU
 ]
+CPU_KERNELS = [  # on a CPU: 16 partials of long columns a workgroup
+    ((1000, 37), (0,), 3, "reduce_columns"),
+    ((517, 3, 21), (0, 1), 5, "reduce_columns"),  # a workgroup's 16 partials straddle two parts
+    ((200, 1100), (0,), 13, "reduce_serial"),
+]
+CPU = Target("cpu", 2, 32, cpu=True)
 
 
 @pytest.mark.parametrize("kind", ["sum", "max"])
 @pytest.mark.parametrize("shape, axes, splits, entry", KERNELS)
 def test_split_kernel_matches_interpreter(shape, axes, splits, entry, kind):
+    check_split_kernel(shape, axes, splits, entry, kind, GENERIC)
+
+
+@pytest.mark.parametrize("kind", ["sum", "max"])
+@pytest.mark.parametrize("shape, axes, splits, entry", CPU_KERNELS)
+def test_split_kernel_for_a_cpu_matches_interpreter(shape, axes, splits, entry, kind):
+    check_split_kernel(shape, axes, splits, entry, kind, CPU)
+
+
+def check_split_kernel(shape, axes, splits: int, entry: str, kind: str, target: Target) -> None:
     graph = fused_reduce_graph(shape, axes, kind, splits=splits, prologue="mul($0,$0)", epilogue="mul($r,0.5)")
-    (spec,) = compile_step(graph).kernels
+    (spec,) = compile_step(graph, target).kernels
     assert spec.entry_point == entry and f"in {splits} parts" in spec.label
-    assert math.prod(spec.grid) == node_workgroups(graph, graph[graph.outputs["out"]])
-    check(graph, {"x0": normal(*shape)}, rtol=1e-4, atol=1e-4)
+    assert math.prod(spec.grid) == node_workgroups(graph, graph[graph.outputs["out"]], target)
+    check(graph, {"x0": normal(*shape)}, rtol=1e-4, atol=1e-4, target=target)
 
 
 def test_split_kernel_reads_a_broadcast_operand_in_its_prologue():
@@ -151,8 +166,8 @@ def test_the_split_fills_the_units_and_leaves_no_part_empty():
     cases = {  # (shape, axes): (splits on the H200, workgroups of the partials)
         ((128, 64, 32, 32), (0, 2, 3)): (9, 576),
         ((28 * 2**20,), (0,)): (528, 528),
-        ((2048, 1536), (0,)): (6, 576),  # reduce_columns: 16 outputs a workgroup, 96 unsplit
-        ((2048, 576), (0,)): (8, 288),  # an RMSNorm weight's gradient: parts of 256 rows at least
+        ((2048, 1536), (0,)): (1, 1536),  # a bias gradient: a workgroup per output fills the units
+        ((2048, 5), (0,)): (2, 10),  # few columns: parts of a workgroup are 1024 rows at least
     }
     for (shape, axes), (splits, workgroups) in cases.items():
         assert reduce_splits(shape, axes, H200) == splits, shape

@@ -1,7 +1,7 @@
 """Lowering of the reductions: sum, max and fused_reduce over any axes (shaders/reduce.wgsl), and
 how far a long reduction with few outputs is split into partial reductions (`reduce_splits`).
 
-Two-level reductions. A reduction launches a workgroup per output (or per 64 outputs): a
+Two-level reductions. A reduction launches a workgroup per output (or per 16 or 64 outputs): a
 batch-norm statistic [N, C, H, W] → [C] runs C workgroups, a full sum one, whatever the length
 of the reduction, and leaves most of a GPU idle. The split is an IR rewrite, not a second
 dispatch inside this lowering: `fused_reduce` with `splits` S writes S partials per output
@@ -38,7 +38,7 @@ from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.op import normalize_axes
 from meganeura.ir.ops.reduce import split_length
-from meganeura.target import Target
+from meganeura.target import GENERIC, Target
 
 REDUCE_INIT = {"sum": "0.0", "max": literal(float("-inf"))}
 REDUCE_COMBINE = {"sum": "a + b", "max": "max(a, b)"}
@@ -47,25 +47,34 @@ REDUCE_COMBINE = {"sum": "a + b", "max": "max(a, b)"}
 # reduce_columns: a workgroup computes COLUMNS neighbouring outputs, each with WG / COLUMNS
 # threads. 16 floats are 64 bytes, two whole 32-byte memory sectors per row read.
 COLUMNS = 16
+# On a GPU a long reduction over outer dims takes a workgroup per output up to this many outputs.
+TREE_OUTPUTS = 16384
 
 
-def reduce_plan(outs: int, r: int, innermost_reduced: bool) -> tuple[str, int]:
-    """(entry point, workgroup size) of a reduction of `r` elements for each of `outs` outputs.
+def reduce_plan(outs: int, r: int, innermost_reduced: bool, target: Target = GENERIC) -> tuple[str, int]:
+    """(entry point, workgroup size) of a reduction of `r` elements for each of `outs` outputs on `target`.
 
     - reduce_tree, a workgroup per output: a long reduction along contiguous memory (the
-      innermost dim is reduced), which the workgroup reads one row together;
-    - reduce_columns, COLUMNS outputs per workgroup: a long reduction over outer dims (a bias's
-      or a norm weight's gradient, a column sum [rows, C] → [C]): neighbouring outputs are
-      neighbouring words, so the workgroup reads whole row segments, and each output's sum is
-      shared by WG / COLUMNS threads. (A thread per output walked all R rows alone: a latency
-      chain that left the MLP's [256, 1024] bias gradients at 57 µs on the H200; a workgroup
-      per output read one word of every 32-byte sector it fetched.)
-    - reduce_serial, a thread per output: a short reduction (the partials of a split product
-      or reduction), where neighbouring threads read neighbours.
+      innermost dim is reduced), which the workgroup reads one row together; on a GPU also a
+      long reduction over outer dims (a column sum [rows, C] → [C]: a bias's or a norm weight's
+      gradient) with up to TREE_OUTPUTS outputs. Measured on the H200 (`python
+      benchmarks/reductions.py --only col --entries reduce_serial,reduce_tree`, 2026-12-01):
+      [256, 1024] 8.1 µs (a thread per output: 51 µs; 16 outputs a workgroup: 21 µs),
+      [2048, 768] 14.8 µs (34 µs at best split in parts, either way): a GPU needs many loads in
+      flight more than whole sectors, and its L2 serves the neighbouring columns' reads;
+    - reduce_columns, COLUMNS outputs per workgroup, WG / COLUMNS threads each: the same column
+      sums on a CPU (lavapipe), where a workgroup is one thread's loop over its threads and the
+      contiguous row segments are what count: [2048, 1536] 5.1 ms (a thread per output 16.6,
+      a workgroup per output 47; the same run on this project's 2-core machine);
+    - reduce_serial, a thread per output: short reductions (the partials of a split product or
+      reduction), and column sums over more outputs than TREE_OUTPUTS on a GPU, where
+      neighbouring threads read neighbours and the outputs alone fill the units.
     """
-    if r > 64:
-        return ("reduce_tree", 256 if r >= 256 else 128) if innermost_reduced else ("reduce_columns", 256)
-    return "reduce_serial", 64
+    if r <= 64:
+        return "reduce_serial", 64
+    if innermost_reduced or (not target.cpu and outs <= TREE_OUTPUTS):
+        return "reduce_tree", 256 if r >= 256 else 128
+    return ("reduce_columns", 256) if target.cpu else ("reduce_serial", 64)
 
 
 def items_per_workgroup(entry: str, wg: int) -> int:
@@ -92,11 +101,11 @@ def reduce_geometry(in_shape: tuple[int, ...], axes) -> tuple[int, int, bool]:
     return outs, math.prod(in_shape[d] for d in axes), bool(in_shape) and len(in_shape) - 1 in axes
 
 
-def plan_workgroups(items: int, part: int, innermost_reduced: bool) -> int:
+def plan_workgroups(items: int, part: int, innermost_reduced: bool, target: Target = GENERIC) -> int:
     """The workgroups of a reduction computing `items` values (outputs, or partials), each over
     `part` elements: one per item (reduce_tree), per COLUMNS items (reduce_columns) or per WG
     items (reduce_serial)."""
-    entry, wg = reduce_plan(items, part, innermost_reduced)
+    entry, wg = reduce_plan(items, part, innermost_reduced, target)
     return -(-items // items_per_workgroup(entry, wg))
 
 
@@ -108,12 +117,12 @@ def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
     no part empty. Whether the split is used is the cost model's call (it pays an extra dispatch
     and the partials' traffic for the units it fills)."""
     outs, r, innermost = reduce_geometry(in_shape, axes)
-    if outs == 0 or r == 0 or plan_workgroups(outs, r, innermost) >= target.compute_units:
+    if outs == 0 or r == 0 or plan_workgroups(outs, r, innermost, target) >= target.compute_units:
         return 1
     wanted = SPLIT_WAVES * target.compute_units
     splits = 1
     while splits < r:  # the entry point of the partials depends on their count: settle it
-        entry, wg = reduce_plan(outs * splits, split_length(r, splits), innermost)
+        entry, wg = reduce_plan(outs * splits, split_length(r, splits), innermost, target)
         per_item = items_per_workgroup(entry, wg)
         shortest = MIN_PART[entry]
         proposal = min(-(-wanted * per_item // outs), max(1, r // shortest))
@@ -124,18 +133,18 @@ def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
     return splits if splits > 1 else 1
 
 
-def reduce_workgroups(attrs: dict, operands, results) -> int:
+def reduce_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
     """A workgroup per output or partial (reduce_tree) or per WG of them (reduce_serial), as
     `reduce_plan` says."""
     # fused_reduce carries its input shape (a scalar's is (), so test presence, not truth)
     in_shape = tuple(attrs["in_shape"] if "in_shape" in attrs else operands[0].shape)
     outs, r, innermost = reduce_geometry(in_shape, attrs.get("axes"))
     splits = attrs.get("splits", 1)
-    return plan_workgroups(outs * splits, split_length(r, splits), innermost)
+    return plan_workgroups(outs * splits, split_length(r, splits), innermost, target)
 
 
-@lowering("sum", "max", "fused_reduce", workgroups=reduce_workgroups)
-def lower_reduce(graph: Graph, node: Node) -> KernelSpec:
+@lowering("sum", "max", "fused_reduce", workgroups=reduce_workgroups, per_target=True)
+def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
     """`sum`, `max` or `fused_reduce` over any axes: kept dims index the output, reduced dims are
     combined. `fused_reduce` reduces prologue($0, $1, … broadcast to in_shape) and writes epilogue($r)."""
     if node.op == "fused_reduce":
@@ -162,8 +171,9 @@ def lower_reduce(graph: Graph, node: Node) -> KernelSpec:
     _, finish = expression_code(epilogue, lambda name: "value")
     splits = node.attr("splits", 1) if node.op == "fused_reduce" else 1
     part = split_length(r, splits)
-    entry, wg = reduce_plan(outs * splits, part, bool(in_shape) and (len(in_shape) - 1) in axes)
-    grid = grid_for(plan_workgroups(outs * splits, part, bool(in_shape) and (len(in_shape) - 1) in axes))
+    innermost = bool(in_shape) and (len(in_shape) - 1) in axes
+    entry, wg = reduce_plan(outs * splits, part, innermost, target)
+    grid = grid_for(plan_workgroups(outs * splits, part, innermost, target))
     bindings = operands.bindings + [output_binding(node)]
     wgsl = render(
         "reduce",
