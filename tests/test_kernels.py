@@ -548,7 +548,7 @@ def test_sum(shape, axes, keepdim):
     """Every shape with a GPU's kernels and with a CPU's: long column sums take a workgroup per
     output on a GPU and 16 outputs a workgroup on a CPU (codegen/reduce.py `reduce_plan`)."""
     graph, x = one_op("sum", [shape], axes=axes, keepdim=keepdim), normal(*shape)
-    entries = {target.cpu: check(graph, {"x0": x}, 1e-5, 1e-4, target).kernels[0].entry_point for target in (GENERIC, CPU)}
+    entries = {t.cpu: check(graph, {"x0": x}, 1e-5, 1e-4, t).kernels[0].entry_point for t in (GENERIC, CPU)}
     if shape == (3, 1000):
         assert entries == {False: "reduce_tree", True: "reduce_tree"}
     if shape == (40, 300):
