@@ -440,10 +440,10 @@ def test_on_a_cpu_conv_kernels_take_the_cpu_table_and_dispatch_what_the_cost_mod
 
 
 def test_on_an_h200_convolutions_take_their_own_ladder_and_keep_the_matmuls_split_rung():
-    """The H200's conv ladder (gemm_table.HOPPER_CONV_TABLE, measured by benchmarks/conv_tune.py):
-    ResNet-18's forward and input-gradient GEMMs take 128x128 tiles where the matmul ladder's
-    `fill` gave them 64x128 or 32x64; a weight gradient's largest rung, which its split count
-    is measured in, is the matmul's."""
+    """The H200's conv ladder (gemm_table.HOPPER_CONV_TABLE, measured in the ResNet-18 step):
+    its forward and input-gradient GEMMs take 8x8 per thread where the matmul ladder's `fill`
+    gave them 32x128 tiles of 4x8; a weight gradient's largest rung, which its split count is
+    measured in, is the matmul's size."""
     from meganeura.codegen.gemm_table import table_for
 
     h200 = Target("NVIDIA H200", 132, 1_000_000, tuning="hopper", workgroup_memory=49152)
@@ -451,8 +451,8 @@ def test_on_an_h200_convolutions_take_their_own_ladder_and_keep_the_matmuls_spli
     # the 8x8 stage's 3x3 forward: [256, 2304] · [2304, 128·8·8]
     tiling = codegen_conv.conv_tiling(forward, (256, 2304), (128, 256, 8, 8), (128, 256, 8, 8), h200)
     matmul_tiling = table_for(h200).pick(256, 8192, 1, h200, False)
-    assert (tiling.bm, tiling.bn, tiling.rm, tiling.rn) == (128, 128, 2, 2)
-    assert (matmul_tiling.bm, matmul_tiling.bn) == (32, 128)
+    assert (tiling.bm, tiling.bn, tiling.rm, tiling.rn) == (64, 64, 2, 2)
+    assert (matmul_tiling.bm, matmul_tiling.bn, matmul_tiling.rm, matmul_tiling.rn) == (32, 128, 1, 2)
     conv_rung, matmul_rung = table_for(h200, "conv").largest(True, h200), table_for(h200).largest(True, h200)
     assert (conv_rung.bm, conv_rung.bn) == (matmul_rung.bm, matmul_rung.bn)
     assert table_for(CPU, "conv") is not table_for(h200, "conv")

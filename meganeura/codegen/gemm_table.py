@@ -157,17 +157,20 @@ CPU_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(128, 128, 16, 4, 4), GemmTilin
 # 12.4 s / 79.6 ms.
 CPU_CONV_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(64, 64, 16, 2, 2), GemmTiling(32, 64, 16, 1, 1)))
 
-# The H200's convolutions (codegen/conv.py): the 8x8-per-thread 128x128 tiles win over the
-# matmul ladder's smaller rungs, which its `fill` picks for most of ResNet-18's outputs. Measured
-# on the H200 on 2026-12-01 with `PYTHONPATH=. python benchmarks/conv_tune.py --repeat 8` (the 36
-# distinct conv_gemm kernels of the ResNet-18 bench step, 11 tilings each); summed over the
-# step by how often each kernel runs: the weight gradients (B along K) 14.1 ms on the matmul
-# ladder, 12.7 on this one (best of every kernel's candidates: 10.5), the forward and input
-# gradients 31.3 and 27.5 (best 19.9). The first rung of `transposed_b` is the matmul's, so the
-# weight gradients' split counts (conv.weight_splits, counted in that rung) stay as measured.
+# The H200's convolutions (codegen/conv.py): 8x8 per thread where the matmul ladder's `fill`
+# gave most of ResNet-18's outputs 32x64 or 32x128 tiles of 4x4 or 4x8. Measured on the H200 on
+# 2026-12-01: `PYTHONPATH=. python benchmarks/conv_tune.py --repeat 8` (the 36 distinct
+# conv_gemm kernels of the ResNet-18 bench step, 11 tilings each, summed over the step by how
+# often each runs) put the weight gradients (B along K) at 14.1 ms on the matmul ladder and 12.7
+# on this one; the forward and input gradients, timed alone, ran up to 3x slower than in the step,
+# so their rungs were checked in the step (`python -m meganeura bench resnet18`): 128x128 tiles
+# everywhere made the kernels faster (forward 256x2304x8192 1.34 → 1.03 ms for 3) but left the
+# 4x4 stage's outputs 64 workgroups, and the plan took slower matmuls there; 64x64 keeps them
+# conv_gemm kernels. The first rung of `transposed_b` is the matmul's size, so the weight
+# gradients' split counts (conv.weight_splits, counted in that rung) stay as measured.
 HOPPER_CONV_TABLE = GemmLadder(
     fill=2,
-    ladder=(GemmTiling(128, 128, 16, 2, 2, prefetch=True), GemmTiling(128, 128, 32, 2, 2)),
+    ladder=(GemmTiling(128, 128, 16, 2, 2, prefetch=True), GemmTiling(64, 64, 16, 2, 2)),
     transposed_b=(
         GemmTiling(128, 128, 16, 2, 2, prefetch=True),
         GemmTiling(64, 128, 16, 2, 2, prefetch=True),
