@@ -324,30 +324,3 @@ def test_a_bad_dispatch_recorded_natively_fails_when_the_encoder_finishes(monkey
         compute.end()
         with pytest.raises(wgpu.GPUValidationError, match="65535"):
             encoder.finish()
-
-
-def test_outputs_mapped_without_wgpus_extra_submit_read_what_the_step_copied(monkeypatch):
-    """runtime/readback.py: a step's readback mapped with the device polled on this thread (no
-    empty submit first) holds the step's copies, step after step, as through wgpu-py's map_sync;
-    and a wgpu without the native poll falls back to map_sync."""
-    import wgpu
-
-    from meganeura.runtime import readback
-
-    assert readback.POLL is not None  # the pinned wgpu exposes wgpuDevicePoll
-    gpu = default_device()
-    usage = wgpu.BufferUsage
-    source = gpu.device.create_buffer(size=64, usage=usage.STORAGE | usage.COPY_SRC | usage.COPY_DST)
-    target = gpu.device.create_buffer(size=64, usage=usage.MAP_READ | usage.COPY_DST)
-    for poll in (readback.POLL, None):
-        monkeypatch.setattr(readback, "POLL", poll)
-        for step in range(3):
-            values = np.arange(16, dtype=np.float32) * (step + 1) - 7.0
-            gpu.queue.write_buffer(source, 0, values.tobytes())
-            encoder = gpu.device.create_command_encoder()
-            encoder.copy_buffer_to_buffer(source, 0, target, 0, 64)
-            gpu.queue.submit([encoder.finish()])
-            readback.map_for_reading(gpu.device, target, 16, 32)
-            got = np.frombuffer(target.read_mapped(16, 32), np.float32).copy()
-            target.unmap()
-            np.testing.assert_array_equal(got, values[4:12])

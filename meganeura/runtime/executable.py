@@ -25,7 +25,6 @@ from meganeura.rewrite.cost import node_cost
 from meganeura.runtime.device import Device
 from meganeura.runtime.encoding import recorder
 from meganeura.runtime.profile import DISPATCHES_PER_SET, Profile, kernel_times
-from meganeura.runtime.readback import map_for_reading
 
 BUFFER_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 MAP_ALIGN = 8  # WebGPU's alignment of mapAsync offsets
@@ -375,7 +374,7 @@ class Executable:
         """Map the readback range once and slice out each requested output."""
         if not read:
             return {}
-        map_for_reading(self.device.device, self.readback, start, size)
+        self.readback.map_sync(wgpu.MapMode.READ, start, size)
         try:
             data = self.readback.read_mapped(start, size)
         finally:
