@@ -14,6 +14,12 @@ the median counts, and its buffers are destroyed before the next (tilings run in
 so that drift favours none). FLOPs are the cost model's (rewrite/cost.py: a grad_input counts
 only the taps of its stride phases). For each case it prints TFLOP/s of the tiling the table
 picks today and of every candidate; `--json` keeps every time.
+
+Caveat, measured on the H200 (2026-12-01): timed alone, the forward and input-gradient kernels
+ran up to 2-3x slower than the same kernels in the step's profile (forward 64x576x131072 at
+64x128 prefetch: 699 µs here, 365 in the step), while the weight gradients agreed (within 5%).
+Check a forward or input-gradient rung in the step (`python -m meganeura bench resnet18`) before
+taking it into the table.
 """
 
 from __future__ import annotations
