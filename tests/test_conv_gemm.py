@@ -456,3 +456,22 @@ def test_on_an_h200_convolutions_take_their_own_ladder_and_keep_the_matmuls_spli
     conv_rung, matmul_rung = table_for(h200, "conv").largest(True, h200), table_for(h200).largest(True, h200)
     assert (conv_rung.bm, conv_rung.bn) == (matmul_rung.bm, matmul_rung.bn)
     assert table_for(CPU, "conv") is not table_for(h200, "conv")
+
+
+def test_conv_kernels_run_without_bounds_checks_when_the_user_opts_in(monkeypatch):
+    """MEGANEURA_UNCHECKED_KERNELS=1: the conv_gemm kernels (trusted: the ragged shapes above) get
+    modules without runtime bounds checks, also where the same kernel ran checked before in this
+    process, and every mode computes what the interpreter does at ragged shapes."""
+    tiling = GemmTiling(32, 64, 16, 1, 1)
+    monkeypatch.setattr(codegen_conv, "gemm_tiling", lambda *_, **__: tiling)
+    geometry = RAGGED_GEOMETRIES[2]  # stride 2 with padding: four phases of unequal taps
+    graphs = [conv_graph("grad_input", geometry), conv_graph("grad_weight", geometry, chunks=3)]
+    graphs.append(conv_graph("forward", geometry, "relu(add($acc,$0))", (geometry[2], 1, 1)))
+    check_gpu(*graphs[0])  # checked first: its pipeline is cached
+    monkeypatch.setenv("MEGANEURA_UNCHECKED_KERNELS", "1")
+    modules = default_device()._modules
+    for graph, feeds in graphs:
+        (spec,) = compile_step(graph, GENERIC).kernels
+        assert spec.trusted
+        check_gpu(graph, feeds)
+        assert (spec.wgsl, True) in modules

@@ -125,7 +125,9 @@ class Device:
         self, wgsl: str, entry_point: str, accesses: tuple[str, ...], trusted: bool = False
     ) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
         """A compute pipeline for one entry point whose group 0 holds storage bindings of `accesses`."""
-        key = (wgsl, entry_point, accesses, trusted)
+        # keyed by the module it gets: a trusted kernel's pipeline built before the opt-in was set
+        # holds a checked module, and must not be handed out once it is
+        key = (wgsl, entry_point, accesses, trusted and os.environ.get(UNCHECKED_ENV, "") == "1")
         cached = self._pipelines.get(key)
         if cached is None:
             layout = self.device.create_bind_group_layout(
