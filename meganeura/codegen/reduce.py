@@ -47,7 +47,8 @@ REDUCE_COMBINE = {"sum": "a + b", "max": "max(a, b)"}
 # reduce_columns: a workgroup computes COLUMNS neighbouring outputs, each with WG / COLUMNS
 # threads. 16 floats are 64 bytes, two whole 32-byte memory sectors per row read.
 COLUMNS = 16
-# On a GPU a long reduction over outer dims takes a workgroup per output up to this many outputs.
+# On a GPU a long reduction over outer dims takes a workgroup per output up to this many outputs
+# (measured up to 1536, `reduce_plan`; past that a guess: the outputs alone fill the units).
 TREE_OUTPUTS = 16384
 
 
@@ -60,7 +61,7 @@ def reduce_plan(outs: int, r: int, innermost_reduced: bool, target: Target = GEN
       gradient) with up to TREE_OUTPUTS outputs. Measured on the H200 (`python
       benchmarks/reductions.py --only col --entries reduce_serial,reduce_tree`, 2026-12-01):
       [256, 1024] 8.1 µs (a thread per output: 51 µs; 16 outputs a workgroup: 21 µs),
-      [2048, 768] 14.8 µs (34 µs at best split in parts, either way): a GPU needs many loads in
+      [2048, 768] 14.8 µs (28-36 µs at the others' best splits into parts): a GPU needs many loads in
       flight more than whole sectors, and its L2 serves the neighbouring columns' reads;
     - reduce_columns, COLUMNS outputs per workgroup, WG / COLUMNS threads each: the same column
       sums on a CPU (lavapipe), where a workgroup is one thread's loop over its threads and the
