@@ -59,26 +59,40 @@ fn finish(value: f32) -> f32 {
     return {{EPILOGUE}};
 }
 
-@compute @workgroup_size(WG)
-fn reduce_tree(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let item = wid.x + wid.y * GRID_X;
+// The combination of the elements start, start + step, … of item's part ({{INIT}} where none).
+fn part_value(item: u32, start: u32, step: u32) -> f32 {
     let o = item % OUTS;
     let first = (item / OUTS) * PART;
     let end = min(first + PART, R);
     var acc = {{INIT}};
-    if (item < ITEMS) {
-        for (var r = first + lid; r < end; r += WG) {
-            acc = combine(acc, value_at(o, r));
-        }
+    for (var r = first + start; r < end; r += step) {
+        acc = combine(acc, value_at(o, r));
     }
-    partial[lid] = acc;
+    return acc;
+}
+
+// After every thread wrote partial[lid]: partial[c] (c < stride) becomes the combination of the
+// `lanes` values partial[c + l·stride], in a tree of fixed order. Every thread calls it.
+fn fold_lanes(lid: u32, lanes: u32, stride: u32) {
     workgroupBarrier();
-    for (var half = WG / 2u; half > 0u; half >>= 1u) {
-        if (lid < half) {
-            partial[lid] = combine(partial[lid], partial[lid + half]);
+    let lane = lid / stride;
+    for (var half = lanes / 2u; half > 0u; half >>= 1u) {
+        if (lane < half) {
+            partial[lid] = combine(partial[lid], partial[lid + half * stride]);
         }
         workgroupBarrier();
     }
+}
+
+@compute @workgroup_size(WG)
+fn reduce_tree(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let item = wid.x + wid.y * GRID_X;
+    var acc = {{INIT}};
+    if (item < ITEMS) {
+        acc = part_value(item, lid, WG);
+    }
+    partial[lid] = acc;
+    fold_lanes(lid, WG, 1u);
     if (lid == 0u && item < ITEMS) {
         out[item] = finish(partial[0]);
     }
@@ -86,27 +100,14 @@ fn reduce_tree(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
 
 @compute @workgroup_size(WG)
 fn reduce_columns(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let column = lid % COLUMNS;
-    let lane = lid / COLUMNS;
-    let item = (wid.x + wid.y * GRID_X) * COLUMNS + column;
+    let item = (wid.x + wid.y * GRID_X) * COLUMNS + lid % COLUMNS;
     var acc = {{INIT}};
     if (item < ITEMS) {
-        let o = item % OUTS;
-        let first = (item / OUTS) * PART;
-        let end = min(first + PART, R);
-        for (var r = first + lane; r < end; r += LANES) {
-            acc = combine(acc, value_at(o, r));
-        }
+        acc = part_value(item, lid / COLUMNS, LANES);
     }
     partial[lid] = acc;
-    workgroupBarrier();
-    for (var half = LANES / 2u; half > 0u; half >>= 1u) {
-        if (lane < half) {
-            partial[lid] = combine(partial[lid], partial[lid + half * COLUMNS]);
-        }
-        workgroupBarrier();
-    }
-    if (lane == 0u && item < ITEMS) {
+    fold_lanes(lid, LANES, COLUMNS);
+    if (lid < COLUMNS && item < ITEMS) {
         out[item] = finish(partial[lid]);
     }
 }
@@ -114,15 +115,7 @@ fn reduce_columns(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
 @compute @workgroup_size(WG)
 fn reduce_serial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let item = (wid.x + wid.y * GRID_X) * WG + lid;
-    if (item >= ITEMS) {
-        return;
+    if (item < ITEMS) {
+        out[item] = finish(part_value(item, 0u, 1u));
     }
-    let o = item % OUTS;
-    let first = (item / OUTS) * PART;
-    let end = min(first + PART, R);
-    var acc = {{INIT}};
-    for (var r = first; r < end; r++) {
-        acc = combine(acc, value_at(o, r));
-    }
-    out[item] = finish(acc);
 }

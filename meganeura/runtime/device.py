@@ -114,7 +114,7 @@ class Device:
     def shader_module(self, wgsl: str, trusted: bool = False) -> wgpu.GPUShaderModule:
         """The compiled module of `wgsl`, compiled once per device; without runtime bounds checks
         when `trusted` and the user opted in (module docstring)."""
-        unchecked = trusted and os.environ.get(UNCHECKED_ENV, "") == "1"
+        unchecked = runs_unchecked(trusted)
         module = self._modules.get((wgsl, unchecked))
         if module is None:
             make = unchecked_module if unchecked else lambda device, code: device.create_shader_module(code=code)
@@ -127,7 +127,7 @@ class Device:
         """A compute pipeline for one entry point whose group 0 holds storage bindings of `accesses`."""
         # keyed by the module it gets: a trusted kernel's pipeline built before the opt-in was set
         # holds a checked module, and must not be handed out once it is
-        key = (wgsl, entry_point, accesses, trusted and os.environ.get(UNCHECKED_ENV, "") == "1")
+        key = (wgsl, entry_point, accesses, runs_unchecked(trusted))
         cached = self._pipelines.get(key)
         if cached is None:
             layout = self.device.create_bind_group_layout(
@@ -146,6 +146,11 @@ class Device:
             )
             cached = self._pipelines[key] = (pipeline, layout)
         return cached
+
+
+def runs_unchecked(trusted: bool) -> bool:
+    """Whether a kernel gets a module without runtime bounds checks: trusted, and the user opted in."""
+    return trusted and os.environ.get(UNCHECKED_ENV, "") == "1"
 
 
 def unchecked_module(device: wgpu.GPUDevice, wgsl: str) -> wgpu.GPUShaderModule:
