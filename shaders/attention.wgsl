@@ -19,12 +19,14 @@
 //     (masked keys: LOWEST), a thread per row folds the tile into its running max and sum and
 //     turns S into P; stage V over K, O = O·alpha + P·V. Writes o = O / l and lse = m + log l.
 //   attention_grad_q (a workgroup per (b, h, query tile)): Q and dO staged once, per row
-//     lse and Dᵢ = rowsum(dOᵢ ∘ Oᵢ) (computed here from o and do: no extra kernel); per key
+//     lse and Dᵢ = rowsum(dOᵢ ∘ Oᵢ) (computed here from o and do while dO is staged: no extra
+//     kernel); per key
 //     tile: stage K and V, dS = P ∘ (dO·Vᵀ − D), dQ += dS·K. Writes dQ·scale.
 //   attention_grad_kv (a workgroup per (b, kv head, key tile)): K and V staged once; for every
 //     query head of the group and every query tile that sees the key tile (causal: from the
-//     diagonal tile on): stage Q and dO, per row lse and D (recomputed per tile from o and do:
-//     BR·D multiply-adds beside the tile's 4·BR·BC·D), Pᵀ and dSᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q.
+//     diagonal tile on): stage Q and dO, per row lse and D (recomputed per tile from o while dO
+//     is staged: BR·D multiply-adds beside the tile's 4·BR·BC·D), Pᵀ and dSᵀ, dV += Pᵀ·dO,
+//     dK += dSᵀ·Q.
 //     Writes dK·scale and dV. No atomics: each workgroup owns its output rows. PER_QUERY_HEAD: a
 //     workgroup per (b, query head, key tile) walks its own head only and writes that head's
 //     part, dK and dV [B, H, SKV, D] (summed over each group after the kernel).
@@ -77,13 +79,22 @@ fn query_start(k0: u32) -> u32 {
 
 //#if FORWARD
 //#else
-// D_i = do_i · o_i of the query row starting at element `at` (the backward kernels).
-fn row_delta_of(at: u32) -> f32 {
-    var sum = 0.0;
-    for (var d = 0u; d < D; d++) {
-        sum += d_o[at + d] * o[at + d];
+var<workgroup> delta_parts: array<f32, BR * DV>;  // dO·O per staged vec4 (STAGE_DO writes them)
+var<workgroup> row_lse: array<f32, BR>;
+var<workgroup> row_delta: array<f32, BR>;
+
+// The staged query rows' lse, and their Dᵢ = dOᵢ · Oᵢ folded from delta_parts (after a barrier
+// that follows STAGE_DO; the backward kernels).
+fn stage_rows(lid: u32, bh: u32, q0: u32) {
+    for (var r = lid; r < BR; r += THREADS) {
+        let i = q0 + r;
+        row_lse[r] = select(0.0, lse[bh * SQ + min(i, SQ - 1u)], i < SQ);
+        var sum = 0.0;
+        for (var c = 0u; c < DV; c++) {
+            sum += delta_parts[r * DV + c];
+        }
+        row_delta[r] = sum;
     }
-    return sum;
 }
 //#endif
 
@@ -160,8 +171,6 @@ var<workgroup> tile_do: array<vec4<f32>, BR * DS>;
 var<workgroup> tile_k: array<vec4<f32>, BC * DS>;
 var<workgroup> tile_v: array<vec4<f32>, BC * DS>;
 var<workgroup> tile_s: array<f32, BR * (BC + 1u)>;  // dS
-var<workgroup> row_lse: array<f32, BR>;
-var<workgroup> row_delta: array<f32, BR>;
 
 @compute @workgroup_size(THREADS)
 fn attention_grad_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -176,11 +185,8 @@ fn attention_grad_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     let kv_base = kv_at(b, (bh % H) / GROUP, 0u);
     {{STAGE_Q}}
     {{STAGE_DO}}
-    for (var r = lid; r < BR; r += THREADS) {
-        let i = q0 + r;
-        row_lse[r] = select(0.0, lse[bh * SQ + min(i, SQ - 1u)], i < SQ);
-        row_delta[r] = select(0.0, row_delta_of(q_base + min(i, SQ - 1u) * D), i < SQ);
-    }
+    workgroupBarrier();
+    stage_rows(lid, bh, q0);
     {{DQ_DECLARE}}
     let stop = key_stop(q0);
     for (var k0 = 0u; k0 < stop; k0 += BC) {
@@ -204,8 +210,6 @@ var<workgroup> tile_q: array<vec4<f32>, BR * DS>;
 var<workgroup> tile_do: array<vec4<f32>, BR * DS>;
 var<workgroup> tile_p: array<f32, BC * (BR + 1u)>;   // Pᵀ: [key][query]
 var<workgroup> tile_ds: array<f32, BC * (BR + 1u)>;  // dSᵀ
-var<workgroup> row_lse: array<f32, BR>;
-var<workgroup> row_delta: array<f32, BR>;
 
 @compute @workgroup_size(THREADS)
 fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -239,11 +243,8 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
             workgroupBarrier();  // the previous tile's readers are done (first time: K, V are staged)
             {{STAGE_Q}}
             {{STAGE_DO}}
-            for (var r = lid; r < BR; r += THREADS) {
-                let i = q0 + r;
-                row_lse[r] = select(0.0, lse[bh * SQ + min(i, SQ - 1u)], i < SQ);
-                row_delta[r] = select(0.0, row_delta_of(q_base + min(i, SQ - 1u) * D), i < SQ);
-            }
+            workgroupBarrier();
+            stage_rows(lid, bh, q0);
             workgroupBarrier();
             {{SCORES}}
             workgroupBarrier();

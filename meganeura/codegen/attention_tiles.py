@@ -47,16 +47,18 @@ class Tiles:
 # 64, the SmolLM2 and GPT-2 shape (`PYTHONPATH=. python benchmarks/attention.py --shapes smollm2
 # --repeat 10`, 2026-12-01, batch 8, 9/3 heads, seq 256, causal; ms per dispatch).
 # generic: the fastest of those that fit 32 KiB (lavapipe's limit, so that they run in the tests
-# here): forward 32x16/128 0.126 (32x32/256 0.135), dQ 16x16/256 0.188 (16x8/128 0.195), dK+dV
-# 16x16/256 0.629 (16x32/256 0.667): 0.94 ms a layer, against 4.7 for the row-per-workgroup kernels
-# before and PyTorch's fp32 SDPA forward + backward at 0.95-1.48 ms in the same runs.
-# hopper: the fastest in the H200's 48 KiB: dQ 32x32/256 (0.184) and dK+dV 32x32/256 (0.495), the
-# forward unchanged: 0.81 ms a layer by the same sum. They need 39296 and 43520 bytes, so an adapter of the family
-# that offers less takes the generic ones.
+# here): forward 32x16/128 0.126 (32x32/256 0.135), dQ 16x16/256 0.167 (16x8/128 0.179), dK+dV
+# 16x32/256 0.247 (16x16/256 0.291): 0.54 ms a layer, against 4.7 for the row-per-workgroup kernels
+# before and PyTorch's fp32 SDPA forward + backward at 1.12-1.48 ms in the same runs.
+# hopper: the fastest in the H200's 48 KiB: dQ 32x32/256 (0.151) and dK+dV 32x32/256 (0.199, the
+# grouped kernel), the forward unchanged: 0.48 ms a layer by the same sum. They need 41344 and
+# 45568 bytes, so an adapter of the family that offers less takes the generic ones.
+# (Before the backward kernels read Dᵢ = dOᵢ·Oᵢ while staging dO, a thread per row read its row
+# alone, a cache line per thread and load: dQ 0.185, dK+dV 0.376 ms, same run.)
 CHOSEN: dict[tuple[str, str, int], Tiles] = {
     ("generic", "attention", 64): Tiles(32, 16, 128),
     ("generic", "attention_grad_q", 64): Tiles(16, 16, 256),
-    ("generic", "attention_grad_kv", 64): Tiles(16, 16, 256),
+    ("generic", "attention_grad_kv", 64): Tiles(16, 32, 256),
     ("hopper", "attention", 64): Tiles(32, 16, 128),
     ("hopper", "attention_grad_q", 64): Tiles(32, 32, 256),
     ("hopper", "attention_grad_kv", 64): Tiles(32, 32, 256),
@@ -82,10 +84,11 @@ def workgroup_bytes(kind: str, tiles: Tiles, d: int) -> int:
     br, bc = tiles.br, tiles.bc
     if kind == "attention":
         return (br + bc) * row + 4 * br * (bc + 1) + 3 * 4 * br
+    parts = 4 * br * vec4s(d)  # the backward's delta_parts: a dO·O partial per staged vec4
     if kind == "attention_grad_q":
-        return 2 * (br + bc) * row + 4 * br * (bc + 1) + 2 * 4 * br
+        return 2 * (br + bc) * row + 4 * br * (bc + 1) + 2 * 4 * br + parts
     if kind == "attention_grad_kv":
-        return 2 * (br + bc) * row + 2 * 4 * bc * (br + 1) + 2 * 4 * br
+        return 2 * (br + bc) * row + 2 * 4 * bc * (br + 1) + 2 * 4 * br + parts
     raise ValueError(f"no attention kernel {kind!r}; expected one of {KINDS}")
 
 
@@ -235,6 +238,30 @@ def stage(array: str, source: str, rows: int, threads: int, row0: str, limit: st
     )
 
 
+def stage_do_with_delta(rows: int, threads: int) -> str:
+    """Stage rows q0 … q0 + rows of dO (as `stage`) and, beside each staged vec4, its dot product
+    with the same vec4 of O into delta_parts[row · DV + column]: the rows' Dᵢ = dOᵢ · Oᵢ in
+    partial sums, read coalesced with the staging (a thread per row reading its D floats in turn
+    touched a cache line per thread and load)."""
+    return "\n    ".join(
+        [
+            f"for (var e = lid; e < {rows}u * DV; e += {threads}u) {{",
+            "    let r = e / DV;",
+            "    let c = e % DV;",
+            "    var x = vec4<f32>(0.0);",
+            "    var part = 0.0;",
+            "    if (q0 + r < SQ) {",
+            "        let at = q_base + (q0 + r) * D;",
+            "        x = load4_d_o(at, c);",
+            "        part = dot(x, load4_o(at, c));",
+            "    }",
+            "    tile_do[r * DS + c] = x;",
+            "    delta_parts[e] = part;",
+            "}",
+        ]
+    )
+
+
 def indent(lines: list[str], depth: int = 1) -> str:
     pad = "    " * depth
     return ("\n" + pad).join(lines)
@@ -355,7 +382,7 @@ def tile_code(layout: Layout) -> dict[str, str]:
         epilogue.append("tile_s[ri * (BC + 1u) + cj] = p * ({dp} - row_delta[ri]);")
         return {
             "STAGE_Q": stage("tile_q", "q", t.br, n, "q0", "SQ", "q_base"),
-            "STAGE_DO": stage("tile_do", "d_o", t.br, n, "q0", "SQ", "q_base"),
+            "STAGE_DO": stage_do_with_delta(t.br, n),
             "STAGE_K": indent(stage("tile_k", "k", t.bc, n, "k0", "SKV", "kv_base").split("\n    "), 2),
             "STAGE_V": indent(stage("tile_v", "v", t.bc, n, "k0", "SKV", "kv_base").split("\n    "), 2),
             "SCORES": score_tile(layout, (("s", "tile_q", "tile_k"), ("dp", "tile_do", "tile_v")), epilogue),
@@ -372,7 +399,7 @@ def tile_code(layout: Layout) -> dict[str, str]:
         "STAGE_K": stage("tile_k", "k", t.bc, n, "k0", "SKV", "kv_base"),
         "STAGE_V": stage("tile_v", "v", t.bc, n, "k0", "SKV", "kv_base"),
         "STAGE_Q": indent(stage("tile_q", "q", t.br, n, "q0", "SQ", "q_base").split("\n    "), 3),
-        "STAGE_DO": indent(stage("tile_do", "d_o", t.br, n, "q0", "SQ", "q_base").split("\n    "), 3),
+        "STAGE_DO": indent(stage_do_with_delta(t.br, n).split("\n    "), 3),
         "SCORES": score_tile(layout, (("s", "tile_k", "tile_q"), ("dp", "tile_v", "tile_do")), epilogue),
         "DKV_DECLARE": output_declare(layout, ("dk", "dv")),
         "DKV_UPDATE": output_update(layout, (("dv", "tile_p", "tile_do"), ("dk", "tile_ds", "tile_q")), "BR"),
