@@ -2,7 +2,7 @@
 process, side by side with PyTorch's SDPA forward + backward at the same shape.
 
     PYTHONPATH=. python benchmarks/attention.py [--shapes smollm2,gpt2] [--repeat 20] [--seq 256]
-        [--batch 8] [--kernels attention,attention_grad_q,attention_grad_kv]
+        [--batch 8] [--kernels attention,attention_grad_q,attention_grad_kv] [--per-query-head]
 
 Shapes (both causal, head_dim 64, seq 256, batch 8): smollm2, 9 query heads over 3 KV heads
 (SmolLM2-135M's attention); gpt2, 12 heads MHA (GPT-2 small's). For every kernel (attention,
@@ -40,17 +40,20 @@ HEAD_DIM = 64
 
 # The sweep: tiles × threads; configurations that do not divide or fit are left out per kernel.
 SWEEP_TILES = ((64, 64), (64, 32), (32, 64), (32, 32), (32, 16), (16, 32), (16, 16), (16, 8), (8, 16))
-SWEEP_THREADS = (32, 64, 128, 256)
+SWEEP_THREADS = (64, 128, 256, 512)  # 32 was the slowest of every kernel on the H200
 
 
-def attention_step(kind: str, q_shape, kv_shape, repeat: int):
-    """A graph of `repeat` `kind` kernels on the same inputs (the backward reads o and lse as inputs)."""
+def attention_step(kind: str, q_shape, kv_shape, repeat: int, per_query_head: bool = False):
+    """A graph of `repeat` `kind` kernels on the same inputs (the backward reads o and lse as
+    inputs); `per_query_head`: dK/dV's per-query-head form (as the compiler splits a grouped one)."""
     tracer = Tracer()
     graph = tracer.graph
     q = tracer.leaf("input", "q", TensorType(q_shape))
     k = tracer.leaf("input", "k", TensorType(kv_shape))
     v = tracer.leaf("input", "v", TensorType(kv_shape))
     attrs = {"causal": True, "scale": 1.0 / np.sqrt(q_shape[-1])}
+    if per_query_head and kind == "attention_grad_kv":
+        attrs["per_query_head"] = True
     operands = [q, k, v]
     if kind != "attention":
         o = tracer.leaf("input", "o", TensorType(q_shape))
@@ -71,7 +74,7 @@ def step_inputs(q_shape, kv_shape) -> dict[str, np.ndarray]:
     return {"q": q, "k": k, "v": v, "o": o.astype(np.float32), "lse": lse.astype(np.float32), "do": d_o}
 
 
-def expected_result(kind: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
+def expected_result(kind: str, inputs: dict[str, np.ndarray], per_query_head: bool = False) -> np.ndarray:
     """The first result of `kind` in float64 (the ops' numpy semantics), to check each configuration."""
     values = {name: value.astype(np.float64) for name, value in inputs.items()}
     q, k, v = values["q"], values["k"], values["v"]
@@ -81,17 +84,19 @@ def expected_result(kind: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
     backward = (q, k, v, values["o"], values["lse"], values["do"], True, scale)
     if kind == "attention_grad_q":
         return evaluate_attention_grad_q(*backward)
-    return evaluate_attention_grad_kv(*backward)[0]
+    return evaluate_attention_grad_kv(*backward, per_query_head=per_query_head)[0]
 
 
-def kernel_ms(device, target, kind: str, tiles: Tiles, q_shape, kv_shape, inputs, repeat: int) -> tuple[float, float]:
+def kernel_ms(
+    device, target, kind: str, tiles: Tiles, q_shape, kv_shape, inputs, repeat: int, per_query_head: bool = False
+) -> tuple[float, float]:
     """The median time of one `kind` dispatch with `tiles` (which fit `target`) in ms, and the
     largest error of its first result relative to the largest magnitude of the expected one."""
     key = (target.tuning, kind, q_shape[-1])
     saved = attention_tiles.CHOSEN.get(key)
     attention_tiles.CHOSEN[key] = tiles
     try:
-        graph = attention_step(kind, q_shape, kv_shape, repeat)
+        graph = attention_step(kind, q_shape, kv_shape, repeat, per_query_head)
         executable = Executable(compile_step(graph, target), device, {}, {})
     finally:
         if saved is None:
@@ -103,7 +108,7 @@ def kernel_ms(device, target, kind: str, tiles: Tiles, q_shape, kv_shape, inputs
     executable.heat(used, 0.1)  # GPU clocks idle low while the pipeline compiles
     _, profile = executable.profile(used)
     times = sorted(kernel.ns for kernel in profile.kernels if kernel.kind == kind)
-    expected = expected_result(kind, used)
+    expected = expected_result(kind, used, per_query_head)
     error = float(np.abs(got - expected).max() / np.abs(expected).max())
     return times[len(times) // 2] / 1e6, error
 
@@ -148,7 +153,7 @@ def sweep(kind: str, d: int, target) -> list[Tiles]:
     """The configurations of the sweep that `kind`'s kernel can take at head_dim d on `target`,
     the chosen one first."""
     chosen = attention_tiles.tiles_for(kind, d, target)
-    options = [Tiles(br, bc, t) for br, bc in SWEEP_TILES for t in SWEEP_THREADS]
+    options = [Tiles(br, bc, t, p) for br, bc in SWEEP_TILES for t in SWEEP_THREADS for p in (False, True)]
     fitting = [t for t in options if t != chosen and attention_tiles.fits(kind, t, d, target)]
     return [chosen, *fitting]
 
@@ -160,6 +165,9 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--kernels", default=",".join(KINDS))
+    parser.add_argument(
+        "--per-query-head", action="store_true", help="dK/dV per query head (what the compiler dispatches for GQA)"
+    )
     args = parser.parse_args()
     device = default_device()
     # The tiled GPU kernels, on any adapter, in all the workgroup memory the device offers.
@@ -183,7 +191,9 @@ def main() -> None:
             configurations = sweep(kind, HEAD_DIM, target)
             for index, tiles in enumerate(configurations):
                 layout = layout_of(kind, tiles, HEAD_DIM, target.workgroup_memory)
-                ms, error = kernel_ms(device, target, kind, tiles, q_shape, kv_shape, inputs, args.repeat)
+                ms, error = kernel_ms(
+                    device, target, kind, tiles, q_shape, kv_shape, inputs, args.repeat, args.per_query_head
+                )
                 wrong = error > 1e-4  # f32 against float64: ~1e-6 when right
                 if not wrong:
                     results.append((ms, tiles))

@@ -31,6 +31,11 @@
 //     workgroup per (b, query head, key tile) walks its own head only and writes that head's
 //     part, dK and dV [B, H, SKV, D] (summed over each group after the kernel).
 //
+// Streamed tiles (K and V of the forward and dQ, Q and dO of dK/dV) pass through registers: with
+// the tiling's prefetch (codegen/attention_tiles.py Tiles.prefetch) the next tile's loads are
+// issued once the current one is stored, and wait in registers while it is computed; without,
+// each tile loads where it is stored, after the barrier that frees its arrays.
+//
 // Bindings (group 0, generated from the KernelSpec; all f32, the outputs read_write): q, k and
 // v, then out and out_lse; the backward: q, k, v, o, lse, d_o, then out (dQ) or out_k and out_v.
 // Grid: TILES workgroups, folded into (GRID_X, y).
@@ -49,6 +54,7 @@ const DV: u32 = {{DV}}u;
 const DS: u32 = DV + 1u;
 const TILES: u32 = {{TILES}}u;
 const SEQ_TILES: u32 = {{SEQ_TILES}}u;  // query tiles per head (forward, dQ) or key tiles per kv head (dK, dV)
+const Q_TILES: u32 = (SQ + BR - 1u) / BR;  // query tiles per head
 
 // Whether query i sees key j (both inside their sequences).
 fn visible(i: u32, j: u32) -> bool {
@@ -79,12 +85,12 @@ fn query_start(k0: u32) -> u32 {
 
 //#if FORWARD
 //#else
-var<workgroup> delta_parts: array<f32, BR * DV>;  // dO·O per staged vec4 (STAGE_DO writes them)
+var<workgroup> delta_parts: array<f32, BR * DV>;  // dO·O per staged vec4 (with dO, codegen Prefetch)
 var<workgroup> row_lse: array<f32, BR>;
 var<workgroup> row_delta: array<f32, BR>;
 
 // The staged query rows' lse, and their Dᵢ = dOᵢ · Oᵢ folded from delta_parts (after a barrier
-// that follows STAGE_DO; the backward kernels).
+// that follows their staging; the backward kernels).
 fn stage_rows(lid: u32, bh: u32, q0: u32) {
     for (var r = lid; r < BR; r += THREADS) {
         let i = q0 + r;
@@ -126,13 +132,18 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     }
     {{O_DECLARE}}
     let stop = key_stop(q0);
+    {{KV_DECLARE}}
     for (var k0 = 0u; k0 < stop; k0 += BC) {
         workgroupBarrier();  // the previous tile's readers are done (first time: Q is staged)
-        {{STAGE_K}}
+        {{STORE_K}}
         workgroupBarrier();
         {{SCORES}}
         workgroupBarrier();
-        {{STAGE_V}}
+        {{STORE_V}}
+        let next_k0 = k0 + BC;
+        if (next_k0 < stop) {  // its loads wait in registers while this tile is computed
+            {{KV_NEXT}}
+        }
         // A thread per row: fold the tile into the running max and sum; P = exp(S − m_new).
         for (var r = lid; r < BR; r += THREADS) {
             let base = r * (BC + 1u);
@@ -183,16 +194,19 @@ fn attention_grad_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     let b = bh / H;
     let q_base = q_at(b, bh % H, 0u);
     let kv_base = kv_at(b, (bh % H) / GROUP, 0u);
-    {{STAGE_Q}}
-    {{STAGE_DO}}
+    {{STAGE_QDO}}
     workgroupBarrier();
     stage_rows(lid, bh, q0);
     {{DQ_DECLARE}}
     let stop = key_stop(q0);
+    {{PREFETCH_DECLARE}}
     for (var k0 = 0u; k0 < stop; k0 += BC) {
-        workgroupBarrier();
-        {{STAGE_K}}
-        {{STAGE_V}}
+        workgroupBarrier();  // the previous tile's readers are done
+        {{PREFETCH_STORE}}
+        let next_k0 = k0 + BC;
+        if (next_k0 < stop) {  // its loads wait in registers while this tile is computed
+            {{PREFETCH_NEXT}}
+        }
         workgroupBarrier();
         {{SCORES}}
         workgroupBarrier();
@@ -236,21 +250,30 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     {{STAGE_K}}
     {{STAGE_V}}
     {{DKV_DECLARE}}
-    for (var g = g_first; g < g_end; g++) {
-        let bh = b * H + kvh * GROUP + g;
+    // The walk: every query tile that sees the key tile, of each query head in turn.
+    let first_q0 = query_start(k0);
+    let walk = Q_TILES - first_q0 / BR;
+    let steps = (g_end - g_first) * walk;
+    let first_base = (b * H + kvh * GROUP + g_first) * SQ * D;
+    {{PREFETCH_DECLARE}}
+    for (var step = 0u; step < steps; step++) {
+        let bh = b * H + kvh * GROUP + g_first + step / walk;
+        let q0 = first_q0 + (step % walk) * BR;
         let q_base = bh * SQ * D;
-        for (var q0 = query_start(k0); q0 < SQ; q0 += BR) {
-            workgroupBarrier();  // the previous tile's readers are done (first time: K, V are staged)
-            {{STAGE_Q}}
-            {{STAGE_DO}}
-            workgroupBarrier();
-            stage_rows(lid, bh, q0);
-            workgroupBarrier();
-            {{SCORES}}
-            workgroupBarrier();
-            let count = min(BR, SQ - q0);
-            {{DKV_UPDATE}}
+        workgroupBarrier();  // the previous tile's readers are done (first time: K, V are staged)
+        {{PREFETCH_STORE}}
+        if (step + 1u < steps) {  // its loads wait in registers while this tile is computed
+            let next_q0 = first_q0 + ((step + 1u) % walk) * BR;
+            let next_base = (b * H + kvh * GROUP + g_first + (step + 1u) / walk) * SQ * D;
+            {{PREFETCH_NEXT}}
         }
+        workgroupBarrier();
+        stage_rows(lid, bh, q0);
+        workgroupBarrier();
+        {{SCORES}}
+        workgroupBarrier();
+        let count = min(BR, SQ - q0);
+        {{DKV_UPDATE}}
     }
     {{DKV_STORE}}
 }

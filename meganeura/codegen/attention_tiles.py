@@ -38,9 +38,12 @@ class Tiles:
     br: int  # query rows per tile
     bc: int  # key rows per tile
     threads: int
+    # The next tile's rows load into registers while the current one is computed (the forward
+    # and dQ: K and V; dK/dV: Q, dO and O), instead of after the barrier that frees the arrays.
+    prefetch: bool = False
 
     def __str__(self) -> str:
-        return f"{self.br}x{self.bc}/{self.threads}"
+        return f"{self.br}x{self.bc}/{self.threads}{'p' if self.prefetch else ''}"
 
 
 # The configuration of each kernel per (tuning family, kind, head_dim), timed on the H200 at head_dim
@@ -50,18 +53,21 @@ class Tiles:
 # here): forward 32x16/128 0.126 (32x32/256 0.135), dQ 16x16/256 0.167 (16x8/128 0.179), dK+dV
 # 16x32/256 0.247 (16x16/256 0.291): 0.54 ms a layer, against 4.7 for the row-per-workgroup kernels
 # before and PyTorch's fp32 SDPA forward + backward at 1.12-1.48 ms in the same runs.
-# hopper: the fastest in the H200's 48 KiB: dQ 32x32/256 (0.151) and dK+dV 32x32/256 (0.199, the
-# grouped kernel), the forward unchanged: 0.48 ms a layer by the same sum. They need 41344 and
+# hopper: the fastest in the H200's 48 KiB, sweeping prefetch too (two runs of the sweep, 22:20 and
+# 22:45 UTC): dQ 32x32/128 (0.130, 0.130; 32x32/256 0.134), dK+dV 32x32/128 with prefetch (0.176,
+# 0.184; without 0.179, 0.193; 32x32/256 0.199-0.27; per query head, as the SmolLM2 step splits
+# it, `--per-query-head`: 0.177 against 0.187), the forward unchanged (0.117; prefetching K and V
+# gained nothing there: 32x16/128p 0.134): 0.43 ms a layer. The backward tiles need 41344 and
 # 45568 bytes, so an adapter of the family that offers less takes the generic ones.
 # (Before the backward kernels read Dᵢ = dOᵢ·Oᵢ while staging dO, a thread per row read its row
-# alone, a cache line per thread and load: dQ 0.185, dK+dV 0.376 ms, same run.)
+# alone, a cache line per thread and load: dQ 0.185, dK+dV 0.376 ms at 32x32/256, 22:05 run.)
 CHOSEN: dict[tuple[str, str, int], Tiles] = {
     ("generic", "attention", 64): Tiles(32, 16, 128),
     ("generic", "attention_grad_q", 64): Tiles(16, 16, 256),
     ("generic", "attention_grad_kv", 64): Tiles(16, 32, 256),
     ("hopper", "attention", 64): Tiles(32, 16, 128),
-    ("hopper", "attention_grad_q", 64): Tiles(32, 32, 256),
-    ("hopper", "attention_grad_kv", 64): Tiles(32, 32, 256),
+    ("hopper", "attention_grad_q", 64): Tiles(32, 32, 128),
+    ("hopper", "attention_grad_kv", 64): Tiles(32, 32, 128, prefetch=True),
 }
 
 # Tried in order where no chosen configuration fits: the first that fits the target and divides
@@ -238,28 +244,70 @@ def stage(array: str, source: str, rows: int, threads: int, row0: str, limit: st
     )
 
 
-def stage_do_with_delta(rows: int, threads: int) -> str:
-    """Stage rows q0 … q0 + rows of dO (as `stage`) and, beside each staged vec4, its dot product
-    with the same vec4 of O into delta_parts[row · DV + column]: the rows' Dᵢ = dOᵢ · Oᵢ in
-    partial sums, read coalesced with the staging (a thread per row reading its D floats in turn
-    touched a cache line per thread and load)."""
-    return "\n    ".join(
-        [
-            f"for (var e = lid; e < {rows}u * DV; e += {threads}u) {{",
-            "    let r = e / DV;",
-            "    let c = e % DV;",
-            "    var x = vec4<f32>(0.0);",
-            "    var part = 0.0;",
-            "    if (q0 + r < SQ) {",
-            "        let at = q_base + (q0 + r) * D;",
-            "        x = load4_d_o(at, c);",
-            "        part = dot(x, load4_o(at, c));",
-            "    }",
-            "    tile_do[r * DS + c] = x;",
-            "    delta_parts[e] = part;",
-            "}",
-        ]
-    )
+@dataclass(frozen=True)
+class Prefetch:
+    """The rows of a backward kernel's streamed tiles: per tile, `rows` rows of each of `sources`
+    (bindings, row-major [·, D]) loaded into registers, then stored into `arrays` (the workgroup
+    arrays, one per source): consecutive threads take consecutive vec4s, each thread the same
+    elements every tile. The registers let the loads of the next tile run while the current one
+    is computed (`prefetch_code`). With `delta`, the second source is dO, and O's vec4s are loaded
+    beside it for delta_parts (the rows' Dᵢ = dOᵢ · Oᵢ in partial sums, read coalesced: a thread
+    per row reading its D floats in turn touched a cache line per thread and load, and made dK/dV
+    1.9× slower on the H200)."""
+
+    sources: tuple[str, ...]
+    arrays: tuple[str, ...]
+    rows: int
+    threads: int
+    delta: bool = False
+
+    def per_thread(self, d: int) -> int:
+        return -(-self.rows * vec4s(d) // self.threads)
+
+    def loaded(self) -> tuple[str, ...]:
+        return self.sources + (("o",) if self.delta else ())
+
+    def declare(self, d: int) -> list[str]:
+        return [f"var pf_{name}_{i}: vec4<f32>;" for i in range(self.per_thread(d)) for name in self.loaded()]
+
+    def guard(self, d: int) -> str:
+        """The condition that element e is one of the tile's (true where the elements divide)."""
+        return "" if (self.rows * vec4s(d)) % self.threads == 0 else f"e < {self.rows}u * DV"
+
+    def load(self, d: int, row0: str, base: str, limit: str) -> list[str]:
+        """Load the rows row0 … of the tile whose row 0 is at element `base`, zeros past `limit`."""
+        lines = []
+        for i in range(self.per_thread(d)):
+            inside = " && ".join(filter(None, (self.guard(d), f"{row0} + e / DV < {limit}")))
+            lines += ["{", f"    let e = lid + {i * self.threads}u;"]
+            lines += [f"    pf_{name}_{i} = vec4<f32>(0.0);" for name in self.loaded()]
+            lines += [f"    if ({inside}) {{", f"        let at = {base} + ({row0} + e / DV) * D;"]
+            lines += [f"        pf_{name}_{i} = load4_{name}(at, e % DV);" for name in self.loaded()]
+            lines += ["    }", "}"]
+        return lines
+
+    def staged(self, d: int, row0: str, limit: str, base: str) -> list[str]:
+        """Load and store at once (a tile staged once, not prefetched), in a block of its own."""
+        return ["{", *self.declare(d), *self.load(d, row0, base, limit), *self.store(d), "}"]
+
+    def store(self, d: int) -> list[str]:
+        lines = []
+        for i in range(self.per_thread(d)):
+            body = [
+                f"{array}[(e / DV) * DS + e % DV] = pf_{name}_{i};"
+                for name, array in zip(self.sources, self.arrays, strict=True)
+            ]
+            if self.delta:
+                body.append(f"delta_parts[e] = dot(pf_d_o_{i}, pf_o_{i});")
+            guard = self.guard(d)
+            lines += ["{", f"    let e = lid + {i * self.threads}u;"]
+            lines += (
+                [f"    if ({guard}) {{", *("        " + line for line in body), "    }"]
+                if guard
+                else ["    " + line for line in body]
+            )
+            lines.append("}")
+        return lines
 
 
 def indent(lines: list[str], depth: int = 1) -> str:
@@ -300,7 +348,7 @@ def score_tile(layout: Layout, products: tuple[tuple[str, str, str], ...], epilo
             lines.append(f"        {text}")
         lines.append("    }")
     lines.append("}")
-    return indent(lines, 3 if layout.kind == "attention_grad_kv" else 1)
+    return indent(lines, 2)  # inside the kernels' tile loops
 
 
 def output_cells(layout: Layout) -> tuple[int, int, list[tuple[int, int]]]:
@@ -335,7 +383,7 @@ def output_update(layout: Layout, sums: tuple[tuple[str, str, str], ...], weight
             f"        {name}_{a}_{b} = fma(vec4<f32>({name}_w{a}), {name}_x{b}, {name}_{a}_{b});" for a, b in cells
         ]
     lines += ["    }", "}"]
-    return indent(lines, 3 if layout.kind == "attention_grad_kv" else 1)
+    return indent(lines, 2)  # inside the kernels' tile loops
 
 
 def output_store(layout: Layout, stores: tuple[tuple[str, str, str], ...], row0: str, limit: str, base: str) -> str:
@@ -363,8 +411,7 @@ def tile_code(layout: Layout) -> dict[str, str]:
     if layout.kind == "attention":
         return {
             "STAGE_Q": stage("tile_q", "q", t.br, n, "q0", "SQ", "q_base"),
-            "STAGE_K": indent(stage("tile_kv", "k", t.bc, n, "k0", "SKV", "kv_base").split("\n    "), 2),
-            "STAGE_V": indent(stage("tile_kv", "v", t.bc, n, "k0", "SKV", "kv_base").split("\n    "), 2),
+            **forward_streams(layout),
             "SCORES": score_tile(
                 layout,
                 (("s", "tile_q", "tile_kv"),),
@@ -380,11 +427,13 @@ def tile_code(layout: Layout) -> dict[str, str]:
     if layout.kind == "attention_grad_q":
         epilogue = [line.format_map(SafeFormat(row="ri", i="q0 + ri", j="k0 + cj")) for line in backward_epilogue]
         epilogue.append("tile_s[ri * (BC + 1u) + cj] = p * ({dp} - row_delta[ri]);")
+        keys = Prefetch(("k", "v"), ("tile_k", "tile_v"), t.bc, n)
+        queries = Prefetch(("q", "d_o"), ("tile_q", "tile_do"), t.br, n, delta=True)
         return {
-            "STAGE_Q": stage("tile_q", "q", t.br, n, "q0", "SQ", "q_base"),
-            "STAGE_DO": stage_do_with_delta(t.br, n),
-            "STAGE_K": indent(stage("tile_k", "k", t.bc, n, "k0", "SKV", "kv_base").split("\n    "), 2),
-            "STAGE_V": indent(stage("tile_v", "v", t.bc, n, "k0", "SKV", "kv_base").split("\n    "), 2),
+            "STAGE_QDO": indent(queries.staged(layout.d, "q0", "SQ", "q_base")),
+            **prefetch_code(
+                keys, layout.d, "SKV", ("0u", "kv_base"), ("k0", "kv_base"), ("next_k0", "kv_base"), t.prefetch
+            ),
             "SCORES": score_tile(layout, (("s", "tile_q", "tile_k"), ("dp", "tile_do", "tile_v")), epilogue),
             "DQ_DECLARE": output_declare(layout, ("dq",)),
             "DQ_UPDATE": output_update(layout, (("dq", "tile_s", "tile_k"),), "BC"),
@@ -395,17 +444,72 @@ def tile_code(layout: Layout) -> dict[str, str]:
         "tile_p[ri * (BR + 1u) + cj] = p;",
         "tile_ds[ri * (BR + 1u) + cj] = p * ({dp} - row_delta[cj]);",
     ]
+    queries = Prefetch(("q", "d_o"), ("tile_q", "tile_do"), t.br, n, delta=True)
     return {
         "STAGE_K": stage("tile_k", "k", t.bc, n, "k0", "SKV", "kv_base"),
         "STAGE_V": stage("tile_v", "v", t.bc, n, "k0", "SKV", "kv_base"),
-        "STAGE_Q": indent(stage("tile_q", "q", t.br, n, "q0", "SQ", "q_base").split("\n    "), 3),
-        "STAGE_DO": indent(stage_do_with_delta(t.br, n).split("\n    "), 3),
+        **prefetch_code(
+            queries, layout.d, "SQ", ("first_q0", "first_base"), ("q0", "q_base"), ("next_q0", "next_base"), t.prefetch
+        ),
         "SCORES": score_tile(layout, (("s", "tile_k", "tile_q"), ("dp", "tile_v", "tile_do")), epilogue),
         "DKV_DECLARE": output_declare(layout, ("dk", "dv")),
         "DKV_UPDATE": output_update(layout, (("dv", "tile_p", "tile_do"), ("dk", "tile_ds", "tile_q")), "BR"),
         "DKV_STORE": output_store(
             layout, (("dk", "out_k", "{x} * SCALE"), ("dv", "out_v", "{x}")), "k0", "SKV", "out_base"
         ),
+    }
+
+
+def forward_streams(layout: Layout) -> dict[str, str]:
+    """The forward's K and V tiles (both staged into tile_kv, V after the scores have read K):
+    KV_DECLARE, STORE_K, STORE_V and KV_NEXT (the following tile's K and V, once both of the
+    current one are stored), as `prefetch_code`'s."""
+    t = layout.tiles
+    keys = Prefetch(("k",), ("tile_kv",), t.bc, t.threads)
+    values = Prefetch(("v",), ("tile_kv",), t.bc, t.threads)
+    d, first, current, following = layout.d, ("0u", "kv_base"), ("k0", "kv_base"), ("next_k0", "kv_base")
+    if t.prefetch:
+        declare = keys.declare(d) + values.declare(d) + keys.load(d, *first, "SKV") + values.load(d, *first, "SKV")
+        store_k, store_v = keys.store(d), values.store(d)
+        following_loads = keys.load(d, *following, "SKV") + values.load(d, *following, "SKV")
+    else:
+        declare, following_loads = keys.declare(d) + values.declare(d), []
+        store_k = keys.load(d, *current, "SKV") + keys.store(d)
+        store_v = values.load(d, *current, "SKV") + values.store(d)
+    return {
+        "KV_DECLARE": indent(declare),
+        "STORE_K": indent(store_k, 2),
+        "STORE_V": indent(store_v, 2),
+        "KV_NEXT": indent(following_loads, 3),
+    }
+
+
+def prefetch_code(
+    streams: Prefetch,
+    d: int,
+    limit: str,
+    first: tuple[str, str],
+    current: tuple[str, str],
+    following: tuple[str, str],
+    ahead: bool,
+) -> dict[str, str]:
+    """attention.wgsl's PREFETCH_DECLARE (the registers), PREFETCH_STORE (into the arrays, after
+    the barrier that frees them) and PREFETCH_NEXT (the loads of the following tile, where there
+    is one) for the tiles of `streams`, each tile given as (its first row, the element of its
+    head's row 0): `ahead` (Tiles.prefetch), the first tile loads with the declarations and each
+    following one while the current one is computed; else each tile loads where it is stored."""
+    if ahead:
+        declare, store, following_loads = (
+            streams.declare(d) + streams.load(d, *first, limit),
+            streams.store(d),
+            streams.load(d, *following, limit),
+        )
+    else:
+        declare, store, following_loads = streams.declare(d), streams.load(d, *current, limit) + streams.store(d), []
+    return {
+        "PREFETCH_DECLARE": indent(declare),
+        "PREFETCH_STORE": indent(store, 2),
+        "PREFETCH_NEXT": indent(following_loads, 3),
     }
 
 
