@@ -2,7 +2,7 @@
 one-level form against two-level / split-K forms of several split sizes, GPU timestamps, one process.
 
     python benchmarks/reductions.py [--batch 128] [--elements 29360128] [--repeat 5]
-                                    [--only bn,sum,col,partials,wgrad] [--entries reduce_serial,…]
+                                    [--only bn,sum,col,partials,wgrad] [--entries reduce_serial[:64],…]
 
 Workloads (ResNet-18 on CIFAR shapes at `--batch`, and the LM-sized bias gradient):
 - bn: the batch-norm statistics of ResNet-18's stages, Σx² over (N, H, W) of [N, C, H, W] → [C]
@@ -176,16 +176,21 @@ def main() -> None:
     parser.add_argument("--elements", type=int, default=28 * 2**20)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--only", default="bn,sum,col,partials,wgrad")
-    parser.add_argument("--entries", default="", help="also time with each of these reduce.wgsl entry points forced")
+    parser.add_argument(
+        "--entries",
+        default="",
+        help="also time with each of these reduce.wgsl entry points forced (ENTRY or ENTRY:WORKGROUP_SIZE)",
+    )
     args = parser.parse_args()
     device = default_device()
     target = device.target
     print(f"adapter: {device.describe()}; target {target.name}: {target.compute_units} units")
     original = codegen_reduce.reduce_plan
-    for entry in ["", *filter(None, args.entries.split(","))]:
-        if entry:
-            print(f"\n-- every reduction with {entry} forced")
-            size = 64 if entry == "reduce_serial" else 256
+    for forced in ["", *filter(None, args.entries.split(","))]:
+        if forced:
+            entry, _, wg = forced.partition(":")
+            size = int(wg) if wg else 64 if entry == "reduce_serial" else 256
+            print(f"\n-- every reduction with {entry} forced, {size} threads a workgroup")
             codegen_reduce.reduce_plan = lambda outs, r, innermost, target=None, entry=entry, size=size: (entry, size)
         try:
             run(args, device, target)

@@ -16,8 +16,9 @@
 //
 //   attention (a workgroup per (b, h, query tile), the longest causal tiles first): Q staged
 //     once; per key tile (causal: up to the diagonal tile only): stage K, scores S = Q·Kᵀ·scale
-//     (masked keys: LOWEST), a thread per row folds the tile into its running max and sum and
-//     turns S into P; stage V over K, O = O·alpha + P·V. Writes o = O / l and lse = m + log l.
+//     (masked keys: LOWEST), THREADS / BR threads a row (ROW_LANES; else a thread per row) fold
+//     the tile into its running max and sum and turn S into P; stage V over K, O = O·alpha +
+//     P·V. Writes o = O / l and lse = m + log l.
 //   attention_grad_q (a workgroup per (b, h, query tile)): Q and dO staged once, per row
 //     lse and Dᵢ = rowsum(dOᵢ ∘ Oᵢ) (computed here from o and do while dO is staged: no extra
 //     kernel); per key
@@ -113,6 +114,11 @@ var<workgroup> tile_s: array<f32, BR * (BC + 1u)>;   // scores, then P
 var<workgroup> row_m: array<f32, BR>;
 var<workgroup> row_l: array<f32, BR>;
 var<workgroup> row_scale: array<f32, BR>;  // exp(m_old − m_new) of the current key tile
+//#if ROW_LANES
+const LANES: u32 = THREADS / BR;  // threads a row in the softmax fold
+var<workgroup> lane_max: array<f32, THREADS>;
+var<workgroup> lane_sum: array<f32, THREADS>;
+//#endif
 
 @compute @workgroup_size(THREADS)
 fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -144,6 +150,43 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         if (next_k0 < stop) {  // its loads wait in registers while this tile is computed
             {{KV_NEXT}}
         }
+//#if ROW_LANES
+        // LANES threads a row, lane l folding columns l, l + LANES, …: the tile's max of the row
+        // and, after P = exp(S − m_new), its sum, each combined over the lanes in workgroup memory.
+        {
+            let r = lid / LANES;
+            let lane = lid % LANES;
+            let base = r * (BC + 1u);
+            var peak = LOWEST;
+            for (var j = lane; j < BC; j += LANES) {
+                peak = max(peak, tile_s[base + j]);
+            }
+            lane_max[lid] = peak;
+            workgroupBarrier();
+            peak = row_m[r];
+            for (var l = 0u; l < LANES; l++) {
+                peak = max(peak, lane_max[r * LANES + l]);
+            }
+            var sum = 0.0;
+            for (var j = lane; j < BC; j += LANES) {
+                let p = exp(tile_s[base + j] - peak);
+                tile_s[base + j] = p;
+                sum += p;
+            }
+            lane_sum[lid] = sum;
+            workgroupBarrier();
+            if (lane == 0u) {
+                var total = 0.0;
+                for (var l = 0u; l < LANES; l++) {
+                    total += lane_sum[r * LANES + l];
+                }
+                let alpha = exp(row_m[r] - peak);
+                row_scale[r] = alpha;
+                row_l[r] = row_l[r] * alpha + total;
+                row_m[r] = peak;
+            }
+        }
+//#else
         // A thread per row: fold the tile into the running max and sum; P = exp(S − m_new).
         for (var r = lid; r < BR; r += THREADS) {
             let base = r * (BC + 1u);
@@ -162,6 +205,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             row_l[r] = row_l[r] * alpha + sum;
             row_m[r] = peak;
         }
+//#endif
         workgroupBarrier();
         let count = min(BC, stop - k0);
         {{O_UPDATE}}

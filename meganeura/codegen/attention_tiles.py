@@ -47,25 +47,29 @@ class Tiles:
 
 
 # The configuration of each kernel per (tuning family, kind, head_dim), timed on the H200 at head_dim
-# 64, the SmolLM2 and GPT-2 shape (`PYTHONPATH=. python benchmarks/attention.py --shapes smollm2
-# --repeat 10`, 2026-12-01, batch 8, 9/3 heads, seq 256, causal; ms per dispatch).
+# 64, the SmolLM2 and GPT-2 shapes (`PYTHONPATH=. python benchmarks/attention.py --shapes
+# smollm2,gpt2 --repeat 10`, 2026-12-01, batch 8, seq 256, causal, 9/3 and 12/12 heads; ms per
+# dispatch; SmolLM2's figure first).
 # generic: the fastest of those that fit 32 KiB (lavapipe's limit, so that they run in the tests
-# here): forward 32x16/128 0.126 (32x32/256 0.135), dQ 16x16/256 0.167 (16x8/128 0.179), dK+dV
-# 16x32/256 0.247 (16x16/256 0.291): 0.54 ms a layer, against 4.7 for the row-per-workgroup kernels
-# before and PyTorch's fp32 SDPA forward + backward at 1.12-1.48 ms in the same runs.
-# hopper: the fastest in the H200's 48 KiB, sweeping prefetch too (two runs of the sweep, 22:20 and
-# 22:45 UTC): dQ 32x32/128 (0.130, 0.130; 32x32/256 0.134), dK+dV 32x32/128 with prefetch (0.176,
-# 0.184; without 0.179, 0.193; 32x32/256 0.199-0.27; per query head, as the SmolLM2 step splits
-# it, `--per-query-head`: 0.177 against 0.187), the forward unchanged (0.117; prefetching K and V
-# gained nothing there: 32x16/128p 0.134): 0.43 ms a layer. The backward tiles need 41344 and
-# 45568 bytes, so an adapter of the family that offers less takes the generic ones.
-# (Before the backward kernels read Dᵢ = dOᵢ·Oᵢ while staging dO, a thread per row read its row
-# alone, a cache line per thread and load: dQ 0.185, dK+dV 0.376 ms at 32x32/256, 22:05 run.)
+# here): forward 16x32/128 prefetched 0.108, 0.134 (32x16/128 0.126, 0.152), dQ 16x16/256 0.167
+# (16x8/128 0.179), dK+dV 16x32/256 0.247 (16x16/256 0.291): 0.52 ms a SmolLM2 layer, against 4.7
+# for the row-per-workgroup kernels before and PyTorch's fp32 SDPA forward + backward at
+# 1.02-1.48 ms in the same runs.
+# hopper: the fastest in the H200's 48 KiB: the forward 64x32/256 prefetched (0.100, 0.127; the
+# best for GPT-2 alone, 32x32/128p, 0.157 for SmolLM2), dQ 32x32/128 (0.130 in two runs; 32x32/256
+# 0.134), dK+dV 32x32/128 prefetched (0.176, 0.184 in two runs; without 0.179, 0.193; 32x32/256
+# 0.199-0.27; per query head, as the SmolLM2 step splits it, `--per-query-head`: 0.177 against
+# 0.187): 0.41 ms a SmolLM2 layer. The backward tiles need 41344 and 45568 bytes, so an adapter of
+# the family that offers less takes the generic ones.
+# Two kernel changes before these figures: the backward kernels read Dᵢ = dOᵢ·Oᵢ while staging
+# dO (a thread per row read its row alone, a cache line per thread and load: dQ 0.185, dK+dV
+# 0.376 ms at 32x32/256 before), and the forward folds each score row with several threads
+# (ROW_LANES).
 CHOSEN: dict[tuple[str, str, int], Tiles] = {
-    ("generic", "attention", 64): Tiles(32, 16, 128),
+    ("generic", "attention", 64): Tiles(16, 32, 128, prefetch=True),
     ("generic", "attention_grad_q", 64): Tiles(16, 16, 256),
     ("generic", "attention_grad_kv", 64): Tiles(16, 32, 256),
-    ("hopper", "attention", 64): Tiles(32, 16, 128),
+    ("hopper", "attention", 64): Tiles(64, 32, 256, prefetch=True),
     ("hopper", "attention_grad_q", 64): Tiles(32, 32, 128),
     ("hopper", "attention_grad_kv", 64): Tiles(32, 32, 128, prefetch=True),
 }
@@ -89,13 +93,20 @@ def workgroup_bytes(kind: str, tiles: Tiles, d: int) -> int:
     row = 16 * (vec4s(d) + 1)  # a staged row of D floats, one vec4 of padding
     br, bc = tiles.br, tiles.bc
     if kind == "attention":
-        return (br + bc) * row + 4 * br * (bc + 1) + 3 * 4 * br
+        lanes = 2 * 4 * tiles.threads if row_lanes(tiles) else 0  # lane_max, lane_sum
+        return (br + bc) * row + 4 * br * (bc + 1) + 3 * 4 * br + lanes
     parts = 4 * br * vec4s(d)  # the backward's delta_parts: a dO·O partial per staged vec4
     if kind == "attention_grad_q":
         return 2 * (br + bc) * row + 4 * br * (bc + 1) + 2 * 4 * br + parts
     if kind == "attention_grad_kv":
         return 2 * (br + bc) * row + 2 * 4 * bc * (br + 1) + 2 * 4 * br + parts
     raise ValueError(f"no attention kernel {kind!r}; expected one of {KINDS}")
+
+
+def row_lanes(tiles: Tiles) -> bool:
+    """Whether the forward folds each score row with THREADS / BR threads (a whole number, at
+    least two), else with a thread per row."""
+    return tiles.threads % tiles.br == 0 and tiles.threads >= 2 * tiles.br
 
 
 def split(per_thread: int, rows: int, cols: int) -> tuple[int, int] | None:
@@ -412,6 +423,7 @@ def tile_code(layout: Layout) -> dict[str, str]:
         return {
             "STAGE_Q": stage("tile_q", "q", t.br, n, "q0", "SQ", "q_base"),
             **forward_streams(layout),
+            "ROW_LANES": row_lanes(t),
             "SCORES": score_tile(
                 layout,
                 (("s", "tile_q", "tile_kv"),),
@@ -430,6 +442,7 @@ def tile_code(layout: Layout) -> dict[str, str]:
         keys = Prefetch(("k", "v"), ("tile_k", "tile_v"), t.bc, n)
         queries = Prefetch(("q", "d_o"), ("tile_q", "tile_do"), t.br, n, delta=True)
         return {
+            "ROW_LANES": False,  # the forward's softmax fold
             "STAGE_QDO": indent(queries.staged(layout.d, "q0", "SQ", "q_base")),
             **prefetch_code(
                 keys, layout.d, "SKV", ("0u", "kv_base"), ("k0", "kv_base"), ("next_k0", "kv_base"), t.prefetch
@@ -446,6 +459,7 @@ def tile_code(layout: Layout) -> dict[str, str]:
     ]
     queries = Prefetch(("q", "d_o"), ("tile_q", "tile_do"), t.br, n, delta=True)
     return {
+        "ROW_LANES": False,
         "STAGE_K": stage("tile_k", "k", t.bc, n, "k0", "SKV", "kv_base"),
         "STAGE_V": stage("tile_v", "v", t.bc, n, "k0", "SKV", "kv_base"),
         **prefetch_code(
