@@ -86,7 +86,7 @@ fn query_start(k0: u32) -> u32 {
 
 //#if FORWARD
 //#else
-var<workgroup> delta_parts: array<f32, BR * DV>;  // dO·O per staged vec4 (with dO, codegen Prefetch)
+var<workgroup> delta_parts: array<f32, BR * DV>;  // dO·O per staged vec4 (with dO: attention_tiles.TileRows)
 var<workgroup> row_lse: array<f32, BR>;
 var<workgroup> row_delta: array<f32, BR>;
 
@@ -291,8 +291,7 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     let out_base = kv_at(b, kvh, 0u);
 //#endif
     let kv_base = kv_at(b, kvh, 0u);
-    {{STAGE_K}}
-    {{STAGE_V}}
+    {{STAGE_KV}}
     {{DKV_DECLARE}}
     // The walk: every query tile that sees the key tile, of each query head in turn.
     let first_q0 = query_start(k0);

@@ -236,35 +236,17 @@ def vec4_helpers(reads: tuple[str, ...], writes: tuple[str, ...], d: int) -> str
     return "\n".join(lines)
 
 
-def stage(array: str, source: str, rows: int, threads: int, row0: str, limit: str, base: str) -> str:
-    """Copy rows row0 … row0 + rows of `source` (row-major [·, D] from element `base`) into the
-    workgroup array `array` (DS vec4s a row), zeros past row `limit`: consecutive threads load
-    consecutive vec4s."""
-    return "\n    ".join(
-        [
-            f"for (var e = lid; e < {rows}u * DV; e += {threads}u) {{",
-            "    let r = e / DV;",
-            "    let c = e % DV;",
-            "    var x = vec4<f32>(0.0);",
-            f"    if ({row0} + r < {limit}) {{",
-            f"        x = load4_{source}({base} + ({row0} + r) * D, c);",
-            "    }",
-            f"    {array}[r * DS + c] = x;",
-            "}",
-        ]
-    )
-
-
 @dataclass(frozen=True)
-class Prefetch:
-    """The rows of a backward kernel's streamed tiles: per tile, `rows` rows of each of `sources`
-    (bindings, row-major [·, D]) loaded into registers, then stored into `arrays` (the workgroup
-    arrays, one per source): consecutive threads take consecutive vec4s, each thread the same
-    elements every tile. The registers let the loads of the next tile run while the current one
-    is computed (`prefetch_code`). With `delta`, the second source is dO, and O's vec4s are loaded
-    beside it for delta_parts (the rows' Dᵢ = dOᵢ · Oᵢ in partial sums, read coalesced: a thread
-    per row reading its D floats in turn touched a cache line per thread and load, and made dK/dV
-    1.9× slower on the H200)."""
+class TileRows:
+    """How a kernel stages a tile: `rows` rows of each of `sources` (bindings, row-major [·, D])
+    loaded into registers, then stored into `arrays` (the workgroup arrays, one per source);
+    consecutive threads take consecutive vec4s, each thread the same elements every tile, zeros
+    past the rows' limit. Between the load and the store the registers hold the tile, so a kernel
+    can load the next tile while the current one is computed (`prefetch_code`), or stage a tile
+    at once (`staged`). With `delta`, the second source is dO, and O's vec4s are loaded beside it
+    for delta_parts (the rows' Dᵢ = dOᵢ · Oᵢ in partial sums, read coalesced: a thread per row
+    reading its D floats in turn touched a cache line per thread and load, and made dK/dV 1.9×
+    slower on the H200)."""
 
     sources: tuple[str, ...]
     arrays: tuple[str, ...]
@@ -273,6 +255,7 @@ class Prefetch:
     delta: bool = False
 
     def per_thread(self, d: int) -> int:
+        """The vec4s of each source a thread loads and stores."""
         return -(-self.rows * vec4s(d) // self.threads)
 
     def loaded(self) -> tuple[str, ...]:
@@ -297,11 +280,12 @@ class Prefetch:
             lines += ["    }", "}"]
         return lines
 
-    def staged(self, d: int, row0: str, limit: str, base: str) -> list[str]:
+    def staged(self, d: int, row0: str, base: str, limit: str) -> str:
         """Load and store at once (a tile staged once, not prefetched), in a block of its own."""
-        return ["{", *self.declare(d), *self.load(d, row0, base, limit), *self.store(d), "}"]
+        return indent(["{", *self.declare(d), *self.load(d, row0, base, limit), *self.store(d), "}"])
 
     def store(self, d: int) -> list[str]:
+        """Store the registers into the arrays (and the dO·O partials), after the barrier that frees them."""
         lines = []
         for i in range(self.per_thread(d)):
             body = [
@@ -421,7 +405,7 @@ def tile_code(layout: Layout) -> dict[str, str]:
     n = t.threads
     if layout.kind == "attention":
         return {
-            "STAGE_Q": stage("tile_q", "q", t.br, n, "q0", "SQ", "q_base"),
+            "STAGE_Q": TileRows(("q",), ("tile_q",), t.br, n).staged(layout.d, "q0", "q_base", "SQ"),
             **forward_streams(layout),
             "ROW_LANES": row_lanes(t),
             "SCORES": score_tile(
@@ -439,11 +423,11 @@ def tile_code(layout: Layout) -> dict[str, str]:
     if layout.kind == "attention_grad_q":
         epilogue = [line.format_map(SafeFormat(row="ri", i="q0 + ri", j="k0 + cj")) for line in backward_epilogue]
         epilogue.append("tile_s[ri * (BC + 1u) + cj] = p * ({dp} - row_delta[ri]);")
-        keys = Prefetch(("k", "v"), ("tile_k", "tile_v"), t.bc, n)
-        queries = Prefetch(("q", "d_o"), ("tile_q", "tile_do"), t.br, n, delta=True)
+        keys = TileRows(("k", "v"), ("tile_k", "tile_v"), t.bc, n)
+        queries = TileRows(("q", "d_o"), ("tile_q", "tile_do"), t.br, n, delta=True)
         return {
             "ROW_LANES": False,  # the forward's softmax fold
-            "STAGE_QDO": indent(queries.staged(layout.d, "q0", "SQ", "q_base")),
+            "STAGE_QDO": queries.staged(layout.d, "q0", "q_base", "SQ"),
             **prefetch_code(
                 keys, layout.d, "SKV", ("0u", "kv_base"), ("k0", "kv_base"), ("next_k0", "kv_base"), t.prefetch
             ),
@@ -457,11 +441,10 @@ def tile_code(layout: Layout) -> dict[str, str]:
         "tile_p[ri * (BR + 1u) + cj] = p;",
         "tile_ds[ri * (BR + 1u) + cj] = p * ({dp} - row_delta[cj]);",
     ]
-    queries = Prefetch(("q", "d_o"), ("tile_q", "tile_do"), t.br, n, delta=True)
+    queries = TileRows(("q", "d_o"), ("tile_q", "tile_do"), t.br, n, delta=True)
     return {
         "ROW_LANES": False,
-        "STAGE_K": stage("tile_k", "k", t.bc, n, "k0", "SKV", "kv_base"),
-        "STAGE_V": stage("tile_v", "v", t.bc, n, "k0", "SKV", "kv_base"),
+        "STAGE_KV": TileRows(("k", "v"), ("tile_k", "tile_v"), t.bc, n).staged(layout.d, "k0", "kv_base", "SKV"),
         **prefetch_code(
             queries, layout.d, "SQ", ("first_q0", "first_base"), ("q0", "q_base"), ("next_q0", "next_base"), t.prefetch
         ),
@@ -477,29 +460,21 @@ def tile_code(layout: Layout) -> dict[str, str]:
 def forward_streams(layout: Layout) -> dict[str, str]:
     """The forward's K and V tiles (both staged into tile_kv, V after the scores have read K):
     KV_DECLARE, STORE_K, STORE_V and KV_NEXT (the following tile's K and V, once both of the
-    current one are stored), as `prefetch_code`'s."""
+    current one are stored)."""
     t = layout.tiles
-    keys = Prefetch(("k",), ("tile_kv",), t.bc, t.threads)
-    values = Prefetch(("v",), ("tile_kv",), t.bc, t.threads)
-    d, first, current, following = layout.d, ("0u", "kv_base"), ("k0", "kv_base"), ("next_k0", "kv_base")
-    if t.prefetch:
-        declare = keys.declare(d) + values.declare(d) + keys.load(d, *first, "SKV") + values.load(d, *first, "SKV")
-        store_k, store_v = keys.store(d), values.store(d)
-        following_loads = keys.load(d, *following, "SKV") + values.load(d, *following, "SKV")
-    else:
-        declare, following_loads = keys.declare(d) + values.declare(d), []
-        store_k = keys.load(d, *current, "SKV") + keys.store(d)
-        store_v = values.load(d, *current, "SKV") + values.store(d)
+    tiles = (("0u", "kv_base"), ("k0", "kv_base"), ("next_k0", "kv_base"))
+    keys = streamed(TileRows(("k",), ("tile_kv",), t.bc, t.threads), layout.d, "SKV", *tiles, t.prefetch)
+    values = streamed(TileRows(("v",), ("tile_kv",), t.bc, t.threads), layout.d, "SKV", *tiles, t.prefetch)
     return {
-        "KV_DECLARE": indent(declare),
-        "STORE_K": indent(store_k, 2),
-        "STORE_V": indent(store_v, 2),
-        "KV_NEXT": indent(following_loads, 3),
+        "KV_DECLARE": indent(keys[0] + values[0]),
+        "STORE_K": indent(keys[1], 2),
+        "STORE_V": indent(values[1], 2),
+        "KV_NEXT": indent(keys[2] + values[2], 3),
     }
 
 
 def prefetch_code(
-    streams: Prefetch,
+    rows: TileRows,
     d: int,
     limit: str,
     first: tuple[str, str],
@@ -507,24 +482,33 @@ def prefetch_code(
     following: tuple[str, str],
     ahead: bool,
 ) -> dict[str, str]:
-    """attention.wgsl's PREFETCH_DECLARE (the registers), PREFETCH_STORE (into the arrays, after
-    the barrier that frees them) and PREFETCH_NEXT (the loads of the following tile, where there
-    is one) for the tiles of `streams`, each tile given as (its first row, the element of its
-    head's row 0): `ahead` (Tiles.prefetch), the first tile loads with the declarations and each
-    following one while the current one is computed; else each tile loads where it is stored."""
-    if ahead:
-        declare, store, following_loads = (
-            streams.declare(d) + streams.load(d, *first, limit),
-            streams.store(d),
-            streams.load(d, *following, limit),
-        )
-    else:
-        declare, store, following_loads = streams.declare(d), streams.load(d, *current, limit) + streams.store(d), []
+    """attention.wgsl's PREFETCH_DECLARE, PREFETCH_STORE and PREFETCH_NEXT of the backward
+    kernels' streamed tiles (`streamed`)."""
+    declare, store, following_loads = streamed(rows, d, limit, first, current, following, ahead)
     return {
         "PREFETCH_DECLARE": indent(declare),
         "PREFETCH_STORE": indent(store, 2),
         "PREFETCH_NEXT": indent(following_loads, 3),
     }
+
+
+def streamed(
+    rows: TileRows,
+    d: int,
+    limit: str,
+    first: tuple[str, str],
+    current: tuple[str, str],
+    following: tuple[str, str],
+    ahead: bool,
+) -> tuple[list[str], list[str], list[str]]:
+    """The code of a kernel's loop over tiles of `rows`, each tile given as (its first row, the
+    element of its head's row 0): the declarations before the loop, the store after the barrier
+    that frees the arrays, and the loads of the following tile where there is one. `ahead`
+    (Tiles.prefetch): the first tile loads with the declarations, each following one while the
+    current one is computed; else each tile loads where it is stored."""
+    if ahead:
+        return rows.declare(d) + rows.load(d, *first, limit), rows.store(d), rows.load(d, *following, limit)
+    return rows.declare(d), rows.load(d, *current, limit) + rows.store(d), []
 
 
 class SafeFormat(dict):
