@@ -17,7 +17,7 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen.compiled import compile_step
-from meganeura.codegen.gemm_table import CPU_TABLE, gemm_tiling
+from meganeura.codegen.gemm_table import CPU_TABLE, GemmTiling, gemm_tiling
 from meganeura.codegen.matmul import counted_workgroups, split_tiling
 from meganeura.codegen.registry import node_workgroups
 from meganeura.compiler import Program, compile_plan, trace_step
@@ -99,6 +99,12 @@ def test_on_a_cpu_matmuls_take_the_cpu_table_and_dispatch_what_the_cost_model_co
     assert len(set(sizes)) > 1  # the shapes pick different tiles
     assert gemm_tiling(1024, 256, 256, 1, cpu) == CPU_TABLE.ladder[0]
     assert gemm_tiling(1024, 256, 256) != CPU_TABLE.ladder[0]  # GPUs keep theirs
+    # A CPU takes a rung only where the output holds a whole tile of it: the unfused digits
+    # ResNet's batched 8×[16, 36] products take the 4x4 rung (shrunk), not a 16x16 one shrunk to
+    # them (seconds of LLVM each on a fresh machine); 96 rows of 64 columns take 64x64 8x8.
+    small = gemm_tiling(16, 36, 8, 8, cpu)
+    assert (4 * small.rm, 4 * small.rn) == (4, 4) and (small.bm, small.bn) == (16, 64)
+    assert gemm_tiling(96, 64, 64, 4, cpu) == CPU_TABLE.ladder[1] == GemmTiling(64, 64, 16, 2, 2)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -92,6 +92,9 @@ class GemmLadder:
     fill: int
     ladder: tuple[GemmTiling, ...]
     transposed_b: tuple[GemmTiling, ...] = ()
+    # Take a rung only where the output holds one whole tile of it (the last rung still takes the
+    # rest): a CPU compiles a tile shrunk to a small output (`shrunk`) as slowly as a whole one.
+    whole_tiles: bool = False
 
     def rungs(self, transpose_b: bool) -> tuple[GemmTiling, ...]:
         return (self.transposed_b or self.ladder) if transpose_b else self.ladder
@@ -113,6 +116,8 @@ class GemmLadder:
     def pick(self, m: int, n: int, batches: int, target: Target, transpose_b: bool) -> GemmTiling:
         fitting = self.fitting(transpose_b, target)
         for tiling in fitting:
+            if self.whole_tiles and (m < tiling.bm or n < tiling.bn):
+                continue
             if batches * -(-m // tiling.bm) * -(-n // tiling.bn) >= self.fill * target.compute_units:
                 return tiling
         return fitting[-1]
@@ -147,7 +152,17 @@ HOPPER_TABLE = GemmLadder(
 # 1024x256x256,2048x128x512,512x2048x128 --repeat 4`, 2026-12-01), 128x128 with 16x16 per thread:
 # 1024x256x256 14.3 GFLOP/s (the kernel before: 9.6; 0.75 when issue 10 was filed), 2048x128x512 13.9,
 # 512x2048x128 15.1 (16.7 at BK 32); next best 64x128 16x16 and 128x128 8x16, 15-25% slower.
-CPU_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(128, 128, 16, 4, 4), GemmTiling(32, 64, 16, 1, 1)))
+#
+# Products with an output smaller than a rung's tile skip it (`whole_tiles`): LLVM took 3.5-8.3 s to
+# compile each 16x16-per-thread kernel shrunk to the tiny batched products of the unfused digits
+# ResNet (8×8x16x36 …), 73 s for its first step on a fresh machine (`MESA_SHADER_CACHE_DIR` empty,
+# the profiled first step, 2026-12-01), where the kernels then run in microseconds; a whole
+# 128x128 tile of them is what the measured speed needs.
+CPU_TABLE = GemmLadder(
+    fill=2,
+    ladder=(GemmTiling(128, 128, 16, 4, 4), GemmTiling(64, 64, 16, 2, 2), GemmTiling(32, 64, 16, 1, 1)),
+    whole_tiles=True,
+)
 
 # lavapipe's convolutions (codegen/conv.py) take 8x8 per thread: as fast as the matmul's 16x16 once
 # compiled and far quicker for LLVM to compile, which a CPU does for every distinct kernel on a
