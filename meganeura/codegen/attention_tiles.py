@@ -9,7 +9,7 @@ A configuration is taken only where its workgroup arrays (`workgroup_bytes`) fit
 `workgroup_memory` (meganeura/target.py): the measured one of the target's tuning family, else the
 generic family's, else the first of `CANDIDATES` that fits.
 
-A configuration is (BR query rows, BC key rows, THREADS). Every kernel has two register tiles per
+A configuration is (BR query rows, BC key rows, THREADS, prefetch). Every kernel has two register tiles per
 thread, both of named accumulators (the GEMM probe, shared/notes/gemm-probe.md: dynamically
 indexed private arrays spill on the H200):
 - a score tile: SR × SC scores of the workgroup's [BR, BC] tile (dK/dV: its transpose [BC, BR]),
@@ -18,6 +18,10 @@ indexed private arrays spill on the H200):
   one (a broadcast); the backward kernels keep two sums per score (q·k and do·v);
 - an output tile: OR rows × OV vec4 columns of the [BR, D] output (dK/dV: [BC, D], twice), spread
   the same way, so that neighbouring threads read and write neighbouring vec4s.
+Every tile staged in workgroup memory goes through registers (`TileRows`); with the
+configuration's `prefetch`, the tiles a kernel streams (the forward's and dQ's K and V, dK/dV's
+Q and dO) load a tile ahead, while the current one is computed (`streamed`). The forward folds
+each score row with THREADS / BR threads where that is two or more (`row_lanes`).
 """
 
 from __future__ import annotations
