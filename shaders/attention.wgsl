@@ -19,16 +19,15 @@
 //     (masked keys: LOWEST), THREADS / BR threads a row (ROW_LANES; else a thread per row) fold
 //     the tile into its running max and sum and turn S into P; stage V over K, O = O·alpha +
 //     P·V. Writes o = O / l and lse = m + log l.
-//   attention_grad_q (a workgroup per (b, h, query tile)): Q and dO staged once, per row
-//     lse and Dᵢ = rowsum(dOᵢ ∘ Oᵢ) (computed here from o and do while dO is staged: no extra
-//     kernel); per key
-//     tile: stage K and V, dS = P ∘ (dO·Vᵀ − D), dQ += dS·K. Writes dQ·scale.
+//   attention_grad_q (a workgroup per (b, h, query tile)): Q and dO staged once, per row lse
+//     and Dᵢ = rowsum(dOᵢ ∘ Oᵢ) (partial sums of o·do read while dO is staged, folded in
+//     workgroup memory: no extra kernel); per key tile: stage K and V, dS = P ∘ (dO·Vᵀ − D),
+//     dQ += dS·K. Writes dQ·scale.
 //   attention_grad_kv (a workgroup per (b, kv head, key tile)): K and V staged once; for every
 //     query head of the group and every query tile that sees the key tile (causal: from the
-//     diagonal tile on): stage Q and dO, per row lse and D (recomputed per tile from o while dO
-//     is staged: BR·D multiply-adds beside the tile's 4·BR·BC·D), Pᵀ and dSᵀ, dV += Pᵀ·dO,
-//     dK += dSᵀ·Q.
-//     Writes dK·scale and dV. No atomics: each workgroup owns its output rows. PER_QUERY_HEAD: a
+//     diagonal tile on), in one walk: stage Q and dO, per row lse and D (recomputed per tile, as
+//     in dQ: BR·D multiply-adds beside the tile's 4·BR·BC·D), Pᵀ and dSᵀ, dV += Pᵀ·dO,
+//     dK += dSᵀ·Q. Writes dK·scale and dV. No atomics: each workgroup owns its output rows. PER_QUERY_HEAD: a
 //     workgroup per (b, query head, key tile) walks its own head only and writes that head's
 //     part, dK and dV [B, H, SKV, D] (summed over each group after the kernel).
 //
@@ -42,7 +41,8 @@
 // Grid: TILES workgroups, folded into (GRID_X, y).
 //
 // Placeholders: BINDINGS and attention_layout's, BR, BC, THREADS, DV, TILES, SEQ_TILES, VEC4
-// (load/store helpers) and the per-kernel code; flags CAUSAL, FORWARD, GRAD_Q, GRAD_KV.
+// (load/store helpers) and the per-kernel code; flags CAUSAL, FORWARD, GRAD_Q, GRAD_KV,
+// PER_QUERY_HEAD, ROW_LANES.
 
 {{BINDINGS}}
 
