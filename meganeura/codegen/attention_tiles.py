@@ -20,7 +20,7 @@ indexed private arrays spill on the H200):
   the same way, so that neighbouring threads read and write neighbouring vec4s.
 Every tile staged in workgroup memory goes through registers (`TileRows`); with the
 configuration's `prefetch`, the tiles a kernel streams (the forward's and dQ's K and V, dK/dV's
-Q and dO) load a tile ahead, while the current one is computed (`streamed`). The forward folds
+Q and dO) load a tile ahead, while the current one is computed (`TileRows.streamed`). The forward folds
 each score row with THREADS / BR threads where that is two or more (`row_lanes`).
 """
 
@@ -246,7 +246,7 @@ class TileRows:
     loaded into registers, then stored into `arrays` (the workgroup arrays, one per source);
     consecutive threads take consecutive vec4s, each thread the same elements every tile, zeros
     past the rows' limit. Between the load and the store the registers hold the tile, so a kernel
-    can load the next tile while the current one is computed (`prefetch_code`), or stage a tile
+    can load the next tile while the current one is computed (`TileRows.streamed`), or stage a tile
     at once (`staged`). With `delta`, the second source is dO, and O's vec4s are loaded beside it
     for delta_parts (the rows' Dᵢ = dOᵢ · Oᵢ in partial sums, read coalesced: a thread per row
     reading its D floats in turn touched a cache line per thread and load, and made dK/dV 1.9×
@@ -287,6 +287,24 @@ class TileRows:
     def staged(self, d: int, row0: str, base: str, limit: str) -> str:
         """Load and store at once (a tile staged once, not prefetched), in a block of its own."""
         return indent(["{", *self.declare(d), *self.load(d, row0, base, limit), *self.store(d), "}"])
+
+    def streamed(
+        self,
+        d: int,
+        limit: str,
+        first: tuple[str, str],
+        current: tuple[str, str],
+        following: tuple[str, str],
+        ahead: bool,
+    ) -> tuple[list[str], list[str], list[str]]:
+        """The code of a kernel's loop over these tiles, each tile given as (its first row, the
+        element of its head's row 0): the declarations before the loop, the store after the
+        barrier that frees the arrays, and the loads of the following tile where there is one.
+        `ahead` (Tiles.prefetch): the first tile loads with the declarations, each following one
+        while the current one is computed; else each tile loads where it is stored."""
+        if ahead:
+            return self.declare(d) + self.load(d, *first, limit), self.store(d), self.load(d, *following, limit)
+        return self.declare(d), self.load(d, *current, limit) + self.store(d), []
 
     def store(self, d: int) -> list[str]:
         """Store the registers into the arrays (and the dO·O partials), after the barrier that frees them."""
@@ -433,7 +451,7 @@ def tile_code(layout: Layout) -> dict[str, str]:
             "ROW_LANES": False,  # the forward's softmax fold
             "STAGE_QDO": queries.staged(layout.d, "q0", "q_base", "SQ"),
             **prefetch_code(
-                keys, layout.d, "SKV", ("0u", "kv_base"), ("k0", "kv_base"), ("next_k0", "kv_base"), t.prefetch
+                keys.streamed(layout.d, "SKV", ("0u", "kv_base"), ("k0", "kv_base"), ("next_k0", "kv_base"), t.prefetch)
             ),
             "SCORES": score_tile(layout, (("s", "tile_q", "tile_k"), ("dp", "tile_do", "tile_v")), epilogue),
             "DQ_DECLARE": output_declare(layout, ("dq",)),
@@ -450,7 +468,9 @@ def tile_code(layout: Layout) -> dict[str, str]:
         "ROW_LANES": False,
         "STAGE_KV": TileRows(("k", "v"), ("tile_k", "tile_v"), t.bc, n).staged(layout.d, "k0", "kv_base", "SKV"),
         **prefetch_code(
-            queries, layout.d, "SQ", ("first_q0", "first_base"), ("q0", "q_base"), ("next_q0", "next_base"), t.prefetch
+            queries.streamed(
+                layout.d, "SQ", ("first_q0", "first_base"), ("q0", "q_base"), ("next_q0", "next_base"), t.prefetch
+            )
         ),
         "SCORES": score_tile(layout, (("s", "tile_k", "tile_q"), ("dp", "tile_v", "tile_do")), epilogue),
         "DKV_DECLARE": output_declare(layout, ("dk", "dv")),
@@ -467,8 +487,8 @@ def forward_streams(layout: Layout) -> dict[str, str]:
     current one are stored)."""
     t = layout.tiles
     tiles = (("0u", "kv_base"), ("k0", "kv_base"), ("next_k0", "kv_base"))
-    keys = streamed(TileRows(("k",), ("tile_kv",), t.bc, t.threads), layout.d, "SKV", *tiles, t.prefetch)
-    values = streamed(TileRows(("v",), ("tile_kv",), t.bc, t.threads), layout.d, "SKV", *tiles, t.prefetch)
+    keys = TileRows(("k",), ("tile_kv",), t.bc, t.threads).streamed(layout.d, "SKV", *tiles, t.prefetch)
+    values = TileRows(("v",), ("tile_kv",), t.bc, t.threads).streamed(layout.d, "SKV", *tiles, t.prefetch)
     return {
         "KV_DECLARE": indent(keys[0] + values[0]),
         "STORE_K": indent(keys[1], 2),
@@ -477,42 +497,15 @@ def forward_streams(layout: Layout) -> dict[str, str]:
     }
 
 
-def prefetch_code(
-    rows: TileRows,
-    d: int,
-    limit: str,
-    first: tuple[str, str],
-    current: tuple[str, str],
-    following: tuple[str, str],
-    ahead: bool,
-) -> dict[str, str]:
-    """attention.wgsl's PREFETCH_DECLARE, PREFETCH_STORE and PREFETCH_NEXT of the backward
-    kernels' streamed tiles (`streamed`)."""
-    declare, store, following_loads = streamed(rows, d, limit, first, current, following, ahead)
+def prefetch_code(streamed: tuple[list[str], list[str], list[str]]) -> dict[str, str]:
+    """attention.wgsl's PREFETCH_DECLARE, PREFETCH_STORE and PREFETCH_NEXT of a backward kernel's
+    streamed tiles, from `TileRows.streamed`."""
+    declare, store, following_loads = streamed
     return {
         "PREFETCH_DECLARE": indent(declare),
         "PREFETCH_STORE": indent(store, 2),
         "PREFETCH_NEXT": indent(following_loads, 3),
     }
-
-
-def streamed(
-    rows: TileRows,
-    d: int,
-    limit: str,
-    first: tuple[str, str],
-    current: tuple[str, str],
-    following: tuple[str, str],
-    ahead: bool,
-) -> tuple[list[str], list[str], list[str]]:
-    """The code of a kernel's loop over tiles of `rows`, each tile given as (its first row, the
-    element of its head's row 0): the declarations before the loop, the store after the barrier
-    that frees the arrays, and the loads of the following tile where there is one. `ahead`
-    (Tiles.prefetch): the first tile loads with the declarations, each following one while the
-    current one is computed; else each tile loads where it is stored."""
-    if ahead:
-        return rows.declare(d) + rows.load(d, *first, limit), rows.store(d), rows.load(d, *following, limit)
-    return rows.declare(d), rows.load(d, *current, limit) + rows.store(d), []
 
 
 class SafeFormat(dict):
