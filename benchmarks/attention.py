@@ -3,6 +3,7 @@ process, side by side with PyTorch's SDPA forward + backward at the same shape.
 
     PYTHONPATH=. python benchmarks/attention.py [--shapes smollm2,gpt2] [--repeat 20] [--seq 256]
         [--batch 8] [--kernels attention,attention_grad_q,attention_grad_kv] [--per-query-head]
+        [--scores]
 
 Shapes (both causal, head_dim 64, seq 256, batch 8): smollm2, 9 query heads over 3 KV heads
 (SmolLM2-135M's attention); gpt2, 12 heads MHA (GPT-2 small's). For every kernel (attention,
@@ -16,6 +17,10 @@ result is checked against the ops' numpy semantics (float64); a wrong one is mar
 of the totals. PyTorch (fp32, when torch and CUDA are there): SDPA forward and forward + backward,
 `repeat` iterations between CUDA events.
 
+With --scores, dK/dV also writes dS (`attention_grad_kv(…, scores=True)`) and the table adds the
+matmul that then gives dQ (codegen/attention_scores.py), so that the per-layer totals compare
+the two routes: forward + dQ kernel + dK/dV against forward + dK/dV writing dS + the matmul.
+
 On a CPU adapter (lavapipe) the GPU kernels are forced (the compiler would pick attention_rows);
 use small --seq/--batch there.
 """
@@ -28,8 +33,10 @@ import dataclasses
 import numpy as np
 
 from meganeura.codegen import attention_tiles
+from meganeura.codegen import matmul as codegen_matmul
 from meganeura.codegen.attention_tiles import KINDS, Tiles, layout_of, per_thread_work
 from meganeura.codegen.compiled import compile_step
+from meganeura.codegen.gemm_table import GemmTiling
 from meganeura.ir.graph import TensorType
 from meganeura.ir.ops.transformer import evaluate_attention, evaluate_attention_grad_kv, evaluate_attention_grad_q
 from meganeura.ir.trace import Tracer
@@ -41,11 +48,22 @@ HEAD_DIM = 64
 # The sweep: tiles × threads; configurations that do not divide or fit are left out per kernel.
 SWEEP_TILES = ((64, 64), (64, 32), (32, 64), (32, 32), (32, 16), (16, 32), (16, 16), (16, 8), (8, 16))
 SWEEP_THREADS = (64, 128, 256, 512)  # 32 was the slowest of every kernel on the H200
+# --scores: the dQ matmul's tilings timed beside the table's (codegen/gemm_table.py GemmTiling:
+# BM, BN, BK, RM, RN, prefetch); its output is [G·Sq, D], 64 columns at head_dim 64.
+SCORES_MATMUL_TILINGS = tuple(
+    GemmTiling(*c)
+    for c in (
+        (64, 64, 16, 2, 2, True), (64, 64, 16, 2, 2, False), (64, 64, 16, 1, 1, False), (64, 64, 32, 1, 1, False),
+        (32, 64, 16, 1, 1, False), (32, 64, 32, 1, 1, False), (128, 64, 16, 2, 1, False), (64, 64, 16, 2, 1, False),
+        (128, 64, 16, 2, 2, False), (32, 32, 16, 1, 1, False),
+    )
+)  # fmt: skip
 
 
-def attention_step(kind: str, q_shape, kv_shape, repeat: int, per_query_head: bool = False):
+def attention_step(kind: str, q_shape, kv_shape, repeat: int, per_query_head: bool = False, scores: bool = False):
     """A graph of `repeat` `kind` kernels on the same inputs (the backward reads o and lse as
-    inputs); `per_query_head`: dK/dV's per-query-head form (as the compiler splits a grouped one)."""
+    inputs); `per_query_head`: dK/dV's per-query-head form (as the compiler splits a grouped one);
+    `scores`: dK/dV writing dS too."""
     tracer = Tracer()
     graph = tracer.graph
     q = tracer.leaf("input", "q", TensorType(q_shape))
@@ -54,6 +72,8 @@ def attention_step(kind: str, q_shape, kv_shape, repeat: int, per_query_head: bo
     attrs = {"causal": True, "scale": 1.0 / np.sqrt(q_shape[-1])}
     if per_query_head and kind == "attention_grad_kv":
         attrs["per_query_head"] = True
+    if scores and kind == "attention_grad_kv":
+        attrs["scores"] = True
     operands = [q, k, v]
     if kind != "attention":
         o = tracer.leaf("input", "o", TensorType(q_shape))
@@ -88,7 +108,16 @@ def expected_result(kind: str, inputs: dict[str, np.ndarray], per_query_head: bo
 
 
 def kernel_ms(
-    device, target, kind: str, tiles: Tiles, q_shape, kv_shape, inputs, repeat: int, per_query_head: bool = False
+    device,
+    target,
+    kind: str,
+    tiles: Tiles,
+    q_shape,
+    kv_shape,
+    inputs,
+    repeat: int,
+    per_query_head: bool = False,
+    scores: bool = False,
 ) -> tuple[float, float]:
     """The median time of one `kind` dispatch with `tiles` (which fit `target`) in ms, and the
     largest error of its first result relative to the largest magnitude of the expected one."""
@@ -96,7 +125,7 @@ def kernel_ms(
     saved = attention_tiles.CHOSEN.get(key)
     attention_tiles.CHOSEN[key] = tiles
     try:
-        graph = attention_step(kind, q_shape, kv_shape, repeat, per_query_head)
+        graph = attention_step(kind, q_shape, kv_shape, repeat, per_query_head, scores)
         executable = Executable(compile_step(graph, target), device, {}, {})
     finally:
         if saved is None:
@@ -111,6 +140,41 @@ def kernel_ms(
     expected = expected_result(kind, used, per_query_head)
     error = float(np.abs(got - expected).max() / np.abs(expected).max())
     return times[len(times) // 2] / 1e6, error
+
+
+def scores_matmul_ms(
+    device, target, q_shape, kv_shape, inputs, repeat: int, tiling: GemmTiling | None = None
+) -> tuple[float, float, str]:
+    """The median time of the matmul that gives dQ from dS (codegen/attention_scores.py) in ms, its
+    error against dQ's numpy semantics (as `kernel_ms`), and its kernel's label; with `tiling`
+    forced instead of the table's."""
+    b, h, sq, d = q_shape
+    _, hkv, skv, _ = kv_shape
+    tracer = Tracer()
+    graph = tracer.graph
+    ds = tracer.leaf("input", "ds", TensorType((b, hkv, skv, h // hkv * sq)))
+    k = tracer.leaf("input", "k", TensorType(kv_shape))
+    for index in range(repeat):
+        graph.outputs[f"r{index}"] = tracer.emit("matmul", [ds, k], transpose_a=True)
+    original = codegen_matmul.gemm_tiling
+    if tiling is not None:
+        codegen_matmul.gemm_tiling = lambda *_, **__: tiling
+    try:
+        executable = Executable(compile_step(graph, target), device, {}, {})
+    finally:
+        codegen_matmul.gemm_tiling = original
+    values = {name: value.astype(np.float64) for name, value in inputs.items()}
+    backward = [values[name] for name in ("q", "k", "v", "o", "lse", "do")]
+    scale = 1.0 / np.sqrt(d)
+    _, _, scores = evaluate_attention_grad_kv(*backward, True, scale, scores=True)
+    used = {"ds": scores.astype(np.float32), "k": inputs["k"]}
+    got = executable.run(used, read=("r0",))["r0"].reshape(q_shape)
+    executable.heat(used, 0.1)
+    _, profile = executable.profile(used)
+    times = sorted(kernel.ns for kernel in profile.kernels if kernel.kind == "matmul")
+    expected = evaluate_attention_grad_q(*backward, True, scale)
+    error = float(np.abs(got - expected).max() / np.abs(expected).max())
+    return times[len(times) // 2] / 1e6, error, executable.kernels[0].label
 
 
 def torch_ms(q_shape, kv_shape, repeat: int) -> tuple[float, float] | None:
@@ -168,6 +232,7 @@ def main() -> None:
     parser.add_argument(
         "--per-query-head", action="store_true", help="dK/dV per query head (what the compiler dispatches for GQA)"
     )
+    parser.add_argument("--scores", action="store_true", help="dK/dV writes dS, and the dQ matmul of it is timed")
     args = parser.parse_args()
     device = default_device()
     # The tiled GPU kernels, on any adapter, in all the workgroup memory the device offers.
@@ -192,7 +257,16 @@ def main() -> None:
             for index, tiles in enumerate(configurations):
                 layout = layout_of(kind, tiles, HEAD_DIM, target.workgroup_memory)
                 ms, error = kernel_ms(
-                    device, target, kind, tiles, q_shape, kv_shape, inputs, args.repeat, args.per_query_head
+                    device,
+                    target,
+                    kind,
+                    tiles,
+                    q_shape,
+                    kv_shape,
+                    inputs,
+                    args.repeat,
+                    args.per_query_head,
+                    args.scores,
                 )
                 wrong = error > 1e-4  # f32 against float64: ~1e-6 when right
                 if not wrong:
@@ -207,6 +281,12 @@ def main() -> None:
             best_total += best_ms
             print(f"  {kind:<18} fastest {best_tiles}: {best_ms:.4f} ms")
         print(f"  per layer, chosen tiles: {chosen_total:.4f} ms; fastest of each kernel: {best_total:.4f} ms")
+        if args.scores:
+            ms, error, label = scores_matmul_ms(device, target, q_shape, kv_shape, inputs, args.repeat)
+            print(f"  dQ as the matmul of dS: {ms:.4f} ms, rel err {error:.1e} ({label}, the table's tiling)")
+            for tiling in SCORES_MATMUL_TILINGS:
+                ms, error, _ = scores_matmul_ms(device, target, q_shape, kv_shape, inputs, args.repeat, tiling)
+                print(f"    with {tiling!s:<24} {ms:.4f} ms, rel err {error:.1e}", flush=True)
         theirs = torch_ms(q_shape, kv_shape, args.repeat)
         if theirs is not None:
             print(f"  pytorch fp32 SDPA: forward {theirs[0]:.4f} ms, forward + backward {theirs[1]:.4f} ms")

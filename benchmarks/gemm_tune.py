@@ -1,7 +1,7 @@
 """Every candidate tile configuration of the matmul kernel on every product of a real training step,
 timed in one process: the data behind codegen/gemm_table.py.
 
-    python benchmarks/gemm_tune.py [--steps smollm2,gpt2] [--extra 4096x4096x4096] [--repeat 5]
+    python benchmarks/gemm_tune.py [--steps smollm2,gpt2] [--extra 4096x4096x4096,24*768x256x64] [--repeat 5]
                                    [--candidates all|cpu] [--json FILE]
 
 The cases are the distinct matmul kernels of each named step as the compiler plans it for this
@@ -43,6 +43,8 @@ GPU_CANDIDATES = [
         (128, 128, 16, 2, 2, True), (64, 128, 16, 2, 2, False), (64, 128, 32, 2, 2, False),
         (64, 128, 16, 2, 2, True), (128, 64, 16, 2, 2, False), (64, 64, 16, 2, 2, False),
         (64, 64, 16, 1, 1, False), (32, 128, 16, 1, 2, False), (32, 64, 16, 1, 1, False),
+        (64, 64, 16, 2, 2, True), (64, 64, 32, 2, 2, False), (128, 64, 16, 2, 1, False),
+        (32, 64, 32, 1, 1, False), (64, 64, 16, 2, 1, False), (32, 32, 16, 1, 1, False),
     ]
 ]  # fmt: skip
 CPU_CANDIDATES = [
@@ -113,9 +115,12 @@ def case_label(case: Case) -> str:
 
 
 def product_case(text: str) -> Case:
-    """A bare M×K×N product (no transposes) from its text."""
-    m, k, n = (int(v) for v in text.split("x"))
-    case = Case("", "matmul", (TensorType((m, k)), TensorType((k, n))), (), 1)
+    """A bare M×K×N product (no transposes) from its text; "B*M×K×N" is a batch of B of them
+    (attention's dQ from dS: 24*768x256x64 at SmolLM2's shapes, codegen/attention_scores.py)."""
+    batch, _, dims = text.rpartition("*")
+    m, k, n = (int(v) for v in dims.split("x"))
+    lead = (int(batch),) if batch else ()
+    case = Case("", "matmul", (TensorType((*lead, m, k)), TensorType((*lead, k, n))), (), 1)
     return Case(case_label(case), case.op, case.operands, case.attrs, 1)
 
 

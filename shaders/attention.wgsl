@@ -29,7 +29,10 @@
 //     in dQ: BR·D multiply-adds beside the tile's 4·BR·BC·D), Pᵀ and dSᵀ, dV += Pᵀ·dO,
 //     dK += dSᵀ·Q. Writes dK·scale and dV. No atomics: each workgroup owns its output rows. PER_QUERY_HEAD: a
 //     workgroup per (b, query head, key tile) walks its own head only and writes that head's
-//     part, dK and dV [B, H, SKV, D] (summed over each group after the kernel).
+//     part, dK and dV [B, H, SKV, D] (summed over each group after the kernel). With a third
+//     output out_s (the op's `scores`), it also writes dSᵀ·scale grouped by KV head, [B, HKV,
+//     SKV, GROUP·SQ], from the score tile's registers, and zeros over the query tiles its walk
+//     skips (the causal mask's): dQ is then a matmul of it (codegen/attention_scores.py).
 //
 // Streamed tiles (K and V of the forward and dQ, Q and dO of dK/dV) pass through registers: with
 // the tiling's prefetch (codegen/attention_tiles.py Tiles.prefetch) the next tile's loads are
@@ -37,11 +40,12 @@
 // each tile loads where it is stored, after the barrier that frees its arrays.
 //
 // Bindings (group 0, generated from the KernelSpec; all f32, the outputs read_write): q, k and
-// v, then out and out_lse; the backward: q, k, v, o, lse, d_o, then out (dQ) or out_k and out_v.
+// v, then out and out_lse; the backward: q, k, v, o, lse, d_o, then out (dQ) or out_k and out_v
+// (and out_s).
 // Grid: TILES workgroups, folded into (GRID_X, y).
 //
 // Placeholders: BINDINGS and attention_layout's, BR, BC, THREADS, DV, TILES, SEQ_TILES, VEC4
-// (load/store helpers) and the per-kernel code; flags CAUSAL, FORWARD, GRAD_Q, GRAD_KV,
+// (load/store helpers) and the per-kernel code (DS_ZEROS empty without out_s); flags CAUSAL, FORWARD, GRAD_Q, GRAD_KV,
 // PER_QUERY_HEAD, ROW_LANES.
 
 {{BINDINGS}}
@@ -295,9 +299,10 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     {{DKV_DECLARE}}
     // The walk: every query tile that sees the key tile, of each query head in turn.
     let first_q0 = query_start(k0);
-    let walk = Q_TILES - first_q0 / BR;
+    let walk = Q_TILES - min(first_q0 / BR, Q_TILES);  // none where every query is before the key tile
     let steps = (g_end - g_first) * walk;
     let first_base = (b * H + kvh * GROUP + g_first) * SQ * D;
+    {{DS_ZEROS}}
     {{PREFETCH_DECLARE}}
     for (var step = 0u; step < steps; step++) {
         let bh = b * H + kvh * GROUP + g_first + step / walk;

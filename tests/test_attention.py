@@ -15,7 +15,7 @@ from conftest import assert_steps_follow_interpreter, check, emit, gradcheck, tr
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.codegen import attention_heads, attention_tiles, compiled
+from meganeura.codegen import attention_heads, attention_scores, attention_tiles, compiled
 from meganeura.codegen.attention_tiles import Tiles
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.registry import node_workgroups
@@ -25,6 +25,7 @@ from meganeura.ir.op import ShapeError
 from meganeura.ir.ops.transformer import (
     evaluate_attention,
     evaluate_attention_grad_kv,
+    evaluate_attention_grad_q,
     evaluate_attention_lse,
     sum_groups,
 )
@@ -153,7 +154,10 @@ CPU = Target("cpu", 2, 32, cpu=True)  # shaders/attention_rows.wgsl: a thread pe
 @pytest.mark.parametrize("target", [GENERIC, CPU], ids=["gpu-kernels", "cpu-kernels"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shapes", KERNEL_CASES, ids=lambda s: f"q{shape_id(s[0])}-kv{shape_id(s[1])}")
-def test_attention_kernels(causal, shapes, target):
+def test_attention_kernels(causal, shapes, target, monkeypatch):
+    """The three kernels against the interpreter, dQ's own kernel kept (a GPU's plan may take dQ
+    from dS instead: codegen/attention_scores.py, tested at the ragged shapes below)."""
+    monkeypatch.setattr(attention_scores, "route_pays", lambda *args: False)
     q_shape, kv_shape = shapes
     graph = attention_graph(q_shape, kv_shape, causal, 1.0 / np.sqrt(q_shape[-1]))
     rng = np.random.default_rng(3)
@@ -201,32 +205,34 @@ def tiling_cases():
 
 
 def ragged_cases():
-    """Each tiling case as planned, and where KV heads are grouped also with the grouped dK/dV
-    kernel kept (the plan may split it per query head, codegen/attention_heads.py)."""
+    """Each tiling case as planned; where KV heads are grouped also with the grouped dK/dV kernel
+    kept (the plan may split it per query head, codegen/attention_heads.py); and for the chosen
+    tiles and those of the guarded head_dims, with dQ taken from the dS that dK/dV writes
+    (codegen/attention_scores.py), grouped or split as planned."""
     for q_shape, kv_shape, tiles in tiling_cases():
-        yield q_shape, kv_shape, tiles, False
+        yield q_shape, kv_shape, tiles, "planned"
         if q_shape[1] != kv_shape[1]:
-            yield q_shape, kv_shape, tiles, True
+            yield q_shape, kv_shape, tiles, "grouped"
+        if tiles is None or q_shape[-1] in (48, 6):
+            yield q_shape, kv_shape, tiles, "scores"
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize(
-    "q_shape, kv_shape, tiles, grouped",
+    "q_shape, kv_shape, tiles, variant",
     list(ragged_cases()),
     ids=lambda v: (
-        "chosen"
-        if v is None
-        else str(v)
-        if isinstance(v, Tiles)
-        else ("grouped" if v else "planned")
-        if isinstance(v, bool)
-        else shape_id(v)
+        "chosen" if v is None else str(v) if isinstance(v, Tiles) else v if isinstance(v, str) else shape_id(v)
     ),
 )
-def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, tiles, grouped, monkeypatch):
-    """Every kernel against the interpreter (`grouped`: the grouped dK/dV kernel, not split)."""
+def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, tiles, variant, monkeypatch):
+    """Every kernel against the interpreter (`variant` "grouped": the grouped dK/dV kernel, not
+    split; "scores": dQ from dS wherever there is a dQ)."""
+    grouped = variant == "grouped"
     if grouped:
         monkeypatch.setattr(compiled, "split_attention_heads", lambda graph, target: graph)
+    scores = variant == "scores"
+    monkeypatch.setattr(attention_scores, "route_pays", lambda *args: scores)
     d = q_shape[-1]
     kinds = ("attention", "attention_grad_q", "attention_grad_kv")
     if tiles is not None:
@@ -246,9 +252,13 @@ def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, til
     kv = graph[8]
     planned = attention_heads.grouped_heads(graph, kv) is not None and attention_heads.split_pays(graph, kv, GENERIC)
     assert split == (not grouped and planned)
+    ops = sorted(step[spec.node].op for spec in executable.kernels if step[spec.node].op != "sum")
+    dq = ["matmul"] if scores else ["attention_grad_q"]
+    assert ops == sorted(["attention", "attention_grad_kv", *dq])
+    assert [n.attr("scores") for n in step if n.op == "attention_grad_kv"] == [scores]
     for spec in executable.kernels:
         node = step[spec.node]
-        if node.op == "sum":
+        if node.op in ("sum", "matmul"):
             continue
         wanted = attention_tiles.tiles_for(node.op, d, GENERIC)
         assert f"tiles {wanted} " in spec.label and spec.workgroup_size == (wanted.threads, 1, 1)
@@ -358,9 +368,16 @@ def test_a_hopper_target_with_48_kib_takes_32x32_backward_tiles_at_head_dim_64()
     # The kernels lowered for the H200 dispatch the workgroups its cost model counts (SmolLM2's shape).
     graph = attention_graph((8, 9, 256, 64), (8, 3, 256, 64), True, 0.125)
     step = compile_step(graph, HOPPER)
+    assert sorted(step.graph[spec.node].op for spec in step.kernels) == [
+        "attention",
+        "attention_grad_kv",
+        "matmul",  # dQ from the dS that dK/dV writes (codegen/attention_scores.py)
+        "sum",  # of dK's and dV's per-head parts
+        "sum",
+    ]
     for spec in step.kernels:
         node = step.graph[spec.node]
-        if node.op == "sum":  # of dK's and dV's per-head parts
+        if node.op in ("sum", "matmul"):
             continue
         tiles = attention_tiles.tiles_for(node.op, 64, HOPPER)
         assert f"tiles {tiles} " in spec.label and spec.workgroup_size == (tiles.threads, 1, 1)
@@ -500,3 +517,63 @@ def test_grouped_gradients_split_per_query_head_on_a_gpu_where_the_cost_model_sa
     assert attention_heads.split_attention_heads(smollm2, lavapipe) is smollm2
     with pytest.raises(NotImplementedError, match="no CPU kernel"):
         compile_step(split, lavapipe, multi_tensor=False)  # the row kernel has no per-head form
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2), (3, 1)])
+@pytest.mark.parametrize("seqs", [(5, 5), (3, 6), (6, 3)])
+def test_dq_is_the_matmul_of_the_scores_that_dk_dv_writes(causal, heads, seqs):
+    """attention_grad_kv(scores=True)'s third result, dSᵀ·scale grouped by KV head [B, H_kv, Skv,
+    G·Sq]: (dSᵀ)ᵀ·K per KV head is dQ (codegen/attention_scores.py), and it is zero where the
+    causal mask hides a key; dK and dV are unchanged."""
+    (h, hkv), (sq, skv) = heads, seqs
+    rng = np.random.default_rng(4)
+    q, k, v, do = (rng.normal(size=s) for s in ((2, h, sq, 4), (2, hkv, skv, 4), (2, hkv, skv, 4), (2, h, sq, 4)))
+    o, lse = evaluate_attention(q, k, v, causal, 0.4)
+    backward = (q, k, v, o, lse, do, causal, 0.4)
+    grad_k, grad_v, scores = evaluate_attention_grad_kv(*backward, scores=True)
+    assert scores.shape == (2, hkv, skv, h // hkv * sq)
+    dq = (np.swapaxes(scores, -1, -2) @ k).reshape(2, h, sq, 4)
+    np.testing.assert_allclose(dq, evaluate_attention_grad_q(*backward), rtol=1e-12, atol=1e-12)
+    for got, plain in zip((grad_k, grad_v), evaluate_attention_grad_kv(*backward), strict=True):
+        np.testing.assert_array_equal(got, plain)
+    per_head = np.moveaxis(scores.reshape(2, hkv, skv, h // hkv, sq), 3, 2)  # [b, kv head, g, key, query]
+    hidden = np.arange(skv)[:, None] > np.arange(sq)[None, :]  # [key, query]: the causal mask's
+    assert np.count_nonzero(per_head[..., ~hidden]) > per_head[..., ~hidden].size // 2
+    if causal:
+        assert (per_head[..., hidden] == 0).all()
+
+
+def test_dq_comes_from_the_scores_on_a_gpu_where_the_cost_model_says_so():
+    """codegen/attention_scores.py on the H200: SmolLM2's and GPT-2's layers (batch 8 × seq 256)
+    take dQ as the matmul of the dS that dK/dV writes, the split per query head after it keeps dS
+    as it is; sequences whose dS passes SCORES_LIMIT, a CPU, and a dQ without its dK/dV keep the
+    dQ kernel."""
+    smollm2 = attention_graph((8, 9, 256, 64), (8, 3, 256, 64), True, 0.125)
+    routed = attention_scores.dq_from_scores(smollm2, HOPPER)
+    assert "attention_grad_q" not in {n.op for n in routed}
+    (kv,) = [n for n in routed if n.op == "attention_grad_kv"]
+    assert kv.attr("scores") and kv.types[2] == TensorType((8, 3, 256, 3 * 256))
+    dq = routed[routed.outputs["dq"]]
+    product = routed[dq.inputs[0]]
+    assert dq.op == "reshape" and dq.shape == (8, 9, 256, 64)
+    assert product.op == "matmul" and product.attr("transpose_a") and product.shape == (8, 3, 768, 64)
+    assert routed[product.inputs[0]].op == "result" and routed[product.inputs[0]].attr("index") == 2
+    split = attention_heads.split_attention_heads(routed, HOPPER)
+    (kv,) = [n for n in split if n.op == "attention_grad_kv"]
+    assert kv.attr("per_query_head") and kv.types[2] == TensorType((8, 3, 256, 768))
+    assert sum(n.op == "sum" for n in split) == 2  # dK's and dV's group sums, none for dS
+    mha = attention_graph((8, 12, 256, 64), (8, 12, 256, 64), True, 0.125)
+    assert "attention_grad_q" not in {n.op for n in attention_scores.dq_from_scores(mha, HOPPER)}
+    long = attention_graph((8, 9, 2048, 64), (8, 3, 2048, 64), True, 0.125)  # dS: 1.2 GB
+    assert attention_scores.dq_from_scores(long, HOPPER) is long
+    lavapipe = Target("lavapipe", 2, 32, cpu=True)
+    assert attention_scores.dq_from_scores(smollm2, lavapipe) is smollm2
+    with pytest.raises(NotImplementedError, match="writing dS has no CPU kernel"):
+        compile_step(routed, lavapipe, multi_tensor=False)
+    alone = Graph()  # a dQ whose graph has no dK/dV (k and v need no gradient): nothing to take dS from
+    q_shape, kv_shape = (8, 9, 256, 64), (8, 3, 256, 64)
+    shapes = {"q": q_shape, "k": kv_shape, "v": kv_shape, "o": q_shape, "lse": q_shape[:3], "do": q_shape}
+    leaves = [typed_leaf(alone, "input", name, shape) for name, shape in shapes.items()]
+    alone.outputs["dq"] = emit(alone, "attention_grad_q", leaves, causal=True, scale=0.125)
+    assert attention_scores.dq_from_scores(alone, HOPPER) is alone

@@ -37,7 +37,7 @@ def grouped_heads(graph: Graph, node: Node) -> tuple[int, int] | None:
 
 
 def split_types(graph: Graph, node: Node) -> tuple[TensorType, TensorType, tuple[int, ...]]:
-    """(the per-head results' type, the summed results' type, the grouped shape the sum reduces)."""
+    """(dK's and dV's per-head type, their summed type, the grouped shape the sum reduces)."""
     b, h, _, _ = graph[node.inputs[0]].shape
     _, hkv, skv, d = graph[node.inputs[1]].shape
     return TensorType((b, h, skv, d)), TensorType((b, hkv, skv, d)), (b, hkv, h // hkv, skv, d)
@@ -50,7 +50,8 @@ def split_pays(graph: Graph, node: Node, target: Target) -> bool:
     attrs = node.attr_dict
     grouped = price(node.op, attrs, operands, node.types, read, target)
     per_head, summed, grouped_shape = split_types(graph, node)
-    split = price(node.op, {**attrs, "per_query_head": True}, operands, (per_head, per_head), read, target)
+    results = (per_head, per_head, *node.types[2:])  # dS, where it writes dS, is per query head already
+    split = price(node.op, {**attrs, "per_query_head": True}, operands, results, read, target)
     parts = TensorType(grouped_shape)
     sums = price("sum", {"axes": (2,), "keepdim": False}, [parts], (summed,), parts.nbytes, target)
     return (split + sums + sums).units < grouped.units
@@ -75,7 +76,7 @@ def split_attention_heads(graph: Graph, target: Target) -> Graph:
             attrs = {**node.attr_dict, "per_query_head": True}
             canonical, types = checked_type(node.op, operand_types(new, inputs), attrs)
             new_id[node.id] = new.add(node.op, inputs, types, canonical, node.sources)
-        elif source is not None and source.id in chosen:  # dK or dV: the sum of its group's parts
+        elif source is not None and source.id in chosen and node.attr("index") < 2:  # dK or dV: its group's sum
             per_head, summed, grouped_shape = split_types(graph, source)
             part = new.add("result", inputs, per_head, node.attr_dict, node.sources)
             grouped = new.add("reshape", (part,), (TensorType(grouped_shape),), {"shape": grouped_shape}, node.sources)

@@ -421,8 +421,38 @@ def output_store(layout: Layout, stores: tuple[tuple[str, str, str], ...], row0:
     return indent(lines)
 
 
-def tile_code(layout: Layout) -> dict[str, str]:
-    """The per-kernel placeholders of attention.wgsl for `layout`."""
+def scores_code(scores: bool) -> dict[str, str]:
+    """dK/dV's DS_ZEROS: with `scores`, zeros into out_s over the query rows before the walk's
+    first tile (the causal mask hides the key tile from them; the walked tiles' scores are stored
+    by the score tile's epilogue, `scores_store`). Empty without."""
+    if not scores:
+        return {"DS_ZEROS": ""}
+    zeros = [
+        "for (var g = g_first; g < g_end; g++) {",
+        "    let at = ((b * HKV + kvh) * SKV + k0) * GROUP * SQ + g * SQ;",
+        "    let rows = min(first_q0, SQ);",
+        "    for (var e = lid; e < rows * BC; e += THREADS) {",
+        "        if (k0 + e / rows < SKV) {",
+        "            out_s[at + (e / rows) * GROUP * SQ + e % rows] = 0.0;",
+        "        }",
+        "    }",
+        "}",
+    ]
+    return {"DS_ZEROS": indent(zeros)}
+
+
+# dK/dV's score epilogue with `scores`: dS·scale of (key k0 + ri, query q0 + cj) of query head bh
+# into out_s, dSᵀ grouped by KV head ([B, H_kv, SKV, GROUP·SQ], ir/ops/transformer.py): the
+# threads of a warp hold consecutive queries of a key row, so these stores are coalesced.
+SCORES_STORE = (
+    "if (k0 + ri < SKV && q0 + cj < SQ) {"
+    " out_s[((bh / GROUP) * SKV + k0 + ri) * GROUP * SQ + (bh % GROUP) * SQ + q0 + cj] = ds * SCALE; }"
+)
+
+
+def tile_code(layout: Layout, scores: bool = False) -> dict[str, str]:
+    """The per-kernel placeholders of attention.wgsl for `layout` (`scores`: dK/dV also writes dS,
+    `scores_code`)."""
     t = layout.tiles
     n = t.threads
     if layout.kind == "attention":
@@ -461,7 +491,9 @@ def tile_code(layout: Layout) -> dict[str, str]:
     epilogue = [line.format_map(SafeFormat(row="cj", i="q0 + cj", j="k0 + ri")) for line in backward_epilogue]
     epilogue += [
         "tile_p[ri * (BR + 1u) + cj] = p;",
-        "tile_ds[ri * (BR + 1u) + cj] = p * ({dp} - row_delta[cj]);",
+        "let ds = p * ({dp} - row_delta[cj]);",
+        "tile_ds[ri * (BR + 1u) + cj] = ds;",
+        *([SCORES_STORE] if scores else []),
     ]
     queries = TileRows(("q", "d_o"), ("tile_q", "tile_do"), t.br, n, delta=True)
     return {
@@ -478,6 +510,7 @@ def tile_code(layout: Layout) -> dict[str, str]:
         "DKV_STORE": output_store(
             layout, (("dk", "out_k", "{x} * SCALE"), ("dv", "out_v", "{x}")), "k0", "SKV", "out_base"
         ),
+        **scores_code(scores),
     }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meganeura.codegen.attention_heads import split_attention_heads
+from meganeura.codegen.attention_scores import dq_from_scores
 from meganeura.codegen.buffers import BufferPlan, plan_buffers
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.lower import lower_graph
@@ -46,10 +47,11 @@ class CompiledStep:
 
 def compile_step(graph: Graph, target: Target = GENERIC, multi_tensor: bool = True) -> CompiledStep:
     """`graph` lowered to kernels for `target`, with its buffers planned (no device needed): first
-    the grouped attention gradients split per query head where that costs less
-    (codegen/attention_heads.py); with `multi_tensor`, the fused optimizer updates grouped into
-    multi-tensor kernels (codegen/multi_tensor.py). The step's graph is then the rewritten one."""
-    graph = split_attention_heads(graph, target)
+    attention's dQ made a matmul of the dS that the dK/dV kernel writes (codegen/attention_scores.py)
+    and the grouped dK/dV split per query head (codegen/attention_heads.py), each where that
+    costs less; with `multi_tensor`, the fused optimizer updates grouped into multi-tensor
+    kernels (codegen/multi_tensor.py). The step's graph is then the rewritten one."""
+    graph = split_attention_heads(dq_from_scores(graph, target), target)
     if multi_tensor:
         graph = group_updates(graph, target)
     kernels = lower_graph(graph, target)

@@ -70,7 +70,7 @@ ATTENTION_KERNELS = {
     "attention_grad_q": (READS, (("out", "GRAD_Q"),)),
     "attention_grad_kv": (READS, (("out_k", "GRAD_K"), ("out_v", "GRAD_V"))),
 }
-FLAGS = ("ATTENTION", "LSE", "GRAD_Q", "GRAD_K", "GRAD_V")
+FLAGS = ("ATTENTION", "LSE", "GRAD_Q", "GRAD_K", "GRAD_V", "GRAD_S")
 
 
 ROWS_PER_CPU_WORKGROUP = 64  # shaders/attention_rows.wgsl: a thread per row
@@ -133,9 +133,15 @@ def lower_attention(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
     return lower_attention_tiles(graph, node, tiles_for(node.op, graph[node.inputs[0]].shape[-1], target), target)
 
 
+def kernel_writes(node: Node) -> tuple[tuple[str, str], ...]:
+    """The binding and flag of each result `node`'s kernel writes (dK/dV with `scores`: dS too)."""
+    writes = ATTENTION_KERNELS[node.op][1]
+    return (*writes, ("out_s", "GRAD_S")) if node.attr("scores", False) else writes
+
+
 def attention_bindings(node: Node) -> tuple[list[Binding], dict[str, bool]]:
     """The kernel's bindings (its reads, then one output per result) and the flags of what it writes."""
-    reads, writes = ATTENTION_KERNELS[node.op]
+    reads, writes = ATTENTION_KERNELS[node.op][0], kernel_writes(node)
     bindings = [Binding(name, value, "read") for name, value in zip(reads, node.inputs, strict=True)]
     bindings += [output_binding(node, name, index) for index, (name, _) in enumerate(writes)]
     written = {flag for _, flag in writes}
@@ -192,13 +198,14 @@ def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles, target: Target
             "TILES": count,
             "SEQ_TILES": per_head,
             "VEC4": vec4_helpers(reads, writes, d),
-            **tile_code(layout),
+            **tile_code(layout, bool(node.attr("scores", False))),
             **flags,
         },
     )
     split = " per query head" if node.attr("per_query_head", False) else ""
+    split += " writes dS" if node.attr("scores", False) else ""
     label = attention_label(graph, node, f"{split} tiles {tiles} {per_thread_work(layout)}")
-    results = len(ATTENTION_KERNELS[node.op][1])
+    results = len(kernel_writes(node))
     return KernelSpec(
         node.id,
         label,
@@ -217,7 +224,12 @@ def lower_attention_rows(graph: Graph, node: Node) -> KernelSpec:
     if node.attr("per_query_head", False):
         raise NotImplementedError(
             f"attention_grad_kv per query head has no CPU kernel (a thread per key row sums its group): "
-            f"node %{node.id}; the plan makes one only for GPUs (rewrite/reductions.py split_attention_heads)"
+            f"node %{node.id}; the plan makes one only for GPUs (codegen/attention_heads.py split_attention_heads)"
+        )
+    if node.attr("scores", False):
+        raise NotImplementedError(
+            f"attention_grad_kv writing dS has no CPU kernel (a thread per key row): node %{node.id}; the plan "
+            "makes one only for GPUs (codegen/attention_scores.py dq_from_scores)"
         )
     bindings, flags = attention_bindings(node)
     sizes = attention_sizes(graph, node)

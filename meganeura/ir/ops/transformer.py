@@ -14,10 +14,14 @@ recompute P = exp(q·kᵀ·scale − lse) instead of keeping it. `attention_grad
 do)` is dQ; `attention_grad_kv(…)` has two results, dK and dV (one pass over the key rows
 recomputes P once for both), each summed over the query heads of a group; o is the forward's
 output and do its incoming gradient. With `per_query_head` its results are [B, H, Skv, D], one
-dK and dV per query head, not yet summed over the group (rewrite/reductions.py
+dK and dV per query head, not yet summed over the group (codegen/attention_heads.py
 `split_attention_heads`: a grouped kernel walks every query head of its group for each key tile,
 a per-head one spreads that work over H / H_kv times the workgroups, and a sum after it adds the
-group's parts).
+group's parts). With `scores` it has a third result, the scores' gradient it computes on the way
+(zero where the causal mask hides a key), times scale, transposed and grouped by KV head: dSᵀ·scale
+[B, H_kv, Skv, G·Sq] with G = H / H_kv (element [b, j, k, g·Sq + i] is query head j·G + g's
+dS[i, k]), from which dQ = dS·K·scale is a batched matmul, (dSᵀ)ᵀ·K per KV head
+(codegen/attention_scores.py `dq_from_scores`).
 
 The ops declare their arithmetic to the cost model (`attention_flops`): 2·D flops per (query,
 key) pair and product — two products in the forward (q·kᵀ, P·v), three for dQ (the scores, dO·vᵀ,
@@ -159,13 +163,13 @@ def infer_attention_grad_q(types, attrs) -> TensorType:
     return types[0]
 
 
-def infer_attention_grad_kv(types, attrs) -> tuple[TensorType, TensorType]:
-    b, h, _ = check_backward_operands(types, "attention_grad_kv")
-    if attrs.get("per_query_head"):
-        _, _, skv, d = types[1].shape
-        per_head = TensorType((b, h, skv, d), "f32")
-        return (per_head, per_head)
-    return (types[1], types[2])
+def infer_attention_grad_kv(types, attrs) -> tuple[TensorType, ...]:
+    b, h, sq = check_backward_operands(types, "attention_grad_kv")
+    _, _, skv, d = types[1].shape
+    per_head = TensorType((b, h, skv, d), "f32")
+    results = (per_head, per_head) if attrs.get("per_query_head") else (types[1], types[2])
+    hkv = types[1].shape[1]
+    return (*results, TensorType((b, hkv, skv, h // hkv * sq), "f32")) if attrs.get("scores") else results
 
 
 def attention_scores(q, k, causal, scale):
@@ -212,14 +216,22 @@ def evaluate_attention_grad_q(q, k, v, o, lse, do, causal, scale):
     return ds @ np.repeat(k, q.shape[1] // k.shape[1], axis=1) * q.dtype.type(scale)
 
 
-def evaluate_attention_grad_kv(q, k, v, o, lse, do, causal, scale, per_query_head=False):
-    """(dK = Σ_group dSᵀ·Q·scale, dV = Σ_group Pᵀ·dO); with `per_query_head`, each query head's part."""
+def evaluate_attention_grad_kv(q, k, v, o, lse, do, causal, scale, per_query_head=False, scores=False):
+    """(dK = Σ_group dSᵀ·Q·scale, dV = Σ_group Pᵀ·dO); with `per_query_head`, each query head's
+    part; with `scores`, dSᵀ·scale grouped by KV head after them (`grouped_scores`)."""
     probs, ds = attention_backward(q, k, v, o, lse, do, causal, scale)
     grad_k = (np.swapaxes(ds, -1, -2) @ q) * q.dtype.type(scale)
     grad_v = np.swapaxes(probs, -1, -2) @ do
-    if per_query_head:
-        return grad_k, grad_v
-    return sum_groups(grad_k, k.shape[1]), sum_groups(grad_v, k.shape[1])
+    if not per_query_head:
+        grad_k, grad_v = sum_groups(grad_k, k.shape[1]), sum_groups(grad_v, k.shape[1])
+    return (grad_k, grad_v, grouped_scores(ds * q.dtype.type(scale), k.shape[1])) if scores else (grad_k, grad_v)
+
+
+def grouped_scores(ds, kv_heads):
+    """dS [B, H, Sq, Skv] as dSᵀ grouped by KV head, [B, H_kv, Skv, G·Sq] (G = H / H_kv)."""
+    b, h, sq, skv = ds.shape
+    grouped = ds.reshape(b, kv_heads, h // kv_heads, sq, skv).transpose(0, 1, 4, 2, 3)
+    return grouped.reshape(b, kv_heads, skv, h // kv_heads * sq)
 
 
 def visible_pairs(sq: int, skv: int, causal: bool) -> int:
@@ -248,7 +260,12 @@ def describe_attention(node) -> str:
 
 
 def describe_attention_grad_kv(node) -> str:
-    return " ".join(filter(None, (describe_attention(node), "per query head" * bool(node.attr("per_query_head")))))
+    words = (
+        describe_attention(node),
+        "per query head" * bool(node.attr("per_query_head")),
+        "writes dS" * bool(node.attr("scores")),
+    )
+    return " ".join(filter(None, words))
 
 
 ATTENTION = Op(
@@ -279,10 +296,10 @@ ATTENTION_GRAD_KV = Op(
     infer=infer_attention_grad_kv,
     evaluate=evaluate_attention_grad_kv,
     operands=("q", "k", "v", "o", "lse", "do"),
-    attrs=(*ATTENTION_ATTRS, Attr("per_query_head", BOOL, False)),
+    attrs=(*ATTENTION_ATTRS, Attr("per_query_head", BOOL, False), Attr("scores", BOOL, False)),
     flops=attention_flops(4),
     describe=describe_attention_grad_kv,
-    doc="attention's gradients w.r.t. k and v (two results; per query head, or summed over each group)",
+    doc="attention's gradients w.r.t. k and v (per query head, or summed over each group), and with `scores` dS·scale",
 )
 
 

@@ -1,0 +1,125 @@
+"""dQ as a batched matmul of the scores' gradient that the dK/dV kernel writes, on a GPU where the
+cost model prices it lower and the scores fit `SCORES_LIMIT`.
+
+The dQ kernel (`attention_grad_q`) recomputes, per query tile, the two products the dK/dV kernel
+has just computed for the same pairs — the scores q·kᵀ and dO·vᵀ — to build dS = P ∘ (dO·vᵀ − D)
+and multiply it by K: three products of which only the last is new. `dq_from_scores(graph,
+target)` makes the dK/dV node of each such pair write dS·scale as a third result
+(`attention_grad_kv(…, scores=True)`: zero where the causal mask hides a key, stored transposed
+and grouped by KV head, dSᵀ [B, H_kv, Skv, G·Sq] with G = H / H_kv, which the kernel writes
+from its registers in coalesced rows) and replaces dQ by
+
+    dQ = reshape(matmul(dSᵀ·scale, k, transpose_a=True), [B, H, Sq, D])
+
+the G query heads of a group reading one KV head, so that each group is one [G·Sq, Skv] ·
+[Skv, D] product of the batch (the matmul kernel's, tiled by codegen/gemm_table.py). The
+matmul multiplies the causal zeros too — twice dQ's useful multiply-adds for the last product
+alone, a third fewer than the dQ kernel's three — at the matmul kernel's rate, where the flash
+kernels run at a fraction of it (their small register tiles; the module docstring of
+codegen/attention_tiles.py); and dS costs its bytes twice, written and read.
+
+The scores are quadratic in the sequence: a flash kernel exists so that no [Sq, Skv] tensor is
+kept. The route is taken only where dS stays within SCORES_LIMIT bytes (SmolLM2-135M's layer at
+batch 8 × seq 256: 18.9 MB; at seq 2048, 1.2 GB: the dQ kernel stays). The buffer planner gives
+dS a buffer for its short life (the dK/dV kernel to the matmul), which later layers reuse.
+
+Why after extraction, not as an e-graph rule: the route needs two e-classes to switch at once
+(dK/dV's node gaining a result, and dQ), and extraction moves one at a time (the same reason as
+codegen/attention_heads.py's split, which runs after this and keeps the third result as it is).
+A CPU (lavapipe) keeps its row kernels, which have no dS output.
+"""
+
+from __future__ import annotations
+
+from meganeura.ir.graph import Graph, Node, TensorType
+from meganeura.ir.op import checked_type, operand_types
+from meganeura.rewrite.cost import Cost, price
+from meganeura.target import Target
+
+SCORES_LIMIT = 64 * 1024 * 1024  # bytes of dS per layer: beyond, the dQ kernel (no quadratic tensor)
+
+
+def grad_pairs(graph: Graph) -> dict[int, int]:
+    """{dQ node: its dK/dV node} for the live attention_grad_q nodes whose operands and attributes
+    an attention_grad_kv node shares (the two halves of one attention's backward)."""
+    live = graph.live_ids()
+    kv_nodes = {
+        (n.inputs, n.attr("causal"), n.attr("scale")): n.id
+        for n in graph
+        if n.op == "attention_grad_kv" and n.id in live and not n.attr("scores")
+    }
+    pairs = {}
+    for n in graph:
+        key = (n.inputs, n.attr("causal"), n.attr("scale")) if n.op == "attention_grad_q" else None
+        if n.id in live and key in kv_nodes:
+            pairs[n.id] = kv_nodes[key]
+    return pairs
+
+
+def matmul_types(graph: Graph, grad_q: Node) -> tuple[TensorType, TensorType]:
+    """(dSᵀ grouped by KV head [B, H_kv, Skv, G·Sq], the product (dSᵀ)ᵀ·K [B, H_kv, G·Sq, D])."""
+    b, h, sq, d = graph[grad_q.inputs[0]].shape
+    _, hkv, skv, _ = graph[grad_q.inputs[1]].shape
+    group = h // hkv
+    return TensorType((b, hkv, skv, group * sq)), TensorType((b, hkv, group * sq, d))
+
+
+def node_price(graph: Graph, node: Node, attrs: dict, results: tuple[TensorType, ...], target: Target) -> Cost:
+    operands = [graph[i].type for i in node.inputs]
+    read = sum(graph[i].type.nbytes for i in dict.fromkeys(node.inputs))
+    return price(node.op, attrs, operands, results, read, target)
+
+
+def route_pays(graph: Graph, grad_q: Node, grad_kv: Node, target: Target) -> bool:
+    """Whether dK/dV writing dS and the matmul cost less than dK/dV and the dQ kernel, with dS
+    within SCORES_LIMIT."""
+    scores, product = matmul_types(graph, grad_q)
+    if scores.nbytes > SCORES_LIMIT:
+        return False
+    before = node_price(graph, grad_kv, grad_kv.attr_dict, grad_kv.types, target) + node_price(
+        graph, grad_q, grad_q.attr_dict, grad_q.types, target
+    )
+    writing = node_price(graph, grad_kv, {**grad_kv.attr_dict, "scores": True}, (*grad_kv.types, scores), target)
+    k = graph[grad_q.inputs[1]].type
+    matmul = price("matmul", {"transpose_a": True}, [scores, k], (product,), scores.nbytes + k.nbytes, target)
+    return (writing + matmul).units < before.units
+
+
+def add_checked(graph: Graph, op: str, inputs: tuple[int, ...], attrs: dict, sources: tuple[str, ...]) -> int:
+    """A node appended to `graph` with its attributes made canonical and its type inferred."""
+    canonical, types = checked_type(op, operand_types(graph, inputs), attrs)
+    return graph.add(op, inputs, types, canonical, sources)
+
+
+def dq_from_scores(graph: Graph, target: Target) -> Graph:
+    """`graph` with dQ computed from dS (module docstring) wherever `route_pays`; the graph itself
+    where it pays nowhere, and always on a CPU."""
+    if target.cpu:
+        return graph
+    chosen = {q: kv for q, kv in grad_pairs(graph).items() if route_pays(graph, graph[q], graph[kv], target)}
+    if not chosen:
+        return graph
+    new = Graph(outputs={}, updates={})
+    new_id: dict[int, int] = {}
+    writer: dict[int, int] = {}  # dK/dV node → its new node, which writes dS
+
+    def grad_kv_writing_scores(node: Node) -> int:
+        if node.id not in writer:
+            inputs = tuple(new_id[i] for i in node.inputs)
+            writer[node.id] = add_checked(new, node.op, inputs, {**node.attr_dict, "scores": True}, node.sources)
+        return writer[node.id]
+
+    for node in graph:
+        inputs = tuple(new_id[i] for i in node.inputs)
+        if node.id in chosen:  # dQ: the matmul of the dS its dK/dV node writes
+            kv = grad_kv_writing_scores(graph[chosen[node.id]])
+            ds = add_checked(new, "result", (kv,), {"index": 2}, node.sources)
+            dq = add_checked(new, "matmul", (ds, new_id[node.inputs[1]]), {"transpose_a": True}, node.sources)
+            new_id[node.id] = add_checked(new, "reshape", (dq,), {"shape": node.shape}, node.sources)
+        elif node.id in chosen.values():
+            new_id[node.id] = grad_kv_writing_scores(node)
+        else:
+            new_id[node.id] = new.add(node.op, inputs, node.types, node.attr_dict, node.sources)
+    new.outputs = {name: new_id[i] for name, i in graph.outputs.items()}
+    new.updates = {name: new_id[i] for name, i in graph.updates.items()}
+    return new
