@@ -577,3 +577,26 @@ def test_dq_comes_from_the_scores_on_a_gpu_where_the_cost_model_says_so():
     leaves = [typed_leaf(alone, "input", name, shape) for name, shape in shapes.items()]
     alone.outputs["dq"] = emit(alone, "attention_grad_q", leaves, causal=True, scale=0.125)
     assert attention_scores.dq_from_scores(alone, HOPPER) is alone
+
+
+@pytest.mark.parametrize("route", ["dq kernel", "scores"])
+def test_causal_key_tiles_past_every_query_walk_nothing(route, monkeypatch):
+    """Causal with Skv well over Sq and small query tiles: the key tiles from 16 on lie past every
+    query tile (Q_TILES · BR = 8), so their dK/dV workgroups walk no tile (the walk's length
+    was an unsigned subtraction that underflowed there) and write zero gradients, and dS zeros
+    where dQ is taken from it."""
+    tiles = Tiles(4, 8, 16)  # dK/dV's: 4 query rows a tile
+    assert attention_tiles.fits("attention_grad_kv", tiles, 8, GENERIC)
+    monkeypatch.setitem(attention_tiles.CHOSEN, (GENERIC.tuning, "attention_grad_kv", 8), tiles)
+    monkeypatch.setattr(attention_scores, "route_pays", lambda *args: route == "scores")
+    q_shape, kv_shape = (1, 2, 7, 8), (1, 1, 33, 8)
+    graph = attention_graph(q_shape, kv_shape, True, 0.35)
+    rng = np.random.default_rng(9)
+    inputs = {
+        name: rng.normal(size=shape).astype(np.float32)
+        for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
+    }
+    executable = check(graph, inputs, rtol=1e-4, atol=3e-5)
+    assert any(f"tiles {tiles} " in spec.label for spec in executable.kernels)
+    got = executable.run(inputs, read=("dk",))["dk"]
+    assert np.abs(got[:, :, 7:]).max() == 0 and np.abs(got[:, :, :7]).max() > 0
