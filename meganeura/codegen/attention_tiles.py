@@ -65,6 +65,10 @@ class Tiles:
 # 0.199-0.27; per query head, as the SmolLM2 step splits it, `--per-query-head`: 0.177 against
 # 0.187): 0.41 ms a SmolLM2 layer. The backward tiles need 41344 and 45568 bytes, so an adapter of
 # the family that offers less takes the generic ones.
+# dK/dV writing dS (codegen/attention_scores.py, what both LM steps run on the H200 since
+# 2026-12-02; `--scores`, three alternated runs, per query head): 32x32/128p 0.194, 32x32/256p
+# 0.190, against 0.169 and 0.182 without dS; GPT-2's 0.246-0.260 and 0.242-0.257. 128p is kept:
+# the difference is 2% where dS is written, and it is 7% the other way where it is not.
 # Two kernel changes before these figures: the backward kernels read Dᵢ = dOᵢ·Oᵢ while staging
 # dO (a thread per row read its row alone, a cache line per thread and load: dQ 0.185, dK+dV
 # 0.376 ms at 32x32/256 before), and the forward folds each score row with several threads
