@@ -63,8 +63,11 @@ class Tiles:
 # best for GPT-2 alone, 32x32/128p, 0.157 for SmolLM2), dQ 32x32/128 (0.130 in two runs; 32x32/256
 # 0.134), dK+dV 32x32/128 prefetched (0.176, 0.184 in two runs; without 0.179, 0.193; 32x32/256
 # 0.199-0.27; per query head, as the SmolLM2 step splits it, `--per-query-head`: 0.177 against
-# 0.187): 0.41 ms a SmolLM2 layer. The backward tiles need 41344 and 45568 bytes, so an adapter of
-# the family that offers less takes the generic ones.
+# 0.187): 0.41 ms a SmolLM2 layer. (For SmolLM2's grouped heads, the sweeps without
+# `--per-query-head` timed the per-head kernel too: the benchmark's plan split it, until
+# 2026-12-02. The grouped kernel itself, writing dS: 0.258 ms, attention_heads.py.) The backward
+# tiles need 41344 and 45568 bytes, so an adapter of the family that offers less takes the
+# generic ones.
 # dK/dV writing dS (codegen/attention_scores.py, what both LM steps run on the H200 since
 # 2026-12-02; `--scores`, three alternated runs, per query head): 32x32/128p 0.194, 32x32/256p
 # 0.190, against 0.169 and 0.182 without dS; GPT-2's 0.246-0.260 and 0.242-0.257. 128p is kept:
