@@ -36,7 +36,9 @@ from meganeura.ir.op import checked_type, operand_types
 from meganeura.rewrite.cost import Cost, price
 from meganeura.target import Target
 
-SCORES_LIMIT = 64 * 1024 * 1024  # bytes of dS per layer: beyond, the dQ kernel (no quadratic tensor)
+# Bytes of dS per attention: beyond, the dQ kernel (no quadratic tensor). Half of the 128 MiB
+# storage binding that WebGPU guarantees every adapter (lavapipe's own limit), so dS binds anywhere.
+SCORES_LIMIT = 64 * 1024 * 1024
 
 
 def grad_pairs(graph: Graph) -> dict[int, int]:
