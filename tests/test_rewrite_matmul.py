@@ -307,6 +307,25 @@ def test_matmul_split_k_splits_a_small_output_over_a_long_reduction(k, seed, bia
     assert report.rule("matmul_split_k").uses == 2  # the plan's two nodes it made: the split and its sum
 
 
+@PROPERTY
+@given(seed=seeds, shape=st.sampled_from([(576, 2048, 1536), (576, 2048, 576), (64, 4096, 48)]))
+def test_the_transpose_of_a_product_splits_as_its_own_product(seed, shape):
+    """A Linear's weight gradient is traced as permute(xᵀ·g): the split fact is also made for the
+    product in the permute's e-class, gᵀ·x, so the plan splits that one and needs no transpose of
+    the sum (before, it split xᵀ·g and ran a permute kernel after the sum)."""
+    m, k, n = shape
+    graph = Graph()
+    x, g = operands(graph, (), m, k, n, True, False)
+    product = matmul(graph, x, g, True, False)
+    graph.outputs["w"] = node(graph, "permute", (product,), perm=(1, 0))
+    facts = matmul_family.target_facts(graph, list(range(len(graph.nodes))), HOPPER)
+    assert f"(matmul_split (Ref {graph.outputs['w']}) {matmul_splits(n, m, k, 1, HOPPER)} " in " ".join(facts)
+    fused, _ = check_rewrite(graph, "matmul_split_k", seed, positive=True, target=HOPPER)
+    assert not live_nodes(fused, "permute")
+    (split,) = live_nodes(fused, "fused_matmul")
+    assert split.attr("splits") > 1 and split.shape[1:] == (n, m)
+
+
 def test_no_split_where_the_target_has_no_fact():
     """On a CPU target (and for an output that fills the GPU) the rule never matches."""
     for target, (m, k, n) in ((Target("lavapipe", 2, 32, cpu=True), (64, 4096, 48)), (HOPPER, (2048, 1024, 2048))):
