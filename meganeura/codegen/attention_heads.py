@@ -25,8 +25,8 @@ split itself needs no choice between alternatives beyond this price.
 from __future__ import annotations
 
 from meganeura.ir.graph import Graph, Node, TensorType
-from meganeura.ir.op import checked_type, operand_types
-from meganeura.rewrite.cost import price
+from meganeura.ir.op import add_checked
+from meganeura.rewrite.cost import node_cost, price
 from meganeura.target import Target
 
 
@@ -47,16 +47,12 @@ def split_types(graph: Graph, node: Node) -> tuple[TensorType, TensorType, tuple
 
 def split_pays(graph: Graph, node: Node, target: Target) -> bool:
     """Whether the per-head kernel and the two sums cost less than the grouped kernel on `target`."""
-    operands = [graph[i].type for i in node.inputs]
-    read = sum(graph[i].type.nbytes for i in dict.fromkeys(node.inputs))
-    attrs = node.attr_dict
-    grouped = price(node.op, attrs, operands, node.types, read, target)
     per_head, summed, grouped_shape = split_types(graph, node)
     results = (per_head, per_head, *node.types[2:])  # dS, where it writes dS, is per query head already
-    split = price(node.op, {**attrs, "per_query_head": True}, operands, results, read, target)
+    split = node_cost(graph, node.id, target, {**node.attr_dict, "per_query_head": True}, results)
     parts = TensorType(grouped_shape)
     sums = price("sum", {"axes": (2,), "keepdim": False}, [parts], (summed,), parts.nbytes, target)
-    return (split + sums + sums).units < grouped.units
+    return (split + sums + sums).units < node_cost(graph, node.id, target).units
 
 
 def split_attention_heads(graph: Graph, target: Target) -> Graph:
@@ -75,9 +71,9 @@ def split_attention_heads(graph: Graph, target: Target) -> Graph:
         inputs = tuple(new_id[i] for i in node.inputs)
         source = graph[node.inputs[0]] if node.op == "result" else None
         if node.id in chosen:
-            attrs = {**node.attr_dict, "per_query_head": True}
-            canonical, types = checked_type(node.op, operand_types(new, inputs), attrs)
-            new_id[node.id] = new.add(node.op, inputs, types, canonical, node.sources)
+            new_id[node.id] = add_checked(
+                new, node.op, inputs, {**node.attr_dict, "per_query_head": True}, node.sources
+            )
         elif source is not None and source.id in chosen and node.attr("index") < 2:  # dK or dV: its group's sum
             per_head, summed, grouped_shape = split_types(graph, source)
             part = new.add("result", inputs, per_head, node.attr_dict, node.sources)

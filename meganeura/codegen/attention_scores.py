@@ -32,8 +32,8 @@ A CPU (lavapipe) keeps its row kernels, which have no dS output.
 from __future__ import annotations
 
 from meganeura.ir.graph import Graph, Node, TensorType
-from meganeura.ir.op import checked_type, operand_types
-from meganeura.rewrite.cost import Cost, price
+from meganeura.ir.op import add_checked
+from meganeura.rewrite.cost import node_cost, price
 from meganeura.target import Target
 
 # Bytes of dS per attention: beyond, the dQ kernel (no quadratic tensor). Half of the 128 MiB
@@ -66,31 +66,17 @@ def matmul_types(graph: Graph, grad_q: Node) -> tuple[TensorType, TensorType]:
     return TensorType((b, hkv, skv, group * sq)), TensorType((b, hkv, group * sq, d))
 
 
-def node_price(graph: Graph, node: Node, attrs: dict, results: tuple[TensorType, ...], target: Target) -> Cost:
-    operands = [graph[i].type for i in node.inputs]
-    read = sum(graph[i].type.nbytes for i in dict.fromkeys(node.inputs))
-    return price(node.op, attrs, operands, results, read, target)
-
-
 def route_pays(graph: Graph, grad_q: Node, grad_kv: Node, target: Target) -> bool:
     """Whether dK/dV writing dS and the matmul cost less than dK/dV and the dQ kernel, with dS
     within SCORES_LIMIT."""
     scores, product = matmul_types(graph, grad_q)
     if scores.nbytes > SCORES_LIMIT:
         return False
-    before = node_price(graph, grad_kv, grad_kv.attr_dict, grad_kv.types, target) + node_price(
-        graph, grad_q, grad_q.attr_dict, grad_q.types, target
-    )
-    writing = node_price(graph, grad_kv, {**grad_kv.attr_dict, "scores": True}, (*grad_kv.types, scores), target)
+    before = node_cost(graph, grad_kv.id, target) + node_cost(graph, grad_q.id, target)
+    writing = node_cost(graph, grad_kv.id, target, {**grad_kv.attr_dict, "scores": True}, (*grad_kv.types, scores))
     k = graph[grad_q.inputs[1]].type
     matmul = price("matmul", {"transpose_a": True}, [scores, k], (product,), scores.nbytes + k.nbytes, target)
     return (writing + matmul).units < before.units
-
-
-def add_checked(graph: Graph, op: str, inputs: tuple[int, ...], attrs: dict, sources: tuple[str, ...]) -> int:
-    """A node appended to `graph` with its attributes made canonical and its type inferred."""
-    canonical, types = checked_type(op, operand_types(graph, inputs), attrs)
-    return graph.add(op, inputs, types, canonical, sources)
 
 
 def dq_from_scores(graph: Graph, target: Target) -> Graph:

@@ -431,7 +431,7 @@ def output_store(layout: Layout, stores: tuple[tuple[str, str, str], ...], row0:
 def scores_code(scores: bool) -> dict[str, str]:
     """dK/dV's DS_ZEROS: with `scores`, zeros into out_s over the query rows before the walk's
     first tile (the causal mask hides the key tile from them; the walked tiles' scores are stored
-    by the score tile's epilogue, `scores_store`). Empty without."""
+    by the score tile's epilogue, SCORES_STORE). Empty without."""
     if not scores:
         return {"DS_ZEROS": ""}
     zeros = [

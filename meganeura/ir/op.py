@@ -269,6 +269,13 @@ def checked_type(op: str, types: list, attrs: dict[str, Any]) -> tuple[dict[str,
     return op_def(op).canonical_attrs(attrs), infer_type(op, types, attrs)
 
 
+def add_checked(graph, op: str, inputs, attrs: dict[str, Any], sources: tuple[str, ...] = ()) -> int:
+    """A node of `op` appended to `graph`, its attributes made canonical and its type inferred
+    (`checked_type`); its id. The passes after extraction build their new nodes with it."""
+    canonical, types = checked_type(op, operand_types(graph, inputs), attrs)
+    return graph.add(op, tuple(inputs), types, canonical, sources)
+
+
 def launches_kernel(op: str) -> bool:
     """Whether a node of this op runs a GPU kernel (leaves, reshapes and projections are buffers or views)."""
     return op_def(op).kernel

@@ -163,14 +163,18 @@ def constant_node(graph: Graph, node_id: int) -> bool:
     return node.op == "const"
 
 
-def node_cost(graph: Graph, node_id: int, target: Target = GENERIC) -> Cost:
-    """The cost of one IR node of a graph, on `target`."""
+def node_cost(
+    graph: Graph, node_id: int, target: Target = GENERIC, attrs: dict | None = None, results: Sequence | None = None
+) -> Cost:
+    """The cost of one IR node of a graph, on `target`; with `attrs` and `results`, of the same
+    node with those instead (a pass after extraction pricing a node's other form)."""
     node = graph[node_id]
     if not op_def(node.op).kernel:
         return FREE
     operands = [graph[i].type for i in node.inputs]
     read_bytes = sum(graph[i].type.nbytes for i in dict.fromkeys(node.inputs) if not constant_node(graph, i))
-    return price(node.op, node.attr_dict, operands, node.types, read_bytes, target)
+    attrs = node.attr_dict if attrs is None else attrs
+    return price(node.op, attrs, operands, node.types if results is None else results, read_bytes, target)
 
 
 def graph_cost(graph: Graph, target: Target = GENERIC) -> Cost:
