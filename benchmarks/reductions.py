@@ -2,7 +2,7 @@
 one-level form against two-level / split-K forms of several split sizes, GPU timestamps, one process.
 
     python benchmarks/reductions.py [--batch 128] [--elements 29360128] [--repeat 5]
-                                    [--only bn,sum,col,partials,wgrad] [--entries reduce_serial[:64],…]
+                                    [--only bn,sum,col,partials,wgrad] [--entries reduce_serial[:64[x4]],…]
 
 Workloads (ResNet-18 on CIFAR shapes at `--batch`, and the LM-sized bias gradient):
 - bn: the batch-norm statistics of ResNet-18's stages, Σx² over (N, H, W) of [N, C, H, W] → [C]
@@ -179,23 +179,28 @@ def main() -> None:
     parser.add_argument(
         "--entries",
         default="",
-        help="also time with each of these reduce.wgsl entry points forced (ENTRY or ENTRY:WORKGROUP_SIZE)",
+        help="also time with each of these reduce.wgsl entry points forced (ENTRY, ENTRY:WORKGROUP_SIZE, or "
+        "reduce_serial:WORKGROUP_SIZExITEMS: that many items a thread, instead of codegen.reduce.serial_items)",
     )
     args = parser.parse_args()
     device = default_device()
     target = device.target
     print(f"adapter: {device.describe()}; target {target.name}: {target.compute_units} units")
-    original = codegen_reduce.reduce_plan
+    original, serial_items = codegen_reduce.reduce_plan, codegen_reduce.serial_items
     for forced in ["", *filter(None, args.entries.split(","))]:
         if forced:
-            entry, _, wg = forced.partition(":")
+            entry, _, shape = forced.partition(":")
+            wg, _, items = shape.partition("x")
             size = int(wg) if wg else 64 if entry == "reduce_serial" else 256
-            print(f"\n-- every reduction with {entry} forced, {size} threads a workgroup")
+            each = f", {items} items a thread" if entry == "reduce_serial" and items else ""
+            print(f"\n-- every reduction with {entry} forced, {size} threads a workgroup{each}")
             codegen_reduce.reduce_plan = lambda outs, r, innermost, target=None, entry=entry, size=size: (entry, size)
+            if items:
+                codegen_reduce.serial_items = lambda part, leading, items=int(items): items
         try:
             run(args, device, target)
         finally:
-            codegen_reduce.reduce_plan = original
+            codegen_reduce.reduce_plan, codegen_reduce.serial_items = original, serial_items
 
 
 def run(args, device, target: Target) -> None:

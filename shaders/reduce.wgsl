@@ -19,13 +19,14 @@
 //   then combined in workgroup memory (a tree in lane order). For long reductions over outer
 //   dims (column sums) on a CPU, where neighbouring items are neighbouring words: each row of a part is
 //   read as COLUMNS contiguous words. Grid: ITEMS / COLUMNS workgroups, folded into (GRID_X, y).
-// - reduce_serial: one thread per item, looping over its part. For short reductions with
+// - reduce_serial: one thread per item, or per few items WG apart (SERIAL_BODY, unrolled:
+//   codegen/reduce.py `serial_items`), looping over each one's part. For short reductions with
 //   many outputs, where neighbouring threads then read neighbouring addresses.
-//   Grid: ITEMS / WG workgroups, folded into (GRID_X, y).
+//   Grid: ITEMS / (WG · items a thread) workgroups, folded into (GRID_X, y).
 // Either way the order of the additions is fixed by the sizes: results are deterministic.
 //
 // Placeholders: BINDINGS, OUTS, R, SPLITS, PART (⌈R/SPLITS⌉), WG (a power of two), COLUMNS
-// (a power of two dividing WG), GRID_X,
+// (a power of two dividing WG), SERIAL_BODY (reduce_serial's unrolled items), GRID_X,
 // FUNCTIONS (helpers the expressions call), READS (`let` statements loading the inputs at `o`,
 // `r`), PROLOGUE (the f32 value reduced at (o, r)), INIT (the identity of ⊕), COMBINE (⊕ of `a`
 // and `b`), EPILOGUE (an f32 expression of `value`, the reduced value).
@@ -114,8 +115,5 @@ fn reduce_columns(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
 
 @compute @workgroup_size(WG)
 fn reduce_serial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let item = (wid.x + wid.y * GRID_X) * WG + lid;
-    if (item < ITEMS) {
-        out[item] = finish(part_value(item, 0u, 1u));
-    }
+    {{SERIAL_BODY}}
 }

@@ -138,6 +138,31 @@ def check_split_kernel(shape, axes, splits: int, entry: str, kind: str, target: 
     check(graph, {"x0": normal(*shape)}, rtol=1e-4, atol=1e-4, target=target)
 
 
+@pytest.mark.parametrize("kind", ["sum", "max"])
+@pytest.mark.parametrize(
+    "shape, axes, items",
+    [
+        ((2, 37, 29), (0,), 4),  # a split's partials: 1073 outputs, not a multiple of 64 · 4
+        ((4, 3, 5, 7), (0, 1), 1),  # 12 elements a part: one a thread
+        ((3, 300), (0,), 4),
+        ((5, 41, 3), (2,), 1),  # the innermost dim: a workgroup per output on a GPU (reduce_tree) or…
+        ((41, 3, 5), (1,), 1),  # …a short part that is not along the leading dims: one a thread
+    ],
+)
+def test_short_leading_parts_take_several_items_a_thread(shape, axes, items, kind):
+    """reduce_serial computes `serial_items` outputs a thread where each part is at most four
+    elements over the leading dims (the combine of a split's partials), at ragged output counts;
+    the grid is what the cost model counts."""
+    graph = one_op(kind, [shape], axes=axes, keepdim=False)
+    executable = check(graph, {"x0": normal(*shape)}, rtol=1e-5, atol=1e-5)
+    (spec,) = executable.kernels
+    if spec.entry_point == "reduce_serial":
+        assert (f", {items} items a thread" in spec.label) == (items > 1)
+    else:
+        assert items == 1
+    assert math.prod(spec.grid) == node_workgroups(graph, graph[graph.outputs["out"]], GENERIC)
+
+
 def test_split_kernel_reads_a_broadcast_operand_in_its_prologue():
     """A batch-norm gradient statistic: Σ g·(x − mean) over (N, H, W), mean [1, C, 1, 1] broadcast."""
     shape = (3, 6, 17, 13)

@@ -78,9 +78,42 @@ def reduce_plan(outs: int, r: int, innermost_reduced: bool, target: Target = GEN
     return ("reduce_columns", 256) if target.cpu else ("reduce_serial", 64)
 
 
-def items_per_workgroup(entry: str, wg: int) -> int:
-    """The values (outputs or partials) one workgroup of `entry` computes."""
-    return {"reduce_tree": 1, "reduce_columns": COLUMNS}.get(entry, wg)
+# reduce_serial: a thread computes SHORT_PART_ITEMS items (WG apart, its loads all issued before
+# its stores) where each item's part is at most SHORT_PART elements along the leading dims (the
+# partials [S, *out] of a split product or reduction, S ≤ 4), else one. A thread per item there
+# has one or two loads in flight. Measured on the H200, 2026-12-02: the SmolLM2-135M-shaped
+# step's sums, profiled (`python -m meganeura bench smollm2 --no-torch`, one run with every
+# reduce_serial at 1 item a thread, one at 4; GPU time 97.0 → 95.8 ms; `python
+# benchmarks/reductions.py --only partials --entries reduce_serial:64x4,…` times the forms
+# alone): [2, 2048, 576] → [2048, 576] 16.4 → 10.1 µs, [3, 1536, 576] 14.0 → 9.7,
+# [2, 2048, 192] 9.0 → 7.5, [4, 2048, 576] 17.0 → 14.1; but longer or strided parts got slower
+# with fewer threads (6 × [576, 576] 9.2 → 11.4 µs, 8 × [576, 192] 7.4 → 12.8, dK's group sum
+# over axis 2 of [8, 3, 3, 256, 64] 9.2 → 11.1), so they keep one.
+SHORT_PART = 4
+SHORT_PART_ITEMS = 4
+
+
+def serial_items(part: int, leading: bool) -> int:
+    """The items a reduce_serial thread computes, for parts of `part` elements over the leading dims or not."""
+    return SHORT_PART_ITEMS if leading and part <= SHORT_PART else 1
+
+
+def items_per_workgroup(entry: str, wg: int, items: int = 1) -> int:
+    """The values (outputs or partials) one workgroup of `entry` computes (reduce_serial: `items` a thread)."""
+    return {"reduce_tree": 1, "reduce_columns": COLUMNS}.get(entry, wg * items)
+
+
+def serial_body(items: int) -> str:
+    """reduce_serial's body: `items` items per thread, WG apart, every value computed before any store."""
+    lines = [f"let first = (wid.x + wid.y * GRID_X) * WG * {items}u + lid;"]
+    for j in range(items):
+        lines += [
+            f"let item_{j} = first + {j}u * WG;",
+            f"var value_{j} = {{INIT}};",
+            f"if (item_{j} < ITEMS) {{ value_{j} = part_value(item_{j}, 0u, 1u); }}",
+        ]
+    lines += [f"if (item_{j} < ITEMS) {{ out[item_{j}] = finish(value_{j}); }}" for j in range(items)]
+    return "\n    ".join(lines)
 
 
 # A split aims at SPLIT_WAVES workgroups per compute unit: a unit (an SM) holds several
@@ -94,20 +127,23 @@ SPLIT_WAVES = 4
 MIN_PART = {"reduce_tree": 1024, "reduce_columns": 256, "reduce_serial": 64}
 
 
-def reduce_geometry(in_shape: tuple[int, ...], axes) -> tuple[int, int, bool]:
-    """(outputs, reduction length, whether the innermost dim is reduced) of a reduction of
-    `in_shape` over `axes`."""
+def reduce_geometry(in_shape: tuple[int, ...], axes) -> tuple[int, int, bool, bool]:
+    """(outputs, reduction length, whether the innermost dim is reduced, whether the reduced
+    dims are the leading ones) of a reduction of `in_shape` over `axes`."""
     axes = normalize_axes(axes, len(in_shape))
     outs = math.prod(in_shape[d] for d in range(len(in_shape)) if d not in axes)
-    return outs, math.prod(in_shape[d] for d in axes), bool(in_shape) and len(in_shape) - 1 in axes
+    innermost = bool(in_shape) and len(in_shape) - 1 in axes
+    return outs, math.prod(in_shape[d] for d in axes), innermost, set(axes) == set(range(len(axes)))
 
 
-def plan_workgroups(items: int, part: int, innermost_reduced: bool, target: Target = GENERIC) -> int:
+def plan_workgroups(
+    items: int, part: int, innermost_reduced: bool, target: Target = GENERIC, leading: bool = False
+) -> int:
     """The workgroups of a reduction computing `items` values (outputs, or partials), each over
-    `part` elements: one per item (reduce_tree), per COLUMNS items (reduce_columns) or per WG
-    items (reduce_serial)."""
+    `part` elements (along the leading dims or not): one per item (reduce_tree), per COLUMNS
+    items (reduce_columns) or per WG · `serial_items` items (reduce_serial)."""
     entry, wg = reduce_plan(items, part, innermost_reduced, target)
-    return -(-items // items_per_workgroup(entry, wg))
+    return -(-items // items_per_workgroup(entry, wg, serial_items(part, leading)))
 
 
 def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
@@ -117,14 +153,15 @@ def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
     SPLIT_WAVES workgroups per unit, each part at least MIN_PART of its entry point long, and
     no part empty. Whether the split is used is the cost model's call (it pays an extra dispatch
     and the partials' traffic for the units it fills)."""
-    outs, r, innermost = reduce_geometry(in_shape, axes)
-    if outs == 0 or r == 0 or plan_workgroups(outs, r, innermost, target) >= target.compute_units:
+    outs, r, innermost, leading = reduce_geometry(in_shape, axes)
+    if outs == 0 or r == 0 or plan_workgroups(outs, r, innermost, target, leading) >= target.compute_units:
         return 1
     wanted = SPLIT_WAVES * target.compute_units
     splits = 1
     while splits < r:  # the entry point of the partials depends on their count: settle it
-        entry, wg = reduce_plan(outs * splits, split_length(r, splits), innermost, target)
-        per_item = items_per_workgroup(entry, wg)
+        part = split_length(r, splits)
+        entry, wg = reduce_plan(outs * splits, part, innermost, target)
+        per_item = items_per_workgroup(entry, wg, serial_items(part, leading))
         shortest = MIN_PART[entry]
         proposal = min(-(-wanted * per_item // outs), max(1, r // shortest))
         proposal = -(-r // split_length(r, proposal))  # no empty part
@@ -139,9 +176,9 @@ def reduce_workgroups(attrs: dict, operands, results, target: Target = GENERIC) 
     `reduce_plan` says."""
     # fused_reduce carries its input shape (a scalar's is (), so test presence, not truth)
     in_shape = tuple(attrs["in_shape"] if "in_shape" in attrs else operands[0].shape)
-    outs, r, innermost = reduce_geometry(in_shape, attrs.get("axes"))
+    outs, r, innermost, leading = reduce_geometry(in_shape, attrs.get("axes"))
     splits = attrs.get("splits", 1)
-    return plan_workgroups(outs * splits, split_length(r, splits), innermost, target)
+    return plan_workgroups(outs * splits, split_length(r, splits), innermost, target, leading)
 
 
 @lowering("sum", "max", "fused_reduce", workgroups=reduce_workgroups, per_target=True)
@@ -173,8 +210,10 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     splits = node.attr("splits", 1) if node.op == "fused_reduce" else 1
     part = split_length(r, splits)
     innermost = bool(in_shape) and (len(in_shape) - 1) in axes
+    leading = set(axes) == set(range(len(axes)))
     entry, wg = reduce_plan(outs * splits, part, innermost, target)
-    grid = grid_for(plan_workgroups(outs * splits, part, innermost, target))
+    items = serial_items(part, leading) if entry == "reduce_serial" else 1
+    grid = grid_for(plan_workgroups(outs * splits, part, innermost, target, leading))
     bindings = operands.bindings + [output_binding(node)]
     wgsl = render(
         "reduce",
@@ -186,6 +225,7 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "PART": part,
             "WG": wg,
             "COLUMNS": COLUMNS,
+            "SERIAL_BODY": serial_body(items).replace("{INIT}", REDUCE_INIT[kind]),
             "GRID_X": max(grid[0], 1),
             "FUNCTIONS": helper_functions([prologue, epilogue]),
             "READS": reads,
@@ -197,7 +237,8 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     )
     keep = ", keepdim" if node.attr("keepdim", False) else ""
     split = f" in {splits} parts" if splits > 1 else ""
-    label = f"{kind} {shape_text(in_shape)} axes={axes}{keep}{split} ({entry})"
+    each = f", {items} items a thread" if items > 1 else ""
+    label = f"{kind} {shape_text(in_shape)} axes={axes}{keep}{split} ({entry}{each})"
     if node.op == "fused_reduce":
         label = f"fused_reduce {label} of {prologue_text} then {epilogue_text}"
     return KernelSpec(node.id, label, wgsl, entry, tuple(bindings), grid, (wg, 1, 1))
