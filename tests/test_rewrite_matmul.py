@@ -22,7 +22,8 @@ from conftest import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meganeura.codegen.matmul import MAX_SPLITS, matmul_splits
+from meganeura.codegen.gemm_table import GemmTiling
+from meganeura.codegen.matmul import MAX_SPLITS, fine_splits, matmul_splits, split_tiling
 from meganeura.ir.expr import parse
 from meganeura.ir.graph import Graph
 from meganeura.rewrite import matmul as matmul_family
@@ -275,15 +276,43 @@ HOPPER = Target("NVIDIA H200", 132, 31, tuning="hopper")
 
 def test_split_k_counts_for_the_lm_weight_gradients_on_the_h200():
     """How many parts `matmul_splits` cuts the SmolLM2 step's products into on the H200: the
-    weight gradients over 2048 tokens with outputs of 45 tiles or fewer, the tied head's input
-    gradient (K 49152) in 4; an output that fills the units, a short K, or a CPU: none."""
-    assert matmul_splits(576, 192, 2048, 1, HOPPER) == 8
-    assert matmul_splits(576, 576, 2048, 1, HOPPER) == 6
-    assert matmul_splits(2048, 576, 49152, 1, HOPPER) == 2
+    weight gradients over 2048 tokens (A transposed) with outputs of 45 tiles or fewer; an output
+    that fills the units, a short K, or a CPU: none."""
+    assert matmul_splits(576, 192, 2048, 1, HOPPER, False, True) == 8
+    assert matmul_splits(576, 576, 2048, 1, HOPPER, False, True) == 6
     assert matmul_splits(4096, 4096, 4096, 1, HOPPER) == 1
     assert matmul_splits(576, 192, 384, 1, HOPPER) == 1  # K below 2 · MIN_SPLIT_K
     assert matmul_splits(576, 192, 2048, 1, Target("lavapipe", 2, 32, cpu=True)) == 1
     assert all(matmul_splits(64, 64, k, 1, HOPPER) in range(1, MAX_SPLITS + 1) for k in (512, 700, 4099, 10**6))
+
+
+H200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
+
+
+@pytest.mark.parametrize(
+    "m, n, k, transpose_b, transpose_a, splits, tiling",
+    [
+        # bench gemm's 2048×576×1536 G·Bᵀ, 2048×1536×576 A·B and the tied head's G·Bᵀ: fine splits
+        (2048, 576, 1536, True, False, 8, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
+        (2048, 576, 1536, False, False, 8, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
+        (2048, 576, 49152, True, False, 12, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
+        # as before: the weight gradients (A transposed) and a K of fewer than 8 parts of 192
+        (576, 1536, 2048, False, True, 3, GemmTiling(64, 128, 16, 2, 2, prefetch=True)),
+        (1536, 576, 2048, False, True, 3, GemmTiling(64, 128, 16, 2, 2, prefetch=True)),
+        (2048, 1536, 576, True, False, 2, GemmTiling(128, 128, 16, 2, 2)),
+    ],
+)
+def test_fine_split_k_of_narrow_outputs_on_the_h200(m, n, k, transpose_b, transpose_a, splits, tiling):
+    """On the H200 a product that splits, with A stored [M, K] and K of at least 8 parts of 192,
+    splits into min(K // 192, 12) parts on the 64x64 tiles of the split ladder (measured:
+    codegen/gemm_table.py HOPPER_SPLIT_TABLE); the others keep the split by the largest tile."""
+    assert matmul_splits(m, n, k, 1, H200, transpose_b, transpose_a) == splits
+    assert split_tiling(m, n, k, 1, splits, H200, transpose_b, transpose_a) == tiling
+    assert fine_splits(k, H200, transpose_a) == (splits if tiling.bm == tiling.bn == 64 else 0)
+    lavapipe = Target("lavapipe", 2, 32, cpu=True, workgroup_memory=32768)
+    assert matmul_splits(m, n, k, 1, lavapipe, transpose_b, transpose_a) == 1
+    assert fine_splits(k, lavapipe, transpose_a) == 0
+    assert fine_splits(k, Target("some GPU", 132, 31), transpose_a) == 0  # no split ladder: generic
 
 
 @PROPERTY
@@ -301,7 +330,7 @@ def test_matmul_split_k_splits_a_small_output_over_a_long_reduction(k, seed, bia
     graph.outputs["y"] = value
     fused, report = check_rewrite(graph, "matmul_split_k", seed, positive=True, target=HOPPER)
     (split,) = live_nodes(fused, "fused_matmul")
-    parts = matmul_splits(64, 48, k, 1, HOPPER)
+    parts = matmul_splits(64, 48, k, 1, HOPPER, tb, ta)
     assert parts > 1 and split.attr("splits") == parts and split.shape == (parts, 64, 48)
     assert [(n.attr("axes"), fused[n.inputs[0]].op) for n in live_nodes(fused, "sum")] == [((0,), "fused_matmul")]
     assert report.rule("matmul_split_k").uses == 2  # the plan's two nodes it made: the split and its sum
@@ -319,7 +348,8 @@ def test_the_transpose_of_a_product_splits_as_its_own_product(seed, shape):
     product = matmul(graph, x, g, True, False)
     graph.outputs["w"] = node(graph, "permute", (product,), perm=(1, 0))
     facts = matmul_family.target_facts(graph, list(range(len(graph.nodes))), HOPPER)
-    assert f"(matmul_split (Ref {graph.outputs['w']}) {matmul_splits(n, m, k, 1, HOPPER)} " in " ".join(facts)
+    parts = matmul_splits(n, m, k, 1, HOPPER, False, True)  # gᵀ·x: A (g) transposed, B (x) not
+    assert f"(matmul_split (Ref {graph.outputs['w']}) {parts} " in " ".join(facts)
     fused, _ = check_rewrite(graph, "matmul_split_k", seed, positive=True, target=HOPPER)
     assert not live_nodes(fused, "permute")
     (split,) = live_nodes(fused, "fused_matmul")

@@ -63,7 +63,8 @@ def matmul_counted(graph, node, dispatched: int, target) -> int:
     a, b = (graph[i].type for i in node.inputs[:2])
     batch, m, k, n = matmul_dims([matmul_a_view(a, node.attr_dict), b], node.attr_dict, node.op)
     splits, transpose_b = node.attr("splits", 1), bool(node.attr("transpose_b", False))
-    tiling = split_tiling(m, n, k, math.prod(batch), splits, target, transpose_b)
+    transpose_a = bool(node.attr("transpose_a", False))
+    tiling = split_tiling(m, n, k, math.prod(batch), splits, target, transpose_b, transpose_a)
     return counted_workgroups(dispatched, tiling, m, n, target, transpose_b)
 
 

@@ -197,16 +197,40 @@ HOPPER_CONV_TABLE = GemmLadder(
     ),
 )
 
+# The H200's parts of a product split finely along K (codegen/matmul.py `fine_splits`: A stored
+# [M, K], K of 8 parts of 192 or more, min(K // 192, 12) parts). Measured on the H200 on
+# 2026-12-02 with `python benchmarks/gemm_tune.py --steps "" --extra
+# 2048x1536x576:Bt,2048x1536x576,2048x49152x576:Bt --splits 1,2,3,4,6,8,12,16 --repeat 6` (18
+# tilings × 8 counts of parts, the split kernel plus the sum of its partials; ms, and TFLOP/s):
+#   2048x1536x576 Bᵀ (bench gemm's 2048×576×1536 G·Bᵀ): this rung at 8 parts 0.1545 (23.5), the
+#   fastest pair; 128x128 at 3 parts 0.158, at 6 0.161; the plan before, 128x128 in 4, 0.1996
+#   (18.2). 2048x1536x576 (its down projection's A·B): 128x64 8x8 in 8 0.188 (19.3), this rung in
+#   8 0.203 (17.8), in 4 0.204; the plan before, 64x128 prefetch in 2, 0.2237 (16.2).
+#   2048x49152x576 Bᵀ (the tied head's dA): this rung in 12 4.176 (27.8), the fastest pair;
+#   64x64 8x8 in 8 4.416, 128x64 8x4 in 8 4.434, 64x128 8x8 in 6 4.554; the plan before, 128x128
+#   in 4, 4.955 (23.4); this rung in 16 5.63. The fastest pairs had 9 to 26 workgroups (of 64
+#   or 128 threads) per SM; the plans before 2.4 (of 256 or 128) (as the convolutions' weight
+#   gradients, codegen/conv.py: 9-17 per SM). The sweep's times scatter (the head's 64x64 rungs
+#   at 8 parts 4.4 and 8.2 ms): its rows are one timing each. `python -m meganeura bench gemm`
+#   did not run with this rung (the device time was spent); before it, in the same session:
+#   20.3 / 36.3, 20.5 / 35.2 and 23.3 / 43.5 TFLOP/s (ours / torch) for the three products.
+HOPPER_SPLIT_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(64, 64, 16, 2, 2, prefetch=True),))
+
 TABLES = {"generic": GENERIC_TABLE, "hopper": HOPPER_TABLE, "cpu": CPU_TABLE}
 CONV_TABLES = {"hopper": HOPPER_CONV_TABLE}
+SPLIT_TABLES = {"hopper": HOPPER_SPLIT_TABLE}
 
 
 def table_for(target: Target, kind: str = "matmul") -> GemmLadder:
-    """The ladder a product of `kind` ("matmul", or "conv" for the implicit GEMMs) takes on `target`."""
+    """The ladder a product of `kind` ("matmul", "conv" for the implicit GEMMs, "split" for the
+    parts of a product split finely along K, codegen/matmul.py `fine_splits`) takes on `target`;
+    a family without a ladder of that kind takes its matmul ladder."""
     if target.cpu:
         return CPU_CONV_TABLE if kind == "conv" else CPU_TABLE
     if kind == "conv" and target.tuning in CONV_TABLES:
         return CONV_TABLES[target.tuning]
+    if kind == "split" and target.tuning in SPLIT_TABLES:
+        return SPLIT_TABLES[target.tuning]
     return TABLES.get(target.tuning, GENERIC_TABLE)
 
 
@@ -232,7 +256,7 @@ def shrunk(tiling: GemmTiling, m: int, n: int, workgroup_memory: int) -> GemmTil
 def gemm_tiling(
     m: int, n: int, k: int, batches: int = 1, target: Target = GENERIC, transpose_b: bool = False, kind: str = "matmul"
 ) -> GemmTiling:
-    """The tiling the matmul kernel (`kind` "conv": the implicit-GEMM convolution) uses for an
-    M×K·K×N product (`batches` of them) on `target`."""
+    """The tiling the matmul kernel (`kind` "conv": the implicit-GEMM convolution; "split": the
+    parts of a finely split product) uses for an M×K·K×N product (`batches` of them) on `target`."""
     tiling = table_for(target, kind).pick(m, n, batches, target, transpose_b)
     return shrunk(tiling, m, n, target.workgroup_memory)

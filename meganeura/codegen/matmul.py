@@ -46,7 +46,7 @@ from meganeura.codegen.common import (
     sum_terms,
 )
 from meganeura.codegen.expressions import helper_functions
-from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling, shrunk, table_for
+from meganeura.codegen.gemm_table import SPLIT_TABLES, GemmTiling, gemm_tiling, shrunk, table_for
 from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
@@ -248,19 +248,46 @@ SPLIT_FILL = 2
 MIN_SPLIT_K = 256
 MAX_SPLITS = 16
 
+# Fine split-K (`fine_splits`), on a family with a ladder for split parts (gemm_table.SPLIT_TABLES:
+# the H200's 64x64 tiles of 64 threads): a product that splits, whose A is stored [M, K] and whose
+# K makes at least FINE_MIN_PARTS parts of FINE_SPLIT_K, splits into as many parts of at least
+# FINE_SPLIT_K as K allows, at most FINE_MAX_SPLITS, each on that ladder's tile: many small
+# workgroups where the largest tile gave the units one or two. Measured on the H200 (the figures
+# and the command at gemm_table.HOPPER_SPLIT_TABLE): 2048x1536x576 Bᵀ and A·B at 8 parts of 192
+# (0.1545 and 0.203 ms; 6 parts of 256: 0.165 and 0.223), the head's 2048x49152x576 Bᵀ at 12
+# (4.18 ms; 16: 5.63). A products with A transposed (weight gradients) and shorter reductions
+# were not measured that way and keep the split above.
+FINE_SPLIT_K = 192
+FINE_MAX_SPLITS = 12
+FINE_MIN_PARTS = 8
 
-def matmul_splits(m: int, n: int, k: int, batches: int, target: Target, transpose_b: bool = False) -> int:
-    """The parts a product's reduction is split into on `target` (1: none): enough that the
-    table's largest tile for the output gives every compute unit SPLIT_FILL workgroups, each part
-    at least MIN_SPLIT_K long, none empty. A CPU (lavapipe) never splits: its units are threads
-    that a tiled product already keeps busy."""
+
+def matmul_splits(
+    m: int, n: int, k: int, batches: int, target: Target, transpose_b: bool = False, transpose_a: bool = False
+) -> int:
+    """The parts a product's reduction is split into on `target` (1: none): where the table's
+    largest tile for the output leaves a compute unit fewer than SPLIT_FILL workgroups, the fine
+    split's parts where the product takes one (`fine_splits`), else enough that the largest tile
+    gives every unit SPLIT_FILL workgroups, each part at least MIN_SPLIT_K long, none empty. A
+    CPU (lavapipe) never splits: its units are threads that a tiled product already keeps busy."""
     if target.cpu or target.compute_units < 2 or k < 2 * MIN_SPLIT_K:
         return 1
     largest = shrunk(table_for(target).largest(transpose_b, target), m, n, target.workgroup_memory)
     tiles = batches * -(-m // largest.bm) * -(-n // largest.bn)
     if tiles >= SPLIT_FILL * target.compute_units:
         return 1
-    return parts_to_fill(tiles, k, SPLIT_FILL * target.compute_units, MIN_SPLIT_K, MAX_SPLITS)
+    return fine_splits(k, target, transpose_a) or parts_to_fill(
+        tiles, k, SPLIT_FILL * target.compute_units, MIN_SPLIT_K, MAX_SPLITS
+    )
+
+
+def fine_splits(k: int, target: Target, transpose_a: bool) -> int:
+    """The parts of a fine split of a product over `k` on `target` (0: it takes none): A stored
+    [M, K], a family with a ladder for split parts, K of at least FINE_MIN_PARTS parts of
+    FINE_SPLIT_K; as many such parts as K allows, at most FINE_MAX_SPLITS, none empty."""
+    if transpose_a or target.cpu or target.tuning not in SPLIT_TABLES or k < FINE_MIN_PARTS * FINE_SPLIT_K:
+        return 0
+    return parts_to_fill(1, k, FINE_MAX_SPLITS, FINE_SPLIT_K, FINE_MAX_SPLITS)
 
 
 def parts_to_fill(tiles: int, reduction: int, wanted: int, shortest: int, most: int) -> int:
@@ -272,10 +299,14 @@ def parts_to_fill(tiles: int, reduction: int, wanted: int, shortest: int, most: 
     return splits if splits > 1 else 1
 
 
-def split_tiling(m: int, n: int, k: int, batches: int, splits: int, target: Target, transpose_b: bool) -> GemmTiling:
+def split_tiling(
+    m: int, n: int, k: int, batches: int, splits: int, target: Target, transpose_b: bool, transpose_a: bool = False
+) -> GemmTiling:
     """The tiling of a product split into `splits` parts along K: each part is a product of
-    ⌈K/S⌉, and the S parts are S times the matrices of the batch."""
-    return gemm_tiling(m, n, split_length(k, splits), batches * splits, target, transpose_b)
+    ⌈K/S⌉, and the S parts are S times the matrices of the batch; a product that takes a fine
+    split (`fine_splits`) takes the tiling of the family's ladder for split parts."""
+    kind = "split" if splits > 1 and fine_splits(k, target, transpose_a) else "matmul"
+    return gemm_tiling(m, n, split_length(k, splits), batches * splits, target, transpose_b, kind)
 
 
 def matmul_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
@@ -292,7 +323,7 @@ def matmul_workgroups(attrs: dict, operands, results, target: Target = GENERIC) 
     batch, m, k, n = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs, "matmul")
     batches, splits = math.prod(batch), attrs.get("splits", 1)
     transpose_b = bool(attrs.get("transpose_b", False))
-    tiling = split_tiling(m, n, k, batches, splits, target, transpose_b)
+    tiling = split_tiling(m, n, k, batches, splits, target, transpose_b, bool(attrs.get("transpose_a", False)))
     count = -(-m // tiling.bm) * -(-n // tiling.bn) * batches * splits
     return counted_workgroups(count, tiling, m, n, target, transpose_b)
 
@@ -365,7 +396,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
 
     reads, epilogue = expression_code(tree, read)
     a_reads, prologue = expression_code(prologue_tree, read_for_a)
-    tiling = split_tiling(m, n, k, batches, splits, target, transpose_b)
+    tiling = split_tiling(m, n, k, batches, splits, target, transpose_b, transpose_a)
     ragged_k = k % tiling.bk != 0 or k_part % tiling.bk != 0  # a K tile may pass the part's end
     # An operand an epilogue or prologue also reads by element keeps its scalar binding.
     elementwise = set(extras)

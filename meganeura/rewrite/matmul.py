@@ -250,10 +250,10 @@ def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]
         if product.op != "matmul" or (node is not product and not swaps_last_two(node)):
             continue
         batch, m, k, n = matmul_dims([graph[i].type for i in product.inputs], product.attr_dict)
-        transpose_b = bool(product.attr("transpose_b"))
-        if node is not product:  # Bᵀ·Aᵀ: N×M, its B the product's A with the other transpose flag
-            m, n, transpose_b = n, m, not product.attr("transpose_a")
-        splits = matmul_splits(m, n, k, math.prod(batch), target, transpose_b)
+        transpose_a, transpose_b = bool(product.attr("transpose_a")), bool(product.attr("transpose_b"))
+        if node is not product:  # Bᵀ·Aᵀ: N×M, its A the product's B and its B the product's A, flags flipped
+            m, n, transpose_a, transpose_b = n, m, not transpose_b, not transpose_a
+        splits = matmul_splits(m, n, k, math.prod(batch), target, transpose_b, transpose_a)
         if splits > 1:
             lines.append(f"(matmul_split (Ref {node_id}) {splits} {ints((splits, *node.shape))})")
     return lines
