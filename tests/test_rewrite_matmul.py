@@ -295,7 +295,11 @@ H200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
         # bench gemm's 2048×576×1536 G·Bᵀ, 2048×1536×576 A·B and the tied head's G·Bᵀ: fine splits
         (2048, 576, 1536, True, False, 8, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
         (2048, 576, 1536, False, False, 8, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
-        (2048, 576, 49152, True, False, 12, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
+        (2048, 576, 49152, True, False, 8, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
+        # GPT-2's 2048×768 outputs: 192 tiles of 64x128 (1.45 a unit): the coarse split
+        (2048, 768, 3072, False, False, 2, GemmTiling(64, 128, 16, 2, 2, prefetch=True)),
+        (2048, 768, 3072, True, False, 3, GemmTiling(128, 128, 16, 2, 2)),
+        (2048, 768, 50257, True, False, 3, GemmTiling(128, 128, 16, 2, 2)),
         # as before: the weight gradients (A transposed) and a K of fewer than 8 parts of 192
         (576, 1536, 2048, False, True, 3, GemmTiling(64, 128, 16, 2, 2, prefetch=True)),
         (1536, 576, 2048, False, True, 3, GemmTiling(64, 128, 16, 2, 2, prefetch=True)),
@@ -303,16 +307,19 @@ H200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
     ],
 )
 def test_fine_split_k_of_narrow_outputs_on_the_h200(m, n, k, transpose_b, transpose_a, splits, tiling):
-    """On the H200 a product that splits, with A stored [M, K] and K of at least 8 parts of 192,
-    splits into min(K // 192, 12) parts on the 64x64 tiles of the split ladder (measured:
-    codegen/gemm_table.py HOPPER_SPLIT_TABLE); the others keep the split by the largest tile."""
+    """On the H200 a product that splits, with A stored [M, K], K of at least 8 parts of 192 and an
+    output of fewer than 1.25 largest tiles a unit, splits on the 64x64 tiles of the split ladder
+    into parts enough for 16 workgroups a unit, each at least 192 long (measured:
+    codegen/gemm_table.py HOPPER_SPLIT_TABLE, codegen/matmul.py); the others keep the split by
+    the largest tile."""
     assert matmul_splits(m, n, k, 1, H200, transpose_b, transpose_a) == splits
     assert split_tiling(m, n, k, 1, splits, H200, transpose_b, transpose_a) == tiling
-    assert fine_splits(k, H200, transpose_a) == (splits if tiling.bm == tiling.bn == 64 else 0)
+    fine = fine_splits(m, n, k, 1, H200, transpose_a, transpose_b)
+    assert fine == (splits if tiling.bm == tiling.bn == 64 else 0)
     lavapipe = Target("lavapipe", 2, 32, cpu=True, workgroup_memory=32768)
     assert matmul_splits(m, n, k, 1, lavapipe, transpose_b, transpose_a) == 1
-    assert fine_splits(k, lavapipe, transpose_a) == 0
-    assert fine_splits(k, Target("some GPU", 132, 31), transpose_a) == 0  # no split ladder: generic
+    assert fine_splits(m, n, k, 1, lavapipe, transpose_a, transpose_b) == 0
+    assert fine_splits(m, n, k, 1, Target("some GPU", 132, 31), transpose_a, transpose_b) == 0  # no split ladder
 
 
 @PROPERTY

@@ -198,10 +198,11 @@ HOPPER_CONV_TABLE = GemmLadder(
 )
 
 # The H200's parts of a product split finely along K (codegen/matmul.py `fine_splits`: A stored
-# [M, K], K of 8 parts of 192 or more, min(K // 192, 12) parts). Measured on the H200 on
-# 2026-12-02 with `python benchmarks/gemm_tune.py --steps "" --extra
-# 2048x1536x576:Bt,2048x1536x576,2048x49152x576:Bt --splits 1,2,3,4,6,8,12,16 --repeat 6` (18
-# tilings × 8 counts of parts, the split kernel plus the sum of its partials; ms, and TFLOP/s):
+# [M, K], K of 8 parts of 192 or more, an output of fewer than 1.25 largest tiles a unit; parts
+# for 16 workgroups a unit). Measured on the H200 on 2026-12-02 with `python
+# benchmarks/gemm_tune.py --steps "" --extra 2048x1536x576:Bt,2048x1536x576,2048x49152x576:Bt
+# --splits 1,2,3,4,6,8,12,16 --repeat 6` (18 tilings × 8 counts of parts, the split kernel plus
+# the sum of its partials; ms, and TFLOP/s):
 #   2048x1536x576 Bᵀ (bench gemm's 2048×576×1536 G·Bᵀ): this rung at 8 parts 0.1545 (23.5), the
 #   fastest pair; 128x128 at 3 parts 0.158, at 6 0.161; the plan before, 128x128 in 4, 0.1996
 #   (18.2). 2048x1536x576 (its down projection's A·B): 128x64 8x8 in 8 0.188 (19.3), this rung in
@@ -211,9 +212,13 @@ HOPPER_CONV_TABLE = GemmLadder(
 #   in 4, 4.955 (23.4); this rung in 16 5.63. The fastest pairs had 9 to 26 workgroups (of 64
 #   or 128 threads) per SM; the plans before 2.4 (of 256 or 128) (as the convolutions' weight
 #   gradients, codegen/conv.py: 9-17 per SM). The sweep's times scatter (the head's 64x64 rungs
-#   at 8 parts 4.4 and 8.2 ms): its rows are one timing each. `python -m meganeura bench gemm`
-#   did not run with this rung (the device time was spent); before it, in the same session:
-#   20.3 / 36.3, 20.5 / 35.2 and 23.3 / 43.5 TFLOP/s (ours / torch) for the three products.
+#   at 8 parts 4.4 and 8.2 ms): its rows are one timing each.
+# `python -m meganeura bench gemm` (same day, ours / torch TFLOP/s), before → with this rung at
+# min(K // 192, 12) parts: 2048×576×1536 G·Bᵀ 20.3 / 36.3 → 23.1 / 35.3 (0.66), 2048×1536×576
+# A·B 20.5 / 35.2 → 25.4 / 35.6 (0.71), the head's G·Bᵀ 23.3 / 43.5 → 28.5 / 43.6 (0.65, at
+# 12 parts; the rule now gives it 8, timed only in the step: 3.26 and 3.28 ms against 3.30 and
+# 3.31 at 12, the step's form of it, B not transposed). A count that leaves parts of K off the
+# 16-multiple (that head at 11 parts: 5.68 ms) runs the ragged-K path and loses most of the gain.
 HOPPER_SPLIT_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(64, 64, 16, 2, 2, prefetch=True),))
 
 TABLES = {"generic": GENERIC_TABLE, "hopper": HOPPER_TABLE, "cpu": CPU_TABLE}

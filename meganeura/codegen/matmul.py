@@ -250,16 +250,27 @@ MAX_SPLITS = 16
 
 # Fine split-K (`fine_splits`), on a family with a ladder for split parts (gemm_table.SPLIT_TABLES:
 # the H200's 64x64 tiles of 64 threads): a product that splits, whose A is stored [M, K] and whose
-# K makes at least FINE_MIN_PARTS parts of FINE_SPLIT_K, splits into as many parts of at least
-# FINE_SPLIT_K as K allows, at most FINE_MAX_SPLITS, each on that ladder's tile: many small
-# workgroups where the largest tile gave the units one or two. Measured on the H200 (the figures
-# and the command at gemm_table.HOPPER_SPLIT_TABLE): 2048x1536x576 Bᵀ and A·B at 8 parts of 192
-# (0.1545 and 0.203 ms; 6 parts of 256: 0.165 and 0.223), the head's 2048x49152x576 Bᵀ at 12
-# (4.18 ms; 16: 5.63). A products with A transposed (weight gradients) and shorter reductions
-# were not measured that way and keep the split above.
+# K makes at least FINE_MIN_PARTS parts of FINE_SPLIT_K, splits into parts of that ladder's tile,
+# as many as give every compute unit FINE_FILL workgroups (at most FINE_MAX_SPLITS, each part at
+# least FINE_SPLIT_K long): many small workgroups where the largest tile gave the units one or
+# two. Measured on the H200 (the sweep's figures and command at gemm_table.HOPPER_SPLIT_TABLE: its
+# fastest pairs had 9 to 26 workgroups a unit): 2048x1536x576 Bᵀ and A·B at 8 parts of 192 (0.1545
+# and 0.203 ms; 6 parts of 256: 0.165 and 0.223). In the steps (`python -m meganeura bench smollm2
+# gpt2 --no-torch`, 2026-12-02, GPU time of one profiled step; the coarse split alone: SmolLM2
+# 94.7, 94.9 and 95.0 ms, GPT-2 64.4, 64.3 and 64.4): min(K // 192, 12) parts made SmolLM2 faster
+# (92.3, 92.2) and GPT-2 slower (65.3, 65.4: its 2048x768 outputs over K 3072, 6.73 → 7.34 ms a
+# step, and 12 partials to sum); parts for 16 workgroups a unit (FINE_FILL), SmolLM2 92.3 and 92.1,
+# GPT-2 64.8 (its K-3072 products 6.74 → 7.40 ms at 6 parts); for 24, 94.5 and 73.3. So the fine
+# split is taken only for outputs that the plain ladder's largest tile covers with fewer than
+# FINE_BELOW workgroups a unit: SmolLM2's 2048x576 (160 tiles of 64x128 on 132 SMs, 1.2 a unit)
+# and not GPT-2's 2048x768 (192, 1.45); between the two nothing was measured. Products with A
+# transposed (weight gradients) and shorter reductions were not measured that way and keep the
+# split above.
 FINE_SPLIT_K = 192
 FINE_MAX_SPLITS = 12
 FINE_MIN_PARTS = 8
+FINE_FILL = 16
+FINE_BELOW = 1.25
 
 
 def matmul_splits(
@@ -276,18 +287,25 @@ def matmul_splits(
     tiles = batches * -(-m // largest.bm) * -(-n // largest.bn)
     if tiles >= SPLIT_FILL * target.compute_units:
         return 1
-    return fine_splits(k, target, transpose_a) or parts_to_fill(
+    return fine_splits(m, n, k, batches, target, transpose_a, transpose_b) or parts_to_fill(
         tiles, k, SPLIT_FILL * target.compute_units, MIN_SPLIT_K, MAX_SPLITS
     )
 
 
-def fine_splits(k: int, target: Target, transpose_a: bool) -> int:
+def fine_splits(m: int, n: int, k: int, batches: int, target: Target, transpose_a: bool, transpose_b: bool) -> int:
     """The parts of a fine split of a product over `k` on `target` (0: it takes none): A stored
     [M, K], a family with a ladder for split parts, K of at least FINE_MIN_PARTS parts of
-    FINE_SPLIT_K; as many such parts as K allows, at most FINE_MAX_SPLITS, none empty."""
+    FINE_SPLIT_K, an output the plain ladder's largest tile covers with fewer than FINE_BELOW
+    workgroups a unit; parts enough that the split ladder's tiles give every unit FINE_FILL
+    workgroups, at most FINE_MAX_SPLITS, each at least FINE_SPLIT_K long, none empty."""
     if transpose_a or target.cpu or target.tuning not in SPLIT_TABLES or k < FINE_MIN_PARTS * FINE_SPLIT_K:
         return 0
-    return parts_to_fill(1, k, FINE_MAX_SPLITS, FINE_SPLIT_K, FINE_MAX_SPLITS)
+    plain = shrunk(table_for(target).largest(False, target), m, n, target.workgroup_memory)
+    if batches * -(-m // plain.bm) * -(-n // plain.bn) >= FINE_BELOW * target.compute_units:
+        return 0
+    tile = shrunk(table_for(target, "split").largest(transpose_b, target), m, n, target.workgroup_memory)
+    tiles = batches * -(-m // tile.bm) * -(-n // tile.bn)
+    return parts_to_fill(tiles, k, FINE_FILL * target.compute_units, FINE_SPLIT_K, FINE_MAX_SPLITS)
 
 
 def parts_to_fill(tiles: int, reduction: int, wanted: int, shortest: int, most: int) -> int:
@@ -305,7 +323,7 @@ def split_tiling(
     """The tiling of a product split into `splits` parts along K: each part is a product of
     ⌈K/S⌉, and the S parts are S times the matrices of the batch; a product that takes a fine
     split (`fine_splits`) takes the tiling of the family's ladder for split parts."""
-    kind = "split" if splits > 1 and fine_splits(k, target, transpose_a) else "matmul"
+    kind = "split" if splits > 1 and fine_splits(m, n, k, batches, target, transpose_a, transpose_b) else "matmul"
     return gemm_tiling(m, n, split_length(k, splits), batches * splits, target, transpose_b, kind)
 
 
