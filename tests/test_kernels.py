@@ -26,6 +26,7 @@ from meganeura.ir.functions import BINARY_FUNCTIONS, FUNCTIONS, TERNARY_FUNCTION
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.op import OPS, ShapeError, infer_type, launches_kernel, op_def
+from meganeura.ir.ops.matmul import part_length
 from meganeura.ir.ops.optimizer import HYPER_FIELDS, hyper_offset, hyper_vector
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC, WEBGPU_WORKGROUP_MEMORY, Target
@@ -311,12 +312,33 @@ def test_split_k_partials_on_ragged_shapes(monkeypatch, tiling):
         assert executable.kernels[0].label.endswith(f"in {parts} parts of K")
 
 
+def test_split_parts_of_k_are_whole_k_tiles_where_no_part_is_left_empty():
+    """A split product's parts of K are ⌈K/S⌉ rounded up to 16 (the kernels' K tile), except where
+    that would leave the last part empty; they always cover K exactly once."""
+    assert [part_length(k, s) for k, s in ((2048, 3), (2048, 6), (49152, 8), (300, 7), (40, 3))] == [
+        688,
+        352,
+        6144,
+        48,
+        16,
+    ]
+    assert part_length(20, 3) == 7 and part_length(2048, 1) == 2048  # 16 · 2 ≥ 20: the even parts
+    for k in range(2, 300):
+        for splits in range(2, min(k, 17)):
+            if (splits - 1) * -(-k // splits) >= k:
+                continue  # check_splits refuses it
+            length = part_length(k, splits)
+            assert (splits - 1) * length < k <= splits * length
+
+
 def test_split_k_partials_sum_to_the_product_and_bad_splits_say_why():
     a, b = normal(6, 300), normal(300, 5)
     graph = one_op("fused_matmul", [(6, 300), (300, 5)], splits=7)
     partials = interpret(graph, {"x0": a, "x1": b}, {}, {}).outputs["out"]
     np.testing.assert_allclose(partials.sum(axis=0), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(partials[6], a[:, 258:] @ b[258:], rtol=1e-5, atol=1e-5)  # parts of ⌈300/7⌉ = 43
+    # parts of ⌈300/7⌉ = 43 rounded up to 48 (ir/ops/matmul.py part_length): the last one 288…300
+    np.testing.assert_allclose(partials[6], a[:, 288:] @ b[288:], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(partials[0], a[:, :48] @ b[:48], rtol=1e-5, atol=1e-5)
     types = [TensorType((6, 300)), TensorType((300, 5))]
     with pytest.raises(ShapeError, match="last part empty"):
         infer_type("fused_matmul", types, {"splits": 80})  # 80 parts of 4: the last starts past 300

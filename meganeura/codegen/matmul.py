@@ -52,7 +52,7 @@ from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
-from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
+from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims, part_length
 from meganeura.ir.ops.reduce import split_length
 from meganeura.target import GENERIC, Target
 
@@ -324,7 +324,7 @@ def split_tiling(
     ⌈K/S⌉, and the S parts are S times the matrices of the batch; a product that takes a fine
     split (`fine_splits`) takes the tiling of the family's ladder for split parts."""
     kind = "split" if splits > 1 and fine_splits(m, n, k, batches, target, transpose_a, transpose_b) else "matmul"
-    return gemm_tiling(m, n, split_length(k, splits), batches * splits, target, transpose_b, kind)
+    return gemm_tiling(m, n, part_length(k, splits), batches * splits, target, transpose_b, kind)
 
 
 def matmul_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
@@ -373,7 +373,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     batch, m, k, n = matmul_dims([a_view, graph[b].type], node.attr_dict, node.op)
     batches = math.prod(batch)
     splits = node.attr("splits", 1) if node.op == "fused_matmul" else 1
-    k_part = split_length(k, splits)
+    k_part = part_length(k, splits)
     epilogue_text = node.attr("epilogue", "$acc") if node.op == "fused_matmul" else "$acc"
     prologue_text = node.attr("prologue", "$a") if node.op == "fused_matmul" else "$a"
     tree = parse_expr(epilogue_text)
