@@ -11,7 +11,7 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.compiler import trace_step
-from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.graph import SKIP, Graph, TensorType
 from meganeura.ir.interpret import interpret
 
 
@@ -139,3 +139,29 @@ def test_inference_trace_and_interpreter_match_numpy():
     got = interpret(traced.graph, {"x": x}, params).outputs["output"]
     hidden = np.maximum(x @ params["fc1.weight"].T + params["fc1.bias"], 0)
     np.testing.assert_allclose(got, hidden @ params["fc2.weight"].T + params["fc2.bias"], rtol=1e-5, atol=1e-6)
+
+
+def test_rebuilt_copies_replaces_and_skips_nodes_and_follows_the_roots():
+    """Graph.rebuilt, the passes after extraction's copy: a node `replace` leaves (None) is copied
+    with its inputs renumbered, one it replaces is what `replace` appended, one it skips (SKIP)
+    has no node, and outputs and updates name the new ids."""
+    t = TensorType((3,))
+    graph = Graph()
+    x = graph.add("input", (), t, {"name": "x"})
+    w = graph.add("param", (), t, {"name": "w"})
+    scratch = graph.add("neg", (x,), t)  # dead: skipped
+    product = graph.add("mul", (x, w), t)
+    graph.outputs["y"] = graph.add("exp", (product,), t)
+    graph.updates["w"] = product
+
+    def replace(node, new, new_id):
+        if node.id == scratch:
+            return SKIP
+        if node.op == "mul":  # x·w becomes x + w
+            return new.add("add", tuple(new_id[i] for i in node.inputs), node.types, {}, node.sources)
+        return None
+
+    rebuilt = graph.rebuilt(replace)
+    assert [n.op for n in rebuilt] == ["input", "param", "add", "exp"]
+    assert rebuilt[rebuilt.outputs["y"]].inputs == (rebuilt.updates["w"],) and rebuilt.updates["w"] == 2
+    assert [n.op for n in graph] == ["input", "param", "neg", "mul", "exp"]  # the original is untouched

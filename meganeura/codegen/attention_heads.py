@@ -65,22 +65,17 @@ def split_attention_heads(graph: Graph, target: Target) -> Graph:
     }
     if not chosen:
         return graph
-    new = Graph(outputs={}, updates={})
-    new_id: dict[int, int] = {}
-    for node in graph:
-        inputs = tuple(new_id[i] for i in node.inputs)
+
+    def replace(node: Node, new: Graph, new_id: dict[int, int]) -> int | None:
         source = graph[node.inputs[0]] if node.op == "result" else None
         if node.id in chosen:
-            new_id[node.id] = add_checked(
-                new, node.op, inputs, {**node.attr_dict, "per_query_head": True}, node.sources
-            )
-        elif source is not None and source.id in chosen and node.attr("index") < 2:  # dK or dV: its group's sum
+            inputs = tuple(new_id[i] for i in node.inputs)
+            return add_checked(new, node.op, inputs, {**node.attr_dict, "per_query_head": True}, node.sources)
+        if source is not None and source.id in chosen and node.attr("index") < 2:  # dK or dV: its group's sum
             per_head, summed, grouped_shape = split_types(graph, source)
-            part = new.add("result", inputs, per_head, node.attr_dict, node.sources)
+            part = new.add("result", (new_id[source.id],), per_head, node.attr_dict, node.sources)
             grouped = new.add("reshape", (part,), (TensorType(grouped_shape),), {"shape": grouped_shape}, node.sources)
-            new_id[node.id] = new.add("sum", (grouped,), (summed,), {"axes": (2,), "keepdim": False}, node.sources)
-        else:
-            new_id[node.id] = new.add(node.op, inputs, node.types, node.attr_dict, node.sources)
-    new.outputs = {name: new_id[i] for name, i in graph.outputs.items()}
-    new.updates = {name: new_id[i] for name, i in graph.updates.items()}
-    return new
+            return new.add("sum", (grouped,), (summed,), {"axes": (2,), "keepdim": False}, node.sources)
+        return None
+
+    return graph.rebuilt(replace)

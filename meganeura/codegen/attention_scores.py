@@ -87,27 +87,22 @@ def dq_from_scores(graph: Graph, target: Target) -> Graph:
     chosen = {q: kv for q, kv in grad_pairs(graph).items() if route_pays(graph, graph[q], graph[kv], target)}
     if not chosen:
         return graph
-    new = Graph(outputs={}, updates={})
-    new_id: dict[int, int] = {}
     writer: dict[int, int] = {}  # dK/dV node → its new node, which writes dS
 
-    def grad_kv_writing_scores(node: Node) -> int:
+    def grad_kv_writing_scores(node: Node, new: Graph, new_id: dict[int, int]) -> int:
         if node.id not in writer:
             inputs = tuple(new_id[i] for i in node.inputs)
             writer[node.id] = add_checked(new, node.op, inputs, {**node.attr_dict, "scores": True}, node.sources)
         return writer[node.id]
 
-    for node in graph:
-        inputs = tuple(new_id[i] for i in node.inputs)
+    def replace(node: Node, new: Graph, new_id: dict[int, int]) -> int | None:
         if node.id in chosen:  # dQ: the matmul of the dS its dK/dV node writes
-            kv = grad_kv_writing_scores(graph[chosen[node.id]])
+            kv = grad_kv_writing_scores(graph[chosen[node.id]], new, new_id)
             ds = add_checked(new, "result", (kv,), {"index": 2}, node.sources)
             dq = add_checked(new, "matmul", (ds, new_id[node.inputs[1]]), {"transpose_a": True}, node.sources)
-            new_id[node.id] = add_checked(new, "reshape", (dq,), {"shape": node.shape}, node.sources)
-        elif node.id in chosen.values():
-            new_id[node.id] = grad_kv_writing_scores(node)
-        else:
-            new_id[node.id] = new.add(node.op, inputs, node.types, node.attr_dict, node.sources)
-    new.outputs = {name: new_id[i] for name, i in graph.outputs.items()}
-    new.updates = {name: new_id[i] for name, i in graph.updates.items()}
-    return new
+            return add_checked(new, "reshape", (dq,), {"shape": node.shape}, node.sources)
+        if node.id in chosen.values():
+            return grad_kv_writing_scores(node, new, new_id)
+        return None
+
+    return graph.rebuilt(replace)

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 from meganeura.codegen.common import bound_value, constant_value, storage
 from meganeura.codegen.optimizer import updates_in_place
-from meganeura.ir.graph import Graph
+from meganeura.ir.graph import SKIP, Graph, Node
 from meganeura.ir.op import checked_type, operand_types
 from meganeura.ir.ops.optimizer import MULTI_OF, UPDATED_OPERANDS, updated_operands
 from meganeura.target import GENERIC, Target
@@ -166,21 +166,16 @@ def group_updates(graph: Graph, target: Target = GENERIC) -> Graph:
     last_member = {g.members[-1]: g for g in groups}
     replaced = {m for g in groups for m in g.members}
     projections = {r for m in replaced for r in update_roots(graph, m) if r != m}
-    new = Graph(outputs={}, updates={})
-    new_id: dict[int, int] = {}
-    for node in graph:
-        if node.id in projections:
-            continue
-        if node.id not in replaced:
-            inputs = tuple(new_id[i] for i in node.inputs)
-            new_id[node.id] = new.add(node.op, inputs, node.types, node.attr_dict, node.sources)
-            continue
+
+    def replace(node: Node, new: Graph, new_id: dict[int, int]) -> int | None:
+        if node.id not in replaced and node.id not in projections:
+            return None
         group = last_member.get(node.id)
         if group is not None:  # every member's operands come before its last member
             add_multi_node(graph, new, group, new_id)
-    new.outputs = {name: new_id[i] for name, i in graph.outputs.items()}
-    new.updates = {name: new_id[i] for name, i in graph.updates.items()}
-    return new
+        return SKIP  # the members and their projections: add_multi_node maps them
+
+    return graph.rebuilt(replace)
 
 
 def add_multi_node(graph: Graph, new: Graph, group: Group, new_id: dict[int, int]) -> None:

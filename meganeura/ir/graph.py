@@ -15,7 +15,7 @@ projections, which are views (no kernel, no copy):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,8 +210,30 @@ class Graph:
             {name: new_id[i] for name, i in self.updates.items()},
         )
 
+    def rebuilt(self, replace: Callable[[Node, Graph, dict[int, int]], int | None]) -> Graph:
+        """A new graph of this one's nodes in order, each copied as it is unless `replace(node,
+        new, new_id)` appends what stands for it to `new` and returns that node's id, or returns
+        SKIP (nothing does, or `replace` put the ids of its replacements in `new_id` itself);
+        new_id maps this graph's ids to the new one's, and outputs and updates follow it. The
+        passes after extraction rewrite a plan with it."""
+        new = Graph()
+        new_id: dict[int, int] = {}
+        for node in self.nodes:
+            replaced = replace(node, new, new_id)
+            if replaced is None:
+                inputs = tuple(new_id[i] for i in node.inputs)
+                new_id[node.id] = new.add(node.op, inputs, node.types, node.attr_dict, node.sources)
+            elif replaced != SKIP:
+                new_id[node.id] = replaced
+        new.outputs = {name: new_id[i] for name, i in self.outputs.items()}
+        new.updates = {name: new_id[i] for name, i in self.updates.items()}
+        return new
+
     def __str__(self) -> str:
         return format_graph(self)
+
+
+SKIP = -1  # `Graph.rebuilt`: no node of the new graph stands for this one (or replace mapped it)
 
 
 def format_value(value: Any) -> str:

@@ -49,6 +49,7 @@ def part_length(k: int, splits: int) -> int:
     aligned = -(-even // PART_ALIGN) * PART_ALIGN
     return aligned if splits > 1 and (splits - 1) * aligned < k else even
 
+
 FAMILY = "matmul"
 
 
