@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from meganeura.codegen.common import bound_value, constant_value, storage
 from meganeura.codegen.optimizer import updates_in_place
 from meganeura.ir.graph import SKIP, Graph, Node
-from meganeura.ir.op import checked_type, operand_types
+from meganeura.ir.op import add_checked
 from meganeura.ir.ops.optimizer import MULTI_OF, UPDATED_OPERANDS, updated_operands
 from meganeura.target import GENERIC, Target
 
@@ -187,8 +187,8 @@ def add_multi_node(graph: Graph, new: Graph, group: Group, new_id: dict[int, int
     multi_attrs = {**dict(attrs), "members": len(members)}
     if op == "sgd_update":  # the members' arity: with a momentum buffer each, or none
         multi_attrs["momentum"] = len(members[0].inputs) == 6
-    canonical, types = checked_type(MULTI_OF[op], operand_types(new, inputs), multi_attrs)
-    multi = new.add(MULTI_OF[op], inputs, types, canonical, merged_sources(m.sources for m in members))
+    multi = add_checked(new, MULTI_OF[op], inputs, multi_attrs, merged_sources(m.sources for m in members))
+    types = new[multi].types
     index = 0
     for member in members:
         for root in update_roots(graph, member.id):
