@@ -75,6 +75,10 @@ class GemmTiling:
         """vec4 loads per thread per K tile, of A and of B."""
         return self.bm * self.bk // 4 // self.threads, self.bn * self.bk // 4 // self.threads
 
+    def tiles(self, m: int, n: int, batches: int = 1) -> int:
+        """The workgroups of this tiling for `batches` M×N outputs."""
+        return batches * -(-m // self.bm) * -(-n // self.bn)
+
     def __str__(self) -> str:
         extra = " prefetch" if self.prefetch else ""
         return f"{self.bm}x{self.bn}/k{self.bk} {4 * self.rm}x{4 * self.rn}{extra}"
@@ -118,7 +122,7 @@ class GemmLadder:
         for tiling in fitting:
             if self.whole_tiles and (m < tiling.bm or n < tiling.bn):
                 continue
-            if batches * -(-m // tiling.bm) * -(-n // tiling.bn) >= self.fill * target.compute_units:
+            if tiling.tiles(m, n, batches) >= self.fill * target.compute_units:
                 return tiling
         return fitting[-1]
 

@@ -283,8 +283,7 @@ def matmul_splits(
     CPU (lavapipe) never splits: its units are threads that a tiled product already keeps busy."""
     if target.cpu or target.compute_units < 2 or k < 2 * MIN_SPLIT_K:
         return 1
-    largest = shrunk(table_for(target).largest(transpose_b, target), m, n, target.workgroup_memory)
-    tiles = batches * -(-m // largest.bm) * -(-n // largest.bn)
+    tiles = largest_tiling(m, n, target, transpose_b).tiles(m, n, batches)
     if tiles >= SPLIT_FILL * target.compute_units:
         return 1
     return fine_splits(m, n, k, batches, target, transpose_a, transpose_b) or parts_to_fill(
@@ -300,12 +299,15 @@ def fine_splits(m: int, n: int, k: int, batches: int, target: Target, transpose_
     workgroups, at most FINE_MAX_SPLITS, each at least FINE_SPLIT_K long, none empty."""
     if transpose_a or target.cpu or target.tuning not in SPLIT_TABLES or k < FINE_MIN_PARTS * FINE_SPLIT_K:
         return 0
-    plain = shrunk(table_for(target).largest(False, target), m, n, target.workgroup_memory)
-    if batches * -(-m // plain.bm) * -(-n // plain.bn) >= FINE_BELOW * target.compute_units:
+    if largest_tiling(m, n, target, False).tiles(m, n, batches) >= FINE_BELOW * target.compute_units:
         return 0
-    tile = shrunk(table_for(target, "split").largest(transpose_b, target), m, n, target.workgroup_memory)
-    tiles = batches * -(-m // tile.bm) * -(-n // tile.bn)
+    tiles = largest_tiling(m, n, target, transpose_b, "split").tiles(m, n, batches)
     return parts_to_fill(tiles, k, FINE_FILL * target.compute_units, FINE_SPLIT_K, FINE_MAX_SPLITS)
+
+
+def largest_tiling(m: int, n: int, target: Target, transpose_b: bool, kind: str = "matmul") -> GemmTiling:
+    """The largest tiling of `kind`'s ladder on `target`, shrunk to an M×N output."""
+    return shrunk(table_for(target, kind).largest(transpose_b, target), m, n, target.workgroup_memory)
 
 
 def parts_to_fill(tiles: int, reduction: int, wanted: int, shortest: int, most: int) -> int:
@@ -350,7 +352,7 @@ def counted_workgroups(dispatched: int, tiling: GemmTiling, m: int, n: int, targ
     """`dispatched` workgroups of `tiling` as the cost model counts them (`matmul_workgroups`)."""
     if target.cpu:
         return dispatched
-    largest = shrunk(table_for(target).largest(transpose_b, target), m, n, target.workgroup_memory)
+    largest = largest_tiling(m, n, target, transpose_b)
     return max(1, dispatched * tiling.bm * tiling.bn // (largest.bm * largest.bn * SPLIT_FILL))
 
 

@@ -103,13 +103,14 @@ def items_per_workgroup(entry: str, wg: int, items: int = 1) -> int:
     return {"reduce_tree": 1, "reduce_columns": COLUMNS}.get(entry, wg * items)
 
 
-def serial_body(items: int) -> str:
-    """reduce_serial's body: `items` items per thread, WG apart, every value computed before any store."""
+def serial_body(items: int, init: str) -> str:
+    """reduce_serial's body: `items` items per thread, WG apart, every value (from `init`, the
+    identity of ⊕) computed before any store."""
     lines = [f"let first = (wid.x + wid.y * GRID_X) * WG * {items}u + lid;"]
     for j in range(items):
         lines += [
             f"let item_{j} = first + {j}u * WG;",
-            f"var value_{j} = {{INIT}};",
+            f"var value_{j} = {init};",
             f"if (item_{j} < ITEMS) {{ value_{j} = part_value(item_{j}, 0u, 1u); }}",
         ]
     lines += [f"if (item_{j} < ITEMS) {{ out[item_{j}] = finish(value_{j}); }}" for j in range(items)]
@@ -195,7 +196,7 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     axes = normalize_axes(node.attr("axes"), len(in_shape))
     kept = [d for d in range(len(in_shape)) if d not in axes]
     kept_sizes, reduced_sizes = tuple(in_shape[d] for d in kept), tuple(in_shape[d] for d in axes)
-    outs, r = math.prod(kept_sizes), math.prod(reduced_sizes)
+    outs, r, innermost, leading = reduce_geometry(in_shape, axes)
     operands = Operands(graph)
 
     def read(name: str) -> str:
@@ -209,8 +210,6 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     _, finish = expression_code(epilogue, lambda name: "value")
     splits = node.attr("splits", 1) if node.op == "fused_reduce" else 1
     part = split_length(r, splits)
-    innermost = bool(in_shape) and (len(in_shape) - 1) in axes
-    leading = set(axes) == set(range(len(axes)))
     entry, wg = reduce_plan(outs * splits, part, innermost, target)
     items = serial_items(part, leading) if entry == "reduce_serial" else 1
     grid = grid_for(plan_workgroups(outs * splits, part, innermost, target, leading))
@@ -225,7 +224,7 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "PART": part,
             "WG": wg,
             "COLUMNS": COLUMNS,
-            "SERIAL_BODY": serial_body(items).replace("{INIT}", REDUCE_INIT[kind]),
+            "SERIAL_BODY": serial_body(items, REDUCE_INIT[kind]),
             "GRID_X": max(grid[0], 1),
             "FUNCTIONS": helper_functions([prologue, epilogue]),
             "READS": reads,
