@@ -44,7 +44,8 @@ PART_ALIGN = 16
 
 def part_length(k: int, splits: int) -> int:
     """The elements of K in each part of a product split into `splits` (the last may be shorter):
-    2048 in 3 parts: 688, 688, 672."""
+    2048 in 3 parts: 688, 688, 672. Where ⌈K/S⌉ leaves no part empty (`check_splits`), so does
+    this: it rounds up only where the last part keeps an element, else it is ⌈K/S⌉."""
     even = split_length(k, splits)
     aligned = -(-even // PART_ALIGN) * PART_ALIGN
     return aligned if splits > 1 and (splits - 1) * aligned < k else even
