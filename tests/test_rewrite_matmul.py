@@ -300,9 +300,11 @@ H200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
         (2048, 768, 3072, False, False, 2, GemmTiling(64, 128, 16, 2, 2, prefetch=True)),
         (2048, 768, 3072, True, False, 3, GemmTiling(128, 128, 16, 2, 2)),
         (2048, 768, 50257, True, False, 3, GemmTiling(128, 128, 16, 2, 2)),
-        # as before: the weight gradients (A transposed) and a K of fewer than 8 parts of 192
-        (576, 1536, 2048, False, True, 3, GemmTiling(64, 128, 16, 2, 2, prefetch=True)),
-        (1536, 576, 2048, False, True, 3, GemmTiling(64, 128, 16, 2, 2, prefetch=True)),
+        # the weight gradients (A transposed): the split by the largest tile, on the split ladder's tiles
+        (576, 1536, 2048, False, True, 3, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
+        (1536, 576, 2048, False, True, 3, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
+        (576, 576, 2048, False, True, 6, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
+        # a K of fewer than 8 parts of 192: the split by the largest tile, on its tiles
         (2048, 1536, 576, True, False, 2, GemmTiling(128, 128, 16, 2, 2)),
     ],
 )
@@ -311,11 +313,11 @@ def test_fine_split_k_of_narrow_outputs_on_the_h200(m, n, k, transpose_b, transp
     output of fewer than 1.25 largest tiles a unit, splits on the 64x64 tiles of the split ladder
     into parts enough for 16 workgroups a unit, each at least 192 long (measured:
     codegen/gemm_table.py HOPPER_SPLIT_TABLE, codegen/matmul.py); the others keep the split by
-    the largest tile."""
+    the largest tile, the weight gradients (A transposed) on the split ladder's tiles."""
     assert matmul_splits(m, n, k, 1, H200, transpose_b, transpose_a) == splits
     assert split_tiling(m, n, k, 1, splits, H200, transpose_b, transpose_a) == tiling
     fine = fine_splits(m, n, k, 1, H200, transpose_a, transpose_b)
-    assert fine == (splits if tiling.bm == tiling.bn == 64 else 0)
+    assert fine == (splits if tiling.bm == tiling.bn == 64 and not transpose_a else 0)
     lavapipe = Target("lavapipe", 2, 32, cpu=True, workgroup_memory=32768)
     assert matmul_splits(m, n, k, 1, lavapipe, transpose_b, transpose_a) == 1
     assert fine_splits(m, n, k, 1, lavapipe, transpose_a, transpose_b) == 0

@@ -264,8 +264,9 @@ MAX_SPLITS = 16
 # split is taken only for outputs that the plain ladder's largest tile covers with fewer than
 # FINE_BELOW workgroups a unit: SmolLM2's 2048x576 (160 tiles of 64x128 on 132 SMs, 1.2 a unit)
 # and not GPT-2's 2048x768 (192, 1.45); between the two nothing was measured. Products with A
-# transposed (weight gradients) and shorter reductions were not measured that way and keep the
-# split above.
+# transposed (weight gradients) keep the split above, on the split ladder's tiles
+# (`split_ladder_takes`: their fine parts were slower in the step); shorter reductions were not
+# measured that way.
 FINE_SPLIT_K = 192
 FINE_MAX_SPLITS = 12
 FINE_MIN_PARTS = 8
@@ -324,9 +325,30 @@ def split_tiling(
 ) -> GemmTiling:
     """The tiling of a product split into `splits` parts along K: each part is a product of
     ⌈K/S⌉, and the S parts are S times the matrices of the batch; a product that takes a fine
-    split (`fine_splits`) takes the tiling of the family's ladder for split parts."""
-    kind = "split" if splits > 1 and fine_splits(m, n, k, batches, target, transpose_a, transpose_b) else "matmul"
+    split (`fine_splits`), or any split one with A transposed (a weight gradient), takes the tiling
+    of the family's ladder for split parts (`split_ladder_takes`)."""
+    kind = "split" if split_ladder_takes(m, n, k, batches, splits, target, transpose_a, transpose_b) else "matmul"
     return gemm_tiling(m, n, part_length(k, splits), batches * splits, target, transpose_b, kind)
+
+
+def split_ladder_takes(
+    m: int, n: int, k: int, batches: int, splits: int, target: Target, transpose_a: bool, transpose_b: bool
+) -> bool:
+    """Whether a product split into `splits` parts takes the tiles of the family's ladder for split
+    parts: where it takes a fine split, and where A is transposed (a weight gradient, split into as
+    many parts as the largest tile needs: `matmul_splits`). Why the second: on the H200 SmolLM2's
+    weight gradients over 2048 tokens ran faster on the split ladder's 64x64 8x8 tiles than on the
+    64x128 or 32x128 the matmul ladder gives them, at the same counts of parts (one profiled step's
+    GPU time, `python -m meganeura bench smollm2 gpt2 --no-torch` through a wrapper, 2026-12-02:
+    SmolLM2 91.10 → 88.46 ms — 1536x2048x576 Aᵀ in 3 parts 7.96 → 7.15 ms a step, 576x2048x576 Aᵀ
+    in 6 parts 4.15 → 3.13, the k and v projections' 2.18 → 1.65, with the product transposed —
+    and GPT-2 64.39 → 64.46, unchanged; the same tiles without prefetch 89.40; the fine split's
+    parts (10) instead of the largest tile's 89.09: more partials to sum)."""
+    if splits < 2:
+        return False
+    if transpose_a:
+        return target.tuning in SPLIT_TABLES and not target.cpu
+    return bool(fine_splits(m, n, k, batches, target, transpose_a, transpose_b))
 
 
 def matmul_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
