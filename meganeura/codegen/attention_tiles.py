@@ -70,8 +70,12 @@ class Tiles:
 # generic ones.
 # dK/dV writing dS (codegen/attention_scores.py, what both LM steps run on the H200 since
 # 2026-12-02; `--scores`, three alternated runs, per query head): 32x32/128p 0.194, 32x32/256p
-# 0.190, against 0.169 and 0.182 without dS; GPT-2's 0.246-0.260 and 0.242-0.257. 128p is kept:
-# the difference is 2% where dS is written, and it is 7% the other way where it is not.
+# 0.190, against 0.169 and 0.182 without dS; GPT-2's 0.246-0.260 and 0.242-0.257. 128p was kept
+# then (2% where dS is written, 7% the other way where it is not); on 2026-12-02 (a later run,
+# dS written) 256p took 0.1698 ms against 0.1725 (GPT-2 0.2163 against 0.2157), and in the
+# SmolLM2 step 5.59 ms against 5.75 (one profiled step's GPU time 90.86 against 91.10 ms,
+# `python -m meganeura bench smollm2 --no-torch` through a wrapper), so 256p is chosen: both LM
+# steps write dS on the H200.
 # Two kernel changes before these figures: the backward kernels read Dᵢ = dOᵢ·Oᵢ while staging
 # dO (a thread per row read its row alone, a cache line per thread and load: dQ 0.185, dK+dV
 # 0.376 ms at 32x32/256 before), and the forward folds each score row with several threads
@@ -82,7 +86,7 @@ CHOSEN: dict[tuple[str, str, int], Tiles] = {
     ("generic", "attention_grad_kv", 64): Tiles(16, 32, 256),
     ("hopper", "attention", 64): Tiles(64, 32, 256, prefetch=True),
     ("hopper", "attention_grad_q", 64): Tiles(32, 32, 128),
-    ("hopper", "attention_grad_kv", 64): Tiles(32, 32, 128, prefetch=True),
+    ("hopper", "attention_grad_kv", 64): Tiles(32, 32, 256, prefetch=True),
 }
 
 # Tried in order where no chosen configuration fits: the first that fits the target and divides
