@@ -17,6 +17,7 @@ from conftest import check, const, emit, normal, one_op, run_gpu, typed_leaf
 from meganeura import nn
 from meganeura.codegen import common, expressions
 from meganeura.codegen import matmul as codegen_matmul
+from meganeura.codegen import shape as codegen_shape
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import TABLES, GemmLadder, GemmTiling, gemm_tiling
 from meganeura.codegen.registry import LOWERINGS, node_workgroups
@@ -536,12 +537,50 @@ PERMUTES = [
     ((2, 3, 4, 5), (0, 2, 1, 3)),
     ((2, 3, 4, 5), (3, 1, 2, 0)),
     ((2, 1, 7, 5), (2, 3, 1, 0)),
+    # batched transposes, the tiled kernel on a GPU: several 32×32 tiles, ragged both ways
+    ((37, 70), (1, 0)),
+    ((2, 45, 33), (0, 2, 1)),
+    ((3, 1, 64, 40), (0, 1, 3, 2)),
 ]
 
 
+@pytest.mark.parametrize("tiled_from", [0, None], ids=["tiled", "sized"])
 @pytest.mark.parametrize("shape, perm", PERMUTES, ids=lambda v: "x".join(map(str, v)))
-def test_permute(shape, perm):
+def test_permute(shape, perm, tiled_from, monkeypatch):
+    """Every permute against numpy; the batched transposes with the tiled kernel forced (from 0
+    elements) and as sized (these small ones: the gather)."""
+    if tiled_from is not None:
+        monkeypatch.setattr(codegen_shape, "TRANSPOSE_MIN_ELEMENTS", tiled_from)
     check(one_op("permute", [shape], perm=perm), {"x0": normal(*shape)}, rtol=0, atol=0)
+
+
+def test_batched_transposes_take_the_tiled_kernel_on_a_gpu_and_the_gather_on_a_cpu(monkeypatch):
+    """A permute swapping the last two axes of TRANSPOSE_MIN_ELEMENTS or more is the tiled
+    transpose (shaders/transpose.wgsl) for a GPU, a tile per 32×32 block of each matrix, as the
+    cost model counts; a smaller one, and any on a CPU, the gather."""
+    assert codegen_shape.tiled_transpose((1536, 576), (1, 0), GENERIC)
+    assert not codegen_shape.tiled_transpose((576, 576), (1, 0), GENERIC)  # measured no faster
+    assert not codegen_shape.tiled_transpose((1536, 576), (1, 0), Target("lavapipe", 2, 32, cpu=True))
+    monkeypatch.setattr(codegen_shape, "TRANSPOSE_MIN_ELEMENTS", 2 * 45 * 33)
+    graph = one_op("permute", [(2, 45, 33)], perm=(0, 2, 1))
+    x = normal(2, 45, 33)
+    executable = check(graph, {"x0": x}, rtol=0, atol=0)
+    (kernel,) = executable.kernels
+    assert (kernel.entry_point, kernel.workgroup_size) == ("transpose", (32, 8, 1))
+    assert math.prod(kernel.grid) == 2 * 2 * 2 == node_workgroups(graph, graph[1], GENERIC)
+    cpu = Target("lavapipe", 2, 32, cpu=True)
+    (kernel,) = compile_step(graph, cpu).kernels
+    assert kernel.entry_point == "elementwise" and math.prod(kernel.grid) == node_workgroups(graph, graph[1], cpu)
+    not_last_two = one_op("permute", [(2, 45, 33)], perm=(1, 0, 2))
+    assert [k.entry_point for k in compile_step(not_last_two, GENERIC).kernels] == ["elementwise"]
+
+
+def test_tiled_transpose_i32(monkeypatch):
+    monkeypatch.setattr(codegen_shape, "TRANSPOSE_MIN_ELEMENTS", 0)
+    labels = np.arange(2 * 40 * 35, dtype=np.int32).reshape(2, 40, 35)
+    got = run_gpu(one_op("permute", [labels.shape], ["i32"], perm=(0, 2, 1)), {}).run({"x0": labels}, read=("out",))
+    assert got["out"].dtype == np.int32
+    np.testing.assert_array_equal(got["out"], labels.transpose(0, 2, 1))
 
 
 def test_permute_i32():
