@@ -163,3 +163,35 @@ def test_without_torch_our_side_runs_and_the_torch_columns_say_so(bench_run):
         assert w["torch"] == "torch not installed" and w["modes"] == {} and w["mirror_ok"] is None
     assert stdout.count("torch not installed") >= 2 * len(STEP_NAMES)
     assert all(p["torch"] == "torch not installed" and p["torch_ms"] is None for p in record["gemm"])
+
+
+def test_plan_ab_variants_set_module_attributes_and_undo_them():
+    """benchmarks/plan_ab.py: a variant's assignments (an attribute, a dict entry, new or
+    replaced) take effect, and undoing them restores every original value."""
+    spec = importlib.util.spec_from_file_location("plan_ab", os.path.join(ROOT, "benchmarks", "plan_ab.py"))
+    plan_ab = importlib.util.module_from_spec(spec)
+    sys.modules["plan_ab"] = plan_ab  # its dataclass looks its module up there
+    try:
+        spec.loader.exec_module(plan_ab)
+    finally:
+        del sys.modules["plan_ab"]
+    from meganeura.codegen import attention_tiles, matmul
+
+    key, new_key = ("hopper", "attention_grad_kv", 64), ("hopper", "attention_grad_kv", 80)
+    chosen, fill = attention_tiles.CHOSEN[key], matmul.FINE_FILL
+    name, assignments = plan_ab.parse_variant(
+        "v=meganeura.codegen.attention_tiles.CHOSEN[('hopper','attention_grad_kv',64)]=Tiles(16,16,64);"
+        "meganeura.codegen.attention_tiles.CHOSEN[('hopper','attention_grad_kv',80)]=Tiles(8,8,64);"
+        "meganeura.codegen.matmul.FINE_FILL=FINE_FILL*2"
+    )
+    assert name == "v" and [a.attr for a in assignments] == ["CHOSEN", "CHOSEN", "FINE_FILL"]
+    records = [a.apply() for a in assignments]
+    assert attention_tiles.CHOSEN[key] == attention_tiles.Tiles(16, 16, 64)
+    assert attention_tiles.CHOSEN[new_key] == attention_tiles.Tiles(8, 8, 64) and matmul.FINE_FILL == 2 * fill
+    for record in reversed(records):
+        plan_ab.undo(record)
+    assert attention_tiles.CHOSEN[key] == chosen and new_key not in attention_tiles.CHOSEN
+    assert matmul.FINE_FILL == fill
+    assert plan_ab.parse_variant("base=") == ("base", [])
+    with pytest.raises(SystemExit, match="not module.attribute"):
+        plan_ab.parse_variant("bad=FINE_FILL")
