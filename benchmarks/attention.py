@@ -32,7 +32,7 @@ import dataclasses
 
 import numpy as np
 
-from meganeura.codegen import attention_tiles, compiled
+from meganeura.codegen import attention_tiles
 from meganeura.codegen import matmul as codegen_matmul
 from meganeura.codegen.attention_tiles import KINDS, Tiles, layout_of, per_thread_work
 from meganeura.codegen.compiled import compile_step
@@ -124,14 +124,11 @@ def kernel_ms(
     key = (target.tuning, kind, q_shape[-1])
     saved = attention_tiles.CHOSEN.get(key)
     attention_tiles.CHOSEN[key] = tiles
-    split = compiled.split_attention_heads
-    if not per_query_head:  # time the grouped kernel itself, not the per-head one the plan may split it into
-        compiled.split_attention_heads = lambda graph, target: graph
     try:
         graph = attention_step(kind, q_shape, kv_shape, repeat, per_query_head, scores)
-        executable = Executable(compile_step(graph, target), device, {}, {})
+        # without per_query_head: the grouped kernel itself, not the per-head one the plan may split it into
+        executable = Executable(compile_step(graph, target, per_query_head=per_query_head), device, {}, {})
     finally:
-        compiled.split_attention_heads = split
         if saved is None:
             del attention_tiles.CHOSEN[key]
         else:

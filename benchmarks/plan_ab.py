@@ -15,10 +15,10 @@ that module's namespace (its names, `lambda`s over them and its imports are ther
 calls the attribute it replaces sees itself). Every variant starts from the original values: each
 is undone before the next. Why in one process: the device's pipelines are cached by their WGSL
 text, so a variant compiles only its own kernels (15-30 s a SmolLM2 variant on the H200, against
-about 130 s for a `python -m meganeura bench smollm2 --no-torch` process), and the GPU time of one profiled step repeats to a
-few hundredths of a millisecond between two runs of one variant (SmolLM2 91.10 and 91.12 ms,
-2026-12-02) where a step's wall time moves by milliseconds, and where kernels timed alone
-(benchmarks/gemm_tune.py) drift through a sweep.
+about 130 s for a `python -m meganeura bench smollm2 --no-torch` process), and the GPU time of
+one profiled step repeats to a few hundredths of a millisecond between two runs of one variant
+(SmolLM2 91.10 and 91.12 ms, 2026-12-02) where a step's wall time moves by milliseconds, and
+where kernels timed alone (benchmarks/gemm_tune.py) drift through a sweep.
 
 Each variant's workload is built afresh (new initial weights: the losses printed differ by that,
 not by the variant). Our side only: `python -m meganeura bench` measures against PyTorch.

@@ -45,13 +45,19 @@ class CompiledStep:
         return "\n\n".join(parts)
 
 
-def compile_step(graph: Graph, target: Target = GENERIC, multi_tensor: bool = True) -> CompiledStep:
+def compile_step(
+    graph: Graph, target: Target = GENERIC, multi_tensor: bool = True, per_query_head: bool = True
+) -> CompiledStep:
     """`graph` lowered to kernels for `target`, with its buffers planned (no device needed): first
     attention's dQ made a matmul of the dS that the dK/dV kernel writes (codegen/attention_scores.py)
-    and the grouped dK/dV split per query head (codegen/attention_heads.py), each where that
-    costs less; with `multi_tensor`, the fused optimizer updates grouped into multi-tensor
-    kernels (codegen/multi_tensor.py). The step's graph is then the rewritten one."""
-    graph = split_attention_heads(dq_from_scores(graph, target), target)
+    and, with `per_query_head`, the grouped dK/dV split per query head (codegen/attention_heads.py),
+    each where that costs less; with `multi_tensor`, the fused optimizer updates grouped into
+    multi-tensor kernels (codegen/multi_tensor.py). The step's graph is then the rewritten one.
+    (Both options are there for the benchmarks and tests that time or check the kernels without
+    those passes.)"""
+    graph = dq_from_scores(graph, target)
+    if per_query_head:
+        graph = split_attention_heads(graph, target)
     if multi_tensor:
         graph = group_updates(graph, target)
     kernels = lower_graph(graph, target)
