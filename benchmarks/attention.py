@@ -21,6 +21,16 @@ With --scores, dK/dV also writes dS (`attention_grad_kv(…, scores=True)`) and 
 matmul that then gives dQ (codegen/attention_scores.py), so that the per-layer totals compare
 the two routes: forward + dQ kernel + dK/dV against forward + dK/dV writing dS + the matmul.
 
+With --ablate, each kernel's chosen configuration is timed instead with parts of its code taken
+out (ABLATIONS: the dS stores, the rows' D and lse staging, the output update, the score tile, the
+causal mask), to see where its time goes: those results are wrong by design and only timed. An
+ablation whose pattern no longer matches the generated WGSL stops the run (it would time the
+whole kernel under another name). On the H200 (2026-12-02, SmolLM2 shapes, dK/dV per query head
+writing dS at 32x32/128p, ms): whole 0.1945; without the dS stores 0.169, without the rows'
+staging 0.166, without the output update 0.145, without the score tile 0.128, not causal (every
+key tile walks all query tiles: 1.78× the work) 0.326; the forward 64x32/256p 0.102, without the
+output update 0.067, without the score tile 0.071, not causal 0.148.
+
 On a CPU adapter (lavapipe) the GPU kernels are forced (the compiler would pick attention_rows);
 use small --seq/--batch there.
 """
@@ -28,12 +38,15 @@ use small --seq/--batch there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import re
 
 import numpy as np
 
 from meganeura.codegen import attention_tiles
 from meganeura.codegen import matmul as codegen_matmul
+from meganeura.codegen import transformer as codegen_transformer
 from meganeura.codegen.attention_tiles import KINDS, Tiles, layout_of, per_thread_work
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import GemmTiling
@@ -58,6 +71,56 @@ SCORES_MATMUL_TILINGS = tuple(
         (128, 64, 16, 2, 2, False), (32, 32, 16, 1, 1, False),
     )
 )  # fmt: skip
+
+
+# --ablate: (name, kernel, flag values or placeholder texts replaced before rendering, (pattern,
+# replacement) applied to the rendered WGSL, dK/dV writes dS). Written against shaders/attention.wgsl
+# and codegen/attention_tiles.py as they are: a pattern that matches nothing is an error.
+ABLATIONS = (
+    ("whole", "attention_grad_kv", {}, (), True),
+    ("no dS stores", "attention_grad_kv", {}, (), False),
+    ("no rows' D and lse", "attention_grad_kv", {}, ((r"stage_rows\([^)]*\);", ""),), True),
+    ("no output update", "attention_grad_kv", {"DKV_UPDATE": ""}, (), True),
+    ("no score tile", "attention_grad_kv", {"SCORES": ""}, (), True),
+    ("not causal", "attention_grad_kv", {"CAUSAL": False}, (), True),
+    ("whole", "attention", {}, (), False),
+    ("no output update", "attention", {"O_UPDATE": ""}, (), False),
+    ("no score tile", "attention", {"SCORES": ""}, (), False),
+    ("not causal", "attention", {"CAUSAL": False}, (), False),
+)
+
+
+@contextlib.contextmanager
+def ablated(values: dict, patterns: tuple[tuple[str, str], ...]):
+    """Attention kernels rendered with `values` replacing the template's and `patterns` substituted
+    in the text (ValueError where a pattern matches nothing)."""
+    original = codegen_transformer.render
+
+    def render(template, given):
+        text = original(template, {**given, **values})
+        for pattern, replacement in patterns:
+            text, count = re.subn(pattern, replacement, text)
+            if not count:
+                raise ValueError(f"ablation pattern {pattern!r} matches nothing in the {template} kernel")
+        return text
+
+    codegen_transformer.render = render
+    try:
+        yield
+    finally:
+        codegen_transformer.render = original
+
+
+def ablate(device, target, q_shape, kv_shape, inputs, repeat: int, kinds: list[str]) -> None:
+    """Print the time of each kernel's chosen configuration with each of ABLATIONS."""
+    per_query_head = q_shape[1] != kv_shape[1]
+    for name, kind, values, patterns, scores in ABLATIONS:
+        if kind not in kinds:
+            continue
+        tiles = attention_tiles.tiles_for(kind, HEAD_DIM, target)
+        with ablated(values, patterns):
+            ms, _ = kernel_ms(device, target, kind, tiles, q_shape, kv_shape, inputs, repeat, per_query_head, scores)
+        print(f"  {kind:<18} {tiles!s:<12} {name:<22} {ms:>9.4f} ms", flush=True)
 
 
 def attention_step(kind: str, q_shape, kv_shape, repeat: int, per_query_head: bool = False, scores: bool = False):
@@ -236,6 +299,7 @@ def main() -> None:
         help="dK/dV per query head (what the compiler dispatches for GQA on the H200); without, the grouped kernel",
     )
     parser.add_argument("--scores", action="store_true", help="dK/dV writes dS, and the dQ matmul of it is timed")
+    parser.add_argument("--ablate", action="store_true", help="the chosen tiles with parts of each kernel taken out")
     args = parser.parse_args()
     device = default_device()
     # The tiled GPU kernels, on any adapter, in all the workgroup memory the device offers.
@@ -252,6 +316,9 @@ def main() -> None:
         kv_shape = (args.batch, kv_heads, args.seq, HEAD_DIM)
         inputs = step_inputs(q_shape, kv_shape)
         print(f"\n{name}: q {q_shape} kv {kv_shape} causal")
+        if args.ablate:
+            ablate(device, target, q_shape, kv_shape, inputs, args.repeat, args.kernels.split(","))
+            continue
         print(f"  {'kernel':<18} {'tiles':<12} {'per thread':<12} {'bytes':>6} {'ms':>9} {'rel err':>8}")
         chosen_total, best_total = 0.0, 0.0
         for kind in args.kernels.split(","):
