@@ -73,9 +73,9 @@ class Tiles:
 # 0.190, against 0.169 and 0.182 without dS; GPT-2's 0.246-0.260 and 0.242-0.257. 128p was kept
 # then (2% where dS is written, 7% the other way where it is not); on 2026-12-02 (a later run,
 # dS written) 256p took 0.1698 ms against 0.1725 (GPT-2 0.2163 against 0.2157), and in the
-# SmolLM2 step 5.59 ms against 5.75 (one profiled step's GPU time 90.86 against 91.10 ms,
-# `python -m meganeura bench smollm2 --no-torch` through a wrapper), so 256p is chosen: both LM
-# steps write dS on the H200.
+# SmolLM2 step 5.59 ms against 5.75 (one profiled step's GPU time 90.86 against 91.10 ms, the
+# bench's step in one process as benchmarks/plan_ab.py runs it), so 256p is chosen: both LM steps
+# write dS on the H200.
 # Two kernel changes before these figures: the backward kernels read Dᵢ = dOᵢ·Oᵢ while staging
 # dO (a thread per row read its row alone, a cache line per thread and load: dQ 0.185, dK+dV
 # 0.376 ms at 32x32/256 before), and the forward folds each score row with several threads

@@ -339,7 +339,7 @@ def split_ladder_takes(
     many parts as the largest tile needs: `matmul_splits`). Why the second: on the H200 SmolLM2's
     weight gradients over 2048 tokens ran faster on the split ladder's 64x64 8x8 tiles than on the
     64x128 or 32x128 the matmul ladder gives them, at the same counts of parts (one profiled step's
-    GPU time, `python -m meganeura bench smollm2 gpt2 --no-torch` through a wrapper, 2026-12-02:
+    GPU time, the bench's steps in one process as benchmarks/plan_ab.py runs them, 2026-12-02:
     SmolLM2 91.10 → 88.46 ms — 1536x2048x576 Aᵀ in 3 parts 7.96 → 7.15 ms a step, 576x2048x576 Aᵀ
     in 6 parts 4.15 → 3.13, the k and v projections' 2.18 → 1.65, with the product transposed —
     and GPT-2 64.39 → 64.46, unchanged; the same tiles without prefetch 89.40; the fine split's

@@ -29,8 +29,8 @@ from meganeura.target import GENERIC, Target
 
 TRANSPOSE_TILE = 32  # shaders/transpose.wgsl: a 32×32 tile a workgroup of 32×8 threads
 # The tiled transpose pays from about half a million elements. On the H200 (2026-12-02, one
-# profiled step of each LM, `python -m meganeura bench` through a wrapper, gather → tiled, ms a
-# step): SmolLM2's 1536x576 weight transposes 0.741 → 0.564 (60 a step), its 576x576 0.499 → 0.499,
+# profiled step of each LM in one process as benchmarks/plan_ab.py runs them, gather → tiled, ms
+# a step): SmolLM2's 1536x576 weight transposes 0.741 → 0.564 (60 a step), its 576x576 0.499 → 0.499,
 # its 192x576 0.375 → 0.457 (fewer workgroups, each a load, a barrier and a store longer);
 # GPT-2's step 64.32 → 64.12 ms of GPU time with every transpose tiled (its 768x3072 ones, 0.283
 # ms a step gathered, left the 40 costliest kernels). SmolLM2's step was 88.20 ms both ways; with
@@ -61,6 +61,7 @@ def transpose_tiles(shape: tuple[int, ...]) -> int:
 def permute_workgroups(
     attrs: dict, operands: Sequence[TensorType], results: tuple[TensorType, ...], target: Target = GENERIC
 ) -> int:
+    """A permute's workgroups on `target`: a tile each for the tiled transpose, else the gather's."""
     if tiled_transpose(operands[0].shape, tuple(attrs["perm"]), target):
         return transpose_tiles(operands[0].shape)
     return elementwise_workgroups(attrs, operands, results)
