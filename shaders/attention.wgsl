@@ -46,7 +46,7 @@
 //
 // Placeholders: BINDINGS and attention_layout's, BR, BC, THREADS, DV, TILES, SEQ_TILES, VEC4
 // (load/store helpers) and the per-kernel code (DS_ZEROS empty without out_s); flags CAUSAL, FORWARD, GRAD_Q, GRAD_KV,
-// PER_QUERY_HEAD, ROW_LANES.
+// PER_QUERY_HEAD, ROW_LANES, TILE_MAJOR.
 
 {{BINDINGS}}
 
@@ -60,6 +60,27 @@ const DS: u32 = DV + 1u;
 const TILES: u32 = {{TILES}}u;
 const SEQ_TILES: u32 = {{SEQ_TILES}}u;  // query tiles per head (forward, dQ) or key tiles per kv head (dK, dV)
 const Q_TILES: u32 = (SQ + BR - 1u) / BR;  // query tiles per head
+
+// Workgroup `tile`'s (b, head) and the rank of its sequence tile within the head. TILE_MAJOR:
+// tile-major (every head's rank-0 tile, then every head's rank 1, …), so that under the causal
+// mask the longest walks of all heads start before any shorter one; else head-major.
+const HEADS_OUT: u32 = TILES / SEQ_TILES;
+
+fn tile_head(tile: u32) -> u32 {
+//#if TILE_MAJOR
+    return tile % HEADS_OUT;
+//#else
+    return tile / SEQ_TILES;
+//#endif
+}
+
+fn tile_rank(tile: u32) -> u32 {
+//#if TILE_MAJOR
+    return tile / HEADS_OUT;
+//#else
+    return tile % SEQ_TILES;
+//#endif
+}
 
 // Whether query i sees key j (both inside their sequences).
 fn visible(i: u32, j: u32) -> bool {
@@ -130,8 +151,8 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     if (tile >= TILES) {
         return;
     }
-    let bh = tile / SEQ_TILES;
-    let q0 = (SEQ_TILES - 1u - tile % SEQ_TILES) * BR;  // the longest causal tiles start first
+    let bh = tile_head(tile);
+    let q0 = (SEQ_TILES - 1u - tile_rank(tile)) * BR;  // the longest causal tiles start first
     let b = bh / H;
     let q_base = q_at(b, bh % H, 0u);
     let kv_base = kv_at(b, (bh % H) / GROUP, 0u);
@@ -237,8 +258,8 @@ fn attention_grad_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     if (tile >= TILES) {
         return;
     }
-    let bh = tile / SEQ_TILES;
-    let q0 = (SEQ_TILES - 1u - tile % SEQ_TILES) * BR;
+    let bh = tile_head(tile);
+    let q0 = (SEQ_TILES - 1u - tile_rank(tile)) * BR;
     let b = bh / H;
     let q_base = q_at(b, bh % H, 0u);
     let kv_base = kv_at(b, (bh % H) / GROUP, 0u);
@@ -279,8 +300,8 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     if (tile >= TILES) {
         return;
     }
-    let bhk = tile / SEQ_TILES;  // (b, output head): a KV head, or with PER_QUERY_HEAD a query head
-    let k0 = (tile % SEQ_TILES) * BC;  // causal: the first key tiles see the most queries, and start first
+    let bhk = tile_head(tile);  // (b, output head): a KV head, or with PER_QUERY_HEAD a query head
+    let k0 = tile_rank(tile) * BC;  // causal: the first key tiles see the most queries, and start first
 //#if PER_QUERY_HEAD
     let b = bhk / H;
     let kvh = (bhk % H) / GROUP;

@@ -184,10 +184,12 @@ RAGGED_CASES = [
     ((1, 2, 9, 6), (1, 1, 11, 6)),  # head_dim not a multiple of 4: guarded vec4 loads and stores
 ]
 TILINGS = {  # per head_dim: configurations tried beside the chosen one (by each kernel that it fits)
-    64: [Tiles(16, 16, 64), Tiles(32, 32, 64), Tiles(8, 16, 32), Tiles(16, 16, 64, prefetch=True)],
-    # The hopper family's tiles at head_dim 64 (forward 37376, dQ 41344, dK/dV 45568 bytes, at
-    # 32x32/256p as at 32x32/128p before) do not fit lavapipe's 32 KiB: their code, from the same
-    # generator, at head_dim 32 (25088, 23936, 28160).
+    # The hopper family's forward 32x32/128p (23040 bytes) fits lavapipe's 32 KiB at head_dim 64.
+    64: [Tiles(16, 16, 64), Tiles(32, 32, 64), Tiles(8, 16, 32), Tiles(16, 16, 64, prefetch=True)]
+    + [Tiles(32, 32, 128, prefetch=True)],
+    # Its backward tiles at head_dim 64 (dQ 41344, dK/dV 45568 bytes, at 32x32/256p as at
+    # 32x32/128p before) do not: their code, from the same generator, at head_dim 32 (23936, 28160),
+    # with the forward's 64x32/256p chosen before 2026-12-02 (25088).
     32: [
         Tiles(32, 32, 128),
         Tiles(32, 32, 128, prefetch=True),
@@ -270,6 +272,26 @@ def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, til
         assert f"tiles {wanted} " in spec.label and spec.workgroup_size == (wanted.threads, 1, 1)
         assert math.prod(spec.grid) == dispatched_workgroups(step, node, wanted)
         assert spec.workgroup_memory == attention_tiles.workgroup_bytes(node.op, wanted, d)
+
+
+@pytest.mark.parametrize("tile_major", [False, True], ids=["head-major", "tile-major"])
+def test_both_workgroup_orders_compute_every_tile(tile_major, monkeypatch):
+    """shaders/attention.wgsl numbers workgroups tile-major (every head's longest causal tile
+    first, codegen/transformer.py TILE_MAJOR) or head-major: either covers every (head, tile)
+    once, for the forward, dQ and dK/dV, and with dQ from the dS that dK/dV writes."""
+    from meganeura.codegen import transformer
+
+    monkeypatch.setattr(transformer, "TILE_MAJOR", tile_major)
+    rng = np.random.default_rng(7)
+    for scores in (False, True):
+        monkeypatch.setattr(attention_scores, "route_pays", lambda *args, scores=scores: scores)
+        graph = attention_graph((2, 3, 37, 64), (2, 1, 45, 64), True, 0.125)
+        shapes = {"q": (2, 3, 37, 64), "k": (2, 1, 45, 64), "v": (2, 1, 45, 64), "do": (2, 3, 37, 64)}
+        inputs = {name: rng.normal(size=shape).astype(np.float32) for name, shape in shapes.items()}
+        executable = check(graph, inputs, rtol=1e-4, atol=3e-5)
+        kernels = [spec.wgsl for spec in executable.kernels if "attention" in spec.label]
+        assert len(kernels) == 3 - scores  # with dS, dQ is a matmul
+        assert all(("return tile % HEADS_OUT;" in wgsl) == tile_major for wgsl in kernels)
 
 
 def dispatched_workgroups(graph, node, tiles: Tiles, target: Target = GENERIC) -> int:
@@ -362,14 +384,15 @@ KINDS = ("attention", "attention_grad_q", "attention_grad_kv")
 
 def test_a_hopper_target_with_48_kib_takes_32x32_backward_tiles_at_head_dim_64():
     assert (HOPPER.tuning, HOPPER.workgroup_memory) == ("hopper", 49152)
-    assert attention_tiles.tiles_for("attention", 64, HOPPER) == Tiles(64, 32, 256, prefetch=True)
+    assert attention_tiles.tiles_for("attention", 64, HOPPER) == Tiles(32, 32, 128, prefetch=True)
     assert attention_tiles.tiles_for("attention_grad_q", 64, HOPPER) == Tiles(32, 32, 128)
     assert attention_tiles.tiles_for("attention_grad_kv", 64, HOPPER) == Tiles(32, 32, 256, prefetch=True)
     generic = [attention_tiles.CHOSEN[("generic", kind, 64)] for kind in KINDS]
-    # The family with 32 KiB takes the generic family's tiles; a generic GPU keeps them with 48 KiB.
+    # The family with 32 KiB keeps its forward (23040 bytes) and takes the generic family's backward
+    # tiles; a generic GPU keeps the generic ones with 48 KiB.
     assert [
         attention_tiles.tiles_for(kind, 64, dataclasses.replace(HOPPER, workgroup_memory=32768)) for kind in KINDS
-    ] == generic
+    ] == [Tiles(32, 32, 128, prefetch=True), *generic[1:]]
     assert [attention_tiles.tiles_for(kind, 64, target_with("generic", 49152)) for kind in KINDS] == generic
     # The kernels lowered for the H200 dispatch the workgroups its cost model counts (SmolLM2's shape).
     graph = attention_graph((8, 9, 256, 64), (8, 3, 256, 64), True, 0.125)

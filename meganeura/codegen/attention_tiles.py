@@ -59,15 +59,15 @@ class Tiles:
 # (16x8/128 0.179), dK+dV 16x32/256 0.247 (16x16/256 0.291): 0.52 ms a SmolLM2 layer, against 4.7
 # for the row-per-workgroup kernels before and PyTorch's fp32 SDPA forward + backward at
 # 1.02-1.48 ms in the same runs.
-# hopper: the fastest in the H200's 48 KiB: the forward 64x32/256 prefetched (0.100, 0.127; the
-# best for GPT-2 alone, 32x32/128p, 0.157 for SmolLM2), dQ 32x32/128 (0.130 in two runs; 32x32/256
-# 0.134), dK+dV 32x32/128 prefetched (0.176, 0.184 in two runs; without 0.179, 0.193; 32x32/256
-# 0.199-0.27; per query head, as the SmolLM2 step splits it, `--per-query-head`: 0.177 against
-# 0.187): 0.41 ms a SmolLM2 layer. (For SmolLM2's grouped heads, the sweeps without
-# `--per-query-head` timed the per-head kernel too: the benchmark's plan split it, until
-# 2026-12-02. The grouped kernel itself, writing dS: 0.258 ms, attention_heads.py.) The backward
-# tiles need 41344 and 45568 bytes, so an adapter of the family that offers less takes the
-# generic ones.
+# hopper (workgroups head-major then): the fastest in the H200's 48 KiB: the forward 64x32/256
+# prefetched (0.100, 0.127; the best for GPT-2 alone, 32x32/128p, 0.157 for SmolLM2), dQ
+# 32x32/128 (0.130 in two runs; 32x32/256 0.134), dK+dV 32x32/128 prefetched (0.176, 0.184 in
+# two runs; without 0.179, 0.193; 32x32/256 0.199-0.27; per query head, as the SmolLM2 step
+# splits it, `--per-query-head`: 0.177 against 0.187): 0.41 ms a SmolLM2 layer. (For SmolLM2's
+# grouped heads, the sweeps without `--per-query-head` timed the per-head kernel too: the
+# benchmark's plan split it, until 2026-12-02. The grouped kernel itself, writing dS: 0.258 ms,
+# attention_heads.py.) The backward tiles need 41344 and 45568 bytes, so an adapter of the family
+# that offers less takes the generic ones.
 # dK/dV writing dS (codegen/attention_scores.py, what both LM steps run on the H200 since
 # 2026-12-02; `--scores`, three alternated runs, per query head): 32x32/128p 0.194, 32x32/256p
 # 0.190, against 0.169 and 0.182 without dS; GPT-2's 0.246-0.260 and 0.242-0.257. 128p was kept
@@ -76,6 +76,13 @@ class Tiles:
 # SmolLM2 step 5.59 ms against 5.75 (one profiled step's GPU time 90.86 against 91.10 ms, the
 # bench's step in one process as benchmarks/plan_ab.py runs it), so 256p is chosen: both LM steps
 # write dS on the H200.
+# Since the kernels number their workgroups tile-major (shaders/attention.wgsl `tile_rank`,
+# 2026-12-02: SmolLM2 dK/dV 5.59 → 4.84 ms a step, forward 3.04 → 2.25 at 32x32/256p; GPT-2
+# 2.84 → 2.50 and 1.46 → 1.22), the forward's fastest tiles are others: in the steps
+# (`benchmarks/plan_ab.py --workloads smollm2` and `gpt2`, one profiled step's 30 and 12 layers)
+# 32x32/128p 2.135 and 1.150 ms, 32x32/256p 2.252 and 1.224, 64x32/256p 2.440 and 1.288,
+# 16x32/128p 2.620 and 1.329, 64x16/256p 2.956 and 1.513; dK/dV keeps 32x32/256p (4.84 ms, 128p
+# 5.14, 16x32/128p 6.55).
 # Two kernel changes before these figures: the backward kernels read Dᵢ = dOᵢ·Oᵢ while staging
 # dO (a thread per row read its row alone, a cache line per thread and load: dQ 0.185, dK+dV
 # 0.376 ms at 32x32/256 before), and the forward folds each score row with several threads
@@ -84,7 +91,7 @@ CHOSEN: dict[tuple[str, str, int], Tiles] = {
     ("generic", "attention", 64): Tiles(16, 32, 128, prefetch=True),
     ("generic", "attention_grad_q", 64): Tiles(16, 16, 256),
     ("generic", "attention_grad_kv", 64): Tiles(16, 32, 256),
-    ("hopper", "attention", 64): Tiles(64, 32, 256, prefetch=True),
+    ("hopper", "attention", 64): Tiles(32, 32, 128, prefetch=True),
     ("hopper", "attention_grad_q", 64): Tiles(32, 32, 128),
     ("hopper", "attention_grad_kv", 64): Tiles(32, 32, 256, prefetch=True),
 }

@@ -73,6 +73,9 @@ ATTENTION_KERNELS = {
 FLAGS = ("ATTENTION", "LSE", "GRAD_Q", "GRAD_K", "GRAD_V", "GRAD_S")
 
 
+# The tile kernels number their workgroups tile-major (shaders/attention.wgsl `tile_rank`).
+TILE_MAJOR = True
+
 ROWS_PER_CPU_WORKGROUP = 64  # shaders/attention_rows.wgsl: a thread per row
 
 
@@ -151,6 +154,7 @@ def attention_bindings(node: Node) -> tuple[list[Binding], dict[str, bool]]:
         "FORWARD": node.op == "attention",
         "GRAD_KV": node.op == "attention_grad_kv",
         "PER_QUERY_HEAD": node.op == "attention_grad_kv" and bool(node.attr("per_query_head")),
+        "TILE_MAJOR": TILE_MAJOR,
     }
     return bindings, flags
 
