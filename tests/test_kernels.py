@@ -259,6 +259,7 @@ def test_fused_matmul_prologue_shapes_are_checked():
         GemmTiling(32, 64, 16, 2, 1),
         GemmTiling(4, 64, 16, 1, 1),
         GemmTiling(64, 16, 16, 1, 1, prefetch=True),
+        GemmTiling(32, 32, 16, 1, 1, prefetch=True),  # the H200's batched products' (gemm_table.BATCHED_TABLES)
     ],
     ids=str,
 )

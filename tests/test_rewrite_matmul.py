@@ -324,6 +324,22 @@ def test_fine_split_k_of_narrow_outputs_on_the_h200(m, n, k, transpose_b, transp
     assert fine_splits(m, n, k, 1, Target("some GPU", 132, 31), transpose_a, transpose_b) == 0  # no split ladder
 
 
+def test_batched_products_take_the_batched_ladder_on_the_h200():
+    """Attention's dQ products (SmolLM2's 8x3×768x256x64 Aᵀ, GPT-2's 8x12×256x256x64 Aᵀ) take the
+    H200's ladder for batched products, 32x32 tiles (codegen/gemm_table.py HOPPER_BATCHED_TABLE);
+    one matrix, a split product's parts (S matrices too), and a family without that ladder keep
+    theirs."""
+    batched = GemmTiling(32, 32, 16, 1, 1, prefetch=True)
+    assert split_tiling(768, 64, 256, 24, 1, H200, False, True) == batched
+    assert split_tiling(256, 64, 256, 96, 1, H200, False, True) == batched
+    assert split_tiling(768, 64, 256, 1, 1, H200, False, True) == GemmTiling(32, 64, 16, 1, 1)
+    assert split_tiling(576, 576, 2048, 1, 6, H200, False, True) == GemmTiling(64, 64, 16, 2, 2, prefetch=True)
+    assert split_tiling(2048, 768, 3072, 1, 2, H200, False) == GemmTiling(64, 128, 16, 2, 2, prefetch=True)
+    assert split_tiling(768, 64, 256, 24, 1, Target("some GPU", 132, 31, workgroup_memory=49152), False, True) == (
+        GemmTiling(64, 64, 16, 2, 2)  # the generic ladder's 128x128 8x8 shrunk to N 64
+    )
+
+
 @PROPERTY
 @given(k=st.sampled_from([4096, 6000, 8195]), seed=seeds, bias=st.booleans(), transposes=flags)
 def test_matmul_split_k_splits_a_small_output_over_a_long_reduction(k, seed, bias, transposes):

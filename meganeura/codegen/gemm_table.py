@@ -225,21 +225,36 @@ HOPPER_CONV_TABLE = GemmLadder(
 # 16-multiple (that head at 11 parts: 5.68 ms) runs the ragged-K path and loses most of the gain.
 HOPPER_SPLIT_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(64, 64, 16, 2, 2, prefetch=True),))
 
+# The H200's batched products (a matrix of the batch per head: attention's dQ, (dSᵀ)ᵀ·K over
+# K = 256 keys, codegen/attention_scores.py). Their reductions are short (16 K tiles), so a
+# workgroup's walk is short and its fixed costs weigh: small tiles in many workgroups win. In the
+# steps (`benchmarks/plan_ab.py --workloads smollm2`, 2026-12-02, GPU time of one profiled step's
+# 30 layers, dQ's product 8x3×768x256x64 Aᵀ): the matmul ladder's 64x64 8x8 prefetch (288
+# workgroups) 1.233 ms; 32x64 4x8 prefetch 0.995; 32x32 4x4 prefetch (1152) 0.936; the same
+# products stopping each row tile's walk at its diagonal (the causal zeros of dS skipped) ran no
+# faster at any of these tiles (1.397, 1.016, 0.963): each workgroup's walk, not the GPU's
+# multiply-adds, is what they wait for.
+HOPPER_BATCHED_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(32, 32, 16, 1, 1, prefetch=True),))
+
 TABLES = {"generic": GENERIC_TABLE, "hopper": HOPPER_TABLE, "cpu": CPU_TABLE}
 CONV_TABLES = {"hopper": HOPPER_CONV_TABLE}
 SPLIT_TABLES = {"hopper": HOPPER_SPLIT_TABLE}
+BATCHED_TABLES = {"hopper": HOPPER_BATCHED_TABLE}
 
 
 def table_for(target: Target, kind: str = "matmul") -> GemmLadder:
     """The ladder a product of `kind` ("matmul", "conv" for the implicit GEMMs, "split" for the
-    parts of a product split finely along K, codegen/matmul.py `fine_splits`) takes on `target`;
-    a family without a ladder of that kind takes its matmul ladder."""
+    parts of a product split finely along K, codegen/matmul.py `fine_splits`, "batched" for an
+    unsplit product of several matrices) takes on `target`; a family without a ladder of that
+    kind takes its matmul ladder."""
     if target.cpu:
         return CPU_CONV_TABLE if kind == "conv" else CPU_TABLE
     if kind == "conv" and target.tuning in CONV_TABLES:
         return CONV_TABLES[target.tuning]
     if kind == "split" and target.tuning in SPLIT_TABLES:
         return SPLIT_TABLES[target.tuning]
+    if kind == "batched" and target.tuning in BATCHED_TABLES:
+        return BATCHED_TABLES[target.tuning]
     return TABLES.get(target.tuning, GENERIC_TABLE)
 
 

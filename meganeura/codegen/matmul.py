@@ -326,8 +326,12 @@ def split_tiling(
     """The tiling of a product split into `splits` parts along K: each part is a product of
     ⌈K/S⌉, and the S parts are S times the matrices of the batch; a product that takes a fine
     split (`fine_splits`), or any split one with A transposed (a weight gradient), takes the tiling
-    of the family's ladder for split parts (`split_ladder_takes`)."""
-    kind = "split" if split_ladder_takes(m, n, k, batches, splits, target, transpose_a, transpose_b) else "matmul"
+    of the family's ladder for split parts (`split_ladder_takes`), an unsplit batched one that of
+    its ladder for batched products (gemm_table.BATCHED_TABLES)."""
+    if split_ladder_takes(m, n, k, batches, splits, target, transpose_a, transpose_b):
+        kind = "split"
+    else:
+        kind = "batched" if batches > 1 and splits == 1 else "matmul"
     return gemm_tiling(m, n, part_length(k, splits), batches * splits, target, transpose_b, kind)
 
 
