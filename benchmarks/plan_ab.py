@@ -110,6 +110,14 @@ def moved_kernels(before: dict[str, float], after: dict[str, float], threshold: 
     return lines
 
 
+def share_line(pattern: str, kernels: dict[str, float], gpu_ms: float) -> str:
+    """The ms a step of the kernels (of the costliest the profile lists) whose label matches
+    `pattern`, and their share of the profiled step's GPU time."""
+    matched = {label: ms for label, ms in kernels.items() if re.search(pattern, label)}
+    total = sum(matched.values())
+    return f"    {len(matched)} kernels matching {pattern!r}: {total:.3f} ms, {100 * total / gpu_ms:.1f}% of the step"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="smollm2,gpt2", help=f"any of {', '.join(STEPS)}")
@@ -117,6 +125,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed steps before the profiled one")
     parser.add_argument("--moved", type=float, default=0.15, help="ms a step: report kernels that moved more")
     parser.add_argument("--small", action="store_true", help="the workloads' small sizes (a smoke test on lavapipe)")
+    parser.add_argument("--share", help="a regex: print the ms and step share of the kernels whose label matches")
     args = parser.parse_args()
     variants = [parse_variant(text) for text in args.variant]
     for workload_name in args.workloads.split(","):
@@ -138,6 +147,8 @@ def main() -> None:
                 f"{[round(x, 6) for x in result.ours_losses]} ({time.perf_counter() - started:.0f} s)",
                 flush=True,
             )
+            if args.share and result.gpu_ms:
+                print(share_line(args.share, kernels, result.gpu_ms), flush=True)
             if first is None:
                 first = kernels
             else:

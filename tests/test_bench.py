@@ -195,3 +195,6 @@ def test_plan_ab_variants_set_module_attributes_and_undo_them():
     assert plan_ab.parse_variant("base=") == ("base", [])
     with pytest.raises(SystemExit, match="not module.attribute"):
         plan_ab.parse_variant("bad=FINE_FILL")
+    kernels = {"attention q 8x9": 3.0, "matmul 2048x576x576": 6.0, "attention_grad_kv q 8x9": 1.0}
+    line = plan_ab.share_line("^attention", kernels, 40.0)
+    assert line.endswith("2 kernels matching '^attention': 4.000 ms, 10.0% of the step")
