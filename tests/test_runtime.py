@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import wgpu
 from conftest import assert_steps_follow_interpreter, const, emit, typed_leaf
 
 import meganeura.functional as F
@@ -14,7 +15,7 @@ from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.lower import lower_graph
 from meganeura.ir.graph import Graph
 from meganeura.ir.interpret import interpret
-from meganeura.runtime import Executable, default_device, device
+from meganeura.runtime import Executable, default_device, device, mapping
 
 RNG = np.random.default_rng(1)
 
@@ -113,6 +114,69 @@ def test_adam_step_counter_is_copied_into_its_state_each_step():
     assert program.read_state("t") == 6.0
     program.write_state("t", np.float32(0.0))
     assert program.run({}, read=("t_next",))["t_next"] == 1.0
+
+
+def test_the_step_recorded_ahead_sees_new_inputs_state_writes_and_reads():
+    """run() records step N+1's command buffer while step N runs: the next call's inputs, a state
+    written in between, and a change of the outputs read must all still hold."""
+    graph = Graph()
+    t = typed_leaf(graph, "state", "t", ())
+    x = typed_leaf(graph, "input", "x", (5,))
+    graph.updates["t"] = emit(graph, "add", [t, const(graph, 1.0)])
+    graph.outputs["t_next"] = graph.updates["t"]
+    graph.outputs["a"] = emit(graph, "exp", [x])
+    program = executable(graph, states={"t": np.float32(3.0)})
+    recordings = []
+    record = program.step_commands
+    program.step_commands = lambda copies: recordings.append(len(copies)) or record(copies)
+    both = ("a", "t_next")
+    xs = [normal(5) for _ in range(5)]
+    got = program.run({"x": xs[0]}, read=both)
+    assert got["t_next"] == 4.0 and program.recorded is not None and program.recorded[0] == both
+    got = program.run({"x": xs[1]}, read=both)  # submits the buffer recorded ahead
+    np.testing.assert_allclose(got["a"], np.exp(xs[1]), rtol=1e-6)
+    assert got["t_next"] == 5.0 and recordings == [2, 2, 2]  # first step, then one ahead after each
+    program.write_state("t", np.float32(10.0))
+    got = program.run({"x": xs[2]}, read=both)
+    np.testing.assert_allclose(got["a"], np.exp(xs[2]), rtol=1e-6)
+    assert got["t_next"] == 11.0 and len(recordings) == 4
+    assert program.run({"x": xs[3]}, read=("t_next",))["t_next"] == 12.0  # another read: recorded anew
+    got = program.run({"x": xs[4]}, read=both)
+    np.testing.assert_allclose(got["a"], np.exp(xs[4]), rtol=1e-6)
+    assert got["t_next"] == 13.0 and recordings == [2, 2, 2, 2, 1, 1, 2, 2]
+    program.record_ahead = False  # the buffer already recorded is used, then none ahead
+    assert program.run({"x": xs[0]}, read=both)["t_next"] == 14.0 and len(recordings) == 8
+    assert program.run({"x": xs[0]}, read=both)["t_next"] == 15.0 and len(recordings) == 9
+    assert program.recorded is None
+
+
+@pytest.mark.parametrize("path", ["native", "wgpu-py"])
+def test_a_readback_after_submit_returns_the_copied_range(path, monkeypatch):
+    if path == "wgpu-py":
+        monkeypatch.setattr(mapping, "NATIVE", None)
+    elif mapping.NATIVE is None:
+        pytest.skip("this wgpu build does not expose wgpu-native's C functions")
+    dev = default_device()
+    usage = wgpu.BufferUsage
+    source = dev.device.create_buffer(size=64, usage=usage.STORAGE | usage.COPY_SRC | usage.COPY_DST)
+    readback = dev.device.create_buffer(size=64, usage=usage.MAP_READ | usage.COPY_DST)
+    values = np.arange(16, dtype=np.float32)
+    for _ in range(3):  # the buffer is unmapped after each read, and maps again
+        dev.queue.write_buffer(source, 0, values)
+        encoder = dev.device.create_command_encoder()
+        encoder.copy_buffer_to_buffer(source, 0, readback, 0, 64)
+        dev.queue.submit([encoder.finish()])
+        got = np.frombuffer(mapping.read_after_submit(dev.device, readback, 16, 32), np.float32)
+        np.testing.assert_array_equal(got, values[4:12])
+        got[0] = -1.0  # a copy the caller owns: arrays on it are writable
+        values = values * 2 + 1
+
+
+def test_outputs_are_writable_arrays():
+    program = executable(chain_graph(2))
+    y = program.run({"x": normal(7, 33)}, read=("y",))["y"]
+    y += 1.0
+    assert y.flags.writeable and y.shape == (7, 33)
 
 
 def linear_graph(batch: int) -> Graph:

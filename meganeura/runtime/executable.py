@@ -1,6 +1,7 @@
 """A compiled step on a device: every buffer, pipeline and bind group made once from a
-`CompiledStep` (codegen/compiled.py: the kernels and the buffer plan, plain data); `run` records
-one command buffer (one compute pass, readback copies, end-of-step state copies) and submits it once.
+`CompiledStep` (codegen/compiled.py: the kernels and the buffer plan, plain data); `run` submits
+one command buffer (one compute pass, readback copies, end-of-step state copies) and records the
+next step's while the GPU runs.
 
 Parameters live in device buffers: the Executable points each `nn.Parameter.storage` at its
 buffer, and an Executable compiled later from the same model on the same device binds that same
@@ -24,6 +25,7 @@ from meganeura.ir.graph import TensorType
 from meganeura.rewrite.cost import node_cost
 from meganeura.runtime.device import Device
 from meganeura.runtime.encoding import recorder
+from meganeura.runtime.mapping import read_after_submit
 from meganeura.runtime.profile import DISPATCHES_PER_SET, Profile, kernel_times
 
 BUFFER_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -79,6 +81,8 @@ class Executable:
     happened.
     """
 
+    record_ahead = True  # record step N+1's commands while the GPU runs step N (see run)
+
     def __init__(
         self,
         step: CompiledStep,
@@ -110,6 +114,7 @@ class Executable:
         self.copies = [(self.buffers[c.source], self.buffers[c.target], c.nbytes) for c in self.plan.copies]
         self.outputs, self.readback = self.prepare_readback()
         self.readback_plans: dict[tuple[str, ...], tuple] = {}
+        self.recorded: tuple[tuple[str, ...], wgpu.GPUCommandBuffer] | None = None  # the next step's, by `read`
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -275,15 +280,40 @@ class Executable:
     # -- running --------------------------------------------------------------------------------
 
     def run(self, inputs: dict[str, np.ndarray], read: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-        """Upload `inputs`, run the step with one submit, and return the outputs named in `read`."""
+        """Upload `inputs`, run the step with one submit, and return the outputs named in `read`.
+
+        While the GPU runs the step, the host records the next step's command buffer (for the same
+        `read`), so a loop of steps pays the recording once, hidden behind the GPU's work."""
         read, copies, start, size = self.upload(inputs, read)
+        commands = self.take_recorded(read) or self.step_commands(copies)
+        self.device.queue.submit([commands])
+        if self.record_ahead:
+            self.record_next(read, copies)
+        return self.read_outputs(read, start, size)
+
+    def step_commands(self, copies: list[tuple]) -> wgpu.GPUCommandBuffer:
+        """One step's command buffer: every dispatch in one compute pass, then `copies` and the
+        end-of-step state copies."""
         encoder = self.device.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
         self.encode_dispatches(compute, self.dispatches)
         compute.end()
         self.encode_copies(encoder, copies)
-        self.device.queue.submit([encoder.finish()])
-        return self.read_outputs(read, start, size)
+        return encoder.finish()
+
+    def record_next(self, read: tuple[str, ...], copies: list[tuple]) -> None:
+        """Record the next step's commands now. A command buffer names buffers, not their
+        contents, so the next call's uploads and any state written in between still reach it
+        (queue writes run before the submit that follows them)."""
+        try:
+            self.recorded = (read, self.step_commands(copies))
+        except Exception:  # noqa: BLE001 - recorded again in the next call, which raises it there, for that step
+            self.recorded = None
+
+    def take_recorded(self, read: tuple[str, ...]) -> wgpu.GPUCommandBuffer | None:
+        """The command buffer recorded ahead for `read`, once (a command buffer is submitted once)."""
+        recorded, self.recorded = self.recorded, None
+        return recorded[1] if recorded is not None and recorded[0] == read else None
 
     def heat(self, inputs: dict[str, np.ndarray], seconds: float = 0.1) -> None:
         """Run the step back to back for at least `seconds` of wall time, waiting for the GPU: its
@@ -331,9 +361,8 @@ class Executable:
         outputs = self.read_outputs(read, start, size)
         stamps: list[int] = []
         for buffer in stamp_buffers:
-            buffer.map_sync(wgpu.MapMode.READ)
-            stamps.extend(np.frombuffer(buffer.read_mapped(), np.uint64).astype(np.int64).tolist())
-            buffer.unmap()
+            data = read_after_submit(device, buffer, 0, buffer.size)
+            stamps.extend(np.frombuffer(data, np.uint64).astype(np.int64).tolist())
         return outputs, Profile(self.device.describe(), kernel_times(self.kernel_facts(), stamps))
 
     def kernel_facts(self) -> list[tuple]:
@@ -374,11 +403,7 @@ class Executable:
         """Map the readback range once and slice out each requested output."""
         if not read:
             return {}
-        self.readback.map_sync(wgpu.MapMode.READ, start, size)
-        try:
-            data = self.readback.read_mapped(start, size)
-        finally:
-            self.readback.unmap()
+        data = read_after_submit(self.device.device, self.readback, start, size)
         results = {}
         for name in read:
             _, offset, type = self.outputs[name]
