@@ -61,6 +61,25 @@ def test_parameter_groups_have_their_own_weight_decay():
     assert np.abs(now["weight"] - start["weight"]).max() > 0
 
 
+def test_a_hyper_parameter_changed_in_place_reaches_the_device():
+    """A step writes the hyper-parameter vectors only when the groups changed (optimizer.hyper_key):
+    a list of betas edited in place is a change too."""
+    opt, program = program_of(lambda m: optim.Adam(m.parameters(), lr=0.05))
+    leaf = next(iter(opt.hyper_values()))
+    program.train_step(**batch())
+    written = program.executable.read_state(leaf)
+    program.train_step(**batch())  # nothing changed: nothing written, the same vector
+    np.testing.assert_array_equal(program.executable.read_state(leaf), written)
+    opt.param_groups[0]["betas"] = [0.8, 0.95]
+    program.train_step(**batch())
+    np.testing.assert_array_equal(program.executable.read_state(leaf), opt.hyper_values()[leaf])
+    opt.param_groups[0]["betas"][1] = 0.5
+    program.train_step(**batch())
+    on_device = program.executable.read_state(leaf)
+    np.testing.assert_array_equal(on_device, opt.hyper_values()[leaf])
+    assert 0.5 in on_device.tolist() and not np.array_equal(on_device, written)
+
+
 def test_constructor_forms_and_errors():
     model = nn.Linear(2, 2)
     assert optim.AdamW(model.parameters(), lr=0.1).lr == 0.1

@@ -152,6 +152,12 @@ class Optimizer:
         for group, saved in zip(self.param_groups, groups, strict=True):
             group.update(restored(saved))
 
+    def hyper_key(self) -> str:
+        """Every group's hyper-parameters as one value that changes when any of them does (their
+        repr: exact for floats, and a list changed in place changes it too). A training step
+        compares it with the last step's, and checks and builds the vectors only on a change."""
+        return repr([[(key, value) for key, value in group.items() if key != "params"] for group in self.param_groups])
+
     def hyper_values(self) -> dict[str, np.ndarray]:
         """The value of every hyper-parameter leaf of the compiled step (a group's vector), by leaf name."""
         if self.structure is None:
