@@ -307,7 +307,7 @@ class Executable:
         (queue writes run before the submit that follows them)."""
         try:
             self.recorded = (read, self.step_commands(copies))
-        except Exception:  # noqa: BLE001 - recorded again in the next call, which raises it there, for that step
+        except Exception:  # recorded again in the next call, which raises it there, for that step
             self.recorded = None
 
     def take_recorded(self, read: tuple[str, ...]) -> wgpu.GPUCommandBuffer | None:

@@ -4,10 +4,11 @@ A training step ends with the host waiting for the GPU: `train_step` returns the
 the readback buffer its step copied into. wgpu-py's `map_sync` makes that wait long. It first
 submits an empty command buffer of its own (its workaround for a buffer mapped before any submit
 wrote it, wgpu-native issue 305), then hands the wait to its per-device polling thread and sleeps
-on a `threading.Event` until that thread reports: two thread wake-ups per step. `benchmarks/readback_latency.py` (a
-16-byte copy submitted and read back, 2026-12-02): on the H200 141 µs through `map_sync`, 67 µs by
-the C path below (PyTorch's tiny kernel + `.item()`: 35 µs); on the 2-core lavapipe machine 326
-and 117 µs. The MLP's whole step takes ~0.5 ms on the H200: that wait is a large part of it.
+on a `threading.Event` until that thread reports: two thread wake-ups per step.
+`benchmarks/readback_latency.py` (a 16-byte copy submitted and read back, 2026-12-02): on the
+H200 141 µs through `map_sync`, 67 µs by the C path below (PyTorch's tiny kernel + `.item()`:
+35 µs); on the 2-core lavapipe machine 326 and 117 µs. The MLP's whole step takes ~0.5 ms on the
+H200: that wait is a large part of it.
 
 `read_after_submit` maps through wgpu-native's C functions where wgpu-py exposes them (the
 pinned wgpu 0.32.0 does, as `wgpu.backends.wgpu_native._api`), waits on the calling thread with a
@@ -24,14 +25,13 @@ import wgpu
 class NativeMapper:
     """wgpu-native's map, poll and unmap, with one callback kept alive for every map."""
 
-    def __init__(self, ffi, lib) -> None:
+    def __init__(self, ffi, lib, text_of) -> None:
         self.ffi, self.lib = ffi, lib
         self.outcomes: list[tuple[int, str]] = []  # (status, message) of the map in flight
 
         @ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
         def mapped(status, message, _userdata1, _userdata2):
-            text = ffi.unpack(message.data, message.length).decode(errors="replace") if message.data else ""
-            self.outcomes.append((status, text))
+            self.outcomes.append((status, text_of(message)))
 
         self.callback = mapped  # cffi frees a callback that nothing references
         self.info = ffi.new(
@@ -57,9 +57,9 @@ class NativeMapper:
 def native_mapper() -> NativeMapper | None:
     """The C path, or None where this wgpu build does not expose it."""
     try:
-        from wgpu.backends.wgpu_native._api import ffi, lib
+        from wgpu.backends.wgpu_native._api import ffi, from_c_string_view, lib
 
-        return NativeMapper(ffi, lib)
+        return NativeMapper(ffi, lib, from_c_string_view)
     except (ImportError, AttributeError):
         return None
 
