@@ -458,6 +458,30 @@ def test_on_an_h200_convolutions_take_their_own_ladder_and_keep_the_matmuls_spli
     assert table_for(CPU, "conv") is not table_for(h200, "conv")
 
 
+def test_on_an_h200_strided_input_gradients_take_the_strided_ladder():
+    """A stride-2 input gradient is one GEMM per stride phase, the phases uneven (1, 2, 2, 4 taps of
+    a 3x3 kernel): on the H200 its own ladder (gemm_table.HOPPER_STRIDED_TABLE) gives the late
+    stages 32x64 tiles where the conv ladder gave 64x64, and keeps 64x128 for the early stage's
+    larger phases; a stride-1 input gradient stays on the conv ladder; a CPU has one conv ladder."""
+    h200 = Target("NVIDIA H200", 132, 1_000_000, tuning="hopper", workgroup_memory=49152)
+
+    def tiling(channels, filters, image, stride):
+        h, w = image
+        attrs = {"mode": "grad_input", "kernel": (3, 3), "stride": (stride, stride), "padding": (1, 1), "image": image}
+        g = (128, filters, (h // stride) * (w // stride))
+        t = codegen_conv.conv_tiling(attrs, (filters, channels * 9), g, (128, channels, h, w), h200)
+        return t.bm, t.bn
+
+    assert tiling(256, 512, (8, 8), 2) == (32, 64)  # the 8x8 → 4x4 stage: 4 phases of 256x2048
+    assert tiling(128, 256, (16, 16), 2) == (32, 64)
+    assert tiling(64, 128, (32, 32), 2) == (64, 128)  # 32768 pixels a phase: tiles enough
+    assert tiling(256, 256, (8, 8), 1) == (64, 64)  # stride 1: the conv ladder's
+    from meganeura.codegen.gemm_table import table_for
+
+    assert table_for(CPU, "strided") is table_for(CPU, "conv")
+    assert table_for(GENERIC, "strided") is table_for(GENERIC, "conv")  # no measured ladder: the conv one
+
+
 def test_conv_kernels_run_without_bounds_checks_when_the_user_opts_in(monkeypatch):
     """MEGANEURA_UNCHECKED_KERNELS=1: the conv_gemm kernels (trusted: the ragged shapes above) get
     modules without runtime bounds checks, also where the same kernel ran checked before in this

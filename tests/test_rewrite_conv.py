@@ -146,6 +146,32 @@ def test_the_weight_gradient_splits_its_reduction_where_the_adapter_has_units_to
     assert (report.rule("conv_split_k").uses > 0) == (units > 1)
 
 
+def test_on_an_h200_a_small_weight_gradient_over_a_large_batch_is_split_along_its_reduction():
+    """ResNet-18's 8×8 stage at batch 128 on the H200: the whole-batch weight gradient [256, 2304]
+    over 8192 positions has 36 tiles of the largest rung, so the ladder gives it 288 small ones,
+    which looked busy to the cost model and ran at 9 TFLOP/s; counted in workgroups of the largest
+    rung (codegen/conv.py `conv_workgroups`), the plan takes split-K instead (32 parts), and still
+    computes what the step computes."""
+    from meganeura.codegen.conv import conv_workgroups
+    from meganeura.ir.graph import TensorType
+
+    h200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
+    attrs = {"mode": "grad_weight", "kernel": (3, 3), "stride": (1, 1), "padding": (1, 1), "image": (8, 8)}
+    g, x, out = TensorType((128, 256, 64)), TensorType((128, 256, 8, 8)), TensorType((256, 2304))
+    assert conv_workgroups(attrs, [g, x], [out], h200) == 288 * 32 * 64 // (128 * 128 * 2)  # 18, of 132 units
+    assert conv_workgroups(attrs, [g, x], [out], Target("lavapipe", 2, 32, cpu=True)) > 18  # a CPU counts each
+    assert weight_splits(256, 2304, 128 * 64, h200) == 32
+
+    model = ConvNet(channels=(16, 256, 256), first=(3, 1, 1), second=(3, 1, 1), classes=10)
+    graph, inputs, params, states = conv_step(model, image=(128, 16, 8, 8), classes=10)
+    fused, report = optimize(graph, target=h200)
+    weight_gradients = [n for n in live_nodes(fused, "conv_gemm") if n.attr("mode") == "grad_weight"]
+    second = [n for n in weight_gradients if n.shape[-1] == 256 * 9]
+    assert [n.attr("chunks", 1) for n in second] == [32]
+    assert report.rule("conv_split_k").uses > 0
+    assert_same_results(graph, fused, inputs, params, states, tol=1e-3)
+
+
 def test_the_example_resnet_plan_has_no_column_buffer():
     """examples/resnet_digits.py as it trains in CI (batch 32, width 16, lavapipe on two CPU
     threads): every spatial convolution, its input gradient (stride 2 included) and its weight

@@ -11,14 +11,14 @@ import os
 
 import numpy as np
 import pytest
-from conftest import assert_same_results, assert_steps_follow_interpreter, mlp_step
+from conftest import assert_same_results, assert_steps_follow_interpreter, counted, mlp_step
 
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import CPU_TABLE, GemmTiling, gemm_tiling
-from meganeura.codegen.matmul import counted_workgroups, split_tiling
+from meganeura.codegen.matmul import counted_workgroups
 from meganeura.codegen.registry import node_workgroups
 from meganeura.compiler import Program, compile_plan, trace_step
 from meganeura.ir.graph import TensorType
@@ -58,16 +58,6 @@ def example_steps():
     yield "resnet", optimize(traced.graph)[0]
 
 
-def matmul_counted(graph, node, dispatched: int, target) -> int:
-    """A matmul kernel's dispatched workgroups as the cost model counts them on `target`."""
-    a, b = (graph[i].type for i in node.inputs[:2])
-    batch, m, k, n = matmul_dims([matmul_a_view(a, node.attr_dict), b], node.attr_dict, node.op)
-    splits, transpose_b = node.attr("splits", 1), bool(node.attr("transpose_b", False))
-    transpose_a = bool(node.attr("transpose_a", False))
-    tiling = split_tiling(m, n, k, math.prod(batch), splits, target, transpose_b, transpose_a)
-    return counted_workgroups(dispatched, tiling, m, n, target, transpose_b)
-
-
 def test_every_kernel_dispatches_the_workgroups_the_cost_model_counts():
     seen = set()
     for name, graph in example_steps():
@@ -75,8 +65,7 @@ def test_every_kernel_dispatches_the_workgroups_the_cost_model_counts():
         for spec in step.kernels:
             node = step.graph[spec.node]
             dispatched = math.prod(spec.grid)
-            if node.op in ("matmul", "fused_matmul"):  # counted in workgroups of the largest tile
-                dispatched = matmul_counted(step.graph, node, dispatched, GENERIC)
+            dispatched = counted(step.graph, node, dispatched, GENERIC)
             assert dispatched == node_workgroups(step.graph, node), (name, spec.label)
             seen.add(node.op)
     assert {"fused_matmul", "conv_gemm", "fused_reduce", "attention", "pointwise"} <= seen, seen

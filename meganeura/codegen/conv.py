@@ -27,7 +27,7 @@ from meganeura.codegen.common import Operands, bindings_wgsl, expression_code, g
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling, shrunk, table_for
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.matmul import OperandTile, gemm_blocks, parts_to_fill, store_guard
+from meganeura.codegen.matmul import SPLIT_FILL, OperandTile, gemm_blocks, parts_to_fill, store_guard
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
@@ -77,20 +77,41 @@ def b_along_k(mode: str) -> bool:
 def conv_tiling(
     attrs: dict, a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...], target: Target
 ) -> GemmTiling:
-    """The GEMM tiling of a conv_gemm on `target`: the matmul table's for its M×K·K×N product,
-    its groups (stride phases, parts of K) counted as the batch."""
+    """The GEMM tiling of a conv_gemm on `target`: the conv ladder's for its M×K·K×N product (a
+    strided input gradient's, its phases uneven, the "strided" ladder's), its groups (stride
+    phases, parts of K) counted as the batch."""
     m, n, k = conv_gemm_dims(attrs, a, b, out)
-    return gemm_tiling(m, n, k, conv_groups(attrs), target, b_along_k(attrs["mode"]), kind="conv")
+    groups = conv_groups(attrs)
+    kind = "strided" if attrs["mode"] == "grad_input" and groups > 1 else "conv"
+    return gemm_tiling(m, n, k, groups, target, b_along_k(attrs["mode"]), kind=kind)
 
 
 def conv_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
-    """One workgroup per output tile of each of the dispatch's GEMMs (every one counts: the tiles
-    of a convolution come from the same ladder, but the matmul's weighting in workgroups of the
-    largest tile, `matmul.counted_workgroups`, was measured on products, not on gathers)."""
+    """The workgroups the cost model counts for a conv_gemm: one per output tile of each of the
+    dispatch's GEMMs; for a weight gradient on a GPU (modes in `COUNTED_MODES`) counted in
+    workgroups of the conv ladder's largest tile for the output, SPLIT_FILL a unit, as
+    `matmul.counted_workgroups` counts a product's. Why there: the whole-batch weight gradient,
+    its output too small for the largest tile, takes the ladder's smallest rung with enough
+    workgroups to look busy, and ran at a third of the speed of the split-K it was priced
+    against (256x8192x2304 at 32x64 tiles, 288 workgroups: 1.05 ms, 9.2 TFLOP/s in the H200's
+    ResNet-18 step, 2026-12-02). The forward and input gradients count every workgroup: their
+    alternative is unfold + matmul, which the 4x4 stage then took where it ran slower
+    (codegen/gemm_table.py, HOPPER_CONV_TABLE)."""
     a, b, out = operands[0].shape, operands[1].shape, results[0].shape
     m, n, _ = conv_gemm_dims(attrs, a, b, out)
     tiling = conv_tiling(attrs, a, b, out, target)
-    return -(-m // tiling.bm) * -(-n // tiling.bn) * conv_groups(attrs)
+    return conv_counted(attrs, -(-m // tiling.bm) * -(-n // tiling.bn) * conv_groups(attrs), tiling, m, n, target)
+
+
+def conv_counted(attrs: dict, dispatched: int, tiling: GemmTiling, m: int, n: int, target: Target) -> int:
+    """`dispatched` workgroups of a conv_gemm's `tiling` (M×N output) as the cost model counts them."""
+    if target.cpu or attrs["mode"] not in COUNTED_MODES:
+        return dispatched
+    largest = largest_tiling(m, n, target, b_along_k(attrs["mode"]))
+    return max(1, dispatched * tiling.bm * tiling.bn // (largest.bm * largest.bn * SPLIT_FILL))
+
+
+COUNTED_MODES = ("grad_weight",)
 
 
 # Split-K of a weight gradient is offered where the one GEMM has fewer than FILL_WAVES tiles per
@@ -101,8 +122,12 @@ def conv_workgroups(attrs: dict, operands, results, target: Target = GENERIC) ->
 # 2026-12-01, ResNet-18's 3×3 weight gradients at batch 128): the fastest splits gave 9-17
 # workgroups per SM — 128 channels at 16×16: 6.26 ms whole-batch, 1.01 ms at 4 per SM, 0.82 at
 # 17; 256 channels at 8×8 (144 tiles, more than the 132 SMs): 1.84 ms whole-batch, 0.81 split 16.
-# (Those were 64x64 tiles of the kernel before it took the matmul's structure and ladder; the
-# splits it makes now are not measured yet: benchmarks/conv_tune.py times its tilings.)
+# (Those were 64x64 tiles of the kernel before it took the matmul's structure and ladder.) With
+# the whole-batch GEMMs counted as `conv_workgroups` counts them, the ResNet-18 step on the H200
+# (`benchmarks/plan_ab.py --workloads resnet18`, one profiled step, 2026-12-02) took 32 parts for
+# 256x8192x2304 (3 a step: 3.10 → 1.29 ms, with their sums 0.15) and 256x8192x1152 (0.78 → 0.24),
+# 8 for 512x2048x4608 (1.50 → 1.07) and 512x2048x2304 (0.35 → 0.20); MAX_SPLITS 64 or 32,
+# SPLIT_WAVES 8 and FILL_WAVES 2 moved the step by under 0.35 ms, none faster than 0.03 ms.
 FILL_WAVES = 4
 SPLIT_WAVES = 16
 MAX_SPLITS = 128

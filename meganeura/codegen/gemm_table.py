@@ -201,6 +201,23 @@ HOPPER_CONV_TABLE = GemmLadder(
     ),
 )
 
+# The H200's stride-2 input gradients (codegen/conv.py, grad_input with stride > 1): one GEMM per
+# stride phase, and the phases are uneven (a 3x3 kernel at stride 2 gives them 1, 2, 2 and 4
+# taps), so the dispatch waits on the 4-tap phase's quarter of the workgroups; smaller tiles give
+# that phase more of them. Measured on the H200 on 2026-12-02 in the ResNet-18 step
+# (`benchmarks/plan_ab.py --workloads resnet18`, one profiled step, the conv ladder's `fill` at 4
+# and at 8 with a 32x64 4x4 rung after its two): 256x2048x2048 (3x3/s2, 512 → 256 channels)
+# 1.125 → 0.725 ms at 32x64; 128x1024x8192 (256 → 128) 0.855 → 0.606 at 32x64; the 1x1/s2
+# shortcuts' 256x512x2048 0.294 → 0.139 and 128x256x8192 0.205 → 0.132; 64x512x32768 (128 → 64),
+# 0.571 at 64x128 (its 128x128 shrunk), ran slower at 64x64 (0.719). The stride-1 kernels ran slower on either
+# ladder (forward 256x2304x8192 1.161 → 1.507 at fill 8), hence a ladder of its own: this `fill`
+# gives 32x64 tiles to the four that gained and leaves the 128 → 64 stage its 64x128 (its first
+# rung shrunk to 64 rows). The same step with this ladder, 2026-12-02: those four 1.116 → 0.724,
+# 0.813 → 0.607, 0.295 → 0.139 and 0.207 → 0.138 ms, the rest unmoved.
+HOPPER_STRIDED_TABLE = GemmLadder(
+    fill=4, ladder=(GemmTiling(128, 128, 16, 2, 2, prefetch=True), GemmTiling(32, 64, 16, 1, 1))
+)
+
 # The H200's parts of a product split finely along K (codegen/matmul.py `fine_splits`: A stored
 # [M, K], K of 8 parts of 192 or more, an output of fewer than 1.25 largest tiles a unit; parts
 # for 16 workgroups a unit). Measured on the H200 on 2026-12-02 with `python
@@ -238,17 +255,23 @@ HOPPER_BATCHED_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(32, 32, 16, 1, 1, p
 
 TABLES = {"generic": GENERIC_TABLE, "hopper": HOPPER_TABLE, "cpu": CPU_TABLE}
 CONV_TABLES = {"hopper": HOPPER_CONV_TABLE}
+STRIDED_TABLES = {"hopper": HOPPER_STRIDED_TABLE}
 SPLIT_TABLES = {"hopper": HOPPER_SPLIT_TABLE}
 BATCHED_TABLES = {"hopper": HOPPER_BATCHED_TABLE}
 
 
 def table_for(target: Target, kind: str = "matmul") -> GemmLadder:
-    """The ladder a product of `kind` ("matmul", "conv" for the implicit GEMMs, "split" for the
+    """The ladder a product of `kind` ("matmul", "conv" for the implicit GEMMs, "strided" for the
+    input gradients of strided convolutions, one GEMM per stride phase, "split" for the
     parts of a product split finely along K, codegen/matmul.py `fine_splits`, "batched" for an
     unsplit product of several matrices) takes on `target`; a family without a ladder of that
     kind takes its matmul ladder."""
+    if kind == "strided" and (target.cpu or target.tuning not in STRIDED_TABLES):
+        kind = "conv"
     if target.cpu:
         return CPU_CONV_TABLE if kind == "conv" else CPU_TABLE
+    if kind == "strided":
+        return STRIDED_TABLES[target.tuning]
     if kind == "conv" and target.tuning in CONV_TABLES:
         return CONV_TABLES[target.tuning]
     if kind == "split" and target.tuning in SPLIT_TABLES:
