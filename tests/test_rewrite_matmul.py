@@ -304,14 +304,20 @@ H200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
         (576, 1536, 2048, False, True, 3, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
         (1536, 576, 2048, False, True, 3, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
         (576, 576, 2048, False, True, 6, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
-        # a K of fewer than 8 parts of 192: the split by the largest tile, on its tiles
+        # SmolLM2's q and o projections and their input gradients, K = 576: 4 fine parts of 144
+        (2048, 576, 576, False, False, 4, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
+        (2048, 576, 576, True, False, 4, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
+        # K = 784: no count of fine parts puts every boundary on a 16-multiple: the coarse split
+        (2048, 576, 784, False, False, 2, GemmTiling(64, 128, 16, 2, 2, prefetch=True)),
+        # a wide output: the split by the largest tile, on its tiles
         (2048, 1536, 576, True, False, 2, GemmTiling(128, 128, 16, 2, 2)),
     ],
 )
 def test_fine_split_k_of_narrow_outputs_on_the_h200(m, n, k, transpose_b, transpose_a, splits, tiling):
-    """On the H200 a product that splits, with A stored [M, K], K of at least 8 parts of 192 and an
+    """On the H200 a product that splits, with A stored [M, K], K of at least 4 parts of 144 and an
     output of fewer than 1.25 largest tiles a unit, splits on the 64x64 tiles of the split ladder
-    into parts enough for 16 workgroups a unit, each at least 192 long (measured:
+    into parts enough for 16 workgroups a unit, each at least 144 long and every boundary on a
+    16-multiple of K (measured:
     codegen/gemm_table.py HOPPER_SPLIT_TABLE, codegen/matmul.py); the others keep the split by
     the largest tile, the weight gradients (A transposed) on the split ladder's tiles."""
     assert matmul_splits(m, n, k, 1, H200, transpose_b, transpose_a) == splits

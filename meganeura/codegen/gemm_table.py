@@ -219,7 +219,7 @@ HOPPER_STRIDED_TABLE = GemmLadder(
 )
 
 # The H200's parts of a product split finely along K (codegen/matmul.py `fine_splits`: A stored
-# [M, K], K of 8 parts of 192 or more, an output of fewer than 1.25 largest tiles a unit; parts
+# [M, K], K of 4 parts of 144 or more, an output of fewer than 1.25 largest tiles a unit; parts
 # for 16 workgroups a unit). Measured on the H200 on 2026-12-02 with `python
 # benchmarks/gemm_tune.py --steps "" --extra 2048x1536x576:Bt,2048x1536x576,2048x49152x576:Bt
 # --splits 1,2,3,4,6,8,12,16 --repeat 6` (18 tilings × 8 counts of parts, the split kernel plus

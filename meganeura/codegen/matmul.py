@@ -265,13 +265,22 @@ MAX_SPLITS = 16
 # FINE_BELOW workgroups a unit: SmolLM2's 2048x576 (160 tiles of 64x128 on 132 SMs, 1.2 a unit)
 # and not GPT-2's 2048x768 (192, 1.45); between the two nothing was measured. Products with A
 # transposed (weight gradients) keep the split above, on the split ladder's tiles
-# (`split_ladder_takes`: their fine parts were slower in the step); shorter reductions were not
-# measured that way.
-FINE_SPLIT_K = 192
+# (`split_ladder_takes`: their fine parts were slower in the step). Shorter reductions, measured
+# the same way on 2026-12-02 (`benchmarks/plan_ab.py --workloads smollm2`, one profiled step):
+# SmolLM2's 2048x576 outputs over K = 576 (the q and o projections and their input gradients, 120
+# a step), coarsely split in 2 parts on 64x128 tiles, 8.15 ms a step and their sums 1.21; in 4
+# fine parts of 144, 7.27 ms (and the plan then reads the o projection's weight through Bᵀ, its
+# 0.49 ms transpose gone), sums 1.63; in 3 of 192, 7.26 and 1.40 with no transpose gone; the step
+# 86.10 → 85.20 ms at 4 parts (85.71 at 3). Hence parts of FINE_SPLIT_K = 144 from FINE_MIN_PARTS
+# = 4 (K ≥ 576; the longer reductions' counts are unchanged: they reach FINE_FILL first), and
+# only parts whose every boundary is on a 16-multiple of K (FINE_ALIGN, the split ladder's BK):
+# a part off it runs the ragged-K path, which lost most of the gain where it was timed.
+FINE_SPLIT_K = 144
 FINE_MAX_SPLITS = 12
-FINE_MIN_PARTS = 8
+FINE_MIN_PARTS = 4
 FINE_FILL = 16
 FINE_BELOW = 1.25
+FINE_ALIGN = 16
 
 
 def matmul_splits(
@@ -297,13 +306,17 @@ def fine_splits(m: int, n: int, k: int, batches: int, target: Target, transpose_
     [M, K], a family with a ladder for split parts, K of at least FINE_MIN_PARTS parts of
     FINE_SPLIT_K, an output the plain ladder's largest tile covers with fewer than FINE_BELOW
     workgroups a unit; parts enough that the split ladder's tiles give every unit FINE_FILL
-    workgroups, at most FINE_MAX_SPLITS, each at least FINE_SPLIT_K long, none empty."""
+    workgroups, at most FINE_MAX_SPLITS, each at least FINE_SPLIT_K long, none empty, fewer where
+    that leaves a part's boundary off a FINE_ALIGN-multiple of K (none where no count is on it)."""
     if transpose_a or target.cpu or target.tuning not in SPLIT_TABLES or k < FINE_MIN_PARTS * FINE_SPLIT_K:
         return 0
     if largest_tiling(m, n, target, False).tiles(m, n, batches) >= FINE_BELOW * target.compute_units:
         return 0
     tiles = largest_tiling(m, n, target, transpose_b, "split").tiles(m, n, batches)
-    return parts_to_fill(tiles, k, FINE_FILL * target.compute_units, FINE_SPLIT_K, FINE_MAX_SPLITS)
+    parts = parts_to_fill(tiles, k, FINE_FILL * target.compute_units, FINE_SPLIT_K, FINE_MAX_SPLITS)
+    while parts > 1 and (k % FINE_ALIGN or split_length(k, parts) % FINE_ALIGN):
+        parts -= 1
+    return parts if parts > 1 else 0
 
 
 def largest_tiling(m: int, n: int, target: Target, transpose_b: bool, kind: str = "matmul") -> GemmTiling:
