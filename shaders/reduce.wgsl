@@ -29,7 +29,8 @@
 // (a power of two dividing WG), SERIAL_BODY (reduce_serial's unrolled items), GRID_X,
 // FUNCTIONS (helpers the expressions call), READS (`let` statements loading the inputs at `o`,
 // `r`), PROLOGUE (the f32 value reduced at (o, r)), INIT (the identity of ⊕), COMBINE (⊕ of `a`
-// and `b`), EPILOGUE (an f32 expression of `value`, the reduced value).
+// and `b`), EPILOGUE_READS (`let` statements loading the epilogue's extras at the output element
+// `o`), EPILOGUE (an f32 expression of `value`, the reduced value, and those extras).
 
 {{BINDINGS}}
 
@@ -56,7 +57,11 @@ fn combine(a: f32, b: f32) -> f32 {
     return {{COMBINE}};
 }
 
-fn finish(value: f32) -> f32 {
+// What is written for the reduced `value` of item `item`: the epilogue, whose extras (no split:
+// the item is the output element o) are read at o.
+fn finish(item: u32, value: f32) -> f32 {
+    let o = item;
+    {{EPILOGUE_READS}}
     return {{EPILOGUE}};
 }
 
@@ -95,7 +100,7 @@ fn reduce_tree(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     partial[lid] = acc;
     fold_lanes(lid, WG, 1u);
     if (lid == 0u && item < ITEMS) {
-        out[item] = finish(partial[0]);
+        out[item] = finish(item, partial[0]);
     }
 }
 
@@ -109,7 +114,7 @@ fn reduce_columns(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
     partial[lid] = acc;
     fold_lanes(lid, LANES, COLUMNS);
     if (lid < COLUMNS && item < ITEMS) {
-        out[item] = finish(partial[lid]);
+        out[item] = finish(item, partial[lid]);
     }
 }
 

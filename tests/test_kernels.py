@@ -668,6 +668,37 @@ def test_fused_reduce(kind, prologue, epilogue, shapes, axes, keepdim):
         check(graph, inputs, rtol=1e-5, atol=1e-5, target=target)
 
 
+# (kind, prologue, epilogue, input shapes (the first is in_shape), axes, keepdim, the GPU's and the
+# CPU's entry points): epilogues that read tensors at the output element, every entry point.
+EPILOGUE_EXTRAS = [
+    ("sum", "$0", "add($r,$1)", [(3, 1000), (3,)], (1,), False, "reduce_tree", "reduce_tree"),
+    ("sum", "mul($0,$0)", "mul($1,rsqrt($r))", [(7, 33), (7, 1)], (1,), True, "reduce_serial", "reduce_serial"),
+    ("sum", "$0", "relu(add($r,$1))", [(4, 37, 45), (37, 45)], (0,), False, "reduce_serial", "reduce_serial"),
+    ("max", "$0", "sub($1,$r)", [(300, 5), (5,)], (0,), False, "reduce_tree", "reduce_columns"),
+    ("sum", "mul($0,$1)", "add(add($2,$r),$1)", [(7, 33), (33,), (1,)], (0,), False, None, None),  # $1 in both
+    ("sum", "$0", "mul($r,$1)", [(3, 131, 7, 5), (5,)], (0, 1), False, "reduce_tree", "reduce_columns"),
+]
+
+
+@pytest.mark.parametrize(
+    "kind, prologue, epilogue, shapes, axes, keepdim, gpu_entry, cpu_entry",
+    EPILOGUE_EXTRAS,
+    ids=[f"{k}-{'x'.join(map(str, s[0]))}-{a}-{e}" for k, _, e, s, a, *_ in EPILOGUE_EXTRAS],
+)
+def test_fused_reduce_epilogue_reads_tensors_at_the_output_element(
+    kind, prologue, epilogue, shapes, axes, keepdim, gpu_entry, cpu_entry
+):
+    """The epilogue's extras (the residual after a split product's sum, a bias before its
+    activation) broadcast to the output and are read at its element, in every entry point, on a
+    GPU's kernels and a CPU's."""
+    attrs = {"kind": kind, "axes": axes, "keepdim": keepdim, "in_shape": shapes[0]}
+    graph = one_op("fused_reduce", shapes, prologue=prologue, epilogue=epilogue, **attrs)
+    inputs = {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}
+    for target, entry in ((GENERIC, gpu_entry), (CPU, cpu_entry)):
+        spec = check(graph, inputs, rtol=1e-5, atol=1e-5, target=target).kernels[0]
+        assert entry is None or spec.entry_point == entry, (target.name, spec.entry_point)
+
+
 def test_fused_reduce_inlines_constants_and_reads_repeated_inputs_once():
     graph = Graph()
     x = typed_leaf(graph, "input", "x", (7, 33))

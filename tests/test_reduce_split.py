@@ -318,3 +318,21 @@ def test_conv_split_k_partials_are_a_ragged_split_of_the_batch():
     columns = op_def("unfold").evaluate(values["x"], kernel=(3, 3), stride=(1, 1), padding=(1, 1))
     first = np.einsum("ol,kl->ok", values["g"][0, :, :19], columns[0, :, :19])
     np.testing.assert_allclose(out["split"][0], first, rtol=1e-12)
+
+
+def test_an_mlp_step_whose_split_products_sum_with_bias_and_relu_follows_the_interpreter():
+    """On a target of 256 units the MLP's products over K = 512 split along K, and the sum of their
+    partials takes the bias and the relu (or the relu mask of the backward) in its epilogue
+    (rewrite/reductions.py `reduce_epilogue_tensor`): no pointwise kernel after the sum. Three
+    steps on lavapipe follow the interpreter."""
+    from conftest import MLP, ce_loss
+
+    mn.manual_seed(0)
+    spec = {"x": mn.f32[64, 512], "y": mn.i32[64]}
+    compilation = compile_plan(MLP(512, 512, 10), ce_loss, spec, optim.Adam(lr=1e-3), target=MANY)
+    fused = compilation.fused_graph
+    sums = [n for n in live_nodes(fused, "fused_reduce") if "$1" in n.attr("epilogue")]
+    assert any(n.attr("epilogue") == "relu(add($r,$1))" for n in sums), [n.attr("epilogue") for n in sums]
+    assert any(fused[n.inputs[0]].attr("splits", 1) > 1 for n in sums)  # the partials of a split product
+    feeds = [{"x": normal(64, 512), "y": RNG.integers(0, 10, 64).astype(np.int32)} for _ in range(3)]
+    assert_steps_follow_interpreter(Program(compilation), feeds)

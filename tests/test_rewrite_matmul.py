@@ -351,7 +351,7 @@ def test_batched_products_take_the_batched_ladder_on_the_h200():
 def test_matmul_split_k_splits_a_small_output_over_a_long_reduction(k, seed, bias, transposes):
     """A 64×48 product over K ≥ 4096 on the H200: one tile, 131 units idle. The plan computes it
     as the sum of `matmul_splits` partials along K (a split fused_matmul, then a sum over axis 0),
-    with the same result; the bias add after it is not lost."""
+    with the same result; the bias add after it is not lost: the sum's epilogue adds it."""
     ta, tb = transposes
     graph = Graph()
     x, g = operands(graph, (), 64, k, 48, ta, tb)
@@ -363,7 +363,9 @@ def test_matmul_split_k_splits_a_small_output_over_a_long_reduction(k, seed, bia
     (split,) = live_nodes(fused, "fused_matmul")
     parts = matmul_splits(64, 48, k, 1, HOPPER, tb, ta)
     assert parts > 1 and split.attr("splits") == parts and split.shape == (parts, 64, 48)
-    assert [(n.attr("axes"), fused[n.inputs[0]].op) for n in live_nodes(fused, "sum")] == [((0,), "fused_matmul")]
+    sums = live_nodes(fused, "fused_reduce" if bias else "sum")
+    assert [(n.attr("axes"), fused[n.inputs[0]].op) for n in sums] == [((0,), "fused_matmul")]
+    assert [n.attr("epilogue") for n in sums] == (["add($r,$1)"] if bias else [None])
     assert report.rule("matmul_split_k").uses == 2  # the plan's two nodes it made: the split and its sum
 
 

@@ -113,7 +113,7 @@ def serial_body(items: int, init: str) -> str:
             f"var value_{j} = {init};",
             f"if (item_{j} < ITEMS) {{ value_{j} = part_value(item_{j}, 0u, 1u); }}",
         ]
-    lines += [f"if (item_{j} < ITEMS) {{ out[item_{j}] = finish(value_{j}); }}" for j in range(items)]
+    lines += [f"if (item_{j} < ITEMS) {{ out[item_{j}] = finish(item_{j}, value_{j}); }}" for j in range(items)]
     return "\n    ".join(lines)
 
 
@@ -185,7 +185,8 @@ def reduce_workgroups(attrs: dict, operands, results, target: Target = GENERIC) 
 @lowering("sum", "max", "fused_reduce", workgroups=reduce_workgroups, per_target=True)
 def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
     """`sum`, `max` or `fused_reduce` over any axes: kept dims index the output, reduced dims are
-    combined. `fused_reduce` reduces prologue($0, $1, … broadcast to in_shape) and writes epilogue($r)."""
+    combined. `fused_reduce` reduces prologue($0, $1, … broadcast to in_shape) and writes
+    epilogue($r, and the extras it reads broadcast to the output)."""
     if node.op == "fused_reduce":
         kind, in_shape = node.attr("kind"), tuple(node.attr("in_shape"))
         prologue_text, epilogue_text = node.attr("prologue", "$0"), node.attr("epilogue", "$r")
@@ -206,8 +207,14 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
         offset = index_expr("r", reduced_sizes, tuple(strides[d] for d in axes))
         return operands.read_at(source, sum_terms(base, offset))
 
+    def read_out(name: str) -> str:
+        if name == "r":
+            return "value"
+        source = node.inputs[int(name)]  # an epilogue's extra, broadcast to the output (no split: o is the output's)
+        return operands.read_at(source, index_expr("o", node.shape, broadcast_strides(graph[source].shape, node.shape)))
+
     reads, value = expression_code(prologue, read)
-    _, finish = expression_code(epilogue, lambda name: "value")
+    finish_reads, finish = expression_code(epilogue, read_out)
     splits = node.attr("splits", 1) if node.op == "fused_reduce" else 1
     part = split_length(r, splits)
     entry, wg = reduce_plan(outs * splits, part, innermost, target)
@@ -231,6 +238,7 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "PROLOGUE": value,
             "INIT": REDUCE_INIT[kind],
             "COMBINE": REDUCE_COMBINE[kind],
+            "EPILOGUE_READS": finish_reads,
             "EPILOGUE": finish,
         },
     )

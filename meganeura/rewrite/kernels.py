@@ -175,7 +175,7 @@ def encode_fused(node: Node, graph: Graph) -> tuple[str, tuple]:
         return ("MatmulPrologue", (("P", prologue), graph[a].shape, ("T", b), *flags, ("P", epilogue)))
     if node.op == "fused_reduce":
         prologue = pw_from_expr(parse_expr(attrs["prologue"]), loads)
-        epilogue = pw_from_expr(parse_expr(attrs["epilogue"]), {"r": ("r",)})
+        epilogue = pw_from_expr(parse_expr(attrs["epilogue"]), {**loads, "r": ("r",)})
         fields = (attrs["kind"], attrs["axes"], attrs["keepdim"], attrs["in_shape"])
         if attrs["splits"] != 1:
             return ("ReduceSplit", (*fields, attrs["splits"], ("P", prologue), ("P", epilogue)))
@@ -249,7 +249,7 @@ def decode_reduce_kernel(entry: PlanEntry, plan: Plan):
         "keepdim": keepdim,
         "in_shape": in_shape,
         "prologue": format_expr(expression(prologue, loads)),
-        "epilogue": format_expr(expression(epilogue, [])),
+        "epilogue": format_expr(expression(epilogue, loads)),  # its extras after the prologue's inputs
     }
     return "fused_reduce", loads, attrs
 
@@ -264,7 +264,7 @@ def decode_reduce_split(entry: PlanEntry, plan: Plan):
         "keepdim": keepdim,
         "in_shape": in_shape,
         "prologue": format_expr(expression(prologue, loads)),
-        "epilogue": format_expr(expression(epilogue, [])),
+        "epilogue": format_expr(expression(epilogue, loads)),
         "splits": splits,
     }
     return "fused_reduce", loads, attrs

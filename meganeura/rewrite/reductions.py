@@ -8,9 +8,12 @@ rsqrt(mean(x²) + eps) of RMSNorm.
 
 - `reduce_epilogue_unary`: (Kernel f((Load t)) s), t ≡ a reduction kernel with epilogue E → epilogue f(E)
 - `reduce_epilogue_literal`: g((Load t), literal) and g(literal, (Load t)) → epilogue g(E, literal)
+- `reduce_epilogue_tensor`: g((Load t), (Load x)) and g((Load x), (Load t)) → epilogue g(E, (Load x)),
+  x read at the output element (it broadcasts to the kernel's shape, which is the reduction's):
+  the residual added to a split product's sum, the bias and then the activation after it.
 
-Guard: the kernel has the reduction's output shape. The epilogue of `fused_reduce` reads only
-`$r` (no other tensors), hence literals only.
+Guard: the kernel has the reduction's output shape. A split reduction's partials keep the
+epilogue $r (`split_reduce` takes only those): an extra has the output's shape, not theirs.
 
 Two-level reductions. `split_reduce`: a reduction kernel with the epilogue $r, t ≡ (ReduceKernel
 kind axes keep i pro (R)), is also the reduction over axis 0 of its partials (ReduceSplit kind
@@ -97,6 +100,22 @@ REDUCE_EPILOGUE_LITERAL = Rule(
     ),
 )
 
+REDUCE_EPILOGUE_TENSOR = Rule(
+    "reduce_epilogue_tensor",
+    FAMILY,
+    "an elementwise binary op of a reduction's result and a tensor of (or broadcast to) its shape joins its epilogue",
+    (
+        rule(
+            ["(= k (Kernel (PBinary f (Load t) (Load x)) s))", *REDUCTION],
+            "(union k (ReduceKernel kind axes keep i pro (PBinary f e (Load x))))",
+        ),
+        rule(
+            ["(= k (Kernel (PBinary f (Load x) (Load t)) s))", *REDUCTION],
+            "(union k (ReduceKernel kind axes keep i pro (PBinary f (Load x) e)))",
+        ),
+    ),
+)
+
 SPLIT = "(ReduceSplit kind axes keep i n pro (R))"
 SPLIT_REDUCE = Rule(
     "split_reduce",
@@ -143,6 +162,7 @@ RULES = [
     LIFT_REDUCE,
     REDUCE_EPILOGUE_UNARY,
     REDUCE_EPILOGUE_LITERAL,
+    REDUCE_EPILOGUE_TENSOR,
     SPLIT_REDUCE,
     CROSS_ENTROPY_FORWARD,
     CROSS_ENTROPY_BACKWARD,

@@ -2,12 +2,16 @@
 with an elementwise prologue (what is reduced) and epilogue (what is written).
 
 `fused_reduce(inputs…, kind, axes, keepdim, in_shape, prologue, epilogue, splits)`:
-epilogue(reduce(prologue($0, $1, … broadcast to in_shape) over axes)), the epilogue reading only
-`$r`; produced only by the e-graph (rewrite/reductions.py).
+epilogue(reduce(prologue($0, $1, … broadcast to in_shape) over axes)), the epilogue reading `$r`
+and inputs broadcast to the output's shape (the residual added to a split product's sum, a bias
+before its activation); produced only by the e-graph (rewrite/reductions.py). An input the
+epilogue reads need not broadcast to in_shape (a [B, T] tensor beside the sum over the last axis of
+[B, T, C]); one only the prologue reads must; one both read must do both.
 
 With `splits` S > 1 it is the first level of a two-level reduction: the result is [S, *out],
 partial s reducing the reduced elements r (row-major over the reduced axes, r in [0, R)) in
-[s·⌈R/S⌉, (s+1)·⌈R/S⌉) ∩ [0, R), each partial going through the epilogue; a second reduction over
+[s·⌈R/S⌉, (s+1)·⌈R/S⌉) ∩ [0, R), each partial going through the epilogue (which then reads only
+`$r`: the partials are not the output's shape); a second reduction over
 axis 0 combines them. Every part must hold at least one element (`check_splits`): a short
 reduction split in too many parts would leave a max with nothing to reduce. A long reduction
 with few outputs is split so that it runs on many workgroups (rewrite/reductions.py,
@@ -20,8 +24,9 @@ import math
 
 import numpy as np
 
-from meganeura.ir.expr import check_expr
+from meganeura.ir.expr import check_expr, variables
 from meganeura.ir.expr import evaluate as evaluate_expr
+from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import (
     BOOL,
@@ -136,19 +141,32 @@ def _max(b, node, g):
     return [b.emit("mul", [mask, b.emit("div", [g, ties])])]
 
 
+def epilogue_inputs(epilogue: str) -> set[int]:
+    """The inputs a fused_reduce's epilogue reads (broadcast to its output's shape)."""
+    return {int(name) for name in variables(parse_expr(epilogue)) if name != "r"}
+
+
 def infer_fused_reduce(types, attrs) -> TensorType:
     in_shape = attrs["in_shape"]
     require_float(types, "fused_reduce")
     if attrs["kind"] not in REDUCE_KINDS:
         raise ShapeError(f"fused_reduce: unknown kind {attrs['kind']!r}")
-    for index, t in enumerate(types):
-        if broadcast_shapes(t.shape, in_shape, "fused_reduce") != in_shape:
-            raise ShapeError(f"fused_reduce: input ${index} {t} does not broadcast to {list(in_shape)}")
-    check_expr("fused_reduce", attrs["prologue"], set(map(str, range(len(types)))))
-    check_expr("fused_reduce", attrs["epilogue"], {"r"})
+    names = set(map(str, range(len(types))))
+    check_expr("fused_reduce", attrs["prologue"], names)
+    check_expr("fused_reduce", attrs["epilogue"], names | {"r"})
     out = reduced_type(in_shape, attrs["axes"], attrs["keepdim"])
+    late, early = epilogue_inputs(attrs["epilogue"]), {int(n) for n in variables(parse_expr(attrs["prologue"]))}
+    for index, t in enumerate(types):
+        shapes = [("the output", out.shape)] if index in late else []
+        if index in early or index not in late:
+            shapes.append(("in_shape", tuple(in_shape)))
+        for where, shape in shapes:
+            if broadcast_shapes(t.shape, shape, "fused_reduce") != shape:
+                raise ShapeError(f"fused_reduce: input ${index} {t} does not broadcast to {where} {list(shape)}")
     axes = normalize_axes(attrs["axes"], len(in_shape), "fused_reduce")
     splits = check_splits(math.prod(in_shape[d] for d in axes), attrs.get("splits", 1), "fused_reduce")
+    if splits != 1 and late:
+        raise ShapeError(f"fused_reduce: a split reduction's epilogue reads only $r, got {attrs['epilogue']!r}")
     return out if splits == 1 else TensorType((splits, *out.shape), "f32")
 
 
@@ -167,7 +185,7 @@ def evaluate_fused_reduce(*inputs, kind, axes, keepdim, in_shape, prologue, epil
         out_shape = reduced_type(tuple(in_shape), axes, keepdim).shape
         rows = np.transpose(body, (*kept, *axes)).reshape(*(in_shape[d] for d in kept), -1)
         reduced = np.stack([reduce(part, axis=-1).reshape(out_shape) for part in split_parts(rows, splits)])
-    return np.asarray(evaluate_expr(epilogue, {"r": reduced}, dtype))
+    return np.asarray(evaluate_expr(epilogue, {**values, "r": reduced}, dtype))
 
 
 def describe_fused_reduce(node) -> str:
