@@ -625,6 +625,20 @@ def test_sum(shape, axes, keepdim):
         assert entries == {False: "reduce_tree", True: "reduce_columns"}
 
 
+def test_a_short_reduction_with_many_outputs_runs_wide_workgroups_on_a_gpu():
+    """A sum over 3 of [2, 3, 3, 129, 101] (dK's group sum, ragged: 78,174 outputs): on a GPU
+    reduce_serial in workgroups of 256 threads (codegen/reduce.py SERIAL_WIDE_OUTPUTS), on a CPU
+    of 64; fewer outputs keep 64; the sums agree with the interpreter."""
+    from meganeura.codegen.reduce import SERIAL_WIDE_OUTPUTS
+
+    graph, x = one_op("sum", [(2, 3, 3, 129, 101)], axes=(2,), keepdim=False), normal(2, 3, 3, 129, 101)
+    assert 2 * 3 * 129 * 101 >= SERIAL_WIDE_OUTPUTS
+    sizes = {t.cpu: check(graph, {"x0": x}, 1e-5, 1e-5, t).kernels[0].workgroup_size for t in (GENERIC, CPU)}
+    assert sizes == {False: (256, 1, 1), True: (64, 1, 1)}
+    small = one_op("sum", [(2, 3, 3, 13, 11)], axes=(2,), keepdim=False)
+    assert check(small, {"x0": normal(2, 3, 3, 13, 11)}, 1e-5, 1e-5).kernels[0].workgroup_size == (64, 1, 1)
+
+
 @pytest.mark.parametrize("shape, axes", SUMS, ids=lambda v: "x".join(map(str, v)) if v else "scalar")
 def test_max_with_ties(shape, axes):
     x = np.round(normal(*shape, scale=2.0)) - 10.0  # integers, all negative: many ties, and 0 is no maximum

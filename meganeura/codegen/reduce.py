@@ -47,6 +47,12 @@ REDUCE_COMBINE = {"sum": "a + b", "max": "max(a, b)"}
 # reduce_columns: a workgroup computes COLUMNS neighbouring outputs, each with WG / COLUMNS
 # threads. 16 floats are 64 bytes, two whole 32-byte memory sectors per row read.
 COLUMNS = 16
+# A short reduction (64 elements or fewer, not along the innermost dim) with this many outputs or
+# more runs in workgroups of 256 threads on a GPU, not 64. Measured on the H200, 2026-12-02, in the
+# SmolLM2-135M-shaped step (`benchmarks/plan_ab.py --workloads smollm2`, one profiled step):
+# dK/dV's group sums over axis 2 of [8, 3, 3, 256, 64] 0.559 → 0.487 ms a step, the 6 partials
+# of [576, 576] 0.553 → 0.494, the rest within 0.05; the step 83.68 → 83.39 ms GPU.
+SERIAL_WIDE_OUTPUTS = 65536
 # On a GPU a long reduction over outer dims takes a workgroup per output up to this many outputs
 # (measured up to 1536, `reduce_plan`; past that a guess: the outputs alone fill the units).
 TREE_OUTPUTS = 16384
@@ -69,10 +75,12 @@ def reduce_plan(outs: int, r: int, innermost_reduced: bool, target: Target = GEN
       a workgroup per output 47; the same run on this project's 2-core machine);
     - reduce_serial, a thread per output: short reductions (the partials of a split product or
       reduction), and column sums over more outputs than TREE_OUTPUTS on a GPU, where
-      neighbouring threads read neighbours and the outputs alone fill the units.
+      neighbouring threads read neighbours and the outputs alone fill the units; short ones over
+      SERIAL_WIDE_OUTPUTS outputs or more in workgroups of 256 threads on a GPU, else 64.
     """
     if r <= 64:
-        return "reduce_serial", 64
+        wide = not target.cpu and not innermost_reduced and outs >= SERIAL_WIDE_OUTPUTS
+        return "reduce_serial", 256 if wide else 64
     if innermost_reduced or (not target.cpu and outs <= TREE_OUTPUTS):
         return "reduce_tree", 256 if r >= 256 else 128
     return ("reduce_columns", 256) if target.cpu else ("reduce_serial", 64)
