@@ -113,29 +113,39 @@ def test_rms_norm_scale_is_one_reduction_kernel():
 
 @PROPERTY
 @given(
+    parts=st.integers(2, 5),
     shape=shapes,
-    pick=st.integers(0, 7),
-    keepdim=st.booleans(),
     fn=st.sampled_from(["mul", "add", "sub", "div", "greater"]),
     left=st.booleans(),
     broadcast=st.booleans(),
     seed=seeds,
 )
-def test_reduce_epilogue_tensor(shape, pick, keepdim, fn, left, broadcast, seed):
-    """g(sum(x), y) and g(y, sum(x)), y of the reduction's shape or broadcast to it (its last dim
-    only): one reduction kernel whose epilogue reads y at the output element; then relu of that
-    folds too (one op at a time)."""
+def test_reduce_epilogue_tensor(parts, shape, fn, left, broadcast, seed):
+    """g(sum(p, 0), y) and g(y, sum(p, 0)), p partials [S, *out] and y of the output's shape or
+    broadcast to it (its last dim only): one reduction kernel whose epilogue reads y at the output
+    element; then relu of that folds too (one op at a time)."""
     graph = Graph()
-    x = leaf(graph, "x", shape)
-    total = node(graph, "sum", (x,), axes=axes_of(shape, pick), keepdim=keepdim)
-    out_shape = graph[total].shape
-    y = leaf(graph, "y", out_shape[-1:] if broadcast else out_shape)
+    partials = leaf(graph, "p", (parts, *shape))
+    total = node(graph, "sum", (partials,), axes=(0,), keepdim=False)
+    y = leaf(graph, "y", shape[-1:] if broadcast else shape)
     combined = node(graph, fn, (total, y) if left else (y, total))
     graph.outputs["r"] = node(graph, "relu", (combined,))
     fused, report = check_rewrite(graph, "reduce_epilogue_tensor", seed, positive=fn == "div")
     (kernel,) = live_nodes(fused, "fused_reduce")
     assert kernels(fused) == 1 and report.rule("reduce_epilogue_tensor").uses == 1
     assert kernel.attr("epilogue").startswith("relu(") and "$1" in kernel.attr("epilogue")
+
+
+def test_only_a_sum_of_partials_takes_a_tensor_in_its_epilogue():
+    """sum(x, 1) · y (a row sum beside a tensor of its shape) keeps two kernels: the rule folds
+    tensors only into the sum over axis 0 of partials, the split products' and reductions' sums
+    (rewrite/reductions.py `PARTS_SUM`)."""
+    graph = Graph()
+    x, y = leaf(graph, "x", (3, 4)), leaf(graph, "y", (3,))
+    graph.outputs["r"] = node(graph, "mul", (node(graph, "sum", (x,), axes=(1,), keepdim=False), y))
+    fused, report = check_rewrite(graph)
+    assert report.rule("reduce_epilogue_tensor").matches == 0
+    assert ops(fused).count("sum") == 1 and kernels(fused) == 2
 
 
 def test_a_reduction_broadcast_back_over_its_input_is_not_folded():
