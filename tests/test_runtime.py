@@ -388,3 +388,25 @@ def test_a_bad_dispatch_recorded_natively_fails_when_the_encoder_finishes(monkey
         compute.end()
         with pytest.raises(wgpu.GPUValidationError, match="65535"):
             encoder.finish()
+
+
+def test_without_a_name_of_wgpu_natives_module_every_fast_path_falls_back_or_refuses(monkeypatch):
+    """runtime/native.py: a wgpu build whose wgpu-native module lacks a name the fast paths use (what
+    an upgrade that moves it looks like) gives None, and then recording and readback take wgpu-py's
+    public API, and an unchecked shader module is refused with the reason."""
+    from wgpu.backends.wgpu_native import _api
+
+    from meganeura.runtime import encoding, native
+
+    assert native.wgpu_native() is _api
+    monkeypatch.delattr(_api, "from_c_string_view")
+    native.wgpu_native.cache_clear()
+    try:
+        assert native.wgpu_native() is None
+        assert encoding.native_functions() is None and mapping.native_mapper() is None
+        with pytest.raises(RuntimeError, match="C API"):
+            device.unchecked_module(default_device().device, "@compute @workgroup_size(1) fn main() {}")
+    finally:
+        monkeypatch.undo()
+        native.wgpu_native.cache_clear()
+    assert native.wgpu_native() is _api and encoding.native_functions() is not None

@@ -19,6 +19,7 @@ import os
 
 import wgpu
 
+from meganeura.runtime.native import wgpu_native
 from meganeura.target import Target, target_for
 
 ADAPTER_ENV = "MEGANEURA_ADAPTER"
@@ -155,22 +156,24 @@ def runs_unchecked(trusted: bool) -> bool:
 
 def unchecked_module(device: wgpu.GPUDevice, wgsl: str) -> wgpu.GPUShaderModule:
     """A shader module of `wgsl` compiled without runtime bounds checks (wgpu-native only)."""
-    from wgpu.backends.wgpu_native import _api, ffi, lib
-
-    source = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(wgsl))
+    api = wgpu_native()
+    if api is None:
+        raise RuntimeError(f"{UNCHECKED_ENV}=1 needs wgpu-native's C API, which this wgpu build does not expose")
+    ffi, lib = api.ffi, api.lib
+    source = api.new_struct_p("WGPUShaderSourceWGSL *", code=api.to_c_string_view(wgsl))
     source[0].chain.next = ffi.NULL
     source[0].chain.sType = lib.WGPUSType_ShaderSourceWGSL
-    descriptor = _api.new_struct_p(
+    descriptor = api.new_struct_p(
         "WGPUShaderModuleDescriptor *",
         nextInChain=ffi.cast("WGPUChainedStruct *", source),
-        label=_api.to_c_string_view("meganeura unchecked"),
+        label=api.to_c_string_view("meganeura unchecked"),
     )
-    handle = _api.libf.wgpuDeviceCreateShaderModuleTrusted(
+    handle = api.libf.wgpuDeviceCreateShaderModuleTrusted(
         device._internal, descriptor, lib.WGPUShaderRuntimeChecks_None
     )
     if handle == ffi.NULL:
         raise RuntimeError(f"{UNCHECKED_ENV}=1: wgpu-native could not create a shader module without bounds checks")
-    return _api.GPUShaderModule("meganeura unchecked", handle, device)
+    return api.GPUShaderModule("meganeura unchecked", handle, device)
 
 
 _default: Device | None = None

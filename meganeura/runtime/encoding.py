@@ -7,8 +7,8 @@ this project's 2-core machine a dispatch (set_bind_group + dispatch_workgroups, 
 when it changes) takes 3.6 µs through wgpu-py's methods and 1.0-1.3 µs through the wgpu-native
 C functions they wrap (lavapipe, the 250 dispatches of a 4-layer SmolLM2-shaped step, the
 fastest of 20 recordings, 2026-12-01); finishing the encoder adds 1.6-1.9 µs a dispatch.
-`record` uses the C functions where wgpu-py exposes them (the pinned wgpu 0.32.0 does, as
-`wgpu.backends.wgpu_native._api.lib`), else the methods.
+`record` uses the C functions where wgpu-py exposes them (the pinned wgpu 0.32.0 does:
+runtime/native.py), else the methods.
 
 Errors are not lost: WebGPU reports a pass's validation errors when its command encoder
 finishes, which goes through wgpu-py's checked call either way.
@@ -20,22 +20,26 @@ from collections.abc import Callable, Sequence
 
 import wgpu
 
+from meganeura.runtime.native import wgpu_native
+
 Dispatch = tuple  # (GPUComputePipeline, GPUBindGroup, (x, y, z))
 
 
 def native_functions():
     """(set_pipeline, set_bind_group, dispatch, NULL) of wgpu-native's C API, or None where this
-    wgpu build does not expose them."""
+    wgpu build does not expose them (runtime/native.py)."""
+    api = wgpu_native()
+    if api is None:
+        return None
     try:
-        from wgpu.backends.wgpu_native._api import ffi, lib
-
+        lib = api.lib
         return (
             lib.wgpuComputePassEncoderSetPipeline,
             lib.wgpuComputePassEncoderSetBindGroup,
             lib.wgpuComputePassEncoderDispatchWorkgroups,
-            ffi.NULL,
+            api.ffi.NULL,
         )
-    except (ImportError, AttributeError):
+    except AttributeError:  # a C function this wgpu-native lacks
         return None
 
 

@@ -11,7 +11,7 @@ H200 141 µs through `map_sync`, 67 µs by the C path below (PyTorch's tiny kern
 H200: that wait is a large part of it.
 
 `read_after_submit` maps through wgpu-native's C functions where wgpu-py exposes them (the
-pinned wgpu 0.32.0 does, as `wgpu.backends.wgpu_native._api`), waits on the calling thread with a
+pinned wgpu 0.32.0 does: runtime/native.py), waits on the calling thread with a
 blocking `wgpuDevicePoll`, copies the range out and unmaps; elsewhere it goes through wgpu-py's
 `map_sync`. Only buffers that wgpu-py itself never maps may be read this way: wgpu-py's own
 record of the buffer's map state is not updated.
@@ -20,6 +20,8 @@ record of the buffer's map state is not updated.
 from __future__ import annotations
 
 import wgpu
+
+from meganeura.runtime.native import wgpu_native
 
 
 class NativeMapper:
@@ -55,12 +57,13 @@ class NativeMapper:
 
 
 def native_mapper() -> NativeMapper | None:
-    """The C path, or None where this wgpu build does not expose it."""
+    """The C path, or None where this wgpu build does not expose it (runtime/native.py)."""
+    api = wgpu_native()
+    if api is None:
+        return None
     try:
-        from wgpu.backends.wgpu_native._api import ffi, from_c_string_view, lib
-
-        return NativeMapper(ffi, lib, from_c_string_view)
-    except (ImportError, AttributeError):
+        return NativeMapper(api.ffi, api.lib, api.from_c_string_view)
+    except AttributeError:  # a C function or constant this wgpu-native lacks
         return None
 
 
