@@ -141,9 +141,9 @@ def _max(b, node, g):
     return [b.emit("mul", [mask, b.emit("div", [g, ties])])]
 
 
-def epilogue_inputs(epilogue: str) -> set[int]:
-    """The inputs a fused_reduce's epilogue reads (broadcast to its output's shape)."""
-    return {int(name) for name in variables(parse_expr(epilogue)) if name != "r"}
+def inputs_read(expression: str) -> set[int]:
+    """The inputs ($0, $1, …) a fused_reduce's prologue or epilogue reads."""
+    return {int(name) for name in variables(parse_expr(expression)) if name.isdigit()}
 
 
 def infer_fused_reduce(types, attrs) -> TensorType:
@@ -155,7 +155,7 @@ def infer_fused_reduce(types, attrs) -> TensorType:
     check_expr("fused_reduce", attrs["prologue"], names)
     check_expr("fused_reduce", attrs["epilogue"], names | {"r"})
     out = reduced_type(in_shape, attrs["axes"], attrs["keepdim"])
-    late, early = epilogue_inputs(attrs["epilogue"]), {int(n) for n in variables(parse_expr(attrs["prologue"]))}
+    early, late = inputs_read(attrs["prologue"]), inputs_read(attrs["epilogue"])  # at (o, r); at o
     for index, t in enumerate(types):
         shapes = [("the output", out.shape)] if index in late else []
         if index in early or index not in late:
