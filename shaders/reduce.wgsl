@@ -57,10 +57,9 @@ fn combine(a: f32, b: f32) -> f32 {
     return {{COMBINE}};
 }
 
-// What is written for the reduced `value` of item `item`: the epilogue, whose extras (no split:
-// the item is the output element o) are read at o.
-fn finish(item: u32, value: f32) -> f32 {
-    let o = item;
+// What is written for the reduced `value` of item o: the epilogue, whose extras are read at o
+// (an epilogue reads extras only without a split, where an item is an output element).
+fn finish(o: u32, value: f32) -> f32 {
     {{EPILOGUE_READS}}
     return {{EPILOGUE}};
 }
