@@ -10,7 +10,7 @@
 // and PART = R for a plain reduction), so neighbouring items are neighbouring outputs of one part.
 // Bindings (group 0, generated from the KernelSpec): one read binding per input buffer (x0,
 // x1, …; scalar constants are inlined), then out (read_write).
-// Three entry points:
+// Four entry points:
 // - reduce_tree: one workgroup of WG threads per item; each thread combines a strided slice
 //   of its part, then a tree reduction in workgroup memory. For long reductions.
 //   Grid: ITEMS workgroups, folded into (GRID_X, y).
@@ -19,6 +19,12 @@
 //   then combined in workgroup memory (a tree in lane order). For long reductions over outer
 //   dims (column sums) on a CPU, where neighbouring items are neighbouring words: each row of a part is
 //   read as COLUMNS contiguous words. Grid: ITEMS / COLUMNS workgroups, folded into (GRID_X, y).
+// - reduce_rows: COLUMNS items per workgroup, LANES = WG / COLUMNS neighbouring threads per
+//   item, lane l combining elements l, l + LANES, … of the item's part, then the lanes' values
+//   in workgroup memory (the same tree as reduce_columns). For short reductions along the
+//   innermost dim with many outputs on a GPU (a row dot product over head_dim): a warp reads
+//   whole rows, where a thread per row would touch a cache line per thread and load.
+//   Grid: ITEMS / COLUMNS workgroups, folded into (GRID_X, y).
 // - reduce_serial: one thread per item, or per few items WG apart (SERIAL_BODY, unrolled:
 //   codegen/reduce.py `serial_items`), looping over each one's part. For short reductions with
 //   many outputs, where neighbouring threads then read neighbouring addresses.
@@ -26,7 +32,7 @@
 // Either way the order of the additions is fixed by the sizes: results are deterministic.
 //
 // Placeholders: BINDINGS, OUTS, R, SPLITS, PART (⌈R/SPLITS⌉), WG (a power of two), COLUMNS
-// (a power of two dividing WG), SERIAL_BODY (reduce_serial's unrolled items), GRID_X,
+// (a power of two dividing WG; reduce_rows: items a workgroup), SERIAL_BODY (reduce_serial's unrolled items), GRID_X,
 // FUNCTIONS (helpers the expressions call), READS (`let` statements loading the inputs at `o`,
 // `r`), PROLOGUE (the f32 value reduced at (o, r)), INIT (the identity of ⊕), COMBINE (⊕ of `a`
 // and `b`), EPILOGUE_READS (`let` statements loading the epilogue's extras at the output element
@@ -114,6 +120,22 @@ fn reduce_columns(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
     fold_lanes(lid, LANES, COLUMNS);
     if (lid < COLUMNS && item < ITEMS) {
         out[item] = finish(item, partial[lid]);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn reduce_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let first = (wid.x + wid.y * GRID_X) * COLUMNS;
+    let item = first + lid / LANES;
+    let lane = lid % LANES;
+    var acc = {{INIT}};
+    if (item < ITEMS) {
+        acc = part_value(item, lane, LANES);
+    }
+    partial[lane * COLUMNS + lid / LANES] = acc;
+    fold_lanes(lid, LANES, COLUMNS);
+    if (lid < COLUMNS && first + lid < ITEMS) {
+        out[first + lid] = finish(first + lid, partial[lid]);
     }
 }
 

@@ -625,6 +625,27 @@ def test_sum(shape, axes, keepdim):
         assert entries == {False: "reduce_tree", True: "reduce_columns"}
 
 
+@pytest.mark.parametrize(
+    "shape", [(2, 3, 129, 64), (5, 131, 33), (77, 5), (40, 1)], ids=lambda s: "x".join(map(str, s))
+)
+def test_a_short_row_reduction_runs_lanes_of_a_row_on_a_gpu(shape):
+    """A sum over the innermost dim of at most 64 elements (attention's rows' Dᵢ = dOᵢ·Oᵢ over
+    head_dim): on a GPU reduce_rows, `row_lanes` neighbouring threads a row and 256 / lanes rows a
+    workgroup (ragged: rows not a multiple of the workgroup's, lengths not of the lanes); on a CPU
+    a thread a row. Both agree with the interpreter."""
+    from meganeura.codegen.reduce import ROW_WG, row_lanes
+
+    axes = (len(shape) - 1,)
+    attrs = {"kind": "sum", "axes": axes, "keepdim": False, "in_shape": shape}
+    graph = one_op("fused_reduce", [shape, shape], prologue="mul($0,$1)", epilogue="$r", **attrs)
+    inputs = {"x0": normal(*shape), "x1": normal(*shape)}
+    gpu, cpu = (check(graph, inputs, 1e-5, 1e-5, t).kernels[0] for t in (GENERIC, CPU))
+    assert (gpu.entry_point, cpu.entry_point) == ("reduce_rows", "reduce_serial")
+    rows, lanes = int(np.prod(shape[:-1])), row_lanes(shape[-1])
+    assert lanes == min(16, 1 << (shape[-1] - 1).bit_length())
+    assert gpu.workgroup_size == (ROW_WG, 1, 1) and int(np.prod(gpu.grid)) >= -(-rows // (ROW_WG // lanes))
+
+
 def test_a_short_reduction_with_many_outputs_runs_wide_workgroups_on_a_gpu():
     """A sum over 3 of [2, 3, 3, 129, 101] (dK's group sum, ragged: 78,174 outputs): on a GPU
     reduce_serial in workgroups of 256 threads (codegen/reduce.py SERIAL_WIDE_OUTPUTS), on a CPU
@@ -686,7 +707,7 @@ def test_fused_reduce(kind, prologue, epilogue, shapes, axes, keepdim):
 # CPU's entry points): epilogues that read tensors at the output element, every entry point.
 EPILOGUE_EXTRAS = [
     ("sum", "$0", "add($r,$1)", [(3, 1000), (3,)], (1,), False, "reduce_tree", "reduce_tree"),
-    ("sum", "mul($0,$0)", "mul($1,rsqrt($r))", [(7, 33), (7, 1)], (1,), True, "reduce_serial", "reduce_serial"),
+    ("sum", "mul($0,$0)", "mul($1,rsqrt($r))", [(7, 33), (7, 1)], (1,), True, "reduce_rows", "reduce_serial"),
     ("sum", "$0", "relu(add($r,$1))", [(4, 37, 45), (37, 45)], (0,), False, "reduce_serial", "reduce_serial"),
     ("max", "$0", "sub($1,$r)", [(300, 5), (5,)], (0,), False, "reduce_tree", "reduce_columns"),
     ("sum", "mul($0,$1)", "add(add($2,$r),$1)", [(7, 33), (33,), (1,)], (0,), False, None, None),  # $1 in both

@@ -53,6 +53,24 @@ COLUMNS = 16
 # dK/dV's group sums over axis 2 of [8, 3, 3, 256, 64] 0.559 → 0.487 ms a step, the 6 partials
 # of [576, 576] 0.553 → 0.494, the rest within 0.05; the step 83.68 → 83.39 ms GPU.
 SERIAL_WIDE_OUTPUTS = 65536
+# reduce_rows: a short reduction along the innermost dim (at most ROW_LANES_MAX elements) with
+# many outputs runs ROW_LANES neighbouring threads an output on a GPU, not a thread an output.
+# Measured on the H200, 2026-12-02, on the rows' Dᵢ = Σ dO∘O of attention's backward over
+# head_dim 64: alone ([8, 9, 256, 64] → [8, 9, 256]; a copy of benchmarks/reductions.py), a thread
+# a row 16.6-22.8 µs at 32-256 threads a workgroup, a workgroup a row (reduce_tree) 16.8; in the
+# SmolLM2-135M-shaped step (`benchmarks/plan_ab.py`, one profiled step) 20.4 µs a layer as
+# reduce_serial, 11.3 as reduce_rows (GPT-2's [8, 12, 256, 64]: 21.3 and 11.7), the step 83.43
+# → 83.05 ms GPU; 8 or 32 lanes moved it by under 0.15 ms.
+ROW_LANES = 16
+ROW_LANES_MAX = 64
+ROW_WG = 256
+
+
+def row_lanes(r: int) -> int:
+    """The lanes reduce_rows gives each output of `r` elements: ROW_LANES, fewer for shorter rows."""
+    return min(ROW_LANES, 1 << max(0, (r - 1).bit_length()))
+
+
 # On a GPU a long reduction over outer dims takes a workgroup per output up to this many outputs
 # (measured up to 1536, `reduce_plan`; past that a guess: the outputs alone fill the units).
 TREE_OUTPUTS = 16384
@@ -73,11 +91,15 @@ def reduce_plan(outs: int, r: int, innermost_reduced: bool, target: Target = GEN
       sums on a CPU (lavapipe), where a workgroup is one thread's loop over its threads and the
       contiguous row segments are what count: [2048, 1536] 5.1 ms (a thread per output 16.6,
       a workgroup per output 47; the same run on this project's 2-core machine);
+    - reduce_rows, `row_lanes` threads per output: short reductions along the innermost dim on
+      a GPU (at most ROW_LANES_MAX elements), read a whole row per group of lanes;
     - reduce_serial, a thread per output: short reductions (the partials of a split product or
       reduction), and column sums over more outputs than TREE_OUTPUTS on a GPU, where
       neighbouring threads read neighbours and the outputs alone fill the units; short ones over
       SERIAL_WIDE_OUTPUTS outputs or more in workgroups of 256 threads on a GPU, else 64.
     """
+    if innermost_reduced and r <= ROW_LANES_MAX and not target.cpu:
+        return "reduce_rows", ROW_WG
     if r <= 64:
         wide = not target.cpu and not innermost_reduced and outs >= SERIAL_WIDE_OUTPUTS
         return "reduce_serial", 256 if wide else 64
@@ -106,8 +128,11 @@ def serial_items(part: int, leading: bool) -> int:
     return SHORT_PART_ITEMS if leading and part <= SHORT_PART else 1
 
 
-def items_per_workgroup(entry: str, wg: int, items: int = 1) -> int:
-    """The values (outputs or partials) one workgroup of `entry` computes (reduce_serial: `items` a thread)."""
+def items_per_workgroup(entry: str, wg: int, items: int = 1, part: int = 1) -> int:
+    """The values (outputs or partials) one workgroup of `entry` computes (reduce_serial: `items`
+    a thread; reduce_rows: one per `row_lanes(part)` threads)."""
+    if entry == "reduce_rows":
+        return wg // row_lanes(part)
     return {"reduce_tree": 1, "reduce_columns": COLUMNS}.get(entry, wg * items)
 
 
@@ -133,7 +158,7 @@ SPLIT_WAVES = 4
 # 1024 are a few elements per thread, reduce_columns' 256 are 16 loads for each of an output's 16
 # threads, reduce_serial's 64 a thread's loop; shorter parts spend more on writing and combining
 # partials than they save.
-MIN_PART = {"reduce_tree": 1024, "reduce_columns": 256, "reduce_serial": 64}
+MIN_PART = {"reduce_tree": 1024, "reduce_columns": 256, "reduce_serial": 64, "reduce_rows": 64}
 
 
 def reduce_geometry(in_shape: tuple[int, ...], axes) -> tuple[int, int, bool, bool]:
@@ -150,9 +175,10 @@ def plan_workgroups(
 ) -> int:
     """The workgroups of a reduction computing `items` values (outputs, or partials), each over
     `part` elements (along the leading dims or not): one per item (reduce_tree), per COLUMNS
-    items (reduce_columns) or per WG · `serial_items` items (reduce_serial)."""
+    items (reduce_columns), per WG / `row_lanes` items (reduce_rows) or per WG · `serial_items`
+    items (reduce_serial)."""
     entry, wg = reduce_plan(items, part, innermost_reduced, target)
-    return -(-items // items_per_workgroup(entry, wg, serial_items(part, leading)))
+    return -(-items // items_per_workgroup(entry, wg, serial_items(part, leading), part))
 
 
 def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
@@ -170,7 +196,7 @@ def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
     while splits < r:  # the entry point of the partials depends on their count: settle it
         part = split_length(r, splits)
         entry, wg = reduce_plan(outs * splits, part, innermost, target)
-        per_item = items_per_workgroup(entry, wg, serial_items(part, leading))
+        per_item = items_per_workgroup(entry, wg, serial_items(part, leading), part)
         shortest = MIN_PART[entry]
         proposal = min(-(-wanted * per_item // outs), max(1, r // shortest))
         proposal = -(-r // split_length(r, proposal))  # no empty part
@@ -238,7 +264,7 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "SPLITS": splits,
             "PART": part,
             "WG": wg,
-            "COLUMNS": COLUMNS,
+            "COLUMNS": wg // row_lanes(part) if entry == "reduce_rows" else COLUMNS,
             "SERIAL_BODY": serial_body(items, REDUCE_INIT[kind]),
             "GRID_X": max(grid[0], 1),
             "FUNCTIONS": helper_functions([prologue, epilogue]),
