@@ -29,7 +29,10 @@ whole kernel under another name). On the H200 (2026-12-02, SmolLM2 shapes, dK/dV
 writing dS at 32x32/128p, ms): whole 0.1945; without the dS stores 0.169, without the rows'
 staging 0.166, without the output update 0.145, without the score tile 0.128, not causal (every
 key tile walks all query tiles: 1.78× the work) 0.326; the forward 64x32/256p 0.102, without the
-output update 0.067, without the score tile 0.071, not causal 0.148.
+output update 0.067, without the score tile 0.071, not causal 0.148. The rows' D was then rebuilt
+in the kernel from O, loaded beside dO for every query tile a workgroup walks; with D read as an
+operand instead (an ablation then, the kernels' form since; 32x32/256p, ms): SmolLM2 0.1649 →
+0.1378, GPT-2 0.2076 → 0.1825.
 
 On a CPU adapter (lavapipe) the GPU kernels are forced (the compiler would pick attention_rows);
 use small --seq/--batch there.
@@ -51,7 +54,12 @@ from meganeura.codegen.attention_tiles import KINDS, Tiles, layout_of, per_threa
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import GemmTiling
 from meganeura.ir.graph import TensorType
-from meganeura.ir.ops.transformer import evaluate_attention, evaluate_attention_grad_kv, evaluate_attention_grad_q
+from meganeura.ir.ops.transformer import (
+    attention_delta,
+    evaluate_attention,
+    evaluate_attention_grad_kv,
+    evaluate_attention_grad_q,
+)
 from meganeura.ir.trace import Tracer
 from meganeura.runtime import Executable, default_device
 
@@ -124,8 +132,8 @@ def ablate(device, target, q_shape, kv_shape, inputs, repeat: int, kinds: list[s
 
 
 def attention_step(kind: str, q_shape, kv_shape, repeat: int, per_query_head: bool = False, scores: bool = False):
-    """A graph of `repeat` `kind` kernels on the same inputs (the backward reads o and lse as
-    inputs); `per_query_head`: dK/dV's per-query-head form (as the compiler splits a grouped one);
+    """A graph of `repeat` `kind` kernels on the same inputs (the backward reads the rows' D and
+    lse as inputs); `per_query_head`: dK/dV's per-query-head form (as the compiler splits a grouped one);
     `scores`: dK/dV writing dS too."""
     tracer = Tracer()
     graph = tracer.graph
@@ -139,10 +147,10 @@ def attention_step(kind: str, q_shape, kv_shape, repeat: int, per_query_head: bo
         attrs["scores"] = True
     operands = [q, k, v]
     if kind != "attention":
-        o = tracer.leaf("input", "o", TensorType(q_shape))
+        delta = tracer.leaf("input", "delta", TensorType(q_shape[:3]))
         lse = tracer.leaf("input", "lse", TensorType(q_shape[:3]))
         d_o = tracer.leaf("input", "do", TensorType(q_shape))
-        operands += [o, lse, d_o]
+        operands += [delta, lse, d_o]
     for index in range(repeat):
         node = tracer.emit(kind, operands, **attrs)
         several = kind != "attention_grad_q"  # the forward and dK/dV have two results
@@ -154,7 +162,8 @@ def step_inputs(q_shape, kv_shape) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     q, k, v, d_o = (rng.normal(size=s).astype(np.float32) for s in (q_shape, kv_shape, kv_shape, q_shape))
     o, lse = evaluate_attention(q, k, v, True, 1.0 / np.sqrt(q_shape[-1]))
-    return {"q": q, "k": k, "v": v, "o": o.astype(np.float32), "lse": lse.astype(np.float32), "do": d_o}
+    delta = attention_delta(o, d_o).astype(np.float32)
+    return {"q": q, "k": k, "v": v, "delta": delta, "lse": lse.astype(np.float32), "do": d_o}
 
 
 def expected_result(kind: str, inputs: dict[str, np.ndarray], per_query_head: bool = False) -> np.ndarray:
@@ -164,7 +173,7 @@ def expected_result(kind: str, inputs: dict[str, np.ndarray], per_query_head: bo
     scale = 1.0 / np.sqrt(q.shape[-1])
     if kind == "attention":
         return evaluate_attention(q, k, v, True, scale)[0]
-    backward = (q, k, v, values["o"], values["lse"], values["do"], True, scale)
+    backward = (q, k, v, values["delta"], values["lse"], values["do"], True, scale)
     if kind == "attention_grad_q":
         return evaluate_attention_grad_q(*backward)
     return evaluate_attention_grad_kv(*backward, per_query_head=per_query_head)[0]
@@ -228,7 +237,7 @@ def scores_matmul_ms(
     finally:
         codegen_matmul.gemm_tiling = original
     values = {name: value.astype(np.float64) for name, value in inputs.items()}
-    backward = [values[name] for name in ("q", "k", "v", "o", "lse", "do")]
+    backward = [values[name] for name in ("q", "k", "v", "delta", "lse", "do")]
     scale = 1.0 / np.sqrt(d)
     _, _, scores = evaluate_attention_grad_kv(*backward, True, scale, scores=True)
     used = {"ds": scores.astype(np.float32), "k": inputs["k"]}

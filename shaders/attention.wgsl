@@ -3,7 +3,7 @@
 // P = exp(q·kᵀ·scale − lse) from the saved log-sum-exp instead of reading it. (On a CPU target
 // the lowering picks attention_rows.wgsl instead: a thread per row, no barriers.)
 //
-// Layout (PyTorch's): q, o, do [B, H, SQ, D]; k, v, dK, dV [B, HKV, SKV, D]; lse [B, H, SQ].
+// Layout (PyTorch's): q, o, do [B, H, SQ, D]; k, v, dK, dV [B, HKV, SKV, D]; lse, delta [B, H, SQ].
 // Query head h reads KV head h / GROUP (GROUP = H / HKV). With CAUSAL, query i sees keys j <= i.
 //
 // Tiles: BR query rows, BC key rows, THREADS threads per workgroup. Rows of D floats are staged
@@ -20,13 +20,11 @@
 //     the tile into its running max and sum and turn S into P; stage V over K, O = O·alpha +
 //     P·V. Writes o = O / l and lse = m + log l.
 //   attention_grad_q (a workgroup per (b, h, query tile)): Q and dO staged once, per row lse
-//     and Dᵢ = rowsum(dOᵢ ∘ Oᵢ) (partial sums of o·do read while dO is staged, folded in
-//     workgroup memory: no extra kernel); per key tile: stage K and V, dS = P ∘ (dO·Vᵀ − D),
-//     dQ += dS·K. Writes dQ·scale.
+//     and Dᵢ = rowsum(dOᵢ ∘ Oᵢ) (the operand delta, reduced once before the kernel); per key
+//     tile: stage K and V, dS = P ∘ (dO·Vᵀ − D), dQ += dS·K. Writes dQ·scale.
 //   attention_grad_kv (a workgroup per (b, kv head, key tile)): K and V staged once; for every
 //     query head of the group and every query tile that sees the key tile (causal: from the
-//     diagonal tile on), in one walk: stage Q and dO, per row lse and D (recomputed per tile, as
-//     in dQ: BR·D multiply-adds beside the tile's 4·BR·BC·D), Pᵀ and dSᵀ, dV += Pᵀ·dO,
+//     diagonal tile on), in one walk: stage Q and dO, per row lse and D, Pᵀ and dSᵀ, dV += Pᵀ·dO,
 //     dK += dSᵀ·Q. Writes dK·scale and dV. No atomics: each workgroup owns its output rows. PER_QUERY_HEAD: a
 //     workgroup per (b, query head, key tile) walks its own head only and writes that head's
 //     part, dK and dV [B, H, SKV, D] (summed over each group after the kernel). With a third
@@ -40,7 +38,7 @@
 // each tile loads where it is stored, after the barrier that frees its arrays.
 //
 // Bindings (group 0, generated from the KernelSpec; all f32, the outputs read_write): q, k and
-// v, then out and out_lse; the backward: q, k, v, o, lse, d_o, then out (dQ) or out_k and out_v
+// v, then out and out_lse; the backward: q, k, v, delta, lse, d_o, then out (dQ) or out_k and out_v
 // (and out_s).
 // Grid: TILES workgroups, folded into (GRID_X, y).
 //
@@ -111,21 +109,16 @@ fn query_start(k0: u32) -> u32 {
 
 //#if FORWARD
 //#else
-var<workgroup> delta_parts: array<f32, BR * DV>;  // dO·O per staged vec4 (with dO: attention_tiles.TileRows)
 var<workgroup> row_lse: array<f32, BR>;
 var<workgroup> row_delta: array<f32, BR>;
 
-// The staged query rows' lse, and their Dᵢ = dOᵢ · Oᵢ folded from delta_parts (after a barrier
-// that follows their staging; the backward kernels).
+// The staged query rows' lse and Dᵢ (the backward kernels; after the barrier that frees the
+// previous tile's readers).
 fn stage_rows(lid: u32, bh: u32, q0: u32) {
     for (var r = lid; r < BR; r += THREADS) {
-        let i = q0 + r;
-        row_lse[r] = select(0.0, lse[bh * SQ + min(i, SQ - 1u)], i < SQ);
-        var sum = 0.0;
-        for (var c = 0u; c < DV; c++) {
-            sum += delta_parts[r * DV + c];
-        }
-        row_delta[r] = sum;
+        let i = min(q0 + r, SQ - 1u);
+        row_lse[r] = select(0.0, lse[bh * SQ + i], q0 + r < SQ);
+        row_delta[r] = select(0.0, delta[bh * SQ + i], q0 + r < SQ);
     }
 }
 //#endif

@@ -5,7 +5,7 @@
 //
 //   attention (a thread per query row (b, h, i)): an online softmax over its keys, one at a
 //     time, the running output (D values) in a private array; writes o and the row's lse.
-//   attention_grad_q (a thread per query row): Dᵢ = do_i·o_i, then over its keys
+//   attention_grad_q (a thread per query row): with Dᵢ = do_i·o_i (the operand delta), over its keys
 //     dS_ij = P_ij·(do_i·v_j − Dᵢ), P_ij = exp(q_i·k_j·scale − lse_i), dQ_i = scale·Σ_j dS_ij·k_j.
 //   attention_grad_kv (a thread per key row (b, hk, j)): over the query rows of the GROUP heads
 //     of KV head hk that see key j, dV_j = Σ_r P_rj·do_r and dK_j = scale·Σ_r dS_rj·q_r.
@@ -70,10 +70,7 @@ fn attention_grad_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     }
     let r = query_row(row);
     let qi = r.qi;
-    var di = 0.0;
-    for (var d = 0u; d < D; d++) {
-        di += d_o[qi + d] * o[qi + d];
-    }
+    let di = delta[row];
     let lse_i = lse[row];
     var acc: array<f32, D>;
     for (var j = 0u; j < r.end; j++) {
@@ -115,12 +112,10 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
             let qi = query * D;
             let p = exp(qk(qi, kj) * SCALE - lse[query]);
             var dp = 0.0;
-            var di = 0.0;
             for (var d = 0u; d < D; d++) {
                 dp += d_o[qi + d] * v[kj + d];
-                di += d_o[qi + d] * o[qi + d];
             }
-            let ds = p * (dp - di);
+            let ds = p * (dp - delta[query]);
             for (var d = 0u; d < D; d++) {
                 dv[d] += p * d_o[qi + d];
                 dk[d] += ds * q[qi + d];

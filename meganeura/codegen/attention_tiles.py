@@ -66,7 +66,7 @@ class Tiles:
 # splits it, `--per-query-head`: 0.177 against 0.187): 0.41 ms a SmolLM2 layer. (For SmolLM2's
 # grouped heads, the sweeps without `--per-query-head` timed the per-head kernel too: the
 # benchmark's plan split it, until 2026-12-02. The grouped kernel itself, writing dS: 0.258 ms,
-# attention_heads.py.) The backward tiles need 41344 and 45568 bytes, so an adapter of the family
+# attention_heads.py.) The backward tiles need 39296 and 43520 bytes, so an adapter of the family
 # that offers less takes the generic ones.
 # dK/dV writing dS (codegen/attention_scores.py, what both LM steps run on the H200 since
 # 2026-12-02; `--scores`, three alternated runs, per query head): 32x32/128p 0.194, 32x32/256p
@@ -117,11 +117,10 @@ def workgroup_bytes(kind: str, tiles: Tiles, d: int) -> int:
     if kind == "attention":
         lanes = 2 * 4 * tiles.threads if row_lanes(tiles) else 0  # lane_max, lane_sum
         return (br + bc) * row + 4 * br * (bc + 1) + 3 * 4 * br + lanes
-    parts = 4 * br * vec4s(d)  # the backward's delta_parts: a dO·O partial per staged vec4
     if kind == "attention_grad_q":
-        return 2 * (br + bc) * row + 4 * br * (bc + 1) + 2 * 4 * br + parts
+        return 2 * (br + bc) * row + 4 * br * (bc + 1) + 2 * 4 * br
     if kind == "attention_grad_kv":
-        return 2 * (br + bc) * row + 2 * 4 * bc * (br + 1) + 2 * 4 * br + parts
+        return 2 * (br + bc) * row + 2 * 4 * bc * (br + 1) + 2 * 4 * br
     raise ValueError(f"no attention kernel {kind!r}; expected one of {KINDS}")
 
 
@@ -265,26 +264,19 @@ class TileRows:
     consecutive threads take consecutive vec4s, each thread the same elements every tile, zeros
     past the rows' limit. Between the load and the store the registers hold the tile, so a kernel
     can load the next tile while the current one is computed (`TileRows.streamed`), or stage a tile
-    at once (`staged`). With `delta`, the second source is dO, and O's vec4s are loaded beside it
-    for delta_parts (the rows' Dᵢ = dOᵢ · Oᵢ in partial sums, read coalesced: a thread per row
-    reading its D floats in turn touched a cache line per thread and load, and made dK/dV 1.9×
-    slower on the H200)."""
+    at once (`staged`)."""
 
     sources: tuple[str, ...]
     arrays: tuple[str, ...]
     rows: int
     threads: int
-    delta: bool = False
 
     def per_thread(self, d: int) -> int:
         """The vec4s of each source a thread loads and stores."""
         return -(-self.rows * vec4s(d) // self.threads)
 
-    def loaded(self) -> tuple[str, ...]:
-        return self.sources + (("o",) if self.delta else ())
-
     def declare(self, d: int) -> list[str]:
-        return [f"var pf_{name}_{i}: vec4<f32>;" for i in range(self.per_thread(d)) for name in self.loaded()]
+        return [f"var pf_{name}_{i}: vec4<f32>;" for i in range(self.per_thread(d)) for name in self.sources]
 
     def guard(self, d: int) -> str:
         """The condition that element e is one of the tile's (true where the elements divide)."""
@@ -296,9 +288,9 @@ class TileRows:
         for i in range(self.per_thread(d)):
             inside = " && ".join(filter(None, (self.guard(d), f"{row0} + e / DV < {limit}")))
             lines += ["{", f"    let e = lid + {i * self.threads}u;"]
-            lines += [f"    pf_{name}_{i} = vec4<f32>(0.0);" for name in self.loaded()]
+            lines += [f"    pf_{name}_{i} = vec4<f32>(0.0);" for name in self.sources]
             lines += [f"    if ({inside}) {{", f"        let at = {base} + ({row0} + e / DV) * D;"]
-            lines += [f"        pf_{name}_{i} = load4_{name}(at, e % DV);" for name in self.loaded()]
+            lines += [f"        pf_{name}_{i} = load4_{name}(at, e % DV);" for name in self.sources]
             lines += ["    }", "}"]
         return lines
 
@@ -325,15 +317,13 @@ class TileRows:
         return self.declare(d), self.load(d, *current, limit) + self.store(d), []
 
     def store(self, d: int) -> list[str]:
-        """Store the registers into the arrays (and the dO·O partials), after the barrier that frees them."""
+        """Store the registers into the arrays, after the barrier that frees them."""
         lines = []
         for i in range(self.per_thread(d)):
             body = [
                 f"{array}[(e / DV) * DS + e % DV] = pf_{name}_{i};"
                 for name, array in zip(self.sources, self.arrays, strict=True)
             ]
-            if self.delta:
-                body.append(f"delta_parts[e] = dot(pf_d_o_{i}, pf_o_{i});")
             guard = self.guard(d)
             lines += ["{", f"    let e = lid + {i * self.threads}u;"]
             lines += (
@@ -494,7 +484,7 @@ def tile_code(layout: Layout, scores: bool = False) -> dict[str, str]:
         epilogue = [line.format_map(SafeFormat(row="ri", i="q0 + ri", j="k0 + cj")) for line in backward_epilogue]
         epilogue.append("tile_s[ri * (BC + 1u) + cj] = p * ({dp} - row_delta[ri]);")
         keys = TileRows(("k", "v"), ("tile_k", "tile_v"), t.bc, n)
-        queries = TileRows(("q", "d_o"), ("tile_q", "tile_do"), t.br, n, delta=True)
+        queries = TileRows(("q", "d_o"), ("tile_q", "tile_do"), t.br, n)
         return {
             "ROW_LANES": False,  # the forward's softmax fold
             "STAGE_QDO": queries.staged(layout.d, "q0", "q_base", "SQ"),
@@ -513,7 +503,7 @@ def tile_code(layout: Layout, scores: bool = False) -> dict[str, str]:
         "tile_ds[ri * (BR + 1u) + cj] = ds;",
         *([SCORES_STORE] if scores else []),
     ]
-    queries = TileRows(("q", "d_o"), ("tile_q", "tile_do"), t.br, n, delta=True)
+    queries = TileRows(("q", "d_o"), ("tile_q", "tile_do"), t.br, n)
     return {
         "ROW_LANES": False,
         "STAGE_KV": TileRows(("k", "v"), ("tile_k", "tile_v"), t.bc, n).staged(layout.d, "k0", "kv_base", "SKV"),

@@ -42,7 +42,7 @@ class KernelSpec:
     `workgroup_memory` is the bytes of its workgroup arrays where they grow with a tile
     configuration picked for the target (attention, matmul, conv), so that the runtime refuses a
     step planned for more than its device offers (wgpu does not check it: lavapipe ran a
-    45568-byte kernel on a device limited to 32768, out of spec); 0 for the kernels whose arrays
+    43520-byte kernel on a device limited to 32768, out of spec); 0 for the kernels whose arrays
     are a word per thread at most.
     """
 

@@ -63,7 +63,8 @@ def lower_rope(graph: Graph, node: Node) -> KernelSpec:
 # Attention: flash-style tiles on a GPU (attention.wgsl, tiling in codegen/attention_tiles.py),
 # a thread per row on a CPU (attention_rows.wgsl)
 
-READS = ("q", "k", "v", "o", "lse", "d_o")  # the WGSL names of the operands, in order
+READS = ("q", "k", "v", "delta", "lse", "d_o")  # the WGSL names of the operands, in order
+ROW_READS = ("delta", "lse")  # per query row [B, H, SQ]: read as scalars, no vec4 loads
 # Per op: the operands its kernel reads, and the binding and shader flag of each result it writes.
 ATTENTION_KERNELS = {
     "attention": (("q", "k", "v"), (("out", "ATTENTION"), ("out_lse", "LSE"))),
@@ -201,7 +202,7 @@ def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles, target: Target
             "DV": vec4s(d),
             "TILES": count,
             "SEQ_TILES": per_head,
-            "VEC4": vec4_helpers(reads, writes, d),
+            "VEC4": vec4_helpers(tuple(name for name in reads if name not in ROW_READS), writes, d),
             **tile_code(layout, bool(node.attr("scores", False))),
             **flags,
         },

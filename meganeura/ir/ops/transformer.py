@@ -10,10 +10,15 @@ Attention, PyTorch's layout: q [B, H, Sq, D], k and v [B, H_kv, Skv, D] with H %
 (grouped KV heads: query head h reads KV head h // (H / H_kv)). `causal` masks key j > query i
 (top-left aligned, as torch's is_causal). `attention(q, k, v)` has two results: the output
 softmax(q·kᵀ·scale)·v and the row log-sum-exp [B, H, Sq], which the backward ops read to
-recompute P = exp(q·kᵀ·scale − lse) instead of keeping it. `attention_grad_q(q, k, v, o, lse,
-do)` is dQ; `attention_grad_kv(…)` has two results, dK and dV (one pass over the key rows
-recomputes P once for both), each summed over the query heads of a group; o is the forward's
-output and do its incoming gradient. With `per_query_head` its results are [B, H, Skv, D], one
+recompute P = exp(q·kᵀ·scale − lse) instead of keeping it. `attention_grad_q(q, k, v, delta,
+lse, do)` is dQ; `attention_grad_kv(…)` has two results, dK and dV (one pass over the key rows
+recomputes P once for both), each summed over the query heads of a group; do is the output's
+incoming gradient and delta [B, H, Sq] the rows' Dᵢ = dOᵢ·Oᵢ (o the forward's output), which
+dS = P ∘ (dO·vᵀ − D) subtracts. The VJP computes delta as a reduction of its own, once per row:
+the kernels read it instead of o (a dK/dV kernel would otherwise rebuild each query tile's D in
+every key tile's workgroup that walks it, loading O beside dO: on the H200 the SmolLM2-135M
+layer's dK/dV took 0.165 ms that way, 0.137 without, 2026-12-02, `benchmarks/attention.py
+--ablate`). With `per_query_head` its results are [B, H, Skv, D], one
 dK and dV per query head, not yet summed over the group (codegen/attention_heads.py
 `split_attention_heads`: a grouped kernel walks every query head of its group for each key tile,
 a per-head one spreads that work over H / H_kv times the workgroups, and a sum after it adds the
@@ -152,9 +157,9 @@ def infer_attention(types, attrs) -> tuple[TensorType, TensorType]:
 
 def check_backward_operands(types, name: str) -> tuple[int, int, int]:
     b, h, _, sq, _, _ = attention_dims(types[:3], name)
-    o, lse, do = types[3:]
-    if o.shape != types[0].shape or do.shape != types[0].shape or lse.shape != (b, h, sq):
-        raise ShapeError(f"{name}: o {o}, lse {lse} and do {do} do not fit q {types[0]}")
+    delta, lse, do = types[3:]
+    if do.shape != types[0].shape or lse.shape != (b, h, sq) or delta.shape != (b, h, sq):
+        raise ShapeError(f"{name}: delta {delta}, lse {lse} and do {do} do not fit q {types[0]}")
     return b, h, sq
 
 
@@ -202,24 +207,29 @@ def sum_groups(x, kv_heads):
     return x.reshape(b, kv_heads, h // kv_heads, s, d).sum(axis=2)
 
 
-def attention_backward(q, k, v, o, lse, do, causal, scale):
-    """(P, dS) per query head, P recomputed from q, k and lse: dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O))."""
+def attention_delta(o, do):
+    """The rows' Dᵢ = dOᵢ·Oᵢ [B, H, Sq] that the backward ops read (`delta`)."""
+    return (do * o).sum(axis=-1)
+
+
+def attention_backward(q, k, v, delta, lse, do, causal, scale):
+    """(P, dS) per query head, P recomputed from q, k and lse: dS = P ∘ (dO·Vᵀ − D)."""
     group = q.shape[1] // k.shape[1]
     probs = np.exp(attention_scores(q, k, causal, scale) - lse[..., None])
     dp = do @ np.swapaxes(np.repeat(v, group, axis=1), -1, -2)
-    return probs, probs * (dp - (do * o).sum(axis=-1, keepdims=True))
+    return probs, probs * (dp - delta[..., None])
 
 
-def evaluate_attention_grad_q(q, k, v, o, lse, do, causal, scale):
+def evaluate_attention_grad_q(q, k, v, delta, lse, do, causal, scale):
     """dQ = dS·K·scale."""
-    _, ds = attention_backward(q, k, v, o, lse, do, causal, scale)
+    _, ds = attention_backward(q, k, v, delta, lse, do, causal, scale)
     return ds @ np.repeat(k, q.shape[1] // k.shape[1], axis=1) * q.dtype.type(scale)
 
 
-def evaluate_attention_grad_kv(q, k, v, o, lse, do, causal, scale, per_query_head=False, scores=False):
+def evaluate_attention_grad_kv(q, k, v, delta, lse, do, causal, scale, per_query_head=False, scores=False):
     """(dK = Σ_group dSᵀ·Q·scale, dV = Σ_group Pᵀ·dO); with `per_query_head`, each query head's
     part; with `scores`, dSᵀ·scale grouped by KV head after them (`grouped_scores`)."""
-    probs, ds = attention_backward(q, k, v, o, lse, do, causal, scale)
+    probs, ds = attention_backward(q, k, v, delta, lse, do, causal, scale)
     grad_k = (np.swapaxes(ds, -1, -2) @ q) * q.dtype.type(scale)
     grad_v = np.swapaxes(probs, -1, -2) @ do
     if not per_query_head:
@@ -284,7 +294,7 @@ ATTENTION_GRAD_Q = Op(
     family=FAMILY,
     infer=infer_attention_grad_q,
     evaluate=evaluate_attention_grad_q,
-    operands=("q", "k", "v", "o", "lse", "do"),
+    operands=("q", "k", "v", "delta", "lse", "do"),
     attrs=ATTENTION_ATTRS,
     flops=attention_flops(3),
     describe=describe_attention,
@@ -295,7 +305,7 @@ ATTENTION_GRAD_KV = Op(
     family=FAMILY,
     infer=infer_attention_grad_kv,
     evaluate=evaluate_attention_grad_kv,
-    operands=("q", "k", "v", "o", "lse", "do"),
+    operands=("q", "k", "v", "delta", "lse", "do"),
     attrs=(*ATTENTION_ATTRS, Attr("per_query_head", BOOL, False), Attr("scores", BOOL, False)),
     flops=attention_flops(4),
     describe=describe_attention_grad_kv,
@@ -306,13 +316,15 @@ ATTENTION_GRAD_KV = Op(
 @ATTENTION.vjp
 def _attention(b, node, grads):
     """Flash-style backward: dQ and (dK, dV) each rebuild P = exp(q·kᵀ·scale − lse) from the
-    forward's log-sum-exp (its second result), so the forward keeps no P."""
+    forward's log-sum-exp (its second result), so the forward keeps no P; both read the rows'
+    D = Σ dO∘O, reduced once here (`attention_delta`)."""
     g, g_lse = grads
     if g_lse is not None:
         raise NotImplementedError(f"autodiff: attention's log-sum-exp has no gradient rule ({', '.join(node.sources)})")
     q, k, v = node.inputs
     attrs = {"causal": node.attr("causal"), "scale": node.attr("scale")}
-    operands = [q, k, v, b.result(node.id, 0), b.result(node.id, 1), g]
+    delta = b.emit("sum", [b.emit("mul", [g, b.result(node.id, 0)])], axes=(3,), keepdim=False)
+    operands = [q, k, v, delta, b.result(node.id, 1), g]
     grad_q = b.emit("attention_grad_q", operands, **attrs)
     grad_kv = b.emit("attention_grad_kv", operands, **attrs)
     return [grad_q, b.result(grad_kv, 0), b.result(grad_kv, 1)]
