@@ -108,6 +108,21 @@ def finite_positive(value) -> bool:
 
 
 @pytest.mark.gpu
+def test_our_step_keeps_every_kernels_time_for_shares():
+    """run_ours keeps each distinct kernel's time (`label_ms`, what plan_ab.py --share sums): all
+    of them, the top ones among them, adding up to the profiled step's GPU time."""
+    import numpy as np
+
+    from meganeura.bench.harness import run_ours
+
+    workload = STEPS["smollm2"].build(small=True)
+    result = run_ours(workload, workload.batch(np.random.default_rng(0)), 2, 2)
+    assert result.label_ms and math.isclose(sum(result.label_ms.values()), result.gpu_ms, rel_tol=1e-6)
+    assert all(math.isclose(result.label_ms[k.kind], k.ms) for k in result.top_kernels)
+    assert any(label.startswith("attention_grad_kv") for label in result.label_ms)
+
+
+@pytest.mark.gpu
 def test_every_workload_runs_and_reports_real_numbers(bench_run):
     stdout, record = bench_run
     assert record["small"] and record["steps"] == 3 and record["adapter"] in stdout

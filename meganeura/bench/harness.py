@@ -115,6 +115,7 @@ class StepResult:
     gpu_ms: float | None = None  # the profiled step's kernel time
     top_kinds: list[KindShare] = field(default_factory=list)
     top_kernels: list[KindShare] = field(default_factory=list)  # by label: `kind` holds the label
+    label_ms: dict[str, float] = field(default_factory=dict)  # every distinct kernel's ms (not in the JSON)
     profile_note: str = ""
     torch_note: str = ""  # "torch not installed", or where torch ran
     torch_on_gpu: bool = False
@@ -209,10 +210,11 @@ def run_ours(workload: Workload, batch: dict[str, np.ndarray], steps: int, warmu
             KindShare(row.kind, row.count, row.ns / 1e6, row.share, row.tflop_per_s)
             for row in profile.by_kind()[:TOP_KINDS]
         ]
+        labels = profile.by_label()
         result.top_kernels = [
-            KindShare(row.kind, row.count, row.ns / 1e6, row.share, row.tflop_per_s)
-            for row in profile.by_label()[:TOP_KERNELS]
+            KindShare(row.kind, row.count, row.ns / 1e6, row.share, row.tflop_per_s) for row in labels[:TOP_KERNELS]
         ]
+        result.label_ms = {row.kind: row.ns / 1e6 for row in labels}
     else:
         result.profile_note = f"{default_device().describe()} has no timestamp queries: no kernel profile"
     return result
