@@ -142,6 +142,7 @@ def main() -> None:
                     undo(record)
             kernels = {row.kind: row.ms for row in result.top_kernels}
             gpu = f"{result.gpu_ms:.2f} ms GPU" if result.gpu_ms else "no timestamps"
+            gpu += f" ({result.gpu_pass_ms:.2f} as one pass)" if result.gpu_pass_ms else ""
             print(
                 f"{workload_name} {name:<20} {gpu}, wall {result.ours_ms:.1f} ms, losses "
                 f"{[round(x, 6) for x in result.ours_losses]} ({time.perf_counter() - started:.0f} s)",

@@ -11,6 +11,7 @@ e-graph, and hand the plan to the GPU runtime. `Program` is what the user gets b
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 import sys
@@ -479,21 +480,30 @@ class Program:
     def profile(self, warmup: int = 3, **arrays: np.ndarray):
         """Run `warmup` steps, then one more with every kernel timed on the GPU (runtime/profile.py):
         its Profile, to print (time by kernel kind, the slowest kernels with their source lines) or
-        to write as a Chrome trace (`profile.write_chrome_trace("trace.json")`). The steps are real:
-        a training program trains on `arrays` warmup + 1 times.
+        to write as a Chrome trace (`profile.write_chrome_trace("trace.json")`). The last warm-up
+        step is timed as one pass, as steps run (`Profile.step_ns`). The steps are real: a training
+        program trains on `arrays` warmup + 1 times.
 
         >>> # print(program.profile(x=xb, y=yb))
         """
         values = self.check_inputs(arrays)
-        for _ in range(warmup):
-            out = self.run(values, self.step_reads)
+        executable = self.require_executable()
+        step_ns = None
+        for index in range(warmup):
+            if index == warmup - 1 and executable.device.has_timestamps:
+                self.write_hypers(executable)
+                self.runs += 1
+                out, step_ns = executable.timed_run(values, self.step_reads)
+            else:
+                out = self.run(values, self.step_reads)
             if self.is_training:
                 self.step_done(out)
+        self.write_hypers(executable)
         self.runs += 1
-        out, profile = self.require_executable().profile(values, self.step_reads)
+        out, profile = executable.profile(values, self.step_reads)
         if self.is_training:
             self.step_done(out)
-        return profile
+        return dataclasses.replace(profile, step_ns=step_ns)
 
     def require_executable(self):
         """The GPU executable; in explain mode (none was built) stop the user's script instead."""

@@ -120,6 +120,7 @@ def test_our_step_keeps_every_kernels_time_for_shares():
     assert result.label_ms and math.isclose(sum(result.label_ms.values()), result.gpu_ms, rel_tol=1e-6)
     assert all(math.isclose(result.label_ms[k.kind], k.ms) for k in result.top_kernels)
     assert any(label.startswith("attention_grad_kv") for label in result.label_ms)
+    assert 0 < result.gpu_pass_ms < 2 * max(result.times_ms)  # ms too: one pass, about a step's wall time at most
 
 
 @pytest.mark.gpu
@@ -140,6 +141,7 @@ def test_every_workload_runs_and_reports_real_numbers(bench_run):
         kernels = w["top_kernels"]  # by label, the most time first, within the step's GPU time
         assert 1 <= len(kernels) <= 40 and kernels == sorted(kernels, key=lambda k: -k["ms"])
         assert sum(k["ms"] for k in kernels) <= w["gpu_ms"] * (1 + 1e-9)
+        assert finite_positive(w["gpu_one_pass_ms"])  # the warm-up step before it, as one pass
         assert f"== {w['workload']}:" in stdout
         assert any(line.startswith(f"| {w['workload']} |") for line in stdout.splitlines())  # the Markdown row
     products = record["gemm"]

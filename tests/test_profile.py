@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -70,6 +71,26 @@ def test_a_profiled_step_times_every_dispatch_and_computes_what_a_step_computes(
     assert matmul.tflop_per_s == pytest.approx(matmul.flops / matmul.ns / 1000)
     text = str(profile)
     assert "fused_matmul" in text and "slowest" in text and "ms in" in text
+    assert profile.step_ns > 0 and f"{profile.step_ns / 1e6:.3f} ms as one pass" in text  # the last warm-up step
+
+
+def test_a_timed_run_is_a_step_whose_one_pass_gpu_time_is_within_its_wall_time():
+    """Executable.timed_run: the step's outputs as `run` gives them, and its one compute pass's GPU
+    time, which lies within the wall time of the call (which waits for the step's results)."""
+    mn.manual_seed(3)
+    timed = mlp_program()
+    mn.manual_seed(3)
+    plain = mlp_program()
+    feed = batch()
+    timed.train_step(**feed)  # a step recorded ahead, which timed_run must not submit untimed
+    started = time.perf_counter_ns()
+    out, ns = timed.executable.timed_run(timed.check_inputs(feed), timed.step_reads)
+    wall = time.perf_counter_ns() - started
+    timed.step_done(out)
+    losses = [plain.train_step(**feed) for _ in range(2)]
+    assert float(out["loss"].reshape(())) == losses[1] and 0 < ns <= wall
+    for name, value in plain.state_dict().items():
+        np.testing.assert_array_equal(timed.state_dict()[name], value, err_msg=name)
 
 
 def test_an_inference_program_profiles_too():

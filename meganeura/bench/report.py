@@ -39,7 +39,9 @@ def step_text(result: StepResult, modes: tuple[str, ...]) -> str:
             extra = f"  (first step {run.first_ms:.0f} ms: compiling)" if mode == "compile" else ""
             lines.append(f"  {title:<32} {run.ms:>10.3f} ms/step   {shown}{extra}")
     if result.top_kinds:
-        lines.append(f"  top kernel kinds (one profiled step, {result.gpu_ms:.3f} ms of GPU time):")
+        one_pass = f"; {result.gpu_pass_ms:.3f} ms as one pass, as steps run" if result.gpu_pass_ms else ""
+        profiled = f"one profiled step, {result.gpu_ms:.3f} ms of GPU time, a pass per dispatch{one_pass}"
+        lines.append(f"  top kernel kinds ({profiled}):")
         for row in result.top_kinds:
             share = f"{100 * row.share:>6.1f}%"
             lines.append(f"    {row.kind:<24} {row.count:>5}× {row.ms:>10.3f} ms {share} {row.tflops:>8.3g} TFLOP/s")

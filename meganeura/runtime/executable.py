@@ -291,15 +291,41 @@ class Executable:
             self.record_next(read, copies)
         return self.read_outputs(read, start, size)
 
-    def step_commands(self, copies: list[tuple]) -> wgpu.GPUCommandBuffer:
-        """One step's command buffer: every dispatch in one compute pass, then `copies` and the
-        end-of-step state copies."""
+    def step_commands(self, copies: list[tuple], timestamps: dict | None = None) -> wgpu.GPUCommandBuffer:
+        """One step's command buffer: every dispatch in one compute pass (writing `timestamps`,
+        a pass's timestamp_writes, where given), then `copies` and the end-of-step state copies."""
         encoder = self.device.device.create_command_encoder()
-        compute = encoder.begin_compute_pass()
+        compute = encoder.begin_compute_pass(timestamp_writes=timestamps)
         self.encode_dispatches(compute, self.dispatches)
         compute.end()
         self.encode_copies(encoder, copies)
         return encoder.finish()
+
+    def timed_run(self, inputs: dict[str, np.ndarray], read: tuple[str, ...] = ()) -> tuple[dict, int]:
+        """`run`, with the step's one compute pass writing GPU timestamps at its start and end:
+        the outputs named in `read`, and the step's GPU time in ns as a normal step runs it (no
+        pass per dispatch, unlike `profile`). A step recorded ahead is dropped (it has no
+        timestamps); the next `run` records anew."""
+        if not self.device.has_timestamps:
+            raise RuntimeError(
+                f"timing needs the adapter's timestamp-query feature, which {self.device.describe()} lacks"
+            )
+        read, copies, start, size = self.upload(inputs, read)
+        self.recorded = None
+        device = self.device.device
+        queries = device.create_query_set(label="step timestamps", type="timestamp", count=2)
+        writes = {"query_set": queries, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
+        commands = self.step_commands(copies, writes)
+        usage = wgpu.BufferUsage
+        resolved = device.create_buffer(size=16, usage=usage.QUERY_RESOLVE | usage.COPY_SRC)
+        readable = device.create_buffer(size=16, usage=usage.MAP_READ | usage.COPY_DST)
+        encoder = device.create_command_encoder()
+        encoder.resolve_query_set(queries, 0, 2, resolved, 0)
+        encoder.copy_buffer_to_buffer(resolved, 0, readable, 0, 16)
+        self.device.queue.submit([commands, encoder.finish()])
+        outputs = self.read_outputs(read, start, size)
+        begin, end = np.frombuffer(read_after_submit(device, readable, 0, 16), np.uint64).astype(np.int64).tolist()
+        return outputs, max(0, end - begin)
 
     def record_next(self, read: tuple[str, ...], copies: list[tuple]) -> None:
         """Record the next step's commands now. A command buffer names buffers, not their

@@ -5,7 +5,9 @@ A profiled step runs like any other (same kernels, same buffers, same results), 
 every dispatch gets a compute pass of its own whose start and end write GPU timestamps (the
 adapter's `timestamp-query` feature: values in nanoseconds). A query set holds at most 4096
 queries, so a step of more than 2048 dispatches uses several. One pass per dispatch adds a
-little time per kernel compared with a normal step, where all of them share one pass.
+little time per kernel compared with a normal step, where all of them share one pass:
+`Program.profile` also times its last warm-up step as one pass (`Profile.step_ns`, from
+`Executable.timed_run`), the GPU time a normal step takes; shares are of the kernels' sum.
 
 Each kernel is named by its op and what it fuses (the KernelSpec's label) and the user's
 source lines it covers; its bytes and flops are the cost model's (`rewrite/cost.py`: bytes
@@ -66,6 +68,7 @@ class Profile:
 
     adapter: str
     kernels: tuple[KernelTime, ...]
+    step_ns: int | None = None  # a step's GPU time as one pass (the last warm-up step's), where timed
 
     @property
     def total_ns(self) -> int:
@@ -105,8 +108,10 @@ class Profile:
 
     def table(self, top: int = 10) -> str:
         """The time by kernel kind, then the slowest kernels with their source lines."""
+        one_pass = f"; {self.step_ns / 1e6:.3f} ms as one pass" if self.step_ns else ""
         lines = [
-            f"GPU time of one step on {self.adapter}: {self.total_ns / 1e6:.3f} ms in {len(self.kernels)} dispatches",
+            f"GPU time of one step on {self.adapter}: {self.total_ns / 1e6:.3f} ms in {len(self.kernels)} "
+            f"dispatches, timed a pass each{one_pass}",
             f"  {'kind':<24} {'count':>6} {'ms':>10} {'share':>7} {'GB/s':>9} {'TFLOP/s':>8}",
         ]
         for row in self.by_kind():
