@@ -249,3 +249,81 @@ def test_algebra_alone_keeps_elementwise_ops_unfused():
     graph.outputs["y"] = node(graph, "exp", (node(graph, "relu", (x,)),))
     fused, _ = optimize(graph, schedule=(("algebra",),))
     assert ops(fused) == ["input", "relu", "exp"]
+
+
+@st.composite
+def split_gradients(draw):
+    """A tensor's shape, an axis, the sizes of its parts along it (2 to 4, covering it or not),
+    and the order in which their slice_grads are added."""
+    rank = draw(st.integers(1, 3))
+    shape = list(draw(st.lists(dims, min_size=rank, max_size=rank)))
+    axis = draw(st.integers(0, rank - 1))
+    sizes = draw(st.lists(st.integers(1, 4), min_size=2, max_size=4))
+    covered = draw(st.booleans())
+    shape[axis] = sum(sizes) + (0 if covered else draw(st.integers(1, 3)))
+    # Each part added next to the ones added before it (a split's gradients are accumulated in
+    # the order of its parts, either way): the rule joins neighbours, it does not reorder a sum.
+    first = draw(st.integers(0, len(sizes) - 1))
+    low, high, order = first, first, [first]
+    while len(order) < len(sizes):
+        grow_up = high + 1 < len(sizes) and (low == 0 or draw(st.booleans()))
+        low, high = (low, high + 1) if grow_up else (low - 1, high)
+        order.append(high if grow_up else low)
+    return tuple(shape), axis, tuple(sizes), covered, tuple(order)
+
+
+def slice_grads_added(shape, axis, sizes, order) -> Graph:
+    """The gradients of the parts of a tensor of `shape` (each an input of its part's shape),
+    each written into zeros of the whole (slice_grad) and added up in `order`."""
+    graph = Graph()
+    parts, offset = [], 0
+    for index, size in enumerate(sizes):
+        part_shape = tuple(size if d == axis else n for d, n in enumerate(shape))
+        g = leaf(graph, f"g{index}", part_shape)
+        starts = tuple(offset if d == axis else 0 for d in range(len(shape)))
+        stops = tuple(offset + size if d == axis else n for d, n in enumerate(shape))
+        steps = (1,) * len(shape)
+        parts.append(node(graph, "slice_grad", (g,), shape=shape, starts=starts, stops=stops, steps=steps))
+        offset += size
+    total = parts[order[0]]
+    for index in order[1:]:
+        total = node(graph, "add", (total, parts[index]))
+    graph.outputs["grad"] = total
+    return graph
+
+
+@PROPERTY
+@given(case=split_gradients(), seed=seeds)
+def test_join_slice_grads(case, seed):
+    """Added slice_grads of neighbouring parts are one slice_grad of their concat; where the parts
+    cover the whole tensor (`drop_full_slice_grad`), one concat of every part (`flatten_concats`
+    for three or more)."""
+    shape, axis, sizes, covered, order = case
+    fused, report = check_rewrite(slice_grads_added(shape, axis, sizes, order), "join_slice_grads", seed)
+    computed = [op for op in ops(fused) if op != "input"]
+    if covered:
+        assert computed == ["concat"], fused
+        (joined,) = [n for n in fused if n.op == "concat"]
+        assert len(joined.inputs) == len(sizes)  # one concat of every part, in order along the axis
+        assert [fused[i].attr("name") for i in joined.inputs] == [f"g{i}" for i in range(len(sizes))]
+    else:  # the parts' concat written into zeros of the whole
+        assert computed.count("slice_grad") == 1 and "add" not in computed and "pointwise" not in computed, fused
+        assert report.rule("drop_full_slice_grad").matches == 0
+
+
+def test_slice_grads_of_parts_that_are_not_neighbours_are_not_joined():
+    """Parts with a gap between them, or that differ along two dims, are added as before."""
+    graph = Graph()
+    g0, g1 = leaf(graph, "g0", (2, 3)), leaf(graph, "g1", (2, 3))
+    first = node(graph, "slice_grad", (g0,), shape=(2, 9), starts=(0, 0), stops=(2, 3), steps=(1, 1))
+    gap = node(graph, "slice_grad", (g1,), shape=(2, 9), starts=(0, 4), stops=(2, 7), steps=(1, 1))
+    graph.outputs["grad"] = node(graph, "add", (first, gap))
+    fused, report = check_rewrite(graph)
+    assert report.rule("join_slice_grads").matches == 0 and "concat" not in ops(fused)
+    strided = Graph()
+    g0, g1 = leaf(strided, "g0", (2, 2)), leaf(strided, "g1", (2, 2))
+    first = node(strided, "slice_grad", (g0,), shape=(2, 8), starts=(0, 0), stops=(2, 4), steps=(1, 2))
+    second = node(strided, "slice_grad", (g1,), shape=(2, 8), starts=(0, 4), stops=(2, 8), steps=(1, 2))
+    strided.outputs["grad"] = node(strided, "add", (first, second))
+    fused, report = check_rewrite(strided)
+    assert report.rule("join_slice_grads").matches == 0 and "concat" not in ops(fused)

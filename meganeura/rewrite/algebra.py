@@ -11,6 +11,14 @@
   `perm_compose`/`perm_inverse` for the pairs the graph actually stacks (`permutation_facts`).
 - `merge_reshapes`: reshape(reshape(x, s1), s2) → reshape(x, s2); `drop_reshape`: reshape(x, s)
   → x when x already has shape s.
+- `join_slice_grads`: slice_grad(x, s, A) + slice_grad(y, s, B) → slice_grad(concat(x, y), s,
+  A∪B) when B follows A along one dim (steps 1): the gradient of a tensor split into parts
+  (`qkv.split(…)`, `chunk`) is the concatenation of the parts' gradients, one copy, where the
+  traced step wrote each part into a zero tensor of the whole and added them up (GPT-2's c_attn:
+  three [8, 256, 2304] slice_grads and their sum a layer). `drop_full_slice_grad`:
+  slice_grad(x, s, the whole of s) → x; `flatten_concats`: concat(concat(a, b), c) and
+  concat(a, concat(b, c)) along one axis → concat(a, b, c). The ranges a graph can join are
+  computed from its slice_grads (`slice_facts`: `slice_join`, `full_slice`).
 - `fold_constants`: an elementwise op on scalar constants → the constant (add, sub, mul, div,
   neg), computed in f64 by egglog.
 - `mul_one`, `add_zero`, `sub_zero`, `div_one`: x·1, 1·x, x+0, 0+x, x−0, x/1 → x, guarded so
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 from meganeura.ir.graph import Graph
 from meganeura.rewrite.rules import Rule, rule
+from meganeura.rewrite.schema import term
 from meganeura.rewrite.sorts import ints, swap_last_two
 
 FAMILY = "algebra"
@@ -96,6 +105,67 @@ DROP_RESHAPE = Rule(
     (rule(["(= t (Reshape x s))", "(= s (shape x))"], ["(union t x)", "(subsume (Reshape x s))"]),),
 )
 
+
+def slice_grad_term(g: str, starts: str, stops: str) -> str:
+    return term("slice_grad", g, shape="s", starts=starts, stops=stops, steps="st")
+
+
+JOINED = term("concat", "x", "y", axis="axis")
+JOIN_SLICE_GRADS = Rule(
+    "join_slice_grads",
+    FAMILY,
+    "slice_grad(x, s, A) + slice_grad(y, s, B) → slice_grad(concat(x, y), s, A∪B) when B follows A along one dim",
+    tuple(
+        rule(
+            [
+                f'(= t (Binary "add" {first} {second}))',
+                "(slice_join s st a0 a1 b0 b1 axis j0 j1 cat)",
+            ],
+            [f"(set (shape {JOINED}) cat)", f"(union t {slice_grad_term(JOINED, 'j0', 'j1')})"],
+        )
+        for first, second in (
+            (slice_grad_term("x", "a0", "a1"), slice_grad_term("y", "b0", "b1")),
+            (slice_grad_term("y", "b0", "b1"), slice_grad_term("x", "a0", "a1")),
+        )
+    ),
+)
+
+DROP_FULL_SLICE_GRAD = Rule(
+    "drop_full_slice_grad",
+    FAMILY,
+    "slice_grad(x, s, the whole of s, steps 1) → x",
+    (
+        rule(
+            [f"(= t {slice_grad_term('x', 'z', 's')})", "(full_slice s z st)"],
+            ["(union t x)", f"(subsume {slice_grad_term('x', 'z', 's')})"],
+        ),
+    ),
+)
+
+MAX_CONCAT = 6  # the widest concat constructor (schema: Concat2 … Concat6)
+FLATTEN_CONCATS = Rule(
+    "flatten_concats",
+    FAMILY,
+    "concat(concat(a, b, …), c) and concat(a, concat(b, c, …)) along one axis → concat(a, b, c, …)",
+    tuple(
+        rule(
+            f"(= t {term('concat', *outer, axis='ax')})",
+            f"(union t {term('concat', *flat, axis='ax')})",
+        )
+        for k in range(2, MAX_CONCAT)
+        for outer, flat in (
+            (
+                (term("concat", *[f"p{i}" for i in range(k)], axis="ax"), "q"),
+                (*[f"p{i}" for i in range(k)], "q"),
+            ),
+            (
+                ("q", term("concat", *[f"p{i}" for i in range(k)], axis="ax")),
+                ("q", *[f"p{i}" for i in range(k)]),
+            ),
+        )
+    ),
+)
+
 EGGLOG_F64 = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 FOLD_CONSTANTS = Rule(
@@ -143,6 +213,9 @@ RULES = [
     CANCEL_PERMUTES,
     MERGE_RESHAPES,
     DROP_RESHAPE,
+    JOIN_SLICE_GRADS,
+    DROP_FULL_SLICE_GRAD,
+    FLATTEN_CONCATS,
     FOLD_CONSTANTS,
     MUL_ONE,
     ADD_ZERO,
@@ -194,3 +267,65 @@ def permutation_facts(graph: Graph, node_ids: list[int]) -> list[str]:
         else:
             lines.append(f"(set (perm_compose {ints(first)} {ints(second)}) {ints(combined)})")
     return lines
+
+
+DECLARATIONS = """(relation slice_join (String String String String String String i64 String String String))
+(relation full_slice (String String String))
+"""
+
+
+def facts(graph: Graph, node_ids: list[int]) -> list[str]:
+    """The guards of `join_slice_grads` and `drop_full_slice_grad` for the slice_grads among
+    `node_ids` (`slice_facts`)."""
+    groups: dict[tuple, set] = {}
+    for node_id in node_ids:
+        node = graph[node_id]
+        if node.op == "slice_grad" and all(step == 1 for step in node.attr("steps")):
+            key = (tuple(node.attr("shape")), tuple(node.attr("steps")))
+            groups.setdefault(key, set()).add((tuple(node.attr("starts")), tuple(node.attr("stops"))))
+    lines = []
+    for (shape, steps), ranges in groups.items():
+        lines += slice_facts(shape, steps, ranges)
+    return lines
+
+
+def slice_facts(shape: tuple[int, ...], steps: tuple[int, ...], ranges: set) -> list[str]:
+    """`(slice_join s st a0 a1 b0 b1 axis j0 j1 cat)` for every two ranges of `shape` (starts,
+    stops), among `ranges` and the unions of neighbouring ones, where B starts along `axis` where
+    A stops and they agree on every other dim: J = A∪B, and `cat` the shape of the joined part
+    (concat(x, y) along `axis`); `(full_slice s z st)` where a union is the whole of `shape`."""
+    seen, frontier, lines = set(ranges), list(ranges), []
+    text = {"s": ints(shape), "st": ints(steps)}
+    while frontier:
+        new = []
+        for a in list(seen):
+            for b in list(seen):
+                joined = join_ranges(a, b)
+                if joined is None:
+                    continue
+                axis, j = joined
+                cat = tuple(stop - start for start, stop in zip(*j, strict=True))
+                fact = (
+                    f"(slice_join {text['s']} {text['st']} {ints(a[0])} {ints(a[1])} {ints(b[0])} {ints(b[1])} "
+                    f"{axis} {ints(j[0])} {ints(j[1])} {ints(cat)})"
+                )
+                if fact not in lines:
+                    lines.append(fact)
+                if j not in seen:
+                    seen.add(j)
+                    new.append(j)
+        frontier = new
+    for starts, stops in seen:
+        if all(start == 0 for start in starts) and stops == shape:
+            lines.append(f"(full_slice {text['s']} {ints(starts)} {text['st']})")
+    return lines
+
+
+def join_ranges(a: tuple, b: tuple) -> tuple[int, tuple] | None:
+    """(axis, A∪B) where range B follows range A along one axis and they agree elsewhere, else None."""
+    (a0, a1), (b0, b1) = a, b
+    differ = [d for d in range(len(a0)) if (a0[d], a1[d]) != (b0[d], b1[d])]
+    if len(differ) != 1 or a1[differ[0]] != b0[differ[0]]:
+        return None
+    axis = differ[0]
+    return axis, (a0, tuple(b1[d] if d == axis else a1[d] for d in range(len(a1))))
