@@ -264,7 +264,7 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "SPLITS": splits,
             "PART": part,
             "WG": wg,
-            "COLUMNS": wg // row_lanes(part) if entry == "reduce_rows" else COLUMNS,
+            "COLUMNS": items_per_workgroup(entry, wg, part=part) if entry == "reduce_rows" else COLUMNS,
             "SERIAL_BODY": serial_body(items, REDUCE_INIT[kind]),
             "GRID_X": max(grid[0], 1),
             "FUNCTIONS": helper_functions([prologue, epilogue]),

@@ -294,31 +294,22 @@ def slice_facts(shape: tuple[int, ...], steps: tuple[int, ...], ranges: set) -> 
     stops), among `ranges` and the unions of neighbouring ones, where B starts along `axis` where
     A stops and they agree on every other dim: J = A∪B, and `cat` the shape of the joined part
     (concat(x, y) along `axis`); `(full_slice s z st)` where a union is the whole of `shape`."""
-    seen, frontier, lines = set(ranges), list(ranges), []
-    text = {"s": ints(shape), "st": ints(steps)}
-    while frontier:
-        new = []
-        for a in list(seen):
-            for b in list(seen):
-                joined = join_ranges(a, b)
-                if joined is None:
-                    continue
-                axis, j = joined
-                cat = tuple(stop - start for start, stop in zip(*j, strict=True))
-                fact = (
-                    f"(slice_join {text['s']} {text['st']} {ints(a[0])} {ints(a[1])} {ints(b[0])} {ints(b[1])} "
-                    f"{axis} {ints(j[0])} {ints(j[1])} {ints(cat)})"
-                )
-                if fact not in lines:
-                    lines.append(fact)
-                if j not in seen:
-                    seen.add(j)
-                    new.append(j)
-        frontier = new
-    for starts, stops in seen:
-        if all(start == 0 for start in starts) and stops == shape:
-            lines.append(f"(full_slice {text['s']} {ints(starts)} {text['st']})")
-    return lines
+    s, st = ints(shape), ints(steps)
+    seen, joins = set(ranges), {}
+    while True:  # until no pair of ranges joins into a new one (a few ranges: a split's parts)
+        found = {(a, b): joined for a in seen for b in seen if (joined := join_ranges(a, b)) is not None}
+        joins |= found
+        new = {j for _, j in found.values()} - seen
+        if not new:
+            break
+        seen |= new
+    lines = [
+        f"(slice_join {s} {st} {ints(a[0])} {ints(a[1])} {ints(b[0])} {ints(b[1])} {axis} {ints(j[0])} {ints(j[1])} "
+        f"{ints(tuple(stop - start for start, stop in zip(*j, strict=True)))})"
+        for (a, b), (axis, j) in joins.items()
+    ]
+    full = [starts for starts, stops in seen if stops == shape and not any(starts)]
+    return lines + [f"(full_slice {s} {ints(starts)} {st})" for starts in full]
 
 
 def join_ranges(a: tuple, b: tuple) -> tuple[int, tuple] | None:

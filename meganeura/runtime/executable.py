@@ -306,25 +306,18 @@ class Executable:
         the outputs named in `read`, and the step's GPU time in ns as a normal step runs it (no
         pass per dispatch, unlike `profile`). A step recorded ahead is dropped (it has no
         timestamps); the next `run` records anew."""
-        if not self.device.has_timestamps:
-            raise RuntimeError(
-                f"timing needs the adapter's timestamp-query feature, which {self.device.describe()} lacks"
-            )
+        self.require_timestamps("timing")
         read, copies, start, size = self.upload(inputs, read)
         self.recorded = None
         device = self.device.device
         queries = device.create_query_set(label="step timestamps", type="timestamp", count=2)
         writes = {"query_set": queries, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
         commands = self.step_commands(copies, writes)
-        usage = wgpu.BufferUsage
-        resolved = device.create_buffer(size=16, usage=usage.QUERY_RESOLVE | usage.COPY_SRC)
-        readable = device.create_buffer(size=16, usage=usage.MAP_READ | usage.COPY_DST)
         encoder = device.create_command_encoder()
-        encoder.resolve_query_set(queries, 0, 2, resolved, 0)
-        encoder.copy_buffer_to_buffer(resolved, 0, readable, 0, 16)
+        stamps = resolve_stamps(device, encoder, queries, 2)
         self.device.queue.submit([commands, encoder.finish()])
         outputs = self.read_outputs(read, start, size)
-        begin, end = np.frombuffer(read_after_submit(device, readable, 0, 16), np.uint64).astype(np.int64).tolist()
+        begin, end = read_stamps(device, stamps)
         return outputs, max(0, end - begin)
 
     def record_next(self, read: tuple[str, ...], copies: list[tuple]) -> None:
@@ -355,10 +348,7 @@ class Executable:
     def profile(self, inputs: dict[str, np.ndarray], read: tuple[str, ...] = ()) -> tuple[dict, Profile]:
         """`run`, with every dispatch in a compute pass of its own that writes GPU timestamps at its
         start and end: the outputs named in `read`, and the time of each kernel (runtime/profile.py)."""
-        if not self.device.has_timestamps:
-            raise RuntimeError(
-                f"profiling needs the adapter's timestamp-query feature, which {self.device.describe()} lacks"
-            )
+        self.require_timestamps("profiling")
         read, copies, start, size = self.upload(inputs, read)
         device = self.device.device
         encoder = device.create_command_encoder()
@@ -375,21 +365,18 @@ class Executable:
                 compute = encoder.begin_compute_pass(timestamp_writes=writes)
                 self.encode_dispatches(compute, [dispatch])
                 compute.end()
-            nbytes = 16 * len(chunk)  # two u64 per dispatch
-            usage = wgpu.BufferUsage
-            resolved = device.create_buffer(size=nbytes, usage=usage.QUERY_RESOLVE | usage.COPY_SRC)
-            readable = device.create_buffer(size=nbytes, usage=usage.MAP_READ | usage.COPY_DST)
-            encoder.resolve_query_set(queries, 0, 2 * len(chunk), resolved, 0)
-            encoder.copy_buffer_to_buffer(resolved, 0, readable, 0, nbytes)
-            stamp_buffers.append(readable)
+            stamp_buffers.append(resolve_stamps(device, encoder, queries, 2 * len(chunk)))
         self.encode_copies(encoder, copies)
         self.device.queue.submit([encoder.finish()])
         outputs = self.read_outputs(read, start, size)
-        stamps: list[int] = []
-        for buffer in stamp_buffers:
-            data = read_after_submit(device, buffer, 0, buffer.size)
-            stamps.extend(np.frombuffer(data, np.uint64).astype(np.int64).tolist())
+        stamps = [stamp for buffer in stamp_buffers for stamp in read_stamps(device, buffer)]
         return outputs, Profile(self.device.describe(), kernel_times(self.kernel_facts(), stamps))
+
+    def require_timestamps(self, what: str) -> None:
+        """Refuse `what` (profiling, timing) on an adapter without the timestamp-query feature."""
+        if not self.device.has_timestamps:
+            adapter = self.device.describe()
+            raise RuntimeError(f"{what} needs the adapter's timestamp-query feature, which {adapter} lacks")
 
     def kernel_facts(self) -> list[tuple]:
         """(node, op, label, source lines, bytes, flops) of each dispatch, in run order."""
@@ -451,3 +438,19 @@ class Executable:
         if name not in self.states:
             raise KeyError(f"no state or parameter {name!r}; this graph has {list(self.states)}")
         return self.states[name]
+
+
+def resolve_stamps(device: wgpu.GPUDevice, encoder: wgpu.GPUCommandEncoder, queries, count: int) -> wgpu.GPUBuffer:
+    """A mappable buffer that `encoder` fills with the `count` timestamps of `queries` (u64 each)."""
+    nbytes = 8 * count
+    usage = wgpu.BufferUsage
+    resolved = device.create_buffer(size=nbytes, usage=usage.QUERY_RESOLVE | usage.COPY_SRC)
+    readable = device.create_buffer(size=nbytes, usage=usage.MAP_READ | usage.COPY_DST)
+    encoder.resolve_query_set(queries, 0, count, resolved, 0)
+    encoder.copy_buffer_to_buffer(resolved, 0, readable, 0, nbytes)
+    return readable
+
+
+def read_stamps(device: wgpu.GPUDevice, buffer: wgpu.GPUBuffer) -> list[int]:
+    """The timestamps (ns) in a `resolve_stamps` buffer, after its submit."""
+    return np.frombuffer(read_after_submit(device, buffer, 0, buffer.size), np.uint64).astype(np.int64).tolist()
