@@ -151,7 +151,7 @@ def build(args, target: Target, max_binding: int) -> Bench:
         candidates = sorted({132, 264, 528, 1056, 2112, chosen} - {1})
         bench.reduction(f"sum of {args.elements}", x, shape, (0,), chosen, candidates)
     if "col" in only:
-        for shape in ((2048, 1536), (2048, 768), (2048, 576), (256, 1024)):
+        for shape in ((2048, 3072), (2048, 1536), (2048, 768), (2048, 576), (256, 1024)):
             x = bench.leaf(f"rows{shape}", shape)
             chosen = reduce_splits(shape, (0,), target)
             candidates = sorted({4, 8, 16, 32, 64, chosen} - {1})

@@ -33,7 +33,8 @@
 //
 // Placeholders: BINDINGS, OUTS, R, SPLITS, PART (⌈R/SPLITS⌉), WG (a power of two), COLUMNS
 // (a power of two dividing WG; reduce_rows: items a workgroup), SERIAL_BODY (reduce_serial's unrolled items), GRID_X,
-// FUNCTIONS (helpers the expressions call), READS (`let` statements loading the inputs at `o`,
+// PART_LOOP (part_value's walk over a part: one accumulator, or reduce_tree's several on a GPU,
+// codegen/reduce.py `part_loop`), FUNCTIONS (helpers the expressions call), READS (`let` statements loading the inputs at `o`,
 // `r`), PROLOGUE (the f32 value reduced at (o, r)), INIT (the identity of ⊕), COMBINE (⊕ of `a`
 // and `b`), EPILOGUE_READS (`let` statements loading the epilogue's extras at the output element
 // `o`), EPILOGUE (an f32 expression of `value`, the reduced value, and those extras).
@@ -75,11 +76,7 @@ fn part_value(item: u32, start: u32, step: u32) -> f32 {
     let o = item % OUTS;
     let first = (item / OUTS) * PART;
     let end = min(first + PART, R);
-    var acc = {{INIT}};
-    for (var r = first + start; r < end; r += step) {
-        acc = combine(acc, value_at(o, r));
-    }
-    return acc;
+    {{PART_LOOP}}
 }
 
 // After every thread wrote partial[lid]: partial[c] (c < stride) becomes the combination of the

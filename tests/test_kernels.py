@@ -646,6 +646,37 @@ def test_a_short_row_reduction_runs_lanes_of_a_row_on_a_gpu(shape):
     assert gpu.workgroup_size == (ROW_WG, 1, 1) and int(np.prod(gpu.grid)) >= -(-rows // (ROW_WG // lanes))
 
 
+@pytest.mark.parametrize(
+    "kind, shape, axes, splits, entry",
+    [
+        ("sum", (2600, 37), (0,), 1, "reduce_tree"),  # a column sum: 2600 = 10 · 256 + 40 a workgroup
+        ("max", (3, 701, 7, 5), (0, 1), 1, "reduce_tree"),
+        ("sum", (5000, 3, 5), (0,), 3, "reduce_tree"),  # parts of 1667 and 1666: ragged against 4 · 256
+        ("sum", (6, 1297), (1,), 1, "reduce_tree"),  # along the innermost dim, past what row lanes take
+        ("sum", (7, 300, 5), (0,), 1, "reduce_serial"),  # a split product's 7 partials: 4 + a rest of 3
+        ("max", (2, 11, 3, 13), (0, 2), 1, "reduce_serial"),
+        ("sum", (30, 301), (0,), 3, "reduce_serial"),  # parts of 10: two walks of 4 and a rest of 2
+    ],
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v),
+)
+def test_a_reduction_on_a_gpu_carries_several_accumulators_a_thread(kind, shape, axes, splits, entry):
+    """On a GPU reduce_tree and reduce_serial walk a thread's elements with TREE_UNROLL and
+    SERIAL_UNROLL accumulators (codegen/reduce.py `part_loop`), the rest of a part that does not
+    fill them by the first; at lengths that are not multiples of the walk, split or not, each
+    agrees with the interpreter. On a CPU a thread keeps one accumulator."""
+    from meganeura.codegen.reduce import SERIAL_UNROLL, TREE_UNROLL
+
+    unroll, stride = (TREE_UNROLL, 256) if entry == "reduce_tree" else (SERIAL_UNROLL, 1)
+    part = -(-int(np.prod([shape[d] for d in axes])) // splits)
+    assert unroll > 1 and part > stride * unroll and part % (stride * unroll)  # the unrolled walk runs, and a rest
+    attrs = {"kind": kind, "axes": axes, "keepdim": False, "in_shape": shape, "splits": splits}
+    graph = one_op("fused_reduce", [shape], prologue="mul($0,$0)" if kind == "sum" else "$0", epilogue="$r", **attrs)
+    gpu = check(graph, {"x0": normal(*shape)}, 1e-5, 1e-5, GENERIC).kernels[0]
+    assert gpu.entry_point == entry and f"acc_{unroll - 1}" in gpu.wgsl and f"acc_{unroll} " not in gpu.wgsl
+    cpu = check(graph, {"x0": normal(*shape)}, 1e-5, 1e-5, CPU).kernels[0]
+    assert "acc_1" not in cpu.wgsl
+
+
 def test_a_short_reduction_with_many_outputs_runs_wide_workgroups_on_a_gpu():
     """A sum over 3 of [2, 3, 3, 129, 101] (dK's group sum, ragged: 78,174 outputs): on a GPU
     reduce_serial in workgroups of 256 threads (codegen/reduce.py SERIAL_WIDE_OUTPUTS), on a CPU

@@ -136,6 +136,62 @@ def items_per_workgroup(entry: str, wg: int, items: int = 1, part: int = 1) -> i
     return {"reduce_tree": 1, "reduce_columns": COLUMNS}.get(entry, wg * items)
 
 
+# On a GPU part_value's walk carries TREE_UNROLL accumulators in reduce_tree and SERIAL_UNROLL
+# in reduce_serial, each combining every n-th of the thread's elements, combined in a fixed order
+# at the end: that many loads in flight a thread where one accumulator waits for each load before
+# the next.
+# Measured on the H200, 2026-12-03: alone (`python benchmarks/reductions.py --only bn,col`, medians
+# of 5, µs, at 1 → 4), the batch-norm statistics of [128, 64, 32, 32] in the 9 parts the planner
+# takes 24.7 → 16.6, of [128, 128, 16, 16] in 5 17.4 → 13.8, [128, 256, 8, 8] 12.1 → 8.1; column
+# sums [2048, 1536] 26.6 → 25.0, [2048, 768] 15.3 → 15.0, [2048, 576] 12.8 → 13.6. In the steps
+# (one profiled step each, one process): ResNet-18 25.97 → 25.11 ms GPU (its batch-norm sums), the
+# LMs' within 0.05 ms (SmolLM2 82.99 → 83.02, GPT-2 62.60 → 62.55). The same unroll in
+# reduce_columns, 16 to 64 columns a workgroup, ran 1.5-2× slower there than one accumulator.
+TREE_UNROLL = 4
+# reduce_serial's: the combines of split products' partials, [S, M, N] → [M, N], and of the
+# convolutions' split weight gradients. In the steps on the H200, 2026-12-03 (one profiled step,
+# one process; 1 → 4, and 8): SmolLM2 82.78 → 81.89 ms GPU (its sums 1.14 ms less: [8, 2048, 576]
+# 1.298 → 0.888 ms a step, [4, 2048, 576] at 4 items a thread 1.225 → 0.965); ResNet-18 25.28 →
+# 24.66 (its split weight gradients' sums, [128, 64, 576] 0.183 → 0.077); GPT-2 62.58 → 62.58.
+# At 8 the 8-part sums gained a little more (0.819) and the 4-part ones lost (1.372): SmolLM2 82.32.
+SERIAL_UNROLL = 4
+
+
+def loop_unroll(entry: str, target: Target) -> int:
+    """The accumulators part_value's walk carries in a kernel of `entry` on `target` (`part_loop`)."""
+    if target.cpu:
+        return 1
+    return {"reduce_tree": TREE_UNROLL, "reduce_serial": SERIAL_UNROLL}.get(entry, 1)
+
+
+def part_loop(unroll: int, init: str) -> str:
+    """part_value's loop over r = first + start, + step, … < end with `unroll` accumulators."""
+    if unroll == 1:
+        return "\n    ".join(
+            [
+                f"var acc = {init};",
+                "for (var r = first + start; r < end; r += step) {",
+                "    acc = combine(acc, value_at(o, r));",
+                "}",
+                "return acc;",
+            ]
+        )
+    lines = [f"var acc_{j} = {init};" for j in range(unroll)]
+    lines += [
+        "var r = first + start;",
+        f"for (; r + {unroll - 1}u * step < end; r += {unroll}u * step) {{",
+        *[f"    acc_{j} = combine(acc_{j}, value_at(o, r + {j}u * step));" for j in range(unroll)],
+        "}",
+        "for (; r < end; r += step) {",
+        "    acc_0 = combine(acc_0, value_at(o, r));",
+        "}",
+    ]
+    total = "acc_0"
+    for j in range(1, unroll):
+        total = f"combine({total}, acc_{j})"
+    return "\n    ".join([*lines, f"return {total};"])
+
+
 def serial_body(items: int, init: str) -> str:
     """reduce_serial's body: `items` items per thread, WG apart, every value (from `init`, the
     identity of ⊕) computed before any store."""
@@ -266,6 +322,7 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "WG": wg,
             "COLUMNS": items_per_workgroup(entry, wg, part=part) if entry == "reduce_rows" else COLUMNS,
             "SERIAL_BODY": serial_body(items, REDUCE_INIT[kind]),
+            "PART_LOOP": part_loop(loop_unroll(entry, target), REDUCE_INIT[kind]),
             "GRID_X": max(grid[0], 1),
             "FUNCTIONS": helper_functions([prologue, epilogue]),
             "READS": reads,
