@@ -19,7 +19,7 @@ from meganeura.codegen import common, expressions
 from meganeura.codegen import matmul as codegen_matmul
 from meganeura.codegen import shape as codegen_shape
 from meganeura.codegen.compiled import compile_step
-from meganeura.codegen.gemm_table import TABLES, GemmLadder, GemmTiling, gemm_tiling
+from meganeura.codegen.gemm_table import TABLES, GemmLadder, GemmTiling, gemm_tiling, shrunk
 from meganeura.codegen.registry import LOWERINGS, node_workgroups
 from meganeura.codegen.render import TemplateError, load_template, render
 from meganeura.ir.expr import parse
@@ -363,6 +363,31 @@ def test_matmul_kernels_run_without_bounds_checks_when_the_user_opts_in(monkeypa
     relu = one_op("relu", [(5, 7)])
     relu_kernels = check(relu, {"x0": normal(5, 7)}).kernels
     assert not any(spec.trusted for spec in relu_kernels) and (relu_kernels[0].wgsl, False) in modules
+
+
+def test_a_checked_tiling_keeps_its_bounds_checks_when_the_user_opts_in(monkeypatch):
+    """On the H200 a product with B stored [N, K] and a large output takes the 128x128 tile, which
+    ran slower without bounds checks (gemm_table.py `checked`): under MEGANEURA_UNCHECKED_KERNELS=1
+    its kernel is not trusted and gets a checked module; shrunk to a ragged output it stays
+    checked; its kernel at a ragged size computes what the interpreter does; the same product with
+    B stored [K, N] takes the 64x128 tile, trusted."""
+    from meganeura.codegen.matmul import lower_matmul
+
+    monkeypatch.setenv("MEGANEURA_UNCHECKED_KERNELS", "1")
+    h200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
+    tiling = gemm_tiling(2048, 3072, 768, target=h200, transpose_b=True)
+    assert (tiling.bm, tiling.bn, tiling.checked) == (128, 128, True) and "checked" in str(tiling)
+    assert shrunk(tiling, 37, 44, h200.workgroup_memory).checked
+    assert not gemm_tiling(2048, 3072, 768, target=h200).checked
+    shapes = operand_shapes(2050, 7, 2090, False, True)  # 17 × 17 ragged tiles of 128x128
+    graph = one_op("matmul", shapes, transpose_b=True)
+    spec = lower_matmul(graph, graph[graph.outputs["out"]], h200)
+    assert spec.workgroup_memory == tiling.workgroup_bytes and not spec.trusted
+    unshared = one_op("matmul", operand_shapes(2050, 7, 2090, False, False))
+    assert lower_matmul(unshared, unshared[unshared.outputs["out"]], h200).trusted
+    inputs = {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}
+    kernels = check(graph, inputs, rtol=1e-4, atol=1e-4, target=h200).kernels
+    assert [k.trusted for k in kernels] == [False] and (kernels[0].wgsl, False) in default_device()._modules
 
 
 def test_every_gemm_table_entry_is_a_valid_tiling_and_bad_ones_say_why():

@@ -298,8 +298,8 @@ H200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
         (2048, 576, 49152, True, False, 8, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
         # GPT-2's 2048×768 outputs: 192 tiles of 64x128 (1.45 a unit): the coarse split
         (2048, 768, 3072, False, False, 2, GemmTiling(64, 128, 16, 2, 2, prefetch=True)),
-        (2048, 768, 3072, True, False, 3, GemmTiling(128, 128, 16, 2, 2)),
-        (2048, 768, 50257, True, False, 3, GemmTiling(128, 128, 16, 2, 2)),
+        (2048, 768, 3072, True, False, 3, GemmTiling(128, 128, 16, 2, 2, checked=True)),
+        (2048, 768, 50257, True, False, 3, GemmTiling(128, 128, 16, 2, 2, checked=True)),
         # the weight gradients (A transposed): the split by the largest tile, on the split ladder's tiles
         (576, 1536, 2048, False, True, 3, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
         (1536, 576, 2048, False, True, 3, GemmTiling(64, 64, 16, 2, 2, prefetch=True)),
@@ -310,7 +310,7 @@ H200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
         # K = 784: no count of fine parts puts every boundary on a 16-multiple: the coarse split
         (2048, 576, 784, False, False, 2, GemmTiling(64, 128, 16, 2, 2, prefetch=True)),
         # a wide output: the split by the largest tile, on its tiles
-        (2048, 1536, 576, True, False, 2, GemmTiling(128, 128, 16, 2, 2)),
+        (2048, 1536, 576, True, False, 2, GemmTiling(128, 128, 16, 2, 2, checked=True)),
     ],
 )
 def test_fine_split_k_of_narrow_outputs_on_the_h200(m, n, k, transpose_b, transpose_a, splits, tiling):

@@ -26,7 +26,9 @@ MAX_WORKGROUP_BYTES = 48 * 1024
 class GemmTiling:
     """A BM × BN output tile per workgroup, K in steps of BK; each thread owns RM groups of 4 rows
     (BM / RM apart) × RN vec4s of columns (BN / RN apart); `prefetch` loads the next K tile into
-    registers while multiplying the current one."""
+    registers while multiplying the current one. A `checked` tiling keeps the shader compiler's
+    runtime bounds checks when the user opts out of them (`MEGANEURA_UNCHECKED_KERNELS=1`,
+    runtime/device.py): the family's measurements found it slower without them."""
 
     bm: int
     bn: int
@@ -34,6 +36,7 @@ class GemmTiling:
     rm: int = 2
     rn: int = 2
     prefetch: bool = False
+    checked: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -80,7 +83,7 @@ class GemmTiling:
         return batches * -(-m // self.bm) * -(-n // self.bn)
 
     def __str__(self) -> str:
-        extra = " prefetch" if self.prefetch else ""
+        extra = " prefetch" * self.prefetch + " checked" * self.checked
         return f"{self.bm}x{self.bn}/k{self.bk} {4 * self.rm}x{4 * self.rn}{extra}"
 
 
@@ -140,11 +143,19 @@ GENERIC_TABLE = GemmLadder(
 #   15.2 (64x64 8.5). With B stored [N, K] 128x128 wins: the LM head 2048x576x49152 Bᵀ 33.9 and
 #   2048x768x50257 Bᵀ 32.4 at 128x128, against 14.2 for 64x128 prefetch (bench gemm); a 2048x576
 #   output (160 tiles of 64x128, 1.2 per SM) ran at 14-17 TFLOP/s: hence `fill` 2.
+# The 128x128 8x8 tile keeps its bounds checks under MEGANEURA_UNCHECKED_KERNELS=1 (`checked`):
+# on the H200, 2026-12-03, one profiled step of each bench workload with every trusted kernel
+# checked and then unchecked (one process), the four products on that tile ran slower unchecked —
+# GPT-2's 2048x768x3072 Bᵀ 3.78 → 4.84 ms a step, 2048x768x2304 Bᵀ 3.74 → 4.40, its tied head's
+# 2048x768x50257 Bᵀ 4.90 → 5.10, SmolLM2's head 2048x576x49152 Bᵀ 3.46 → 3.59 — where the 64x128
+# and 64x64 prefetch tiles gained on the whole. GPT-2's step under the opt-in went from 62.48 →
+# 63.90 ms GPU to 62.60 → 62.14 with this tile checked; SmolLM2 82.99 → 80.82, ResNet-18 (whose
+# convolutions do not take it) 25.11 → 23.73.
 HOPPER_TABLE = GemmLadder(
     fill=2,
     ladder=(GemmTiling(64, 128, 16, 2, 2, prefetch=True), GemmTiling(32, 128, 16, 1, 2), GemmTiling(32, 64, 16, 1, 1)),
     transposed_b=(
-        GemmTiling(128, 128, 16, 2, 2),
+        GemmTiling(128, 128, 16, 2, 2, checked=True),
         GemmTiling(64, 128, 16, 2, 2, prefetch=True),
         GemmTiling(32, 128, 16, 1, 2),
         GemmTiling(32, 64, 16, 1, 1),
@@ -292,7 +303,7 @@ def shrunk(tiling: GemmTiling, m: int, n: int, workgroup_memory: int) -> GemmTil
         bn //= 2
     for bk in (tiling.bk, 16, 32, 64, 8, 4):
         try:
-            smaller = GemmTiling(bm, bn, bk, rm, rn, tiling.prefetch)
+            smaller = GemmTiling(bm, bn, bk, rm, rn, tiling.prefetch, tiling.checked)
         except ValueError:
             continue
         if smaller.workgroup_bytes <= workgroup_memory:
