@@ -819,6 +819,24 @@ def test_cross_entropy_rows_grad(rows, classes):
     check(graph, {"x0": logits, "x1": labels, "x2": normal(rows)}, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["forward", "grad"])
+def test_cross_entropy_rows_in_one_pass_agree_where_the_row_max_keeps_moving(grad):
+    """The kernels read a row's max and Σ exp(z − max) in one pass (cross_entropy.wgsl `row_stats`):
+    each thread's running sum is rescaled whenever its max grows. Rows of 5,001 logits (about 20
+    a thread, ragged against 256 threads) rising (the max moves at every element), falling,
+    constant, and at a scale where exp(z − any stale max) would overflow, agree with the interpreter."""
+    classes = 5001
+    ramp = np.linspace(-40.0, 40.0, classes)
+    logits = np.stack([ramp, ramp[::-1], np.zeros(classes), 50.0 * normal(classes)]).astype(np.float32)
+    labels = np.array([classes - 1, 0, 17, 4000], np.int32)
+    if grad:
+        graph = one_op("cross_entropy_rows_grad", [(4, classes), (4,), (4,)], ["f32", "i32", "f32"])
+        check(graph, {"x0": logits, "x1": labels, "x2": normal(4)}, rtol=1e-4, atol=1e-6)
+    else:
+        graph = one_op("cross_entropy_rows", [(4, classes), (4,)], ["f32", "i32"])
+        check(graph, {"x0": logits, "x1": labels}, rtol=1e-5, atol=1e-4)
+
+
 def test_cross_entropy_grad_with_a_constant_incoming_gradient():
     graph = Graph()
     logits, labels = typed_leaf(graph, "input", "z", (1, 7)), typed_leaf(graph, "input", "y", (1,), "i32")
