@@ -187,11 +187,14 @@ def test_plain_reductions_are_unchanged_by_the_split_parameters():
 def test_the_split_fills_the_units_and_leaves_no_part_empty():
     """Batch-norm statistics of ResNet-18's first stage, a 28M-element sum and a bias gradient on
     the H200 (132 units): few outputs, so split into parts enough for 4 workgroups a unit; on one
-    unit nothing is split, nor where the outputs fill the units already."""
+    unit nothing is split, nor where the outputs fill the units already, unless their workgroups
+    would walk down columns: a bias gradient over 2048 rows splits into parts of SERIAL_PART rows,
+    a thread a partial, on any GPU."""
     cases = {  # (shape, axes): (splits on the H200, workgroups of the partials)
         ((128, 64, 32, 32), (0, 2, 3)): (9, 576),
         ((28 * 2**20,), (0,)): (528, 528),
-        ((2048, 1536), (0,)): (1, 1536),  # a bias gradient: a workgroup per output fills the units
+        ((2048, 1536), (0,)): (32, 768),  # 32 · 1536 partials of 64 rows, 64 threads a workgroup
+        ((8, 256, 576), (0, 1)): (32, 288),  # an RMSNorm weight's gradient
         ((2048, 5), (0,)): (2, 10),  # few columns: parts of a workgroup are 1024 rows at least
     }
     for (shape, axes), (splits, workgroups) in cases.items():
@@ -200,9 +203,12 @@ def test_the_split_fills_the_units_and_leaves_no_part_empty():
         assert reduce_workgroups(partials, [], ()) == workgroups
         r = math.prod(shape[d] for d in axes)
         assert (splits - 1) * split_length(r, splits) < r
-        assert reduce_splits(shape, axes, ONE) == 1
+        walks_columns = shape in ((2048, 1536), (8, 256, 576), (2048, 5))  # one unit is filled: split for sectors
+        assert reduce_splits(shape, axes, ONE) == (32 if walks_columns else 1)
     assert reduce_splits((128, 512, 4, 4), (0, 2, 3), H200) == 1  # 512 outputs: 512 workgroups
     assert reduce_splits((40, 3), (0,), H200) == 1  # too short to pay for a second level
+    assert reduce_splits((1536, 2048), (1,), H200) == 1  # along rows: a workgroup reads a row
+    assert reduce_splits((2048, 1536), (0,), CPU) == 1  # lavapipe's column sums read rows of 16 columns
 
 
 # -- the rewrite: chosen by the cost model, fused like the reduction it splits --------------------------
@@ -240,6 +246,32 @@ def test_split_reduce_is_chosen_where_units_are_idle_and_keeps_the_prologue_fuse
     check(fused, inputs, rtol=1e-4, atol=1e-4, target=MANY)  # the plan's kernels, on lavapipe
     for spec in compile_step(fused, MANY).kernels:
         assert math.prod(spec.grid) == node_workgroups(fused, fused[spec.node], MANY), spec.label
+
+
+def test_a_column_walk_is_priced_by_the_sectors_it_fetches_and_split_into_rows_of_threads():
+    """A bias gradient Σ over 2048 rows of [2048, 300] on a GPU of 256 units: 300 outputs fill the
+    units, but reduce_tree would walk each column a workgroup an output, fetching a 32-byte sector
+    per float (read scale 8, codegen/reduce.py `reduce_read_scale`); the plan splits it into parts
+    of 64 rows that reduce_serial sums a thread a partial, neighbouring threads in neighbouring
+    columns (scale 1), and the result is the interpreter's. A sum along rows keeps scale 1 and one
+    level, as does every reduction on a CPU."""
+    from meganeura.codegen.lower import read_scale
+
+    column = {"axes": (0,), "in_shape": (2048, 300)}
+    assert read_scale("sum", column, [mn.f32[2048, 300].type], (mn.f32[300].type,), MANY) == 8
+    assert read_scale("fused_reduce", {**column, "splits": 32}, [], (), MANY) == 1
+    narrow = {"axes": (0,), "in_shape": (2048, 3)}
+    assert read_scale("fused_reduce", narrow, [], (), MANY) == 3  # rows of 12 bytes: 3 used of the 4 a sector
+    assert read_scale("fused_reduce", {"axes": (1,), "in_shape": (300, 2048)}, [], (), MANY) == 1
+    assert read_scale("fused_reduce", column, [], (), CPU) == 1
+    graph = one_op("sum", [(2048, 300)], axes=(0,), keepdim=False)
+    fused, report = optimize(graph, target=MANY)
+    (partial,) = live_nodes(fused, "fused_reduce")
+    assert partial.attr("splits") == 32 and report.rule("split_reduce").uses > 0
+    kernels = check(fused, {"x0": normal(2048, 300)}, rtol=1e-4, atol=1e-4, target=MANY).kernels
+    assert [k.entry_point for k in kernels] == ["reduce_serial", "reduce_serial"]
+    rows, _ = optimize(one_op("sum", [(300, 2048)], axes=(1,), keepdim=False), target=MANY)
+    assert all(n.attr("splits", 1) == 1 for n in live_nodes(rows, "fused_reduce"))
 
 
 def test_nothing_is_split_on_one_unit_or_for_small_reductions():

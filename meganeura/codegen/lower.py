@@ -22,7 +22,7 @@ from meganeura.codegen import (  # noqa: F401  (imported for their registered lo
     transformer,
 )
 from meganeura.codegen.kernel import KernelSpec
-from meganeura.codegen.registry import LOWERINGS, lowered, registered_workgroups
+from meganeura.codegen.registry import LOWERINGS, lowered, registered_read_scale, registered_workgroups
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import op_def
 from meganeura.target import GENERIC, Target
@@ -33,6 +33,13 @@ def workgroups(
 ) -> int:
     """How many workgroups the kernel of `op` launches for these types on `target` (the cost model's question)."""
     return registered_workgroups(op, attrs, operands, results, target)
+
+
+def read_scale(
+    op: str, attrs: dict, operands: Sequence[TensorType], results: Sequence[TensorType], target: Target = GENERIC
+) -> int:
+    """The factor on the bytes the kernel of `op` reads, as the memory moves them (the cost model's question)."""
+    return registered_read_scale(op, attrs, operands, results, target)
 
 
 def lower_node(graph: Graph, node_id: int, target: Target = GENERIC) -> KernelSpec:

@@ -240,13 +240,20 @@ def plan_workgroups(
 def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
     """How many parts to split a reduction of `in_shape` over `axes` into on `target` (1: none).
 
-    Only a reduction that leaves units of the target idle is split: into as many parts as give
+    A reduction that leaves units of the target idle is split into as many parts as give
     SPLIT_WAVES workgroups per unit, each part at least MIN_PART of its entry point long, and
-    no part empty. Whether the split is used is the cost model's call (it pays an extra dispatch
-    and the partials' traffic for the units it fills)."""
+    no part empty. One that fills them but walks down columns a workgroup an output (`column_walk`)
+    is split into parts of at most SERIAL_PART, which reduce_serial computes a thread a partial,
+    neighbouring threads reading neighbouring columns. Whether the split is used is the cost
+    model's call (it pays an extra dispatch and the partials' traffic for the units it fills, or
+    for the sectors it stops wasting: `reduce_read_scale`)."""
     outs, r, innermost, leading = reduce_geometry(in_shape, axes)
-    if outs == 0 or r == 0 or plan_workgroups(outs, r, innermost, target, leading) >= target.compute_units:
+    if outs == 0 or r == 0:
         return 1
+    if plan_workgroups(outs, r, innermost, target, leading) >= target.compute_units:
+        if r <= SERIAL_PART or not column_walk(in_shape, axes, 1, target):
+            return 1
+        return -(-r // split_length(r, -(-r // SERIAL_PART)))
     wanted = SPLIT_WAVES * target.compute_units
     splits = 1
     while splits < r:  # the entry point of the partials depends on their count: settle it
@@ -262,6 +269,36 @@ def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
     return splits if splits > 1 else 1
 
 
+# A GPU loads memory in sectors of SECTOR_BYTES: a warp's load of 32 floats a column apart
+# fetches 32 sectors for 128 bytes. reduce_tree walking down columns (a reduction over outer dims,
+# the innermost dim kept: a bias's or a norm weight's gradient [rows, C] → [C]) reads that way.
+SECTOR_BYTES = 32
+# The longest part a column walk's split gives each partial (reduce_serial's parts, `reduce_plan`).
+# Measured on the H200, 2026-12-03 (`python benchmarks/reductions.py --only col`, µs, the tree
+# walk with 4 accumulators): [2048, 3072] → [3072] one level 44.7, in 32 parts of 64 15.9 (8 parts:
+# 23.3, 64: 17.5); [2048, 1536] 25.0 and 15.5; [2048, 768] 15.0 and 15.3; [2048, 576] 13.6 and 15.1.
+SERIAL_PART = 64
+
+
+def column_walk(in_shape: tuple[int, ...], axes, splits: int, target: Target) -> bool:
+    """Whether a reduction of `in_shape` over `axes` in `splits` parts runs reduce_tree down columns on `target`."""
+    outs, r, innermost, _ = reduce_geometry(in_shape, axes)
+    entry, _ = reduce_plan(outs * splits, split_length(r, splits), innermost, target)
+    last = max(normalize_axes(axes, len(in_shape)), default=len(in_shape) - 1)
+    return entry == "reduce_tree" and math.prod(in_shape[last + 1 :]) > 1
+
+
+def reduce_read_scale(attrs: dict, operands, results, target: Target = GENERIC) -> int:
+    """The factor on a reduction's reads for the cost model: SECTOR_BYTES / 4 for a column walk
+    (`column_walk`; its stride, in elements, where that is shorter), else 1."""
+    in_shape = tuple(attrs["in_shape"] if "in_shape" in attrs else operands[0].shape)
+    axes, splits = attrs.get("axes"), attrs.get("splits", 1)
+    if not in_shape or not column_walk(in_shape, axes, splits, target):
+        return 1
+    last = max(normalize_axes(axes, len(in_shape)))
+    return min(SECTOR_BYTES // 4, math.prod(in_shape[last + 1 :]))
+
+
 def reduce_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
     """A workgroup per output or partial (reduce_tree) or per WG of them (reduce_serial), as
     `reduce_plan` says."""
@@ -272,7 +309,7 @@ def reduce_workgroups(attrs: dict, operands, results, target: Target = GENERIC) 
     return plan_workgroups(outs * splits, split_length(r, splits), innermost, target, leading)
 
 
-@lowering("sum", "max", "fused_reduce", workgroups=reduce_workgroups, per_target=True)
+@lowering("sum", "max", "fused_reduce", workgroups=reduce_workgroups, per_target=True, read_scale=reduce_read_scale)
 def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
     """`sum`, `max` or `fused_reduce` over any axes: kept dims index the output, reduced dims are
     combined. `fused_reduce` reduces prologue($0, $1, … broadcast to in_shape) and writes

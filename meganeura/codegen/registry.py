@@ -13,6 +13,11 @@ kernel's: a workgroup of 256 threads per 256 elements of the first result.
 A family whose kernel is tuned per adapter registers with `per_target=True`: its lowering is
 then `fn(graph, node, target)` and its workgroup count `fn(attrs, operands, results, target)`
 (`meganeura/target.py`), so that both pick the same tiling for the adapter.
+
+A family whose kernel moves more memory than the bytes it uses registers `read_scale=fn(attrs,
+operands, results, target)`: the factor the cost model puts on the bytes it reads (1 where none
+is registered). A GPU fetches memory in 32-byte sectors: a reduction walking down columns, a
+workgroup an output, uses 4 bytes of every sector a warp's load fetches (codegen/reduce.py).
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from meganeura.target import GENERIC, Target
 
 Lowering = Callable[[Graph, Node], KernelSpec]
 Workgroups = Callable[[dict, Sequence[TensorType], tuple[TensorType, ...]], int]
+ReadScale = Callable[[dict, Sequence[TensorType], tuple[TensorType, ...], Target], int]
 LOWERINGS: dict[str, Lowering] = {}
 WORKGROUPS: dict[str, Workgroups] = {}
+READ_SCALES: dict[str, ReadScale] = {}
 PER_TARGET: set[str] = set()  # ops whose lowering and workgroup count also take the target
 ELEMENTWISE_WORKGROUP = 256
 
@@ -37,10 +44,13 @@ def elementwise_workgroups(attrs: dict, operands: Sequence[TensorType], results:
 
 
 def lowering(
-    *ops: str, workgroups: Workgroups = elementwise_workgroups, per_target: bool = False
+    *ops: str,
+    workgroups: Workgroups = elementwise_workgroups,
+    per_target: bool = False,
+    read_scale: ReadScale | None = None,
 ) -> Callable[[Lowering], Lowering]:
     """Decorator: register the function as the lowering of `ops`, launching `workgroups` (both
-    given the target as a last argument with `per_target`)."""
+    given the target as a last argument with `per_target`), its reads priced at `read_scale`."""
 
     def register(fn: Lowering) -> Lowering:
         for op in ops:
@@ -48,6 +58,8 @@ def lowering(
                 raise ValueError(f"op {op!r} has two lowerings: {LOWERINGS[op].__name__} and {fn.__name__}")
             LOWERINGS[op] = fn
             WORKGROUPS[op] = workgroups
+            if read_scale is not None:
+                READ_SCALES[op] = read_scale
             if per_target:
                 PER_TARGET.add(op)
         return fn
@@ -65,6 +77,14 @@ def registered_workgroups(
         raise KeyError(f"op {op!r} launches a kernel but has no lowering")
     extra = (target,) if op in PER_TARGET else ()
     return max(1, count(attrs, operands, tuple(results), *extra))
+
+
+def registered_read_scale(
+    op: str, attrs: dict, operands: Sequence[TensorType], results: Sequence[TensorType], target: Target = GENERIC
+) -> int:
+    """The factor on the bytes the kernel of `op` reads for these types on `target` (module docstring)."""
+    scale = READ_SCALES.get(op)
+    return 1 if scale is None else max(1, scale(attrs, operands, tuple(results), target))
 
 
 def lowered(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:

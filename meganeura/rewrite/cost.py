@@ -2,7 +2,7 @@
 
 A kernel costs
 
-    (bytes read + bytes written + flops / FLOPS_PER_BYTE) / fill + DISPATCH_COST_BYTES
+    (bytes read · read scale + bytes written + flops / FLOPS_PER_BYTE) / fill + DISPATCH_COST_BYTES
 
 all in bytes, where "bytes read" counts each DISTINCT tensor the kernel reads once (a kernel
 reading x twice, `mul(x, x)`, loads it once; the same tensor read by two kernels is paid by
@@ -22,6 +22,11 @@ of 9 workgroups on 132 units moves its bytes and does its flops at 9/132 of the 
 so it costs 132/9 as much; this is what makes the weight gradient of a convolution over a large
 batch (a GEMM with a small output and a long reduction: few workgroups) cost more than one GEMM
 per image and a sum after them, where it does (`rewrite/conv.py`).
+
+The read scale is 1 but for a kernel whose loads move more than they use, as its lowering says
+(`codegen.lower.read_scale`): on a GPU a reduction down columns, a workgroup an output, fetches
+a 32-byte sector for each 4-byte element (8), where the same sum split into parts of a thread an
+output each (neighbouring threads, neighbouring columns) uses whole sectors (codegen/reduce.py).
 
 `price` takes what both callers know: the op a kernel runs (for an e-node, the IR op it decodes
 to), its attributes and operand and result types, the bytes of the distinct tensors it reads,
@@ -49,6 +54,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from meganeura.codegen.lower import read_scale as launched_read_scale
 from meganeura.codegen.lower import workgroups as launched_workgroups
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import op_def
@@ -61,8 +67,9 @@ WORK_PER_UNIT = DISPATCH_COST_BYTES
 
 @dataclass(frozen=True)
 class Cost:
-    """Bytes moved, flops and kernels dispatched by a plan (or by one kernel), and `units`, the
-    number extraction minimises (eighths of a byte: sums and differences stay exact integers)."""
+    """Bytes moved (the tensors' bytes, read and written), flops and kernels dispatched by a plan
+    (or by one kernel), and `units`, the number extraction minimises (eighths of a byte, the reads
+    scaled as the module docstring says: sums and differences stay exact integers)."""
 
     bytes: int = 0
     flops: int = 0
@@ -104,19 +111,20 @@ def kernel_flops(op: str, attrs: dict, operands: Sequence[TensorType], results: 
 class Pricing:
     """What one kernel costs apart from its reads (which differ between plans): its results'
     bytes, its flops, whether it launches at all (buffers and views do not), the workgroups it
-    launches and the compute units of the target."""
+    launches, the compute units of the target and the factor on the bytes it reads."""
 
     launches: bool
     written: int = 0
     flops: int = 0
     workgroups: int = 1
     compute_units: int = 1
+    read_scale: int = 1
 
     def units(self, read_bytes: int) -> int:
         """The kernel's `Cost.units` when it reads `read_bytes` (extraction's hot path)."""
         if not self.launches:
             return 0
-        work = 8 * (read_bytes + self.written) + self.flops * (8 // FLOPS_PER_BYTE)
+        work = 8 * (read_bytes * self.read_scale + self.written) + self.flops * (8 // FLOPS_PER_BYTE)
         needed = min(self.compute_units, max(1, -(-work // (8 * WORK_PER_UNIT))))
         return work * needed // min(self.workgroups, needed) + 8 * DISPATCH_COST_BYTES
 
@@ -138,7 +146,8 @@ def pricing(
     if not op_def(op).kernel:
         return Pricing(False)
     workgroups = launched_workgroups(op, attrs, operands, results, target)
-    return Pricing(True, sum(t.nbytes for t in results), flops, workgroups, target.compute_units)
+    scale = launched_read_scale(op, attrs, operands, results, target)
+    return Pricing(True, sum(t.nbytes for t in results), flops, workgroups, target.compute_units, scale)
 
 
 def price(
