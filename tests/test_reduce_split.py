@@ -261,7 +261,7 @@ def test_a_column_walk_is_priced_by_the_sectors_it_fetches_and_split_into_rows_o
     assert read_scale("sum", column, [mn.f32[2048, 300].type], (mn.f32[300].type,), MANY) == 8
     assert read_scale("fused_reduce", {**column, "splits": 32}, [], (), MANY) == 1
     narrow = {"axes": (0,), "in_shape": (2048, 3)}
-    assert read_scale("fused_reduce", narrow, [], (), MANY) == 3  # rows of 12 bytes: 3 used of the 4 a sector
+    assert read_scale("fused_reduce", narrow, [], (), MANY) == 3  # rows 12 bytes apart: a warp fetches 3× what it uses
     assert read_scale("fused_reduce", {"axes": (1,), "in_shape": (300, 2048)}, [], (), MANY) == 1
     assert read_scale("fused_reduce", column, [], (), CPU) == 1
     graph = one_op("sum", [(2048, 300)], axes=(0,), keepdim=False)
