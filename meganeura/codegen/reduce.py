@@ -251,7 +251,7 @@ def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
     if outs == 0 or r == 0:
         return 1
     if plan_workgroups(outs, r, innermost, target, leading) >= target.compute_units:
-        if r <= SERIAL_PART or not column_walk(in_shape, axes, 1, target):
+        if not column_walk(in_shape, axes, 1, target):
             return 1
         return -(-r // split_length(r, -(-r // SERIAL_PART)))
     wanted = SPLIT_WAVES * target.compute_units
@@ -277,15 +277,24 @@ SECTOR_BYTES = 32
 # Measured on the H200, 2026-12-03 (`python benchmarks/reductions.py --only col`, µs, the tree
 # walk with 4 accumulators): [2048, 3072] → [3072] one level 44.7, in 32 parts of 64 15.9 (8 parts:
 # 23.3, 64: 17.5); [2048, 1536] 25.0 and 15.5; [2048, 768] 15.0 and 15.3; [2048, 576] 13.6 and 15.1.
+# In the steps (one profiled step each, one process, 2026-12-03): GPT-2-small 62.52 → 62.08 ms GPU,
+# 59.64 → 58.97 as one pass (its bias and LayerNorm weight gradients: [2048, 3072] 0.561 → 0.267 ms
+# a step with the partials' sum, [2048, 768] 0.755 → 0.574 + 0.503 for 74 of them); SmolLM2
+# 81.41 → 81.42, 73.36 → 72.95 as one pass (its RMSNorm weights', 1.370 → 0.926 + 0.415).
 SERIAL_PART = 64
+# Only a walk of at least LONG_COLUMN elements counts as one: alone, [256, 1024] → [1024] took
+# 8.2 µs one level and 14.3 in 4 parts of 64 (the L2 cache serves a short column's neighbours).
+LONG_COLUMN = 1024
 
 
 def column_walk(in_shape: tuple[int, ...], axes, splits: int, target: Target) -> bool:
-    """Whether a reduction of `in_shape` over `axes` in `splits` parts runs reduce_tree down columns on `target`."""
+    """Whether a reduction of `in_shape` over `axes` in `splits` parts runs reduce_tree down
+    columns on `target`, each part at least LONG_COLUMN long."""
     outs, r, innermost, _ = reduce_geometry(in_shape, axes)
-    entry, _ = reduce_plan(outs * splits, split_length(r, splits), innermost, target)
+    part = split_length(r, splits)
+    entry, _ = reduce_plan(outs * splits, part, innermost, target)
     last = max(normalize_axes(axes, len(in_shape)), default=len(in_shape) - 1)
-    return entry == "reduce_tree" and math.prod(in_shape[last + 1 :]) > 1
+    return entry == "reduce_tree" and part >= LONG_COLUMN and math.prod(in_shape[last + 1 :]) > 1
 
 
 def reduce_read_scale(attrs: dict, operands, results, target: Target = GENERIC) -> int:
