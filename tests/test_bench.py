@@ -23,7 +23,7 @@ import pytest
 from meganeura.__main__ import main
 from meganeura.bench import gemm
 from meganeura.bench.harness import LOSS_RTOL, TOP_KINDS, StepResult, TorchRun
-from meganeura.bench.report import markdown, step_text
+from meganeura.bench.report import markdown, source_digest, step_text
 from meganeura.bench.workloads import STEPS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,6 +91,27 @@ def test_a_mirror_that_disagrees_gets_no_ratios():
     assert row.split(" | ")[3] == "–" and row.split(" | ")[5] == "–"  # the ratio columns
 
 
+def test_the_source_digest_names_the_code_and_the_templates(tmp_path, capsys):
+    """A record names the source that ran by a digest of the package's .py files and the WGSL
+    templates: a copy of the tree has the same one, a changed template or module another; the
+    CLI prints this checkout's (to compare with a record made on a device's copy)."""
+    import shutil
+
+    from meganeura.codegen.render import PACKAGE_DIR, template_path
+
+    package, shaders = tmp_path / "meganeura", tmp_path / "shaders"
+    shutil.copytree(PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(template_path("reduce").parent, shaders)
+    here = source_digest()
+    assert len(here) == 64 and source_digest(package, shaders) == here
+    (shaders / "reduce.wgsl").write_text((shaders / "reduce.wgsl").read_text() + "\n")
+    changed = source_digest(package, shaders)
+    assert changed != here
+    (package / "bench" / "new_module.py").write_text("")
+    assert source_digest(package, shaders) not in (here, changed)
+    assert main(["bench", "--source-digest"]) == 0 and capsys.readouterr().out.strip() == here
+
+
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
     """`python -m meganeura bench --small all` in a child process: (return code, stdout, JSON record)."""
@@ -128,6 +149,7 @@ def test_every_workload_runs_and_reports_real_numbers(bench_run):
     stdout, record = bench_run
     assert record["small"] and record["steps"] == 3 and record["adapter"] in stdout
     assert len(record["git_commit"]) >= 7 and record["date"][:2] == "20"
+    assert record["source_digest"] == source_digest() and f"source {source_digest()[:12]}" in stdout
     assert [w["workload"] for w in record["workloads"]] == STEP_NAMES
     for w in record["workloads"]:
         assert finite_positive(w["ours_ms"]) and finite_positive(w["compile_s"]), w["workload"]

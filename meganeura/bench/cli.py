@@ -20,7 +20,7 @@ import traceback
 
 from meganeura.bench import gemm as gemm_bench
 from meganeura.bench.harness import preload_torch, run_step_workload
-from meganeura.bench.report import gemm_text, header, markdown, step_text
+from meganeura.bench.report import gemm_text, header, markdown, source_digest, step_text
 from meganeura.bench.workloads import STEPS
 
 GEMM = "gemm"
@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", action="store_true", help="also print Markdown tables (for the README)")
     parser.add_argument("--repeat", type=int, default=10, help="GEMM: dispatches per product timed in one step")
     parser.add_argument("--gemm-shapes", metavar="MxKxN,...", help="GEMM: these shapes instead of the defaults")
+    parser.add_argument(
+        "--source-digest", action="store_true", help="print the digest of this source tree (a JSON record's) and exit"
+    )
 
 
 def chosen_workloads(parser: argparse.ArgumentParser, names: list[str]) -> list[str]:
@@ -68,6 +71,9 @@ def chosen_workloads(parser: argparse.ArgumentParser, names: list[str]) -> list[
 
 
 def run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if options.source_digest:
+        print(source_digest())
+        return 0
     names = chosen_workloads(parser, options.workloads)
     if options.steps < 1 or options.warmup < 0 or options.repeat < 1:
         parser.error("--steps and --repeat must be at least 1, --warmup at least 0")
@@ -82,7 +88,8 @@ def run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     adapter = default_device().describe()
     record = header(adapter, options.steps, max(options.warmup, 2), options.small)
-    print(f"adapter: {adapter}\n{record['torch']}; commit {record['git_commit']}")
+    source = record["source_digest"][:12]
+    print(f"adapter: {adapter}\n{record['torch']}; commit {record['git_commit']}, source {source}")
     if options.steps < 20:
         print(f"(only {options.steps} timed steps: fewer than the 20 a quoted result takes)")
     modes = ("fp32", "bf16", "compile") if options.torch_compile else ("fp32", "bf16")

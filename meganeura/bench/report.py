@@ -4,9 +4,11 @@ README) and a JSON record of every number with when, where and on what it was me
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import platform
 import subprocess
+from pathlib import Path
 
 from meganeura.bench.gemm import GemmResult
 from meganeura.bench.gemm import table as gemm_table
@@ -78,7 +80,8 @@ def cell(value: float | None, digits: int = 2) -> str:
 def markdown(steps: list[StepResult], gemms: list[GemmResult], modes: tuple[str, ...], header: dict) -> str:
     """The results as Markdown tables: the training steps, then the GEMMs."""
     out = [
-        f"Measured {header['date']} on {header['adapter']} ({header['torch']}), commit {header['git_commit'][:12]}; "
+        f"Measured {header['date']} on {header['adapter']} ({header['torch']}), commit {header['git_commit'][:12]}"
+        f" (source {header.get('source_digest', 'unknown')[:12]}); "
         f"medians of {header['steps']} steps after {header['warmup']} warm-up"
         + (" — small sizes (--small)" if header["small"] else ""),
         "",
@@ -135,6 +138,23 @@ def git_commit() -> str:
     return commit + ("-dirty" if dirty else "")
 
 
+def source_digest(package: Path | None = None, shaders: Path | None = None) -> str:
+    """SHA-256 of the code that ran: every .py file of the package and every WGSL template, by path
+    relative to its folder, in sorted order. A copy of a checkout whose git metadata is stale (a
+    device's copy of the work tree) still names its source by it: `python -m meganeura bench
+    --source-digest` at a commit prints that commit's, to compare with a JSON record's."""
+    from meganeura.codegen.render import PACKAGE_DIR, SHADER_DIRS
+
+    package = package or PACKAGE_DIR
+    shaders = shaders or next((folder for folder in SHADER_DIRS if folder.is_dir()), SHADER_DIRS[-1])
+    digest = hashlib.sha256()
+    for folder, pattern in ((package, "*.py"), (shaders, "*.wgsl")):
+        for path in sorted(folder.rglob(pattern)):
+            digest.update(f"{folder.name}/{path.relative_to(folder).as_posix()}".encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def torch_version() -> str:
     from meganeura.bench.harness import torch_available
 
@@ -151,6 +171,7 @@ def header(adapter: str, steps: int, warmup: int, small: bool) -> dict:
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
+        "source_digest": source_digest(),
         "adapter": adapter,
         "torch": torch_version(),
         "python": platform.python_version(),
