@@ -172,31 +172,6 @@ def random_values(graph: Graph, seed: int = 0, positive: bool = False):
     return values["input"], values["param"], values["state"]
 
 
-def counted(graph: Graph, node, dispatched: int, target: Target) -> int:
-    """The `dispatched` workgroups of a kernel as the cost model counts them on `target`: a GEMM's
-    (matmuls, and a convolution's weight gradient) in workgroups of its ladder's largest tile
-    (codegen/matmul.py `matmul_workgroups`, codegen/conv.py `conv_workgroups`), any other's one by one."""
-    import math
-
-    from meganeura.codegen import conv as codegen_conv
-    from meganeura.codegen.matmul import counted_workgroups, split_tiling
-    from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
-
-    if node.op in ("matmul", "fused_matmul"):
-        a, b = (graph[i].type for i in node.inputs[:2])
-        batch, m, k, n = matmul_dims([matmul_a_view(a, node.attr_dict), b], node.attr_dict, node.op)
-        splits, transpose_b = node.attr("splits", 1), bool(node.attr("transpose_b", False))
-        transpose_a = bool(node.attr("transpose_a", False))
-        tiling = split_tiling(m, n, k, math.prod(batch), splits, target, transpose_b, transpose_a)
-        return counted_workgroups(dispatched, tiling, m, n, target, transpose_b)
-    if node.op == "conv_gemm":
-        shapes = [graph[i].type.shape for i in node.inputs[:2]]
-        m, n, _ = codegen_conv.conv_gemm_dims(node.attr_dict, *shapes, node.shape)
-        tiling = codegen_conv.conv_tiling(node.attr_dict, *shapes, node.shape, target)
-        return codegen_conv.conv_counted(node.attr_dict, dispatched, tiling, m, n, target)
-    return dispatched
-
-
 def assert_same_results(before: Graph, after: Graph, inputs, params=None, states=None, tol=1e-5) -> None:
     """Both graphs give the same outputs and updates through the interpreter (float32 tolerance)."""
     expected = interpret(before, inputs, params, states)

@@ -12,14 +12,14 @@ import math
 
 import numpy as np
 import pytest
-from conftest import assert_steps_follow_interpreter, check, counted, emit, leaf, live_nodes, node, one_op, typed_leaf
+from conftest import assert_steps_follow_interpreter, check, emit, leaf, live_nodes, node, one_op, typed_leaf
 
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.reduce import reduce_splits, reduce_workgroups
-from meganeura.codegen.registry import node_workgroups
+from meganeura.codegen.registry import dispatch_counted, node_workgroups
 from meganeura.compiler import Program, compile_plan
 from meganeura.ir.graph import Graph
 from meganeura.ir.interpret import interpret
@@ -327,7 +327,7 @@ def test_a_training_step_with_split_reductions_follows_the_interpreter():
     assert any(n.attr("splits") > 1 for n in live_nodes(fused, "fused_reduce"))
     compiled = compilation.compiled.graph  # the optimizer's updates grouped into multi-tensor nodes
     for spec_ in compilation.compiled.kernels:
-        dispatched = counted(compiled, compiled[spec_.node], math.prod(spec_.grid), MANY)
+        dispatched = dispatch_counted(compiled, compiled[spec_.node], math.prod(spec_.grid), MANY)
         assert dispatched == node_workgroups(compiled, compiled[spec_.node], MANY), spec_.label
     program = Program(compilation)
     feeds = [{"x": normal(10, 3, 30, 30), "y": RNG.integers(0, 4, 10).astype(np.int32)} for _ in range(3)]

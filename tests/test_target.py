@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import assert_same_results, assert_steps_follow_interpreter, counted, mlp_step
+from conftest import assert_same_results, assert_steps_follow_interpreter, mlp_step
 
 import meganeura as mn
 import meganeura.functional as F
@@ -19,7 +19,7 @@ from meganeura import nn, optim
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import CPU_TABLE, GemmTiling, gemm_tiling
 from meganeura.codegen.matmul import counted_workgroups
-from meganeura.codegen.registry import node_workgroups
+from meganeura.codegen.registry import dispatch_counted, node_workgroups
 from meganeura.compiler import Program, compile_plan, trace_step
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import op_def
@@ -65,7 +65,7 @@ def test_every_kernel_dispatches_the_workgroups_the_cost_model_counts():
         for spec in step.kernels:
             node = step.graph[spec.node]
             dispatched = math.prod(spec.grid)
-            dispatched = counted(step.graph, node, dispatched, GENERIC)
+            dispatched = dispatch_counted(step.graph, node, dispatched, GENERIC)
             assert dispatched == node_workgroups(step.graph, node), (name, spec.label)
             seen.add(node.op)
     assert {"fused_matmul", "conv_gemm", "fused_reduce", "attention", "pointwise"} <= seen, seen

@@ -97,14 +97,17 @@ def conv_workgroups(attrs: dict, operands, results, target: Target = GENERIC) ->
     ResNet-18 step, 2026-12-02). The forward and input gradients count every workgroup: their
     alternative is unfold + matmul, which the 4x4 stage then took where it ran slower
     (codegen/gemm_table.py, HOPPER_CONV_TABLE)."""
+    return conv_counted(attrs, operands, results, None, target)
+
+
+def conv_counted(attrs: dict, operands, results, dispatched: int | None, target: Target = GENERIC) -> int:
+    """`dispatched` workgroups of a conv_gemm's kernel (None: the ones its tiling launches) as the
+    cost model counts them (`conv_workgroups`)."""
     a, b, out = operands[0].shape, operands[1].shape, results[0].shape
     m, n, _ = conv_gemm_dims(attrs, a, b, out)
     tiling = conv_tiling(attrs, a, b, out, target)
-    return conv_counted(attrs, -(-m // tiling.bm) * -(-n // tiling.bn) * conv_groups(attrs), tiling, m, n, target)
-
-
-def conv_counted(attrs: dict, dispatched: int, tiling: GemmTiling, m: int, n: int, target: Target) -> int:
-    """`dispatched` workgroups of a conv_gemm's `tiling` (M×N output) as the cost model counts them."""
+    if dispatched is None:
+        dispatched = -(-m // tiling.bm) * -(-n // tiling.bn) * conv_groups(attrs)
     if target.cpu or attrs["mode"] not in COUNTED_MODES:
         return dispatched
     largest = largest_tiling(m, n, target, b_along_k(attrs["mode"]))
@@ -217,7 +220,7 @@ def conv_store4(mode: str, m: int, n: int, tiling: GemmTiling, vector: bool) -> 
     return f"fn store4(bat: u32, row: u32, col: u32, v: vec4<f32>) {{\n    {guard}\n    {body}\n}}"
 
 
-@lowering("conv_gemm", workgroups=conv_workgroups, per_target=True)
+@lowering("conv_gemm", workgroups=conv_workgroups, per_target=True, counted=conv_counted)
 def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
     """One conv_gemm node as a tiled implicit GEMM (see the module docstring)."""
     mode, kernel, stride, padding, image = conv_gemm_geometry(node.attr_dict)

@@ -379,12 +379,19 @@ def matmul_workgroups(attrs: dict, operands, results, target: Target = GENERIC) 
     ladder has shrunk looks as partly idle as it runs, and the split along K (`matmul_splits`),
     which keeps the large tile, can win in the cost model. A CPU's units are threads that run one
     workgroup at a time: there, every workgroup counts."""
+    return matmul_counted(attrs, operands, results, None, target)
+
+
+def matmul_counted(attrs: dict, operands, results, dispatched: int | None, target: Target = GENERIC) -> int:
+    """`dispatched` workgroups of a product's kernel (None: the ones its tiling launches) as the
+    cost model counts them (`matmul_workgroups`)."""
     batch, m, k, n = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs, "matmul")
     batches, splits = math.prod(batch), attrs.get("splits", 1)
     transpose_b = bool(attrs.get("transpose_b", False))
     tiling = split_tiling(m, n, k, batches, splits, target, transpose_b, bool(attrs.get("transpose_a", False)))
-    count = -(-m // tiling.bm) * -(-n // tiling.bn) * batches * splits
-    return counted_workgroups(count, tiling, m, n, target, transpose_b)
+    if dispatched is None:
+        dispatched = -(-m // tiling.bm) * -(-n // tiling.bn) * batches * splits
+    return counted_workgroups(dispatched, tiling, m, n, target, transpose_b)
 
 
 def counted_workgroups(dispatched: int, tiling: GemmTiling, m: int, n: int, target: Target, transpose_b: bool) -> int:
@@ -395,7 +402,7 @@ def counted_workgroups(dispatched: int, tiling: GemmTiling, m: int, n: int, targ
     return max(1, dispatched * tiling.bm * tiling.bn // (largest.bm * largest.bn * SPLIT_FILL))
 
 
-@lowering("matmul", "fused_matmul", workgroups=matmul_workgroups, per_target=True)
+@lowering("matmul", "fused_matmul", workgroups=matmul_workgroups, per_target=True, counted=matmul_counted)
 def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
     """Tiled, register-blocked, batched matmul with transposes, a prologue and an epilogue expression.
 

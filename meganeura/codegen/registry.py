@@ -14,6 +14,11 @@ A family whose kernel is tuned per adapter registers with `per_target=True`: its
 then `fn(graph, node, target)` and its workgroup count `fn(attrs, operands, results, target)`
 (`meganeura/target.py`), so that both pick the same tiling for the adapter.
 
+A family whose workgroups the cost model counts in other units than one each (a GEMM's, in its
+ladder's largest tile) registers `counted=fn(attrs, operands, results, dispatched, target)`: a
+dispatched grid in the units its workgroup count gives (identity where none is registered), so
+that a check can hold every lowered kernel's grid against the count (tests/test_target.py).
+
 A family whose kernel moves more memory than the bytes it uses registers `read_scale=fn(attrs,
 operands, results, target)`: the factor the cost model puts on the bytes it reads (1 where none
 is registered). A GPU fetches memory in 32-byte sectors: a reduction walking down columns, a
@@ -31,9 +36,11 @@ from meganeura.target import GENERIC, Target
 Lowering = Callable[[Graph, Node], KernelSpec]
 Workgroups = Callable[[dict, Sequence[TensorType], tuple[TensorType, ...]], int]
 ReadScale = Callable[[dict, Sequence[TensorType], tuple[TensorType, ...], Target], int]
+Counted = Callable[[dict, Sequence[TensorType], tuple[TensorType, ...], int, Target], int]
 LOWERINGS: dict[str, Lowering] = {}
 WORKGROUPS: dict[str, Workgroups] = {}
 READ_SCALES: dict[str, ReadScale] = {}
+COUNTED: dict[str, Counted] = {}
 PER_TARGET: set[str] = set()  # ops whose lowering and workgroup count also take the target
 ELEMENTWISE_WORKGROUP = 256
 
@@ -48,9 +55,11 @@ def lowering(
     workgroups: Workgroups = elementwise_workgroups,
     per_target: bool = False,
     read_scale: ReadScale | None = None,
+    counted: Counted | None = None,
 ) -> Callable[[Lowering], Lowering]:
     """Decorator: register the function as the lowering of `ops`, launching `workgroups` (both
-    given the target as a last argument with `per_target`), its reads priced at `read_scale`."""
+    given the target as a last argument with `per_target`), its reads priced at `read_scale`, its
+    dispatched workgroups in the cost model's units by `counted` (module docstring)."""
 
     def register(fn: Lowering) -> Lowering:
         for op in ops:
@@ -60,6 +69,8 @@ def lowering(
             WORKGROUPS[op] = workgroups
             if read_scale is not None:
                 READ_SCALES[op] = read_scale
+            if counted is not None:
+                COUNTED[op] = counted
             if per_target:
                 PER_TARGET.add(op)
         return fn
@@ -85,6 +96,15 @@ def registered_read_scale(
     """The factor on the bytes the kernel of `op` reads for these types on `target` (module docstring)."""
     scale = READ_SCALES.get(op)
     return 1 if scale is None else max(1, scale(attrs, operands, tuple(results), target))
+
+
+def dispatch_counted(graph: Graph, node: Node, dispatched: int, target: Target = GENERIC) -> int:
+    """`dispatched` workgroups of the kernel of an IR node in the units its workgroup count gives
+    on `target` (`node_workgroups` is that count, from types: the two agree for every lowering)."""
+    count = COUNTED.get(node.op)
+    if count is None:
+        return dispatched
+    return count(node.attr_dict, [graph[i].type for i in node.inputs], node.types, dispatched, target)
 
 
 def lowered(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
