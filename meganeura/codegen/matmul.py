@@ -53,7 +53,7 @@ from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims, part_length
-from meganeura.ir.ops.reduce import split_length
+from meganeura.ir.ops.reduce import nonempty_splits, split_length
 from meganeura.target import GENERIC, Target
 
 
@@ -329,7 +329,7 @@ def parts_to_fill(tiles: int, reduction: int, wanted: int, shortest: int, most: 
     become `wanted` workgroups, each part at least `shortest` long, at most `most` parts, none
     empty (1: no split). Matmul split-K and the convolutions' weight gradients share it."""
     splits = min(-(-wanted // tiles), reduction // shortest, most)
-    splits = -(-reduction // split_length(reduction, max(splits, 1)))  # no empty part
+    splits = nonempty_splits(reduction, splits)
     return splits if splits > 1 else 1
 
 

@@ -37,7 +37,7 @@ from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.op import normalize_axes
-from meganeura.ir.ops.reduce import split_length
+from meganeura.ir.ops.reduce import nonempty_splits, split_length
 from meganeura.target import GENERIC, Target
 
 REDUCE_INIT = {"sum": "0.0", "max": literal(float("-inf"))}
@@ -253,7 +253,7 @@ def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
     if plan_workgroups(outs, r, innermost, target, leading) >= target.compute_units:
         if not column_walk(in_shape, axes, 1, target):
             return 1
-        return -(-r // split_length(r, -(-r // SERIAL_PART)))
+        return nonempty_splits(r, split_length(r, SERIAL_PART))
     wanted = SPLIT_WAVES * target.compute_units
     splits = 1
     while splits < r:  # the entry point of the partials depends on their count: settle it
@@ -262,7 +262,7 @@ def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
         per_item = items_per_workgroup(entry, wg, serial_items(part, leading), part)
         shortest = MIN_PART[entry]
         proposal = min(-(-wanted * per_item // outs), max(1, r // shortest))
-        proposal = -(-r // split_length(r, proposal))  # no empty part
+        proposal = nonempty_splits(r, proposal)
         if proposal <= splits:
             break
         splits = proposal
@@ -287,14 +287,20 @@ SERIAL_PART = 64
 LONG_COLUMN = 1024
 
 
+def reduced_stride(in_shape: tuple[int, ...], axes) -> int:
+    """The elements between neighbouring elements of a reduction of `in_shape` over `axes` (1
+    where the innermost dim, or every dim after the last reduced one, is of size 1 or reduced)."""
+    last = max(normalize_axes(axes, len(in_shape)), default=len(in_shape) - 1)
+    return math.prod(in_shape[last + 1 :])
+
+
 def column_walk(in_shape: tuple[int, ...], axes, splits: int, target: Target) -> bool:
     """Whether a reduction of `in_shape` over `axes` in `splits` parts runs reduce_tree down
     columns on `target`, each part at least LONG_COLUMN long."""
     outs, r, innermost, _ = reduce_geometry(in_shape, axes)
     part = split_length(r, splits)
     entry, _ = reduce_plan(outs * splits, part, innermost, target)
-    last = max(normalize_axes(axes, len(in_shape)), default=len(in_shape) - 1)
-    return entry == "reduce_tree" and part >= LONG_COLUMN and math.prod(in_shape[last + 1 :]) > 1
+    return entry == "reduce_tree" and part >= LONG_COLUMN and reduced_stride(in_shape, axes) > 1
 
 
 def reduce_read_scale(attrs: dict, operands, results, target: Target = GENERIC) -> int:
@@ -304,8 +310,7 @@ def reduce_read_scale(attrs: dict, operands, results, target: Target = GENERIC) 
     axes, splits = attrs.get("axes"), attrs.get("splits", 1)
     if not in_shape or not column_walk(in_shape, axes, splits, target):
         return 1
-    last = max(normalize_axes(axes, len(in_shape)))
-    return min(SECTOR_BYTES // 4, math.prod(in_shape[last + 1 :]))
+    return min(SECTOR_BYTES // 4, reduced_stride(in_shape, axes))
 
 
 def reduce_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:

@@ -53,6 +53,12 @@ def split_length(total: int, splits: int) -> int:
     return -(-total // splits)
 
 
+def nonempty_splits(total: int, splits: int) -> int:
+    """The parts of ⌈total/splits⌉ elements that cover `total`: `splits` or fewer, none empty
+    (10 in 4 parts of 3: 4; 10 in 6 parts of 2: 5)."""
+    return -(-total // split_length(total, max(splits, 1)))
+
+
 def check_splits(total: int, splits, op: str) -> int:
     """`splits` as an int, checked: at least 1 and every part of `total` elements non-empty."""
     if isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
