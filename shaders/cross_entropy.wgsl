@@ -45,7 +45,7 @@ fn row_stats(row: u32, lid: u32) -> vec2<f32> {
 }
 
 fn nan() -> f32 {
-    return bitcast<f32>(0x7fc00000u);
+    return mn_f32_bits(0x7fc00000u);
 }
 
 //#if GRAD

@@ -53,6 +53,23 @@ def test_render_fails_loudly_on_missing_values():
         render("cross_entropy", {"BINDINGS": "", "ROWS": 1, "C": 1, "WG": 32, "GRID_X": 1, "GRAD_AT": "0.0"})
 
 
+def test_nan_and_infinities_reach_a_shader_through_a_runtime_let():
+    """WGSL makes a constant expression that evaluates to NaN or ±inf a shader-creation error (Tint
+    rejects one, naga does not): each such literal is a call of a helper whose `let` holds the
+    bits, declared once in every module that calls it and in no other."""
+    for value in (math.nan, math.inf, -math.inf):
+        text = expressions.literal(value)
+        bits = int(re.fullmatch(rf"{expressions.F32_BITS}\(0x([0-9a-f]{{8}})u\)", text).group(1), 16)
+        got = np.array([bits], np.uint32).view(np.float32)[0]
+        assert (np.isnan(got) if math.isnan(value) else got == value), (value, text)
+    values = {"BINDINGS": "", "NUMEL": 1, "GRID_X": 1, "FUNCTIONS": "", "READS": ""}
+    special = render("elementwise", {**values, "VALUE": expressions.literal(-math.inf)})
+    assert special.count(f"fn {expressions.F32_BITS}(") == 1 and "let runtime = bits;" in special
+    assert "bitcast<f32>(0x" not in special
+    assert expressions.F32_BITS not in render("elementwise", {**values, "VALUE": expressions.literal(0.5)})
+    assert expressions.F32_BITS in load_template("cross_entropy")  # the template spells its NaN the same way
+
+
 def test_index_expressions_merge_contiguous_and_broadcast_dims():
     assert common.index_expr("i", (7, 33), (33, 1)) == "i"
     assert common.index_expr("i", (7, 33), (0, 1)) == "(i % 33u)"

@@ -21,15 +21,22 @@ from meganeura.ir.expr import Expr, functions_used
 from meganeura.ir.functions import FUNCTIONS, WGSL_HELPERS
 
 
+# NaN and the infinities have no WGSL literal, and WGSL makes a constant expression that evaluates
+# to one a shader-creation error: Tint (Dawn's and Chrome's compiler) rejects
+# `bitcast<f32>(0x7fc00000u)`, naga lets it through. A `let` is evaluated at run time, so the bits
+# pass through one in a helper that `render` declares in every module that calls it.
+F32_BITS = "mn_f32_bits"
+F32_BITS_HELPER = f"fn {F32_BITS}(bits: u32) -> f32 {{\n    let runtime = bits;\n    return bitcast<f32>(runtime);\n}}"
+
+
 def literal(value: float | int, dtype: str = "f32") -> str:
-    """`value` as a WGSL literal of `dtype`, parenthesised so it can stand anywhere in an expression."""
+    """`value` as a WGSL literal of `dtype`, parenthesised so it can stand anywhere in an expression
+    (NaN and ±inf as a call of the F32_BITS helper)."""
     if dtype == "i32":
         return f"({int(value)}i)"
     single = np.float32(value)
-    if math.isnan(single):
-        return "bitcast<f32>(0x7fc00000u)"
-    if math.isinf(single):
-        return "bitcast<f32>(0x7f800000u)" if single > 0 else "bitcast<f32>(0xff800000u)"
+    if math.isnan(single) or math.isinf(single):
+        return f"{F32_BITS}(0x{single.view(np.uint32):08x}u)"
     return f"({str(single)}f)"  # the shortest text that rounds to this f32, e.g. 1e-05, 0.1
 
 

@@ -17,6 +17,8 @@ import functools
 import re
 from pathlib import Path
 
+from meganeura.codegen.expressions import F32_BITS, F32_BITS_HELPER
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # Where the templates are, in order: inside the package, where a wheel or `pip install .` puts the
 # repository's shaders/ (setup.py maps it to `meganeura.shaders`); then the checkout's top-level
@@ -93,4 +95,10 @@ def render(template: str, values: dict[str, str | int | bool]) -> str:
             raise TemplateError(f"{template}.wgsl: no value given for placeholder {{{{{name}}}}}")
         return str(values[name])
 
-    return PLACEHOLDER.sub(fill, text)
+    return with_special_values(PLACEHOLDER.sub(fill, text))
+
+
+def with_special_values(wgsl: str) -> str:
+    """`wgsl` with the definition of the helper that spells NaN and ±inf (codegen/expressions.py
+    `literal`) appended where it calls it."""
+    return wgsl + "\n" + F32_BITS_HELPER + "\n" if f"{F32_BITS}(" in wgsl else wgsl
