@@ -61,7 +61,7 @@ def test_nan_and_infinities_reach_a_shader_through_a_runtime_let():
         text = expressions.literal(value)
         bits = int(re.fullmatch(rf"{expressions.F32_BITS}\(0x([0-9a-f]{{8}})u\)", text).group(1), 16)
         got = np.array([bits], np.uint32).view(np.float32)[0]
-        assert (np.isnan(got) if math.isnan(value) else got == value), (value, text)
+        assert np.isnan(got) if math.isnan(value) else got == value, (value, text)
     values = {"BINDINGS": "", "NUMEL": 1, "GRID_X": 1, "FUNCTIONS": "", "READS": ""}
     special = render("elementwise", {**values, "VALUE": expressions.literal(-math.inf)})
     assert special.count(f"fn {expressions.F32_BITS}(") == 1 and "let runtime = bits;" in special

@@ -20,7 +20,6 @@ import numpy as np
 from meganeura.ir.expr import Expr, functions_used
 from meganeura.ir.functions import FUNCTIONS, WGSL_HELPERS
 
-
 # NaN and the infinities have no WGSL literal, and WGSL makes a constant expression that evaluates
 # to one a shader-creation error: Tint (Dawn's and Chrome's compiler) rejects
 # `bitcast<f32>(0x7fc00000u)`, naga lets it through. A `let` is evaluated at run time, so the bits
