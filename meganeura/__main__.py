@@ -192,8 +192,8 @@ def wrapped(label: str, items: list[str]) -> str:
 
 
 def devices(all_limits: bool = False, as_json: bool = False) -> int:
-    """Print every adapter wgpu offers, the default marked; 1 when there is no default."""
-    import wgpu
+    """Print every adapter the backend offers, the default marked; 1 when there is no default."""
+    from meganeura.runtime.backend import wgpu
 
     adapters = wgpu.gpu.enumerate_adapters_sync()
     default, reason = default_adapter_info()
@@ -210,7 +210,8 @@ def devices(all_limits: bool = False, as_json: bool = False) -> int:
             )
         )
     else:
-        print(f"{len(records)} adapter{'s' * (len(records) != 1)} (wgpu {wgpu.__version__}); * marks the default")
+        package = f"{wgpu.__name__} {wgpu.__version__}"
+        print(f"{len(records)} adapter{'s' * (len(records) != 1)} ({package}); * marks the default")
         for index, record in enumerate(records):
             print(adapter_text(index, record, all_limits, reason))
     if default is None:

@@ -400,7 +400,7 @@ def test_without_a_name_of_wgpu_natives_module_every_fast_path_falls_back_or_ref
 
     assert native.wgpu_native() is _api
     monkeypatch.delattr(_api, "from_c_string_view")
-    native.wgpu_native.cache_clear()
+    native.webgpu_c.cache_clear()
     try:
         assert native.wgpu_native() is None
         assert encoding.native_functions() is None and mapping.native_mapper() is None
@@ -408,5 +408,5 @@ def test_without_a_name_of_wgpu_natives_module_every_fast_path_falls_back_or_ref
             device.unchecked_module(default_device().device, "@compute @workgroup_size(1) fn main() {}")
     finally:
         monkeypatch.undo()
-        native.wgpu_native.cache_clear()
+        native.webgpu_c.cache_clear()
     assert native.wgpu_native() is _api and encoding.native_functions() is not None

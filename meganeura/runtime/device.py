@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
-import wgpu
-
+from meganeura.runtime.backend import NAME as BACKEND
+from meganeura.runtime.backend import wgpu
 from meganeura.runtime.native import wgpu_native
 from meganeura.target import Target, target_for
 
@@ -84,6 +84,28 @@ def select_adapter() -> wgpu.GPUAdapter:
     )
 
 
+# Dawn's device toggles: its timestamps at full resolution (Dawn quantizes them by default, a
+# browser's guard against timing attacks, which would blur the profiler's per-kernel times).
+DAWN_ENABLE: tuple[str, ...] = ()
+DAWN_DISABLE = ("timestamp_quantization",)
+
+
+def request_device(adapter: wgpu.GPUAdapter, limits: dict, features: list) -> wgpu.GPUDevice:
+    """The adapter's device with `limits` and `features` (and, on Dawn, the toggles above)."""
+    if BACKEND != "dawn":
+        return adapter.request_device_sync(label="meganeura", required_limits=limits, required_features=features)
+    from wgpudawn.backends.dawn import extras
+
+    return extras.request_device_sync(
+        adapter,
+        label="meganeura",
+        required_limits=limits,
+        required_features=features,
+        enable_toggles=DAWN_ENABLE,
+        disable_toggles=DAWN_DISABLE,
+    )
+
+
 class Device:
     """A wgpu device and its queue, with shader modules and pipelines cached by their WGSL text."""
 
@@ -92,7 +114,7 @@ class Device:
         limits = {name: adapter.limits[name] for name in RAISED_LIMITS if name in adapter.limits}
         # Timestamps only cost anything when a profiled step writes them (runtime/profile.py).
         features = [f for f in ("timestamp-query",) if f in adapter.features]
-        self.device = adapter.request_device_sync(label="meganeura", required_limits=limits, required_features=features)
+        self.device = request_device(adapter, limits, features)
         self.has_timestamps = "timestamp-query" in features
         self.queue = self.device.queue
         self.limits = dict(self.device.limits)
@@ -100,9 +122,11 @@ class Device:
         self._pipelines: dict[tuple, tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]] = {}
 
     def describe(self) -> str:
-        """The adapter in words, e.g. "llvmpipe (LLVM 15.0.6, 256 bits) — Vulkan, CPU"."""
+        """The adapter in words, e.g. "llvmpipe (LLVM 15.0.6, 256 bits) — Vulkan, CPU", with the
+        backend named where it is not the default ("… — Vulkan, DiscreteGPU, through Dawn")."""
         info = self.adapter.info
-        return f"{adapter_name(self.adapter)} — {info.get('backend_type')}, {info.get('adapter_type')}"
+        through = ", through Dawn" if BACKEND == "dawn" else ""
+        return f"{adapter_name(self.adapter)} — {info.get('backend_type')}, {info.get('adapter_type')}{through}"
 
     def __repr__(self) -> str:
         return f"Device({self.describe()})"
@@ -158,7 +182,9 @@ def unchecked_module(device: wgpu.GPUDevice, wgsl: str) -> wgpu.GPUShaderModule:
     """A shader module of `wgsl` compiled without runtime bounds checks (wgpu-native only)."""
     api = wgpu_native()
     if api is None:
-        raise RuntimeError(f"{UNCHECKED_ENV}=1 needs wgpu-native's C API, which this wgpu build does not expose")
+        raise RuntimeError(
+            f"{UNCHECKED_ENV}=1 needs wgpu-native's C API, which the {BACKEND} backend's build does not expose"
+        )
     ffi, lib = api.ffi, api.lib
     source = api.new_struct_p("WGPUShaderSourceWGSL *", code=api.to_c_string_view(wgsl))
     source[0].chain.next = ffi.NULL

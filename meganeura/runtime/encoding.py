@@ -7,8 +7,8 @@ this project's 2-core machine a dispatch (set_bind_group + dispatch_workgroups, 
 when it changes) takes 3.6 µs through wgpu-py's methods and 1.0-1.3 µs through the wgpu-native
 C functions they wrap (lavapipe, the 250 dispatches of a 4-layer SmolLM2-shaped step, the
 fastest of 20 recordings, 2026-12-01); finishing the encoder adds 1.6-1.9 µs a dispatch.
-`record` uses the C functions where wgpu-py exposes them (the pinned wgpu 0.32.0 does:
-runtime/native.py), else the methods.
+`record` uses the C functions where the backend's package exposes them (the pinned wgpu 0.32.0
+and wgpudawn 0.32.0.4 do: runtime/native.py), else the methods.
 
 Errors are not lost: WebGPU reports a pass's validation errors when its command encoder
 finishes, which goes through wgpu-py's checked call either way.
@@ -18,17 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import wgpu
-
-from meganeura.runtime.native import wgpu_native
+from meganeura.runtime.backend import wgpu
+from meganeura.runtime.native import webgpu_c
 
 Dispatch = tuple  # (GPUComputePipeline, GPUBindGroup, (x, y, z))
 
 
 def native_functions():
-    """(set_pipeline, set_bind_group, dispatch, NULL) of wgpu-native's C API, or None where this
-    wgpu build does not expose them (runtime/native.py)."""
-    api = wgpu_native()
+    """(set_pipeline, set_bind_group, dispatch, NULL) of webgpu.h in the backend's C library, or
+    None where its build does not expose them (runtime/native.py)."""
+    api = webgpu_c()
     if api is None:
         return None
     try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import wgpu
 
 from meganeura import nn
 from meganeura.codegen.buffers import BufferPlan
@@ -23,6 +22,7 @@ from meganeura.codegen.compiled import CompiledStep
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.ir.graph import TensorType
 from meganeura.rewrite.cost import node_cost
+from meganeura.runtime.backend import wgpu
 from meganeura.runtime.device import Device
 from meganeura.runtime.encoding import recorder
 from meganeura.runtime.mapping import read_after_submit

@@ -19,8 +19,7 @@ record of the buffer's map state is not updated.
 
 from __future__ import annotations
 
-import wgpu
-
+from meganeura.runtime.backend import wgpu
 from meganeura.runtime.native import wgpu_native
 
 
