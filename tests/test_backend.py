@@ -44,27 +44,57 @@ assert native.webgpu_c().__name__ == "wgpudawn.backends.dawn._api" and native.wg
 assert encoding.NATIVE is not None and mapping.NATIVE is None  # C dispatch recording; public readback
 dev = device.default_device()
 assert dev.describe() == "Null backend — Null, Unknown, through Dawn", dev.describe()
-model = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 5))
+model = nn.Sequential(
+    nn.Conv2d(2, 4, 3, padding=1), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(36, 16), nn.ReLU(), nn.Linear(16, 5)
+)
+
+
+def loss(m, x, y):  # the NaN of a bad label, max's -inf start and max-pooling's: through mn_f32_bits
+    logits = m(x)
+    return F.cross_entropy(logits, y) + logits.amax(dim=1).mean()
+
+
 program = mn.compile(
     model,
-    loss=lambda m, x, y: F.cross_entropy(m(x), y),  # its NaN for bad labels goes through mn_f32_bits
-    inputs={"x": mn.f32[8, 12], "y": mn.i32[8]},
+    loss=loss,
+    inputs={"x": mn.f32[8, 2, 6, 6], "y": mn.i32[8]},
     optimizer=optim.AdamW(lr=1e-3),
 )
 rng = np.random.default_rng(0)
-program.train_step(x=rng.standard_normal((8, 12), dtype=np.float32), y=rng.integers(0, 5, 8).astype(np.int32))
+program.train_step(x=rng.standard_normal((8, 2, 6, 6), dtype=np.float32), y=rng.integers(0, 5, 8).astype(np.int32))
 print("pipelines", len(dev._pipelines))
+
+# The bench's steps as planned for the H200 and for a CPU, every distinct kernel's module through
+# Tint (a module, not a pipeline: Dawn's Null adapter allows 8 storage buffers a kernel, fewer than
+# attention's backward binds).
+from meganeura.bench.workloads import STEPS
+from meganeura.compiler import compile_plan
+from meganeura.target import Target
+
+targets = (Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152), Target("lavapipe", 2, 31, cpu=True))
+modules = set()
+for name in ("resnet18", "gpt2", "smollm2"):  # convolutions, pooling, norms, attention, rope, max
+    workload = STEPS[name].build(small=True)
+    for target in targets:
+        plan = compile_plan(workload.model, workload.loss, workload.inputs, workload.optimizer, target=target)
+        for kernel in plan.compiled.kernels:
+            if kernel.wgsl not in modules:
+                dev.device.create_shader_module(code=kernel.wgsl)
+                modules.add(kernel.wgsl)
+print("modules", len(modules))
 """
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wgpudawn") is None, reason="wgpudawn is not installed")
 def test_the_dawn_backend_builds_a_training_step_through_tint():
-    """A step under MEGANEURA_BACKEND=dawn: the package, the C fast paths it shares with wgpu-native
-    (dispatch recording) and those it does not (readback), and every pipeline through Tint."""
+    """Steps under MEGANEURA_BACKEND=dawn: the package, the C fast paths it shares with wgpu-native
+    (dispatch recording) and those it does not (readback), and every pipeline of an MLP and of the
+    bench's small ResNet-18, GPT-2 and SmolLM2 steps through Tint."""
     env = {**os.environ, backend.BACKEND_ENV: "dawn", "WGPU_BACKEND_TYPE": "Null"}
     env.pop("MEGANEURA_ADAPTER", None)
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(DAWN_STEP)], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert int(done.stdout.split("pipelines")[1]) >= 5, done.stdout
+    pipelines, modules = (int(done.stdout.split(word)[1].split()[0]) for word in ("pipelines", "modules"))
+    assert pipelines >= 5 and modules >= 100, done.stdout
