@@ -604,6 +604,10 @@ def test_dq_comes_from_the_scores_on_a_gpu_where_the_cost_model_says_so():
     assert attention_scores.dq_from_scores(long, HOPPER) is long
     lavapipe = Target("lavapipe", 2, 32, cpu=True)
     assert attention_scores.dq_from_scores(smollm2, lavapipe) is smollm2
+    eight = Target("WebGPU's default limits", 132, 8, tuning="hopper", workgroup_memory=49152)  # dK/dV with dS binds 9
+    assert attention_scores.dq_from_scores(smollm2, eight) is smollm2
+    nine = Target("nine storage buffers", 132, 9, tuning="hopper", workgroup_memory=49152)
+    assert "attention_grad_q" not in {n.op for n in attention_scores.dq_from_scores(smollm2, nine)}
     with pytest.raises(NotImplementedError, match="writing dS has no CPU kernel"):
         compile_step(routed, lavapipe, multi_tensor=False)
     alone = Graph()  # a dQ whose graph has no dK/dV (k and v need no gradient): nothing to take dS from

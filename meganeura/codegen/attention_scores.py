@@ -26,7 +26,8 @@ dS a buffer for its short life (the dK/dV kernel to the matmul), which later lay
 Why after extraction, not as an e-graph rule: the route needs two e-classes to switch at once
 (dK/dV's node gaining a result, and dQ), and extraction moves one at a time (the same reason as
 codegen/attention_heads.py's split, which runs after this and keeps the third result as it is).
-A CPU (lavapipe) keeps its row kernels, which have no dS output.
+A CPU (lavapipe) keeps its row kernels, which have no dS output, and so does an adapter that binds
+fewer storage buffers a kernel than the dK/dV kernel writing dS needs (9).
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ def matmul_types(graph: Graph, grad_q: Node) -> tuple[TensorType, TensorType]:
 
 def route_pays(graph: Graph, grad_q: Node, grad_kv: Node, target: Target) -> bool:
     """Whether dK/dV writing dS and the matmul cost less than dK/dV and the dQ kernel, with dS
-    within SCORES_LIMIT."""
+    within SCORES_LIMIT and the writing kernel's bindings (one more than dK/dV's) within the
+    target's storage buffers: an adapter with WebGPU's default 8 keeps the dQ kernel."""
     scores, product = matmul_types(graph, grad_q)
-    if scores.nbytes > SCORES_LIMIT:
+    if scores.nbytes > SCORES_LIMIT or len(grad_kv.inputs) + len(grad_kv.types) + 1 > target.max_storage_buffers:
         return False
     before = node_cost(graph, grad_kv.id, target) + node_cost(graph, grad_q.id, target)
     writing = node_cost(graph, grad_kv.id, target, {**grad_kv.attr_dict, "scores": True}, (*grad_kv.types, scores))
