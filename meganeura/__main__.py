@@ -232,9 +232,10 @@ def parser_of() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     devices_parser = commands.add_parser(
         "devices",
         help="list the adapters with their backend, features and limits; * marks the default",
-        description="The adapters wgpu offers, each with its backend, type, features, limits and what the "
-        "compiler plans for on it; * marks the one programs run on by default (the high-performance "
-        "adapter, or the one MEGANEURA_ADAPTER names: a substring of its name, or gpu / cpu).",
+        description="The adapters the WebGPU backend offers (wgpu-native, or Dawn under MEGANEURA_BACKEND=dawn), "
+        "each with its backend, type, features, limits and what the compiler plans for on it; * marks the one "
+        "programs run on by default (the high-performance adapter, or the one MEGANEURA_ADAPTER names: a "
+        "substring of its name, or gpu / cpu).",
     )
     devices_parser.add_argument("--all-limits", action="store_true", help="print every limit, not only those raised")
     devices_parser.add_argument("--json", action="store_true", help="print everything as JSON")

@@ -400,7 +400,7 @@ class Executable:
 
     @staticmethod
     def encode_dispatches(compute: wgpu.GPUComputePassEncoder, dispatches: list[tuple]) -> None:
-        """Record `dispatches` into the pass (runtime/encoding.py: wgpu-native's C calls where available)."""
+        """Record `dispatches` into the pass (runtime/encoding.py: the backend's C calls where available)."""
         record(compute, dispatches)
 
     def encode_copies(self, encoder: wgpu.GPUCommandEncoder, copies: list[tuple]) -> None:
