@@ -2,8 +2,10 @@
 subgroup matrices (f16 × f16 → f32, 16×16×16; shared/notes/gemm-probe.md), timed beside torch fp32
 (TF32 off) in one process on the same GPU. Not used by the compiler.
 
-    python benchmarks/tensor_core_split.py [--shapes 4096,lm-up] [--json FILE]   (needs wgpudawn and a GPU)
+    python benchmarks/tensor_core_split.py [--shapes 4096,lm-up] [--toggles disable_robustness] [--json F]
     python benchmarks/tensor_core_split.py --validate    (Dawn's Null backend: Tint compiles every kernel)
+
+It needs wgpudawn (the `dawn` extra) and a GPU with subgroup matrices.
 
 The method: each operand is split per row along K (A's rows, B's columns) into a power-of-two scale
 and two f16 halves, x = s·(hi + lo): s puts the row's largest |x| just under 2^15 (f16's range ends
@@ -13,42 +15,54 @@ C = sa·sb·(Ah·Bh + Ah·Bl + Al·Bh) with f32 accumulators: three MMAs for eac
 the dropped Al·Bl about 2^-22 of |a||b|. Kernels: `split_rows` (a workgroup a row, the operand
 stored K-contiguous), `split_cols` (the operand stored [K, rows]: a weight gradient's Aᵀ, a
 forward product's B; transposed through a 64×64 workgroup tile), both writing [rows, Kp] halves
-(Kp: K padded to 64 with zeros); `split_gemm`: BM×BN tiles of 2×2 subgroups, each SM×SN 16×16
-matrices, hi and lo of both operands staged through workgroup memory per BK slice of K, the
-result scaled on its way out through a per-subgroup 16×16 staging matrix; optional split-K
-into partials.
+(Kp: K padded to 64 with zeros), and `split_cols_kept` (B's halves in B's own [K, N] layout);
+`split_gemm`: BM×BN tiles of 2×2 subgroups, each SM×SN 16×16 matrices, hi and lo of both
+operands staged through workgroup memory per BK slice of K, the result scaled on its way out
+through a per-subgroup 16×16 staging matrix; optional split-K into partials.
 
 Why the bit mask: hi = f16(v), lo = f16(v − f32(hi)) gave lo = 0 on the H200 (the driver folds
 f32(f16(v)) to v), so the "split" product was exactly as coarse as plain f16 (max error 7e-5
 of |A||B| at 4096³, the same as the one-product kernel); with the mask, A's split error is 2.4e-7.
 
-Measured on the H200 with this script (`--shapes 4096,lm-up,gpt2-fc --json F`, 2026-12-03 16:52
-UTC, wgpudawn 0.32.0.4, Dawn's default robustness; inputs N(0,1) with row or column magnitudes
-spread over 10^-6…10^1; error: max |C − C64| / (|A|·|B|) over sampled rows, numpy's fp32 product's
-beside it; ms for the GEMM alone, its two conversions apart):
+Measured on the H200 with this script, 2026-12-03 (wgpudawn 0.32.0.4; inputs N(0,1) with row or
+column magnitudes spread over 10^-6…10^1; error: max |C − C64| / (|A|·|B|) over sampled rows;
+ms of the GEMM alone, the best variant's, and of the conversions apart: A's and B's, B's
+whichever layout that variant reads). `--shapes 4096,lm-up,lm-head,gpt2-qkv,gpt2-fc` at 16:58
+UTC with Dawn's default robustness, and `--shapes 4096,lm-up,gpt2-qkv --toggles
+disable_robustness,disable_workgroup_init` at 17:00 (what the compiler's opt-in for kernels
+without bounds checks would give them):
 
-| M×K×N | split 128x128 | split 64x64 | f16 alone 128x128 | torch fp32 | conversions | err split / numpy fp32 |
-|---|---|---|---|---|---|---|
-| 4096³ | 2.349 ms, 58.5 TFLOP/s | 2.808, 48.9 | 1.000, 137.4 | 2.675, 51.4 | 0.054 + 0.539 | 4.0e-6 / 1.2e-7 |
-| 2048×576×1536 | 0.097, 37.4 | 0.082, 44.0 | 0.044, 82.1 | 0.093, 39.0 | 0.011 + 0.043 | 1.9e-6 / 3.4e-7 |
-| 576×2048×1536 Aᵀ·G | 0.138, 26.4 | 0.089, 40.6 | 0.089, 40.7 | 0.098, 37.0 | 0.134 + 0.133 | 3.1e-6 / 1.9e-7 |
-| 2048×768×3072 | 0.199, 48.5 | 0.217, 44.6 | 0.104, 93.3 | 0.221, 43.6 | 0.009 + 0.055 | 2.5e-6 / 3.5e-7 |
+M×K×N: torch fp32 ms | the split, best variant: ms (TFLOP/s, variant), with checks; without
+    | f16 alone TFLOP/s with / without checks | conversions ms with / without | error (numpy fp32's)
+4096³: 2.692 | 2.368 (58.0, 128x128); 1.922 (71.5, 128x128 B kept) | 138.9 / 216.0 | 0.611 / 0.317
+    | 4.0e-6 (1.2e-7)
+2048×576×1536: 0.091 | 0.074 (48.9, 64x64 B kept); 0.062 (58.4, same) | 87.4 / 105.6 | 0.070 / 0.047
+    | 1.9e-6 (3.4e-7)
+576×2048×1536 Aᵀ·G: 0.098 | 0.080 (45.0, 64x64 B kept); 0.073 (49.4, same) | 42.7 / 57.0
+    | 0.350 / 0.193 | 3.1e-6 (1.9e-7)
+2048×768×2304: 0.179 | 0.157 (46.1, 64x64 B kept); 0.137 (52.9, same) | 84.9 / 103.2 | 0.086 / 0.050
+    | 2.7e-6 (3.9e-7)
+2048×768×3072: 0.221 | 0.199 (48.6, 128x128) | 96.6 | 0.065 | 2.1e-6 (3.4e-7)
+2048×576×49152: 2.455 | 2.489 (46.6, 128x128) | 100.0 | 0.282 | 2.2e-6 (5.0e-7)
+2048×49152×576 G·Bᵀ in 4 parts: 2.451 | 2.616 (44.3, 128x128) | 78.2 | 0.451 | 3.0e-6 (3.0e-8);
+    in one part 3.487 (33.3) and 1.2e-5
+49152×2048×576 Aᵀ·G: 2.697 | 2.139 (54.2, 64x64 B kept) | 116.2 | 0.241 | 2.7e-6 (1.9e-7)
 
-The same kernels in the prototype's runs half an hour before (its first run without the bit mask;
-GEMM times alike): 2048×49152×576 G·Bᵀ in 4 parts 2.625 ms (44.2 TFLOP/s, torch 2.443; error
-3.0e-6, 1.2e-5 in one part), 2048×576×49152 2.469 (47.0; torch 2.448), 49152×2048×576 Aᵀ·G 2.283
-(50.8; torch 2.703), 2048×768×2304 0.180 at 64x64 (40.4; torch 0.179), 2048×768×50257 3.180 (49.7;
-torch 3.248), 2048×576×192 0.026 at 64x64 (17.3; torch 0.026). Staging B k-major ([k][n] tiles,
-row-major loads) was slower than column-major loads of [n][k] tiles at every shape. `split_cols`
-runs a workgroup per 64 rows over the whole K (64 workgroups for 4096 rows: 0.54 ms where the
-bytes take ~0.04); a real one would split K too.
+"B kept": B's halves in B's own [K, N] layout, staged as [k][n] tiles (`b_kept`); else [N, K]
+staged as [n][k] and loaded column-major. Its 128x128 tile is the slowest variant with the checks
+and the fastest without (4096³: 37.7 → 71.5 TFLOP/s). `split_cols` and `split_cols_kept` run a
+workgroup per 64 rows over all of K (64 workgroups for 4096 rows: 0.5 ms where the bytes take
+~0.04); a real one would split K too.
 
-What it says: the split GEMM alone runs at 0.93-1.18× torch fp32's TFLOP/s, 0.28-0.91× with its
-two conversions, where the compiler's fp32 SIMT kernels reach 0.62-0.95× (README, `bench gemm`)
-and need none; its error is 6-100× fp32's (4.0e-6 of |A||B| at 4096³), from the tensor cores' f32
-accumulation (the split itself is exact to 2.4e-7), growing with K without split-K. The
-one-product f16 kernel here reaches about half the probe's best (137 against 259 TFLOP/s at
-4096³), so the staging, not the three MMAs, bounds it: a faster split GEMM would start there.
+What it says: with Dawn's checks the split GEMM alone runs at 0.94-1.26× torch fp32's speed,
+without them 1.30-1.48× (the compiler's fp32 SIMT kernels: 0.62-0.95×, README `bench gemm`); its
+conversions, as separate kernels, cost more than that gain at the LM's sizes (2048×576×1536:
+0.062 + 0.047 ms against torch's 0.091). Its error is 6-100× fp32's (2-4e-6 of |A||B|), from the
+tensor cores' f32 accumulation (the split itself is exact to 2.4e-7), growing with K unless K is
+split. The one-product f16 kernel reaches 216 TFLOP/s without checks (the probe's best: 259), so
+the split's three MMAs, not its staging, now bound it. A training step would gain only where the
+producer of each operand writes its halves and scales itself (an epilogue that knows its row's
+largest |x|), with Dawn as the backend.
 """
 
 from __future__ import annotations
@@ -157,6 +171,43 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 """
 
 
+def split_cols_kept(rows: int, k: int, kp: int, rows_padded: int) -> str:
+    """X f32 [K, rows] → H, L f16 [Kp, rows_padded] (the same layout), S f32 [rows_padded]; 64 columns a workgroup."""
+    return f"""enable f16;
+@group(0) @binding(0) var<storage, read> X: array<f32>;
+@group(0) @binding(1) var<storage, read_write> H: array<f16>;
+@group(0) @binding(2) var<storage, read_write> L: array<f16>;
+@group(0) @binding(3) var<storage, read_write> S: array<f32>;
+var<workgroup> part: array<f32, 256>;
+var<workgroup> up: array<f32, 64>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+  let c = wg.x * 64u + t % 64u;
+  var m = 0.0;
+  if (c < {rows}u) {{
+    for (var k = t / 64u; k < {k}u; k += 4u) {{ m = max(m, abs(X[k * {rows}u + c])); }}
+  }}
+  part[t] = m;
+  workgroupBarrier();
+  if (t < 64u) {{
+    let mx = max(max(part[t], part[t + 64u]), max(part[t + 128u], part[t + 192u]));
+    var e = 0;
+    if (mx > 0.0) {{ e = frexp(mx).exp; }}
+    up[t] = ldexp(1.0, 15 - e);
+    S[wg.x * 64u + t] = ldexp(1.0, e - 15);
+  }}
+  workgroupBarrier();
+  for (var k = t / 64u; k < {kp}u; k += 4u) {{
+    var v = 0.0;
+    if (k < {k}u && c < {rows}u) {{ v = X[k * {rows}u + c] * up[t % 64u]; }}
+    let hi = bitcast<f32>(bitcast<u32>(v) & 0xFFFFE000u);
+    H[k * {rows_padded}u + c] = f16(hi);
+    L[k * {rows_padded}u + c] = f16(v - hi);
+  }}
+}}
+"""
+
+
 def ceil_to(x: int, step: int) -> int:
     return -(-x // step) * step
 
@@ -170,9 +221,12 @@ def right_load(name: str, offset: str, ld: int, column_major: bool) -> str:
     return f"subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&{name}s, {offset}, {major}, {ld}u)"
 
 
-def split_gemm(m, n, kp, sm=4, sn=4, bk=32, products=3, splits=1, pad=8, b_k_major=False):
+def split_gemm(m, n, kp, sm=4, sn=4, bk=32, products=3, splits=1, pad=8, b_kept=False):
     """C [splits, M, N] = sa·sb·(Ah·Bh + Ah·Bl + Al·Bh) over part z of K (`products` 1: Ah·Bh alone),
-    2×2 subgroups of sm×sn 16×16 matrices; the grid, threads and tile."""
+    2×2 subgroups of sm×sn 16×16 matrices; the grid. A's halves are [Mp, Kp]; B's [Np, Kp], staged
+    as [n][k] tiles and loaded column-major, or with `b_kept` [Kp, Np], staged as [k][n] tiles (the
+    probe's layout, vec4 loads along n stored as 4 neighbouring halves) and loaded row-major."""
+    np4 = ceil_to(n, 128) // 4
     bm, bn, threads, ld, ldb = 32 * sm, 32 * sn, 128, bk + pad, 32 * sn + pad
     part = ceil_to(ceil_to(kp, splits) // splits, bk)  # each part of K whole BK slices
     names = ["AH", "AL", "BH", "BL"] if products == 3 else ["AH", "BH"]
@@ -187,7 +241,7 @@ def split_gemm(m, n, kp, sm=4, sn=4, bk=32, products=3, splits=1, pad=8, b_k_maj
     w(f"@group(0) @binding({len(names) + 1}) var<storage, read> SB: array<f32>;")
     w(f"@group(0) @binding({len(names) + 2}) var<storage, read_write> C: array<f32>;")
     for name in names:
-        size = bm * ld if name[0] == "A" else (bk * ldb if b_k_major else bn * ld)
+        size = bm * ld if name[0] == "A" else (bk * ldb if b_kept else bn * ld)
         w(f"var<workgroup> {name}s: array<f16, {size}>;")
     w("var<workgroup> Es: array<f32, 1024>;")
     w(f"@compute @workgroup_size({threads})")
@@ -202,20 +256,23 @@ def split_gemm(m, n, kp, sm=4, sn=4, bk=32, products=3, splits=1, pad=8, b_k_maj
     for side, rows in (("a", bm), ("b", bn)):
         for u in range(rows * per_row // threads):
             unit = f"(tid + {u * threads}u)"
+            if side == "b" and b_kept:  # unit: 4 n of one k
+                w(f"  let br{u} = {unit} / {bn // 4}u; let bc{u} = {unit} % {bn // 4}u;")
+                w(f"  let bg{u} = br{u} * {np4}u + n0 / 4u + bc{u};")
+                w(f"  let bo{u} = br{u} * {ldb}u + bc{u} * 4u;")
+                continue
             w(f"  let {side}r{u} = {unit} / {per_row}u; let {side}c{u} = {unit} % {per_row}u;")
             w(f"  let {side}g{u} = ({'m0' if side == 'a' else 'n0'} + {side}r{u}) * {kp // 4}u + {side}c{u};")
-            if side == "b" and b_k_major:
-                w(f"  let bo{u} = bc{u} * {4 * ldb}u + br{u};")
-            else:
-                w(f"  let {side}o{u} = {side}r{u} * {ld}u + {side}c{u} * 4u;")
+            w(f"  let {side}o{u} = {side}r{u} * {ld}u + {side}c{u} * 4u;")
     w(f"  for (var kt = z * {part}u; kt < min({kp}u, (z + 1u) * {part}u); kt += {bk}u) {{")
     for name in names:
         side = name[0].lower()
         for u in range((bm if side == "a" else bn) * per_row // threads):
-            w(f"    let p{name}{u} = {name}[{side}g{u} + kt / 4u];")
+            advance = f"kt * {np4}u" if (side == "b" and b_kept) else "kt / 4u"
+            w(f"    let p{name}{u} = {name}[{side}g{u} + {advance}];")
     for name in names:
         side = name[0].lower()
-        step = ldb if (side == "b" and b_k_major) else 1
+        step = 1
         for u in range((bm if side == "a" else bn) * per_row // threads):
             stores = (f"{name}s[{side}o{u} + {q * step}u] = p{name}{u}.{'xyzw'[q]};" for q in range(4))
             w("    " + " ".join(stores))
@@ -226,7 +283,7 @@ def split_gemm(m, n, kp, sm=4, sn=4, bk=32, products=3, splits=1, pad=8, b_k_maj
             return left_load(name, f"(bm + {16 * i}u) * {ld}u + {kk}u", ld)
 
         def right(name, j, kk=kk):
-            if b_k_major:
+            if b_kept:
                 return right_load(name, f"{kk * ldb}u + bn + {16 * j}u", ldb, False)
             return right_load(name, f"(bn + {16 * j}u) * {ld}u + {kk}u", ld, True)
 
@@ -281,15 +338,17 @@ SHAPES = [
 VARIANTS = [  # name, split_gemm keywords
     ("split 128x128", dict(sm=4, sn=4)),
     ("split 64x64", dict(sm=2, sn=2)),
-    ("split 128x128 B k-major", dict(sm=4, sn=4, b_k_major=True)),
+    ("split 128x128 B kept", dict(sm=4, sn=4, b_kept=True)),
+    ("split 64x64 B kept", dict(sm=2, sn=2, b_kept=True)),
     ("f16 alone 128x128", dict(sm=4, sn=4, products=1)),
+    ("f16 alone 128x128 B kept", dict(sm=4, sn=4, products=1, b_kept=True)),
 ]
 
 
 class Gpu:
     """A Dawn device with f16, subgroups and subgroup matrices, and the few calls the probe makes."""
 
-    def __init__(self, validate: bool) -> None:
+    def __init__(self, validate: bool, toggles: tuple[str, ...] = ()) -> None:
         self.validate = validate
         if validate:
             os.environ["WGPU_BACKEND_TYPE"] = "Null"
@@ -303,7 +362,9 @@ class Gpu:
             sys.exit(f"{adapter.summary}: no {SUBGROUP_MATRIX}")
         raised = ("max-storage-buffer-binding-size", "max-buffer-size", "max-compute-workgroup-storage-size")
         limits = {name: adapter.limits[name] for name in raised}
-        self.device = extras.request_device_sync(adapter, required_features=features, required_limits=limits)
+        self.device = extras.request_device_sync(
+            adapter, required_features=features, required_limits=limits, enable_toggles=list(toggles)
+        )
         self.usage = wgpudawn.BufferUsage
         self.sync = self.buffer(16)
         self.summary = adapter.summary
@@ -400,6 +461,12 @@ def probe_shape(gpu: Gpu, rng, validate: bool, name: str, m: int, k: int, n: int
         job = gpu.job(wgsl, [x, hi, lo, scale], grid)
         halves[side] = (hi, lo, scale)
         conversions.append(job)
+        if side == "B" and not by_rows[side]:  # B [K, N] also kept as it is stored
+            kept = (gpu.buffer(size), gpu.buffer(size), gpu.buffer(padded * 4))
+            halves["B kept"] = kept
+            kept_job = gpu.job(split_cols_kept(rows, k, kp, padded), [x, *kept], (padded // 64, 1, 1))
+            if not validate:
+                record["convert_kept_ms"] = 1e3 * gpu.seconds([kept_job])
     if not validate:
         record["convert_ms"] = [1e3 * gpu.seconds([job]) for job in conversions]
         hi, lo = gpu.read(halves["A"][0], np.float16), gpu.read(halves["A"][1], np.float16)
@@ -412,13 +479,16 @@ def probe_shape(gpu: Gpu, rng, validate: bool, name: str, m: int, k: int, n: int
     norm[norm == 0] = 1
     record["numpy_f32_error"] = float(np.max(np.abs(a[rows] @ b - exact) / norm))
     for variant, options in VARIANTS:
+        if options.get("b_kept") and "B kept" not in halves:
+            continue
+        b_halves = halves["B kept" if options.get("b_kept") else "B"]
         for splits in (1, 4) if k >= 4096 and m * n <= 2048 * 2048 else (1,):
             wgsl, grid = split_gemm(m, n, kp, splits=splits, **options)
             c = gpu.buffer(4 if validate else splits * m * n * 4)
-            operands = [halves["A"][0], halves["B"][0]]
+            operands = [halves["A"][0], b_halves[0]]
             if options.get("products", 3) == 3:
-                operands = [halves["A"][0], halves["A"][1], halves["B"][0], halves["B"][1]]
-            job = gpu.job(wgsl, operands + [halves["A"][2], halves["B"][2], c], grid)
+                operands = [halves["A"][0], halves["A"][1], b_halves[0], b_halves[1]]
+            job = gpu.job(wgsl, operands + [halves["A"][2], b_halves[2], c], grid)
             if validate:
                 continue
             seconds = gpu.seconds([job])
@@ -432,7 +502,7 @@ def probe_shape(gpu: Gpu, rng, validate: bool, name: str, m: int, k: int, n: int
         torch_s = torch_seconds(m, k, n)
         record["torch_ms"] = torch_s and 1e3 * torch_s
         print(
-            f"{name:28s} conversions {sum(record['convert_ms']):.3f} ms, "
+            f"{name:28s} conversions {sum(record['convert_ms']):.3f} ms (B kept: {record.get('convert_kept_ms')}), "
             f"A's split error {record['split_error_A']:.1e}, numpy fp32 error {record['numpy_f32_error']:.1e}, "
             f"torch fp32 {record['torch_ms']} ms"
         )
@@ -443,9 +513,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", help="comma-separated substrings of the shape names to run")
     parser.add_argument("--validate", action="store_true", help="only compile every kernel (Dawn's Null backend)")
+    parser.add_argument("--toggles", default="", help="Dawn device toggles, comma-separated (disable_robustness)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    gpu = Gpu(args.validate)
+    gpu = Gpu(args.validate, tuple(t for t in args.toggles.split(",") if t))
     print(gpu.summary)
     rng = np.random.default_rng(0)
     wanted = args.shapes.split(",") if args.shapes else None
