@@ -105,3 +105,16 @@ def test_the_dawn_backend_builds_a_training_step_through_tint():
     assert done.returncode == 0, done.stderr[-3000:]
     pipelines, modules = (int(done.stdout.split(word)[1].split()[0]) for word in ("pipelines", "modules"))
     assert pipelines >= 30 and modules >= 100, done.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wgpudawn") is None, reason="wgpudawn is not installed")
+def test_the_tensor_core_probe_compiles_through_tint():
+    """benchmarks/tensor_core_split.py (a probe for the H200, not the compiler's) keeps compiling:
+    every kernel it would time on two shapes, subgroup matrices included, goes through Tint."""
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "tensor_core_split.py")
+    done = subprocess.run(
+        [sys.executable, script, "--validate", "--shapes", "lm-up,lm-kv"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    compiled = [line.removeprefix("compiled ") for line in done.stdout.splitlines() if line.startswith("compiled ")]
+    assert compiled == ["lm-up 2048x576x1536", "lm-up-dW 576x2048x1536", "lm-kv 2048x576x192"]
