@@ -12,9 +12,11 @@ time as one pass, dispatches, and the costliest kernels.
 On the H200, 2026-12-03 16:47 UTC (tree bc46ed0; these variants, run from a scratch copy of
 this file): base 74.27 ms a step (GPU one pass 72.85, 2300 dispatches); q/k/v as one product 73.64
 (72.36, 2180): its 2048x576x960 products ran at 24.5-25.5 TFLOP/s (the three it replaced: 15-24);
-q/k/v and gate/up 75.67 (74.17): the merged gate/up input gradient 2048x3072x576 Bᵀ in 8 parts
-took 7.39 ms a step against 3.97 + 3.56 for the two before. Not worth a rule while the kernels run
-the merged shapes no faster.
+q/k/v and gate/up 75.67 (74.17): the merged gate/up products together took about 0.7 ms a step
+less than the six before (forward 2048x576x3072 6.14 ms, weight gradient 3072x2048x576 Aᵀ 6.90,
+input gradient 2048x3072x576 Bᵀ 7.39), and the concat of their gradients (0.77 ms) and the plan
+around the slices lost more. Not worth a rule while the kernels run the merged shapes hardly
+faster.
 """
 
 from __future__ import annotations
