@@ -9,7 +9,8 @@
 // Bindings (group 0, generated from the KernelSpec): one read binding per input buffer
 // (x0, x1, …; scalar constants are inlined as literals and have none), then out (read_write).
 // Grid: NUMEL / 256 workgroups of 256 threads, folded into (GRID_X, y) when there are more
-// than the per-dimension limit allows.
+// than the per-dimension limit allows. A permute that keeps a last axis of a multiple of 4 in
+// place binds its input and output as arrays of vec4: NUMEL and `i` then count vec4s.
 //
 // Broadcasting is resolved by the generator: each input is read at an index expression of
 // `i` built from the output shape and the input's strides (0 along broadcast dims).

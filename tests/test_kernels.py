@@ -580,6 +580,12 @@ PERMUTES = [
     ((2, 3, 4, 5), (0, 2, 1, 3)),
     ((2, 3, 4, 5), (3, 1, 2, 0)),
     ((2, 1, 7, 5), (2, 3, 1, 0)),
+    # the last axis kept, a multiple of 4: a thread per vec4 (ragged outer dims), and not
+    ((3, 5, 7, 8), (0, 2, 1, 3)),
+    ((2, 9, 3, 64), (0, 2, 1, 3)),
+    ((3, 4, 12), (1, 0, 2)),
+    ((5, 12), (0, 1)),
+    ((2, 3, 6), (1, 0, 2)),
     # batched transposes, the tiled kernel on a GPU: several 32×32 tiles, ragged both ways
     ((37, 70), (1, 0)),
     ((2, 45, 33), (0, 2, 1)),
@@ -624,6 +630,22 @@ def test_tiled_transpose_i32(monkeypatch):
     got = run_gpu(one_op("permute", [labels.shape], ["i32"], perm=(0, 2, 1)), {}).run({"x0": labels}, read=("out",))
     assert got["out"].dtype == np.int32
     np.testing.assert_array_equal(got["out"], labels.transpose(0, 2, 1))
+
+
+def test_permutes_keeping_a_last_axis_of_vec4s_move_vec4s():
+    """A permute that keeps its last axis in place, a multiple of 4 long, runs a thread per vec4
+    (input and output bound as vec4 arrays), as the cost model counts it; any other, the gather."""
+    graph = one_op("permute", [(3, 5, 7, 8)], perm=(0, 2, 1, 3))
+    x = normal(3, 5, 7, 8)
+    (kernel,) = check(graph, {"x0": x}, rtol=0, atol=0).kernels
+    assert kernel.label.endswith("(vec4)") and "array<vec4<f32>>" in kernel.wgsl
+    assert math.prod(kernel.grid) == 1 == node_workgroups(graph, graph[1], GENERIC)  # 210 vec4s
+    labels = np.arange(2 * 9 * 3 * 64, dtype=np.int32).reshape(2, 9, 3, 64)
+    got = run_gpu(one_op("permute", [labels.shape], ["i32"], perm=(0, 2, 1, 3)), {}).run({"x0": labels}, read=("out",))
+    np.testing.assert_array_equal(got["out"], labels.transpose(0, 2, 1, 3))
+    for shape, perm in (((2, 3, 6), (1, 0, 2)), ((2, 3, 4), (0, 2, 1))):
+        (kernel,) = compile_step(one_op("permute", [shape], perm=perm), GENERIC).kernels
+        assert "array<vec4" not in kernel.wgsl and "(vec4)" not in kernel.label, (shape, perm)
 
 
 def test_permute_i32():

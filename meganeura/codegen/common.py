@@ -186,15 +186,25 @@ def shape_text(shape: tuple[int, ...]) -> str:
 
 
 def elementwise_kernel(
-    graph: Graph, node: Node, operands: Operands, reads: str, value: str, functions: str, label: str
+    graph: Graph,
+    node: Node,
+    operands: Operands,
+    reads: str,
+    value: str,
+    functions: str,
+    label: str,
+    vec4: bool = False,
 ) -> KernelSpec:
+    """A thread per output element; with `vec4`, per 4 neighbouring ones, every binding an array
+    of vec4 (`i` then counts vec4s: the caller's index arithmetic is in vec4s too)."""
     bindings = operands.bindings + [output_binding(node)]
-    numel = node.type.numel
+    numel = node.type.numel // 4 if vec4 else node.type.numel
     grid = grid_for(-(-numel // 256))
+    vec4_names = {binding.name for binding in bindings} if vec4 else frozenset()
     wgsl = render(
         "elementwise",
         {
-            "BINDINGS": bindings_wgsl(graph, bindings),
+            "BINDINGS": bindings_wgsl(graph, bindings, vec4_names),
             "NUMEL": numel,
             "GRID_X": max(grid[0], 1),
             "FUNCTIONS": functions,

@@ -1,7 +1,8 @@
 """Lowering of the shape ops that copy: permute, slice, slice_grad and concat, one thread per output
 element (shaders/elementwise.wgsl), each reading its source at index arithmetic of the element;
-on a GPU, a large permute that swaps the last two axes (a weight's transpose) as a tiled
-transpose (shaders/transpose.wgsl), whose reads and writes are both coalesced.
+a permute that keeps a last axis of a multiple of 4 in place, a thread per vec4 of the output; on
+a GPU, a large permute that swaps the last two axes (a weight's transpose) as a tiled transpose
+(shaders/transpose.wgsl), whose reads and writes are both coalesced.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from meganeura.codegen.common import (
     wgsl_type,
 )
 from meganeura.codegen.kernel import KernelSpec
-from meganeura.codegen.registry import elementwise_workgroups, lowering
+from meganeura.codegen.registry import ELEMENTWISE_WORKGROUP, elementwise_workgroups, lowering
 from meganeura.codegen.render import render
 from meganeura.ir.graph import Graph, Node, TensorType
 from meganeura.target import GENERIC, Target
@@ -58,12 +59,23 @@ def transpose_tiles(shape: tuple[int, ...]) -> int:
     return math.prod(batch) * -(-rows // TRANSPOSE_TILE) * -(-cols // TRANSPOSE_TILE)
 
 
+def moves_vec4s(shape: tuple[int, ...], perm: tuple[int, ...]) -> bool:
+    """Whether a permute of an input of `shape` moves whole vec4s: it keeps the last axis, a
+    multiple of 4 long, in place (attention's [B, S, H, D] ⇄ [B, H, S, D] with D = 64), so that 4
+    neighbouring output elements are 4 neighbouring input elements, 16-byte aligned."""
+    return len(perm) >= 2 and perm[-1] == len(perm) - 1 and shape[-1] % 4 == 0
+
+
 def permute_workgroups(
     attrs: dict, operands: Sequence[TensorType], results: tuple[TensorType, ...], target: Target = GENERIC
 ) -> int:
-    """A permute's workgroups on `target`: a tile each for the tiled transpose, else the gather's."""
-    if tiled_transpose(operands[0].shape, tuple(attrs["perm"]), target):
-        return transpose_tiles(operands[0].shape)
+    """A permute's workgroups on `target`: a tile each for the tiled transpose, a thread per vec4
+    where it moves vec4s, else the gather's thread per element."""
+    shape, perm = operands[0].shape, tuple(attrs["perm"])
+    if tiled_transpose(shape, perm, target):
+        return transpose_tiles(shape)
+    if moves_vec4s(shape, perm):
+        return -(-results[0].numel // (4 * ELEMENTWISE_WORKGROUP))
     return elementwise_workgroups(attrs, operands, results)
 
 
@@ -78,6 +90,12 @@ def lower_permute(graph: Graph, node: Node, target: Target = GENERIC) -> KernelS
     if tiled_transpose(source.shape, perm, target):
         return lower_transpose(graph, node, operands, f"{label} (tiled)")
     strides = row_major_strides(source.shape)
+    if moves_vec4s(source.shape, perm):
+        # in vec4s: the last axis a quarter as long, every other stride a multiple of 4
+        shape4 = (*node.shape[:-1], node.shape[-1] // 4)
+        strides4 = (*(strides[p] // 4 for p in perm[:-1]), 1)
+        value = operands.read_at(source.id, index_expr("i", shape4, strides4))
+        return elementwise_kernel(graph, node, operands, "", value, "", f"{label} (vec4)", vec4=True)
     value = operands.read_at(source.id, index_expr("i", node.shape, tuple(strides[p] for p in perm)))
     return elementwise_kernel(graph, node, operands, "", value, "", label)
 
