@@ -120,8 +120,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 """
 
 
-def split_cols(rows: int, k: int, kp: int, rows_padded: int) -> str:
-    """X f32 [K, rows] → H, L f16 [rows_padded, Kp] (transposed), S f32 [rows_padded]; 64 rows a workgroup."""
+def column_scales(rows: int, k: int, tile: str = "") -> str:
+    """The opening of a kernel over X f32 [K, rows] whose workgroup takes 64 neighbouring columns
+    c0…c0+63: each column's scale written to S and its inverse left in `up` (4 threads a column
+    find its largest |x|), ending on the barrier after them. `tile`: more workgroup arrays."""
     return f"""enable f16;
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read_write> H: array<f16>;
@@ -129,14 +131,13 @@ def split_cols(rows: int, k: int, kp: int, rows_padded: int) -> str:
 @group(0) @binding(3) var<storage, read_write> S: array<f32>;
 var<workgroup> part: array<f32, 256>;
 var<workgroup> up: array<f32, 64>;
-var<workgroup> tile: array<f32, {64 * 65}>;
+{tile}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
-  let r0 = wg.x * 64u;
-  let c = t % 64u;
+  let c0 = wg.x * 64u;
   var m = 0.0;
-  if (r0 + c < {rows}u) {{
-    for (var k = t / 64u; k < {k}u; k += 4u) {{ m = max(m, abs(X[k * {rows}u + r0 + c])); }}
+  if (c0 + t % 64u < {rows}u) {{
+    for (var k = t / 64u; k < {k}u; k += 4u) {{ m = max(m, abs(X[k * {rows}u + c0 + t % 64u])); }}
   }}
   part[t] = m;
   workgroupBarrier();
@@ -145,15 +146,23 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     var e = 0;
     if (mx > 0.0) {{ e = frexp(mx).exp; }}
     up[t] = ldexp(1.0, 15 - e);
-    S[r0 + t] = ldexp(1.0, e - 15);
+    S[c0 + t] = ldexp(1.0, e - 15);
   }}
   workgroupBarrier();
-  for (var k0 = 0u; k0 < {kp}u; k0 += 64u) {{
+"""
+
+
+def split_cols(rows: int, k: int, kp: int, rows_padded: int) -> str:
+    """X f32 [K, rows] → H, L f16 [rows_padded, Kp] (transposed), S f32 [rows_padded]; 64 rows a
+    workgroup, through a 64×64 tile."""
+    return (
+        column_scales(rows, k, f"var<workgroup> tile: array<f32, {64 * 65}>;")
+        + f"""  for (var k0 = 0u; k0 < {kp}u; k0 += 64u) {{
     for (var i = 0u; i < 16u; i++) {{
       let kk = (t + 256u * i) / 64u;
       let cc = (t + 256u * i) % 64u;
       var v = 0.0;
-      if (k0 + kk < {k}u && r0 + cc < {rows}u) {{ v = X[(k0 + kk) * {rows}u + r0 + cc]; }}
+      if (k0 + kk < {k}u && c0 + cc < {rows}u) {{ v = X[(k0 + kk) * {rows}u + c0 + cc]; }}
       tile[cc * 65u + kk] = v * up[cc];
     }}
     workgroupBarrier();
@@ -162,41 +171,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
       let kk = (t + 256u * i) % 64u;
       let v = tile[cc * 65u + kk];
       let hi = bitcast<f32>(bitcast<u32>(v) & 0xFFFFE000u);
-      H[(r0 + cc) * {kp}u + k0 + kk] = f16(hi);
-      L[(r0 + cc) * {kp}u + k0 + kk] = f16(v - hi);
+      H[(c0 + cc) * {kp}u + k0 + kk] = f16(hi);
+      L[(c0 + cc) * {kp}u + k0 + kk] = f16(v - hi);
     }}
     workgroupBarrier();
   }}
 }}
 """
+    )
 
 
 def split_cols_kept(rows: int, k: int, kp: int, rows_padded: int) -> str:
-    """X f32 [K, rows] → H, L f16 [Kp, rows_padded] (the same layout), S f32 [rows_padded]; 64 columns a workgroup."""
-    return f"""enable f16;
-@group(0) @binding(0) var<storage, read> X: array<f32>;
-@group(0) @binding(1) var<storage, read_write> H: array<f16>;
-@group(0) @binding(2) var<storage, read_write> L: array<f16>;
-@group(0) @binding(3) var<storage, read_write> S: array<f32>;
-var<workgroup> part: array<f32, 256>;
-var<workgroup> up: array<f32, 64>;
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
-  let c = wg.x * 64u + t % 64u;
-  var m = 0.0;
-  if (c < {rows}u) {{
-    for (var k = t / 64u; k < {k}u; k += 4u) {{ m = max(m, abs(X[k * {rows}u + c])); }}
-  }}
-  part[t] = m;
-  workgroupBarrier();
-  if (t < 64u) {{
-    let mx = max(max(part[t], part[t + 64u]), max(part[t + 128u], part[t + 192u]));
-    var e = 0;
-    if (mx > 0.0) {{ e = frexp(mx).exp; }}
-    up[t] = ldexp(1.0, 15 - e);
-    S[wg.x * 64u + t] = ldexp(1.0, e - 15);
-  }}
-  workgroupBarrier();
+    """X f32 [K, rows] → H, L f16 [Kp, rows_padded] (the same layout), S f32 [rows_padded]; 64
+    columns a workgroup."""
+    return (
+        column_scales(rows, k)
+        + f"""  let c = c0 + t % 64u;
   for (var k = t / 64u; k < {kp}u; k += 4u) {{
     var v = 0.0;
     if (k < {k}u && c < {rows}u) {{ v = X[k * {rows}u + c] * up[t % 64u]; }}
@@ -206,6 +196,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
   }}
 }}
 """
+    )
 
 
 def ceil_to(x: int, step: int) -> int:
