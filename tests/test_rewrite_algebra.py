@@ -330,3 +330,30 @@ def test_slice_grads_of_parts_that_are_not_neighbours_are_not_joined():
     ):
         fused, report = check_rewrite(graph)
         assert report.rule("join_slice_grads").matches == 0 and "concat" not in ops(fused)
+
+
+@PROPERTY
+@given(bshd=st.tuples(dims, dims, dims, st.sampled_from([2, 4, 6])), gradient=st.booleans(), seed=seeds)
+def test_rope_layout(bshd, gradient, seed):
+    """rope of the [b, s, h, d] → [b, h, s, d] transpose reads x seq-first; the transpose back of
+    rope_grad is rope_grad writing seq-first: the permute kernel goes, the values stay."""
+    b, s, h, d = bshd
+    graph = Graph()
+    cos, sin = leaf(graph, "cos", (s, d)), leaf(graph, "sin", (s, d))
+    if gradient:
+        g = leaf(graph, "g", (b, h, s, d))
+        graph.outputs["y"] = node(graph, "permute", (node(graph, "rope_grad", (g, cos, sin)),), perm=(0, 2, 1, 3))
+    else:
+        x = leaf(graph, "x", (b, s, h, d))
+        graph.outputs["y"] = node(graph, "rope", (node(graph, "permute", (x,), perm=(0, 2, 1, 3)), cos, sin))
+    fused, report = check_rewrite(graph, "rope_layout", seed)
+    (rope,) = [n for n in fused if n.op in ("rope", "rope_grad") and n.id in fused.live_ids()]
+    assert "permute" not in ops(fused) and rope.attr("seq_first") and report.rule("rope_layout").uses == 1
+
+
+def test_a_permute_of_rope_other_than_the_seq_heads_swap_stays():
+    graph = Graph()
+    x, cos = leaf(graph, "x", (2, 3, 4, 6)), leaf(graph, "cos", (4, 6))
+    graph.outputs["y"] = node(graph, "rope", (node(graph, "permute", (x,), perm=(1, 0, 2, 3)), cos, cos))
+    fused, report = check_rewrite(graph)
+    assert "permute" in ops(fused) and report.rule("rope_layout").matches == 0

@@ -151,6 +151,23 @@ def test_rope_checks_its_shapes():
     assert infer_type("rope", [TensorType((2, 3, 5, 4)), TensorType((5, 4)), TensorType(())], {}).shape == (2, 3, 5, 4)
 
 
+def test_seq_first_rope_reads_x_and_rope_grad_writes_its_result_seq_first():
+    """With seq_first the x side is [batch, seq, heads, D]: rope(x) = rope(xᵀ) of x with seq and
+    heads swapped, its result heads-first; rope_grad(g) is rope_grad of heads-first g, swapped."""
+    x, g, cos, sin = normal(2, 5, 3, 8), normal(2, 3, 5, 8), normal(5, 8), normal(5, 8)
+    got = op_def("rope").evaluate(x, cos, sin, seq_first=True)
+    np.testing.assert_allclose(got, rope_reference(x.transpose(0, 2, 1, 3), cos, sin), rtol=1e-14)
+    swapped = op_def("rope_grad").evaluate(g, cos, sin, seq_first=True)
+    np.testing.assert_array_equal(swapped, op_def("rope_grad").evaluate(g, cos, sin).transpose(0, 2, 1, 3))
+    tables = [TensorType((5, 8)), TensorType((5, 8))]
+    assert infer_type("rope", [TensorType((2, 5, 3, 8)), *tables], {"seq_first": True}).shape == (2, 3, 5, 8)
+    assert infer_type("rope_grad", [TensorType((2, 3, 5, 8)), *tables], {"seq_first": True}).shape == (2, 5, 3, 8)
+    with pytest.raises(ShapeError, match="rope: seq_first needs a 4-D operand"):
+        infer_type("rope", [TensorType((5, 3, 8)), TensorType((5, 8)), TensorType((5, 8))], {"seq_first": True})
+    with pytest.raises(ShapeError, match=r"rope: cos f32\[3,8\] does not broadcast to x heads-first f32\[2,3,5,8\]"):
+        infer_type("rope", [TensorType((2, 5, 3, 8)), TensorType((3, 8)), TensorType((5, 8))], {"seq_first": True})
+
+
 # -- gradients --------------------------------------------------------------------------------------
 
 
@@ -179,6 +196,17 @@ def test_rope_grad_gradient(x_shape, table_shape):
         return apply("rope_grad", g, cos, sin)
 
     assert gradcheck(rope_grad, [x_shape, table_shape, table_shape], np.random.default_rng(33)) < 1e-6
+
+
+@pytest.mark.parametrize("op", ["rope", "rope_grad"])
+def test_seq_first_rope_gradients(op):
+    """rope and rope_grad with seq_first, differentiated w.r.t. x (or g), cos and sin."""
+
+    def seq_first(x, cos, sin):
+        return apply(op, x, cos, sin, seq_first=True)
+
+    shape = (2, 4, 3, 6) if op == "rope" else (2, 3, 4, 6)  # seq 4, heads 3 on the x side
+    assert gradcheck(seq_first, [shape, (4, 6), (1, 6)], np.random.default_rng(34)) < 1e-6
 
 
 # -- kernels ----------------------------------------------------------------------------------------
@@ -212,6 +240,34 @@ def test_rope_kernels(op, shapes):
         h = x.shape[-1] // 2
         expected = x * cos + np.concatenate((ys[..., h:], -ys[..., :h]), axis=-1)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+SEQ_FIRST_CASES = [  # the x side [batch, seq, heads, D], the tables; ragged, several workgroups
+    ((2, 7, 3, 8), (7, 8)),
+    ((1, 33, 5, 6), (1, 33, 6)),
+    ((3, 65, 2, 48), (65, 48)),
+    ((2, 16, 9, 64), (16, 64)),
+]
+
+
+@pytest.mark.parametrize("op", ["rope", "rope_grad"])
+@pytest.mark.parametrize("x_side, table", SEQ_FIRST_CASES, ids=str)
+def test_seq_first_rope_kernels(op, x_side, table):
+    """The kernels with seq_first against the interpreter and the swapped reference."""
+    b, s, h, d = x_side
+    operand = x_side if op == "rope" else (b, h, s, d)
+    graph = one_op(op, [operand, table, table], seq_first=True)
+    inputs = {f"x{i}": RNG.normal(size=shape).astype(np.float32) for i, shape in enumerate([operand, table, table])}
+    executable = check(graph, inputs)
+    assert [spec.label.split()[0] for spec in executable.kernels] == [op] and "seq-first" in executable.kernels[0].label
+    got = executable.run(inputs, read=("out",))["out"]
+    x, cos, sin = (inputs[f"x{i}"].astype(np.float64) for i in range(3))
+    if op == "rope":
+        np.testing.assert_allclose(got, rope_reference(x.transpose(0, 2, 1, 3), cos, sin), rtol=1e-5, atol=1e-5)
+    else:
+        ys, half = x * sin, d // 2
+        expected = x * cos + np.concatenate((ys[..., half:], -ys[..., :half]), axis=-1)
+        np.testing.assert_allclose(got, expected.transpose(0, 2, 1, 3), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("op", ["rope", "rope_grad"])
@@ -332,3 +388,19 @@ def test_training_steps_through_rope_follow_the_interpreter():
     }
     losses = assert_steps_follow_interpreter(program, [feed] * 3)
     assert losses[-1] < losses[0]
+
+
+def test_the_llama_step_reads_and_writes_rope_seq_first():
+    """In the bench's small SmolLM2 step, rope reads q and k as the projections lay them out and
+    rope_grad writes dq and dk that way (rewrite/algebra.py `rope_layout`): no permute next to them."""
+    from meganeura.bench.workloads import STEPS
+    from meganeura.compiler import compile_plan
+
+    work = STEPS["smollm2"].build(small=True)
+    graph = compile_plan(work.model, work.loss, work.inputs, work.optimizer).fused_graph
+    live = graph.live_ids()
+    ropes = [n for n in graph if n.id in live and n.op in ("rope", "rope_grad")]
+    assert len(ropes) == 8 and all(n.attr("seq_first") for n in ropes)  # q and k, 2 layers, each way
+    rope_ids = {n.id for n in ropes}
+    readers = {n.id for n in graph if n.id in live and n.inputs and n.inputs[0] in rope_ids}
+    assert not [n for n in (*(graph[r.inputs[0]] for r in ropes), *(graph[i] for i in readers)) if n.op == "permute"]

@@ -18,12 +18,22 @@ from meganeura.codegen.attention_tiles import (
     vec4s,
     workgroup_bytes,
 )
-from meganeura.codegen.common import Operands, bindings_wgsl, elementwise_kernel, grid_for, output_binding, shape_text
+from meganeura.codegen.common import (
+    Operands,
+    bindings_wgsl,
+    elementwise_kernel,
+    grid_for,
+    index_expr,
+    output_binding,
+    row_major_strides,
+    shape_text,
+)
 from meganeura.codegen.expressions import literal
 from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.graph import Graph, Node
+from meganeura.ir.ops.transformer import SEQ_FIRST
 from meganeura.target import GENERIC, Target
 
 # ---------------------------------------------------------------------------------------------
@@ -35,27 +45,39 @@ def lower_rope(graph: Graph, node: Node) -> KernelSpec:
     """rope / rope_grad: element i with last coordinate c < h pairs with i + h, else with i − h.
 
     rope: x·cos + r·sin at i, r = −x[i + h] or x[i − h]; rope_grad: g·cos at i + r, r =
-    (g·sin)[i + h] or −(g·sin)[i − h] (sin is read at the partner too). cos and sin broadcast.
+    (g·sin)[i + h] or −(g·sin)[i − h] (sin is read at the partner too). cos and sin broadcast to
+    the heads-first side. With `seq_first` the x side is [B, S, H, D]: rope reads x at the index
+    `xi` of its output element's coordinates there, rope_grad reads g at `xi`, the index of its
+    output element's coordinates in g's [B, H, S, D] (and cos and sin there too); the partner is
+    `xi` ± h either way (the last axis stays in place).
     """
     x, cos, sin = node.inputs
-    shape = node.shape
+    shape, source_shape = node.shape, graph[x].shape
     h = shape[-1] // 2
     operands = Operands(graph)
-    lines = [
+    lines, at = [], "i"
+    if node.attr("seq_first"):  # the source's strides along the output's axes
+        strides = row_major_strides(source_shape)
+        lines.append(f"let xi = {index_expr('i', shape, tuple(strides[axis] for axis in SEQ_FIRST))};")
+        at = "xi"
+    # cos and sin broadcast to the heads-first side: rope's output, rope_grad's operand
+    heads_first, table_at = (shape, "i") if node.op == "rope" else (source_shape, at)
+    lines += [
         f"let c = i % {2 * h}u;",
         f"let low = c < {h}u;",
-        f"let p = select(i - {h}u, i + {h}u, low);",
-        f"let v_x = {operands.read(x, shape)};",
+        f"let p = select({at} - {h}u, {at} + {h}u, low);",
+        f"let v_x = {operands.read_at(x, at)};",
         f"let v_partner = {operands.read_at(x, 'p')};",
-        f"let v_cos = {operands.read(cos, shape)};",
+        f"let v_cos = {operands.read(cos, heads_first, table_at)};",
     ]
     if node.op == "rope":
-        lines.append(f"let v_sin = {operands.read(sin, shape)};")
+        lines.append(f"let v_sin = {operands.read(sin, heads_first, table_at)};")
         value = "v_x * v_cos + select(v_partner, -v_partner, low) * v_sin"
     else:
-        lines.append(f"let y = v_partner * {operands.read(sin, shape, 'p')};")
+        lines.append(f"let y = v_partner * {operands.read(sin, heads_first, 'p')};")
         value = "v_x * v_cos + select(-y, y, low)"
-    label = f"{node.op} {shape_text(shape)} cos {shape_text(graph[cos].shape)}"
+    seq_first = " seq-first" * bool(node.attr("seq_first"))
+    label = f"{node.op} {shape_text(shape)} cos {shape_text(graph[cos].shape)}{seq_first}"
     return elementwise_kernel(graph, node, operands, "\n    ".join(lines), value, "", label)
 
 

@@ -19,6 +19,10 @@
   slice_grad(x, s, the whole of s) → x; `flatten_concats`: concat(concat(a, b), c) and
   concat(a, concat(b, c)) along one axis → concat(a, b, c). The ranges a graph can join are
   computed from its slice_grads (`slice_facts`: `slice_join`, `full_slice`).
+- `rope_layout`: rope(permute(x, [b, s, h, d] → [b, h, s, d])) → rope(x, seq_first) and
+  permute(rope_grad(g), back) → rope_grad(g, seq_first): rotary embeddings read the q and k
+  projections, and write their gradients, in the Linear's [batch, seq, heads, D] layout, and the
+  transposes between them (two a layer each way) need no kernel.
 - `fold_constants`: an elementwise op on scalar constants → the constant (add, sub, mul, div,
   neg), computed in f64 by egglog.
 - `mul_one`, `add_zero`, `sub_zero`, `div_one`: x·1, 1·x, x+0, 0+x, x−0, x/1 → x, guarded so
@@ -166,6 +170,24 @@ FLATTEN_CONCATS = Rule(
     ),
 )
 
+SEQ_FIRST_TEXT = '"0,2,1,3"'
+
+ROPE_LAYOUT = Rule(
+    "rope_layout",
+    FAMILY,
+    "rope(permute(x, 0,2,1,3)) → rope(x, seq_first); permute(rope_grad(g), 0,2,1,3) → rope_grad(g, seq_first)",
+    (
+        rule(
+            f"(= t {term('rope', f'(Permute x {SEQ_FIRST_TEXT})', 'c', 's', seq_first='false')})",
+            f"(union t {term('rope', 'x', 'c', 's', seq_first='true')})",
+        ),
+        rule(
+            f"(= t (Permute {term('rope_grad', 'g', 'c', 's', seq_first='false')} {SEQ_FIRST_TEXT}))",
+            f"(union t {term('rope_grad', 'g', 'c', 's', seq_first='true')})",
+        ),
+    ),
+)
+
 EGGLOG_F64 = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 FOLD_CONSTANTS = Rule(
@@ -216,6 +238,7 @@ RULES = [
     JOIN_SLICE_GRADS,
     DROP_FULL_SLICE_GRAD,
     FLATTEN_CONCATS,
+    ROPE_LAYOUT,
     FOLD_CONSTANTS,
     MUL_ONE,
     ADD_ZERO,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from meganeura.ir.graph import Graph
 from meganeura.rewrite.rules import Rule, rule
+from meganeura.rewrite.schema import term
 
 FAMILY = "recognition"
 
@@ -129,7 +130,7 @@ def rope_variants() -> tuple[str, ...]:
         for turned in ('(Binary "mul" r s)', '(Binary "mul" s r)'):
             for added in ('(Binary "add" p t)', '(Binary "add" t p)'):
                 query = [f"(= y {added})", f"(= p {plain})", f"(= t {turned})", *rotated, "(= (shape y) (shape x))"]
-                variants.append(rule(query, "(union y (Rope x c s))"))
+                variants.append(rule(query, f"(union y {term('rope', 'x', 'c', 's', seq_first='false')})"))
     return tuple(variants)
 
 

@@ -4,7 +4,11 @@ Rotary position embeddings, the half-split convention of Llama/SmolLM2 (HF trans
 rope(x, cos, sin) = x·cos + rotate_half(x)·sin, rotate_half(x) = cat(−x[..., h:], x[..., :h])
 with h = D/2 of x's even last dim D; cos and sin broadcast to x (typically [seq, D] against
 x [batch, heads, seq, D]). rope_grad(g, cos, sin) = g·cos + rotate_halfᵀ(g·sin), the gradient
-w.r.t. x, with rotate_halfᵀ(y) = cat(y[..., h:], −y[..., :h]).
+w.r.t. x, with rotate_halfᵀ(y) = cat(y[..., h:], −y[..., :h]). With `seq_first` the x side is
+stored [batch, seq, heads, D], as a Linear's output seen per head before its transpose to
+[batch, heads, seq, D]: rope reads x that way (its result is [batch, heads, seq, D]) and rope_grad
+writes its result that way (g is [batch, heads, seq, D]), so that the transposes next to them
+need no kernel (rewrite/algebra.py `rope_layout`); cos and sin broadcast to the heads-first side.
 
 Attention, PyTorch's layout: q [B, H, Sq, D], k and v [B, H_kv, Skv, D] with H % H_kv == 0
 (grouped KV heads: query head h reads KV head h // (H / H_kv)). `causal` masks key j > query i
@@ -47,16 +51,32 @@ FAMILY = "transformer"
 # Rotary position embeddings
 
 
+SEQ_FIRST = (0, 2, 1, 3)  # [batch, seq, heads, D] ⇄ [batch, heads, seq, D]: its own inverse
+
+
+def swap_seq_heads(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(shape[axis] for axis in SEQ_FIRST)
+
+
 def infer_rope(name: str):
     def infer(types, attrs) -> TensorType:
         require_float(types, name)
         x, cos, sin = types
         if x.rank < 1 or x.shape[-1] % 2 or x.shape[-1] == 0:
             raise ShapeError(f"{name}: expected x with an even, nonzero last dim (head_dim), got {x}")
+        heads_first = x
+        if attrs.get("seq_first"):
+            if x.rank != 4:
+                raise ShapeError(f"{name}: seq_first needs a 4-D operand [batch, seq, heads, D], got {x}")
+            if name == "rope":
+                heads_first = TensorType(swap_seq_heads(x.shape), x.dtype)
+        side = f"x {x}" if heads_first is x else f"x heads-first {heads_first}"
         for what, t in (("cos", cos), ("sin", sin)):
-            if not broadcasts_to(t.shape, x.shape):
-                raise ShapeError(f"{name}: {what} {t} does not broadcast to x {x}")
-        return x
+            if not broadcasts_to(t.shape, heads_first.shape):
+                raise ShapeError(f"{name}: {what} {t} does not broadcast to {side}")
+        if attrs.get("seq_first") and name == "rope_grad":
+            return TensorType(swap_seq_heads(x.shape), x.dtype)
+        return heads_first
 
     return infer
 
@@ -73,14 +93,20 @@ def rotate_half_transposed(y: np.ndarray) -> np.ndarray:
     return np.concatenate([y[..., h:], -y[..., :h]], axis=-1)
 
 
-def evaluate_rope(x, cos, sin):
-    """x·cos + rotate_half(x)·sin."""
+def evaluate_rope(x, cos, sin, seq_first=False):
+    """x·cos + rotate_half(x)·sin (x read heads-first)."""
+    x = x.transpose(SEQ_FIRST) if seq_first else x
     return np.broadcast_to(x * cos + rotate_half(x) * sin, x.shape).copy()
 
 
-def evaluate_rope_grad(g, cos, sin):
-    """g·cos + rotate_halfᵀ(g·sin): rope's VJP w.r.t. x."""
-    return np.broadcast_to(g * cos + rotate_half_transposed(g * sin), g.shape).copy()
+def evaluate_rope_grad(g, cos, sin, seq_first=False):
+    """g·cos + rotate_halfᵀ(g·sin): rope's VJP w.r.t. x (written seq-first where x is)."""
+    dx = np.broadcast_to(g * cos + rotate_half_transposed(g * sin), g.shape)
+    return (dx.transpose(SEQ_FIRST) if seq_first else dx).copy()
+
+
+def describe_rope(node) -> str:
+    return "seq-first" if node.attr("seq_first") else ""
 
 
 ROPE = Op(
@@ -89,6 +115,8 @@ ROPE = Op(
     infer=infer_rope("rope"),
     evaluate=evaluate_rope,
     operands=("x", "cos", "sin"),
+    attrs=(Attr("seq_first", BOOL, False),),
+    describe=describe_rope,
     doc="x·cos + rotate_half(x)·sin (rotary position embeddings, half-split)",
 )
 ROPE_GRAD = Op(
@@ -97,6 +125,8 @@ ROPE_GRAD = Op(
     infer=infer_rope("rope_grad"),
     evaluate=evaluate_rope_grad,
     operands=("g", "cos", "sin"),
+    attrs=(Attr("seq_first", BOOL, False),),
+    describe=describe_rope,
     doc="g·cos + rotate_halfᵀ(g·sin) (rope's VJP w.r.t. x)",
 )
 
@@ -111,23 +141,32 @@ def rotate_half_nodes(b, x: int) -> int:
     return b.emit("concat", [b.emit("neg", [high]), low], axis=rank - 1)
 
 
+def heads_first(b, node, value: int) -> int:
+    """`value` (the seq-first side of a rope or rope_grad node) seen heads-first."""
+    return b.emit("permute", [value], perm=SEQ_FIRST) if node.attr("seq_first") else value
+
+
 @ROPE.vjp
 def _rope(b, node, g):
-    """dx = rope_grad(g, cos, sin); d cos = g·x and d sin = g·rotate_half(x), unbroadcast."""
+    """dx = rope_grad(g, cos, sin) (seq-first where x is); d cos = g·x and d sin = g·rotate_half(x),
+    x heads-first, unbroadcast."""
     x, cos, sin = node.inputs
+    x = heads_first(b, node, x)
     grad_cos = b.unbroadcast(b.emit("mul", [g, x]), b.shape(cos))
     grad_sin = b.unbroadcast(b.emit("mul", [g, rotate_half_nodes(b, x)]), b.shape(sin))
-    return [b.emit("rope_grad", [g, cos, sin]), grad_cos, grad_sin]
+    return [b.emit("rope_grad", [g, cos, sin], seq_first=node.attr("seq_first")), grad_cos, grad_sin]
 
 
 @ROPE_GRAD.vjp
 def _rope_grad(b, node, g):
-    """rope_grad is linear in its first operand and rope is its transpose: d g = rope(gg, cos, sin);
-    d cos = gg·g and d sin = rotate_half(gg)·g, unbroadcast."""
+    """rope_grad is linear in its first operand and rope is its transpose: d g = rope(gg, cos, sin)
+    (gg read seq-first where it is); d cos = gg·g and d sin = rotate_half(gg)·g, gg heads-first,
+    unbroadcast."""
     upstream, cos, sin = node.inputs
-    grad_cos = b.unbroadcast(b.emit("mul", [g, upstream]), b.shape(cos))
-    grad_sin = b.unbroadcast(b.emit("mul", [rotate_half_nodes(b, g), upstream]), b.shape(sin))
-    return [b.emit("rope", [g, cos, sin]), grad_cos, grad_sin]
+    incoming = heads_first(b, node, g)
+    grad_cos = b.unbroadcast(b.emit("mul", [incoming, upstream]), b.shape(cos))
+    grad_sin = b.unbroadcast(b.emit("mul", [rotate_half_nodes(b, incoming), upstream]), b.shape(sin))
+    return [b.emit("rope", [g, cos, sin], seq_first=node.attr("seq_first")), grad_cos, grad_sin]
 
 
 # ---------------------------------------------------------------------------------------------
