@@ -247,6 +247,7 @@ SEQ_FIRST_CASES = [  # the x side [batch, seq, heads, D], the tables; ragged, se
     ((1, 33, 5, 6), (1, 33, 6)),
     ((3, 65, 2, 48), (65, 48)),
     ((2, 16, 9, 64), (16, 64)),
+    ((2, 7, 3, 8), (2, 1, 7, 8)),  # HF's unsqueezed [batch, 1, seq, D] tables
 ]
 
 
