@@ -36,6 +36,7 @@ report counts the IR nodes merged that way (`RewriteReport.cse_merged`).
 from __future__ import annotations
 
 from meganeura.ir.graph import Graph
+from meganeura.ir.ops.transformer import SEQ_FIRST
 from meganeura.rewrite.rules import Rule, rule
 from meganeura.rewrite.schema import term
 from meganeura.rewrite.sorts import ints, swap_last_two
@@ -170,7 +171,7 @@ FLATTEN_CONCATS = Rule(
     ),
 )
 
-SEQ_FIRST_TEXT = '"0,2,1,3"'
+SEQ_FIRST_TEXT = ints(SEQ_FIRST)  # the ops' own permutation, as egglog text
 
 ROPE_LAYOUT = Rule(
     "rope_layout",

@@ -64,19 +64,17 @@ def infer_rope(name: str):
         x, cos, sin = types
         if x.rank < 1 or x.shape[-1] % 2 or x.shape[-1] == 0:
             raise ShapeError(f"{name}: expected x with an even, nonzero last dim (head_dim), got {x}")
-        heads_first = x
+        result = x
         if attrs.get("seq_first"):
             if x.rank != 4:
                 raise ShapeError(f"{name}: seq_first needs a 4-D operand [batch, seq, heads, D], got {x}")
-            if name == "rope":
-                heads_first = TensorType(swap_seq_heads(x.shape), x.dtype)
+            result = TensorType(swap_seq_heads(x.shape), x.dtype)  # either op swaps seq and heads
+        heads_first = result if name == "rope" else x  # what cos and sin broadcast to
         side = f"x {x}" if heads_first is x else f"x heads-first {heads_first}"
         for what, t in (("cos", cos), ("sin", sin)):
             if not broadcasts_to(t.shape, heads_first.shape):
                 raise ShapeError(f"{name}: {what} {t} does not broadcast to {side}")
-        if attrs.get("seq_first") and name == "rope_grad":
-            return TensorType(swap_seq_heads(x.shape), x.dtype)
-        return heads_first
+        return result
 
     return infer
 
