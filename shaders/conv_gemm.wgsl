@@ -38,7 +38,8 @@
 // loading the epilogue's extras at the output's row-major index `i`), EPILOGUE (an f32 expression
 // of `x`, the dot product, and the READS), STORE4 (the function storing 4 columns); and
 // gemm_loop.wgsl's. Flags: FORWARD, GRAD_INPUT, GRAD_WEIGHT (exactly one is set), A_SCALAR (A is
-// loaded by element through load_a, else by vec4: forward with K a multiple of 4), PREFETCH.
+// loaded by element through load_a, else by vec4: forward with K a multiple of 4, or by
+// load_a4), A_UNITS and B_UNITS (the operand's units load through load_a4 / load_b4), PREFETCH.
 
 {{BINDINGS}}
 
@@ -164,6 +165,73 @@ fn load_b(bat: u32, n: u32, k: u32) -> f32 {
     return gather_x(img, n / TAPS, ij / KW, ij % KW, l / WO, l % WO);
 //#endif
 }
+
+//#if A_UNITS
+// A unit of A = g (grad_weight, a bound as vec4): 4 neighbouring reduction indices nl .. nl + 3,
+// nl a multiple of 4 and L too, so the 4 are neighbouring words of one of g's rows.
+fn load_a4(bat: u32, m: u32, k: u32) -> vec4<f32> {
+    if (!({{A_IN}})) {
+        return vec4<f32>(0.0);
+    }
+    let nl = k_first + k;
+    return a[(((nl / L) * O + m) * L + nl % L) / 4u];
+}
+//#endif
+
+//#if B_UNITS
+// A unit of B at once: 4 neighbouring elements along the unit's run that lie on one row of the
+// tensor gathered from (grad_input: columns n .. n + 3, 4 pixels along a row of a stride phase;
+// grad_weight: reduction indices nl .. nl + 3, 4 output positions along a row), so their
+// position is decoded once and only the column moves (lowering: codegen/conv.py
+// `gathers_units`; forward loads by element). 0 outside the matrix, in the padding and between
+// strided positions.
+
+// b[row + x], or 0 where x is outside [0, width).
+fn b_at(row: u32, x: i32, width: u32) -> f32 {
+    if (x >= 0 && x < i32(width)) {
+        return b[row + u32(x)];
+    }
+    return 0.0;
+}
+
+//#if GRAD_WEIGHT
+// gather_x at output positions wo .. wo + 3 of row ho: x at columns wo·SW − PW + j, SW apart.
+fn gather_x4(img: u32, c: u32, i: u32, j: u32, ho: u32, wo: u32) -> vec4<f32> {
+    let y = i32(ho * SH + i) - i32(PH);
+    if (y < 0 || y >= i32(H)) {
+        return vec4<f32>(0.0);
+    }
+    let row = ((img * C + c) * H + u32(y)) * W;
+    let x = i32(wo * SW + j) - i32(PW);
+    let s = i32(SW);
+    return vec4<f32>(b_at(row, x, W), b_at(row, x + s, W), b_at(row, x + 2 * s, W), b_at(row, x + 3 * s, W));
+}
+//#endif
+
+fn load_b4(bat: u32, n: u32, k: u32) -> vec4<f32> {
+    if (!({{B_IN}})) {
+        return vec4<f32>(0.0);
+    }
+//#if GRAD_INPUT
+    let o = k / (ti * tj);  // pixels xp .. xp + 3 of a row of the phase read g at wo .. wo + 3
+    let ta = (k / tj) % ti;
+    let tb = k % tj;
+    let ho = i32((n / WP) % HP + qy) - i32(ta);
+    if (ho < 0 || ho >= i32(HO)) {
+        return vec4<f32>(0.0);
+    }
+    let row = ((n / (HP * WP)) * O + o) * L + u32(ho) * WO;
+    let wo = i32(n % WP + qx) - i32(tb);
+    return vec4<f32>(b_at(row, wo, WO), b_at(row, wo + 1, WO), b_at(row, wo + 2, WO), b_at(row, wo + 3, WO));
+//#endif
+//#if GRAD_WEIGHT
+    let nl = k_first + k;
+    let l = nl % L;
+    let ij = n % TAPS;
+    return gather_x4(nl / L, n / TAPS, ij / KW, ij % KW, l / WO, l % WO);
+//#endif
+}
+//#endif
 
 const NO_ELEMENT: u32 = 0xffffffffu;
 

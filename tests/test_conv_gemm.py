@@ -6,6 +6,8 @@ and without epilogues."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from conftest import emit, typed_leaf
@@ -417,6 +419,54 @@ def test_kernel_tilings_on_ragged_shapes(monkeypatch, tiling, geometries):
         if not tiling.prefetch and index == geometries[0]:  # a CPU target's looped staging
             for mode in ("forward", "grad_input", "grad_weight"):
                 check_gpu(*conv_graph(mode, geometry), target=CPU)
+
+
+# Geometries whose gathers load a unit of 4 at once (codegen/conv.py `gathers_units`): output rows
+# (WO, grad_weight's) and rows of a stride phase (WP, grad_input's) a multiple of 4, at stride 1
+# and 2, with padding on every edge (a 3x5 kernel padded 1, 2: units half in the padding), a 1x1
+# kernel at stride 2 (phases without a tap); the images' rows are not multiples of 4 where the
+# stride is 2 and W is 7 or 9.
+UNIT_GEOMETRIES = [
+    (2, 5, 20, (8, 8), (3, 3), (2, 2), (1, 1)),  # HO = WO = 4, phases of 4x4 pixels
+    (3, 3, 7, (6, 8), (3, 5), (1, 1), (1, 2)),  # WO = 8, W = 8
+    (2, 6, 10, (7, 7), (1, 1), (2, 2), (0, 0)),  # WO = WP = 4 from a 7x7 image
+    (1, 4, 9, (9, 16), (3, 3), (1, 2), (1, 1)),  # WO = 8 at stride (1, 2), WP = 8
+]
+
+
+@pytest.mark.parametrize("tiling", [GemmTiling(64, 64, 16, 2, 2), GemmTiling(32, 64, 16, 1, 1, prefetch=True)], ids=str)
+@pytest.mark.parametrize("geometry", UNIT_GEOMETRIES, ids=geometry_id)
+def test_gathers_load_a_unit_at_once_where_rows_hold_whole_units(monkeypatch, tiling, geometry):
+    """The input and weight gradients' B units (and grad_weight's A = g by vec4) through load_b4 /
+    load_a4 where their rows hold whole units, against the interpreter; grad_weight split into
+    parts of a multiple of 4 keeps them and into other parts loads by element (a unit would
+    straddle two parts); forward loads by element (its units ran slower on the H200)."""
+    monkeypatch.setattr(codegen_conv, "gemm_tiling", lambda *_, **__: tiling)
+    n, c, o, image, kernel, stride, padding = geometry
+    reduction = n * math.prod(conv_output_size(image, kernel, stride, padding))
+    cases = [("grad_input", 1), ("grad_weight", 1)]
+    cases += [("grad_weight", parts) for parts in (2, 3) if reduction % parts == 0 or parts == 3]
+    for mode, parts in cases:
+        graph, feeds = conv_graph(mode, geometry, chunks=parts)
+        wgsl = lower_node(graph, graph.outputs["out"]).wgsl
+        whole_units = -(-reduction // parts) % 4 == 0
+        assert ("load_b4(bat, uo, uk)" in wgsl) == whole_units, (mode, parts)
+        assert ("load_a4(bat, uo, uk)" in wgsl) == (mode == "grad_weight" and whole_units), (mode, parts)
+        check_gpu(graph, feeds)
+        if parts == 1:
+            check_gpu(graph, feeds, target=CPU)
+    graph, feeds = conv_graph("forward", geometry, "relu(add($acc,$0))", (o, 1, 1))
+    assert "load_b4(bat" not in lower_node(graph, graph.outputs["out"]).wgsl
+    check_gpu(graph, feeds)
+
+
+def test_gathers_load_by_element_where_rows_do_not_hold_whole_units():
+    """WO = 5, or a phase's rows of 5 pixels: every unit's 4 elements decoded one by one."""
+    for mode in ("forward", "grad_input", "grad_weight"):
+        graph, _ = conv_graph(mode, (3, 4, 20, (9, 9), (3, 3), (2, 2), (1, 1)))
+        wgsl = lower_node(graph, graph.outputs["out"]).wgsl
+        assert "load_b4(bat" not in wgsl and "load_a4(bat" not in wgsl
+        assert "load_b(bat, uo" in wgsl
 
 
 def test_on_a_cpu_conv_kernels_take_the_cpu_table_and_dispatch_what_the_cost_model_counts():

@@ -5,7 +5,8 @@ GEMM tile is staged (see `meganeura/ir/ops/image.py` for the three modes as GEMM
 the matmul kernel's (codegen/matmul.py): its tiling comes from the matmul table of the target's
 family (`gemm_tiling`, codegen/gemm_table.py), and the register tile, the staging of both
 operands in workgroup memory and the K loop from `matmul.gemm_blocks`. What is the
-convolution's: how a unit of a tile is loaded (the mode's gathers, `load_a` / `load_b`), which
+convolution's: how a unit of a tile is loaded (the mode's gathers, `load_a` / `load_b` by element,
+or `load_a4` / `load_b4` a unit at once where `gathers_units`), which
 way a unit runs (`operand_tiles`: along the axis where a gather's neighbouring elements are
 neighbouring words), and where an output element is stored (`conv_store4`: NCHW for forward and
 grad_input, the weight matrix for grad_weight). The images are folded into the GEMM's columns
@@ -175,14 +176,39 @@ def ragged_reduction(mode: str, k: int, k_total: int, groups: int, bk: int) -> b
     return k % bk != 0
 
 
-def operand_tiles(mode: str, m: int, n: int, tiling: GemmTiling, vector_a: bool) -> tuple[OperandTile, OperandTile]:
+def operand_tiles(
+    mode: str, m: int, n: int, tiling: GemmTiling, vector_a: bool, units_a: bool, units_b: bool
+) -> tuple[OperandTile, OperandTile]:
     """How each operand's tile is staged: a unit runs along the axis where the gather's neighbouring
     elements are neighbouring words (A: along K, the weight's rows or g's positions; B: along N but
     for grad_weight), loaded by element (`load_a`, `load_b`), but for forward's A, the weight
-    matrix as stored, by vec4 where `vector_a`."""
-    op_a = OperandTile("a", "m", m, tiling.bm, False, vector_a)
-    op_b = OperandTile("b", "n", n, tiling.bn, not b_along_k(mode), False)
+    matrix as stored, by vec4 where `vector_a`; with `units_a`, `units_b` (`gathers_units`) a unit
+    at a time (`load_a4`, `load_b4`)."""
+    op_a = OperandTile("a", "m", m, tiling.bm, False, vector_a, units_a)
+    op_b = OperandTile("b", "n", n, tiling.bn, not b_along_k(mode), False, units_b)
     return op_a, op_b
+
+
+def gathers_units(mode: str, k: int, wo: int, wp: int) -> bool:
+    """Whether the gathered operands load a unit of 4 at once (shaders/conv_gemm.wgsl `load_b4`,
+    `load_a4`): where every unit's 4 elements lie along one row of the tensor they are read from,
+    so that the unit's position (image, channel, tap, row) is decoded and bounds-checked once and
+    only the column moves, where a load by element decodes all of it for each of the 4. A unit
+    starts at a multiple of 4 of its run, so that holds where the rows it runs along are a multiple
+    of 4 long: grad_input's rows of a stride phase (WP), grad_weight's output rows (WO) with every
+    part of its reduction a multiple of 4 long (K), which also makes g's units (grad_weight's A)
+    4 neighbouring words. Measured in the ResNet-18 step on the H200 (2026-12-03, two runs
+    between 18:50 and 19:00 UTC, `benchmarks/plan_ab.py --workloads resnet18` with this function
+    returning False as the other variant, one profiled step): 24.80 → 22.79 ms (one pass 23.47 →
+    21.46), the 3x3 weight gradients 14-32% faster (64x1024x576 in 128 parts 2.617 → 2.067 ms a
+    step), the strided input gradients 35% (256x2048x2048 0.724 → 0.473), the stride-1 ones 5-7%;
+    forward's units (4 output positions of a row) ran 3-24% slower (128x1152x32768 1.107 → 1.372
+    ms), the step 22.08 ms without them against 22.51 with, so forward loads by element."""
+    if mode == "forward":
+        return False
+    if mode == "grad_input":
+        return wp % 4 == 0
+    return wo % 4 == 0 and k % 4 == 0
 
 
 def load_checks(size: int, tile: int, axis: str, ragged_k: bool) -> str:
@@ -250,7 +276,10 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
     ragged_k = ragged_reduction(mode, k, k_total, groups, tiling.bk)
     # The weight as stored is A of forward: vec4 units along its rows where they are whole.
     vector_a = mode == "forward" and k % 4 == 0 and a not in extras
-    op_a, op_b = operand_tiles(mode, m, n, tiling, vector_a)
+    units = gathers_units(mode, k, wo, wp)
+    # grad_weight's A = g by vec4 (a bound as such), unless the epilogue reads g by element too.
+    units_a = units and mode == "grad_weight" and a not in extras
+    op_a, op_b = operand_tiles(mode, m, n, tiling, vector_a, units_a, units)
     vector_out = vector_columns(mode, n, groups, image, ho, wo)
     # On a CPU, the gathered units are staged by a loop: straight-line gathers for lavapipe's
     # 16x16-per-thread tiles (up to 64 units of 4 a thread) took LLVM seconds per kernel to compile.
@@ -259,7 +288,7 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
         if target.cpu and not tiling.prefetch
         else frozenset()
     )
-    vec4_names = {name for name, on in (("a", vector_a), ("out", vector_out)) if on}
+    vec4_names = {name for name, on in (("a", vector_a or op_a.units), ("out", vector_out)) if on}
     grid = grid_for(tiles_m * tiles_n * groups)
     wgsl = render(
         "conv_gemm",
@@ -290,7 +319,9 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
             "FORWARD": mode == "forward",
             "GRAD_INPUT": mode == "grad_input",
             "GRAD_WEIGHT": mode == "grad_weight",
-            "A_SCALAR": not vector_a,
+            "A_SCALAR": not (vector_a or op_a.units),
+            "A_UNITS": op_a.units,
+            "B_UNITS": op_b.units,
             "A_IN": load_checks(m, tiling.bm, "m", ragged_k),
             "B_IN": load_checks(n, tiling.bn, "n", ragged_k),
             "FUNCTIONS": helper_functions([tree]),

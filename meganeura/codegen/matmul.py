@@ -61,8 +61,10 @@ from meganeura.target import GENERIC, Target
 class OperandTile:
     """How one operand's tile is staged: `name` "a" or "b", `outer` its output axis ("m" or "n")
     with `outer_size` (M or N) and `tile` (BM or BN) elements per tile, whether it is stored
-    contiguous along that axis (else along K), whether units are vec4 loads, and the WGSL name of
-    the function that loads one scalar element with its bound checks."""
+    contiguous along that axis (else along K), whether units are vec4 loads, and whether they are
+    gathered a unit at a time by the kernel's `load_a4` / `load_b4` (a convolution's gather that
+    decodes a unit's position once, codegen/conv.py), else by element through `load_a` / `load_b`
+    (each with its bound checks)."""
 
     name: str
     outer: str
@@ -70,6 +72,7 @@ class OperandTile:
     tile: int
     outer_contiguous: bool
     vector: bool
+    units: bool = False
 
     def element_index(self, o: str, k: str) -> str:
         """Index of element (outer o, k) within one matrix of the stored operand."""
@@ -96,6 +99,8 @@ def unit_code(
     else:  # 4 consecutive k of one row; consecutive threads take consecutive rows
         o, kk = f"{op.outer}0 + ({s}) % {op.tile}u", f"{kt} + ({s}) / {op.tile}u * 4u"
         steps = [("uo", f"uk + {i}u") for i in range(4)]
+    if op.units:
+        return [f"{{ let uo = {o}; let uk = {kk}; {register} = load_{op.name}4(bat, uo, uk); }}"]
     if not op.vector:
         loads = ", ".join(f"load_{op.name}(bat, {oc}, {kc})" for oc, kc in steps)
         return [f"{{ let uo = {o}; let uk = {kk}; {register} = vec4<f32>({loads}); }}"]
