@@ -571,6 +571,61 @@ def test_pointwise_inlines_constants_and_folds_large_grids(monkeypatch):
     assert spec.grid == (3, 3, 1) and [b.name for b in spec.bindings] == ["x0", "out"] and "(0.5f)" in spec.wgsl
 
 
+# Outputs whose rows are whole vec4s: a thread per 4 elements (codegen/elementwise.py
+# `runs_vec4s`), ragged leading dims, inputs along the last axis (vec4 loads, also broadcast over
+# rows), broadcast along it (one scalar for 4), scalars, literals.
+POINTWISE_VEC4 = [
+    ("mul(sub($0,1.0),0.5)", [(7, 36)], (7, 36)),
+    ("add(mul($0,$1),$2)", [(3, 5, 8), (8,), (3, 5, 1)], (3, 5, 8)),
+    ("div(exp(sub($0,$1)),add($2,3.0))", [(1, 12), (5, 1), ()], (5, 12)),
+    ("swiglu($0,mul($1,$2))", [(2, 3, 4), (3, 4), (2, 1, 1)], (2, 3, 4)),
+    ("where($0,$1,neg($1))", [(9, 1), (4,)], (9, 4)),
+]
+
+
+@pytest.mark.parametrize("expr, shapes, shape", POINTWISE_VEC4, ids=[e for e, _, _ in POINTWISE_VEC4])
+def test_pointwise_runs_a_thread_per_vec4_where_rows_are_whole_vec4s(expr, shapes, shape):
+    inputs = {f"x{i}": np.round(normal(*s, scale=2.0), 1) for i, s in enumerate(shapes)}
+    inputs = {k: np.where(np.abs(v) < 0.5, 0.0, v).astype(np.float32) for k, v in inputs.items()}
+    graph = one_op("pointwise", shapes, expr=expr, shape=shape)
+    (kernel,) = check(graph, inputs, rtol=1e-5, atol=1e-6).kernels
+    assert kernel.label.endswith("(vec4)")
+    assert math.prod(kernel.grid) == node_workgroups(graph, graph[graph.outputs["out"]], GENERIC)
+    # a binding is vec4 exactly where its input runs along the last axis
+    along = {f"x{i}" for i, s in enumerate(shapes) if s and s[-1] == shape[-1]} | {"out"}
+    declared = dict(re.findall(r"var<storage, \w+> (\w+): array<(\w+)", kernel.wgsl))
+    assert {name for name, kind in declared.items() if kind == "vec4"} == along
+
+
+def test_a_vector_read_as_vec4s_and_by_element_in_one_kernel():
+    """An input along the last axis and an element of the same vector: one binding, of vec4s, the
+    element read by component."""
+    graph = Graph()
+    x = typed_leaf(graph, "input", "x", (5, 8))
+    v = typed_leaf(graph, "input", "v", (8,))
+    third = emit(graph, "element", [v], index=3)
+    graph.outputs["out"] = emit(graph, "pointwise", [x, third, v], expr="add(mul($0,$1),$2)", shape=(5, 8))
+    feeds = {"x": normal(5, 8), "v": normal(8)}
+    (kernel,) = check(graph, feeds, rtol=1e-6, atol=1e-6).kernels
+    assert [b.name for b in kernel.bindings] == ["x0", "x1", "out"] and "[(3u) / 4u][(3u) % 4u]" in kernel.wgsl
+
+
+def test_elementwise_kernels_keep_a_thread_per_element_off_whole_vec4s():
+    """Rows not a multiple of 4 long, an i32 input or result, a scalar result: a thread an element."""
+    for graph in (
+        one_op("pointwise", [(7, 33)], expr="exp($0)", shape=(7, 33)),
+        one_op("broadcast_to", [(3,)], ["i32"], shape=(2, 3)),
+        one_op("broadcast_to", [(4,)], ["i32"], shape=(2, 4)),
+        one_op("pointwise", [()], expr="exp($0)", shape=()),
+    ):
+        (kernel,) = compile_step(graph, GENERIC).kernels
+        assert "(vec4)" not in kernel.label and "array<vec4" not in kernel.wgsl, kernel.label
+        assert math.prod(kernel.grid) == node_workgroups(graph, graph[graph.outputs["out"]], GENERIC)
+    labels = np.arange(8, dtype=np.int32).reshape(2, 4)[0]
+    got = run_gpu(one_op("broadcast_to", [(4,)], ["i32"], shape=(2, 4)), {}).run({"x0": labels}, read=("out",))
+    np.testing.assert_array_equal(got["out"], np.broadcast_to(labels, (2, 4)))
+
+
 PERMUTES = [
     ((7, 33), (1, 0)),
     ((1, 65), (1, 0)),

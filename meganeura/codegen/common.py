@@ -140,11 +140,16 @@ class Operands:
         value = constant_value(self.graph, node_id)
         if value is not None:
             return literal(value, node.dtype)
+        name, offset = self.binding_of(node_id)
+        return f"{name}[{sum_terms(f'{offset}u', index) if offset else index}]"
+
+    def binding_of(self, node_id: int) -> tuple[str, int]:
+        """(the binding that reads `node_id`, bound on first use; the offset of its data there)."""
         bound, offset = bound_value(self.graph, node_id)
         if bound not in self.names:
             self.names[bound] = f"x{len(self.bindings)}"
             self.bindings.append(Binding(self.names[bound], bound, "read"))
-        return f"{self.names[bound]}[{sum_terms(f'{offset}u', index) if offset else index}]"
+        return self.names[bound], offset
 
     def read(self, node_id: int, out_shape: tuple[int, ...], var: str = "i") -> str:
         """Input `node_id` at row-major output element `var`, broadcast to `out_shape`."""
@@ -194,13 +199,15 @@ def elementwise_kernel(
     functions: str,
     label: str,
     vec4: bool = False,
+    scalar_names: frozenset[str] = frozenset(),
 ) -> KernelSpec:
     """A thread per output element; with `vec4`, per 4 neighbouring ones, every binding an array
-    of vec4 (`i` then counts vec4s: the caller's index arithmetic is in vec4s too)."""
+    of vec4 but those named in `scalar_names` (`i` then counts vec4s: the caller's index
+    arithmetic is in vec4s too)."""
     bindings = operands.bindings + [output_binding(node)]
     numel = node.type.numel // 4 if vec4 else node.type.numel
     grid = grid_for(-(-numel // 256))
-    vec4_names = {binding.name for binding in bindings} if vec4 else frozenset()
+    vec4_names = {b.name for b in bindings if b.name not in scalar_names} if vec4 else frozenset()
     wgsl = render(
         "elementwise",
         {
