@@ -400,6 +400,7 @@ FORCED_TILINGS = [
     (GemmTiling(128, 128, 32, 2, 2), (1, 3)),
     (GemmTiling(32, 64, 16, 1, 1), (0, 1, 2, 3, 4)),
     (GemmTiling(64, 16, 16, 1, 1, prefetch=True), (2, 4)),
+    (GemmTiling(64, 64, 16, 1, 1, prefetch=True), (1, 2, 3)),  # the H200's 4x4 stage
     (GemmTiling(4, 64, 16, 1, 1), (1, 3)),
 ]
 
@@ -502,6 +503,10 @@ def test_on_an_h200_convolutions_take_their_own_ladder_and_keep_the_matmuls_spli
     tiling = codegen_conv.conv_tiling(forward, (256, 2304), (128, 256, 8, 8), (128, 256, 8, 8), h200)
     matmul_tiling = table_for(h200).pick(256, 8192, 1, h200, False)
     assert (tiling.bm, tiling.bn, tiling.rm, tiling.rn) == (64, 64, 2, 2)
+    # the 4x4 stage's: 256 tiles of 64x64, under fill, take 256 threads of 4x4 each
+    forward["image"] = (4, 4)
+    late = codegen_conv.conv_tiling(forward, (512, 4608), (128, 512, 4, 4), (128, 512, 4, 4), h200)
+    assert late == GemmTiling(64, 64, 16, 1, 1, prefetch=True) and late.threads == 256
     assert (matmul_tiling.bm, matmul_tiling.bn, matmul_tiling.rm, matmul_tiling.rn) == (32, 128, 1, 2)
     conv_rung, matmul_rung = table_for(h200, "conv").largest(True, h200), table_for(h200).largest(True, h200)
     assert (conv_rung.bm, conv_rung.bn) == (matmul_rung.bm, matmul_rung.bn)
