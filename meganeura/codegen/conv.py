@@ -198,7 +198,7 @@ def gathers_units(mode: str, k: int, wo: int, wp: int) -> bool:
     of 4 long: grad_input's rows of a stride phase (WP), grad_weight's output rows (WO) with every
     part of its reduction a multiple of 4 long (K), which also makes g's units (grad_weight's A)
     4 neighbouring words. Measured in the ResNet-18 step on the H200 (2026-12-03, two runs
-    between 18:50 and 19:00 UTC, `benchmarks/plan_ab.py --workloads resnet18` with this function
+    between 18:40 and 19:00 UTC, `benchmarks/plan_ab.py --workloads resnet18` with this function
     returning False as the other variant, one profiled step): 24.80 → 22.79 ms (one pass 23.47 →
     21.46), the 3x3 weight gradients 14-32% faster (64x1024x576 in 128 parts 2.617 → 2.067 ms a
     step), the strided input gradients 35% (256x2048x2048 0.724 → 0.473), the stride-1 ones 5-7%;

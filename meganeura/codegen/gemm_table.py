@@ -204,7 +204,7 @@ CPU_CONV_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(64, 64, 16, 2, 2), GemmTi
 # gradients' split counts (conv.weight_splits, counted in that rung) stay as measured.
 # The last rung, 4x4 a thread in 256 threads with prefetch, is the 4x4 stage's (512 filters over
 # 2048 positions: 256 tiles of 64x64, under `fill`, where the 8x8 rung ran 64 threads a
-# workgroup, two workgroups an SM): in the ResNet-18 step on the H200 (2026-12-03, 19:10 UTC,
+# workgroup, two workgroups an SM): in the ResNet-18 step on the H200 (2026-12-03, 19:20-19:55 UTC,
 # `benchmarks/plan_ab.py --workloads resnet18`, the ladder replaced in CONV_TABLES) the step
 # 22.00 → 21.67 ms (one pass 20.68 → 20.34), forward 512x4608x2048 1.530 → 1.478 ms a step, its
 # input gradients 1.125 → 0.914 and 0.561 → 0.455; 64x64 4x4 without prefetch 21.87, 32x64 4x4
@@ -217,7 +217,7 @@ HOPPER_CONV_TABLE = GemmLadder(
         GemmTiling(64, 64, 16, 1, 1, prefetch=True),
     ),
     # The weight gradients' first rung runs without prefetch since their units load at once
-    # (codegen/conv.py `gathers_units`): in the ResNet-18 step (2026-12-03, 19:15 UTC,
+    # (codegen/conv.py `gathers_units`): in the ResNet-18 step (2026-12-03, 19:20-19:55 UTC,
     # plan_ab.py as above) 64x1024x576 in 128 parts 2.108 → 1.904 ms a step, the others within
     # 0.05, the step 21.60 → 21.55 ms (one pass 20.32 → 20.21). Other first rungs change the
     # split counts, which are measured in it, and lost: 64x128 22.81 ms, 128x64 23.07, 64x64 23.10.
