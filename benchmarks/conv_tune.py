@@ -19,7 +19,10 @@ Caveat, measured on the H200 (2026-12-01): timed alone, the forward and input-gr
 ran up to 2-3x slower than the same kernels in the step's profile (forward 64x576x131072 at
 64x128 prefetch: 699 µs here, 365 in the step), while the weight gradients agreed (within 5%).
 Check a forward or input-gradient rung in the step (`python -m meganeura bench resnet18`) before
-taking it into the table.
+taking it into the table. On 2026-12-03 (about 19:30 UTC, `--only grad_weight`), since the
+weight gradients gather a unit of 4 at once, they too read about twice their time in the step
+(10.8 ms a step for the 7 against about 5.5): check every rung in the step
+(`benchmarks/plan_ab.py --workloads resnet18`, replacing `gemm_table.CONV_TABLES['hopper']`).
 """
 
 from __future__ import annotations
