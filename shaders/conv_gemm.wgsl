@@ -180,10 +180,10 @@ fn load_a4(bat: u32, m: u32, k: u32) -> vec4<f32> {
 
 //#if B_UNITS
 // A unit of B at once: 4 neighbouring elements along the unit's run that lie on one row of the
-// tensor gathered from (grad_input: columns n .. n + 3, 4 pixels along a row of a stride phase;
-// grad_weight: reduction indices nl .. nl + 3, 4 output positions along a row), so their
-// position is decoded once and only the column moves (lowering: codegen/conv.py
-// `gathers_units`; forward loads by element). 0 outside the matrix, in the padding and between
+// tensor gathered from (forward: columns n .. n + 3, 4 output positions along a row; grad_input:
+// 4 pixels along a row of a stride phase; grad_weight: reduction indices nl .. nl + 3, 4 output
+// positions along a row), so their position is decoded once and only the column moves
+// (lowering: codegen/conv.py `gathers_units`). 0 outside the matrix, in the padding and between
 // strided positions.
 
 // b[row + x], or 0 where x is outside [0, width).
@@ -194,17 +194,27 @@ fn b_at(row: u32, x: i32, width: u32) -> f32 {
     return 0.0;
 }
 
-//#if GRAD_WEIGHT
+//#if GRAD_INPUT
+//#else
 // gather_x at output positions wo .. wo + 3 of row ho: x at columns wo·SW − PW + j, SW apart.
+// Forward's (units of 4 columns) with no branch on the row: a row in the padding reads as one of
+// width 0; the weight gradient's (units along K) leave at once there. Each form measured faster
+// in its mode on the H200 (codegen/conv.py `gathers_units`).
 fn gather_x4(img: u32, c: u32, i: u32, j: u32, ho: u32, wo: u32) -> vec4<f32> {
     let y = i32(ho * SH + i) - i32(PH);
+//#if FORWARD
+    let w = select(0u, W, y >= 0 && y < i32(H));
+    let row = ((img * C + c) * H + u32(clamp(y, 0, i32(H) - 1))) * W;
+//#else
     if (y < 0 || y >= i32(H)) {
         return vec4<f32>(0.0);
     }
+    let w = W;
     let row = ((img * C + c) * H + u32(y)) * W;
+//#endif
     let x = i32(wo * SW + j) - i32(PW);
     let s = i32(SW);
-    return vec4<f32>(b_at(row, x, W), b_at(row, x + s, W), b_at(row, x + 2 * s, W), b_at(row, x + 3 * s, W));
+    return vec4<f32>(b_at(row, x, w), b_at(row, x + s, w), b_at(row, x + 2 * s, w), b_at(row, x + 3 * s, w));
 }
 //#endif
 
@@ -212,6 +222,12 @@ fn load_b4(bat: u32, n: u32, k: u32) -> vec4<f32> {
     if (!({{B_IN}})) {
         return vec4<f32>(0.0);
     }
+//#if FORWARD
+    let c = k / TAPS;
+    let ij = k % TAPS;
+    let l = n % L;
+    return gather_x4(n / L, c, ij / KW, ij % KW, l / WO, l % WO);
+//#endif
 //#if GRAD_INPUT
     let o = k / (ti * tj);  // pixels xp .. xp + 3 of a row of the phase read g at wo .. wo + 3
     let ta = (k / tj) % ti;

@@ -423,7 +423,7 @@ def test_kernel_tilings_on_ragged_shapes(monkeypatch, tiling, geometries):
 
 
 # Geometries whose gathers load a unit of 4 at once (codegen/conv.py `gathers_units`): output rows
-# (WO, grad_weight's) and rows of a stride phase (WP, grad_input's) a multiple of 4, at stride 1
+# (WO: forward's, grad_weight's) and rows of a stride phase (WP, grad_input's) a multiple of 4, at stride 1
 # and 2, with padding on every edge (a 3x5 kernel padded 1, 2: units half in the padding), a 1x1
 # kernel at stride 2 (phases without a tap); the images' rows are not multiples of 4 where the
 # stride is 2 and W is 7 or 9.
@@ -438,14 +438,14 @@ UNIT_GEOMETRIES = [
 @pytest.mark.parametrize("tiling", [GemmTiling(64, 64, 16, 2, 2), GemmTiling(32, 64, 16, 1, 1, prefetch=True)], ids=str)
 @pytest.mark.parametrize("geometry", UNIT_GEOMETRIES, ids=geometry_id)
 def test_gathers_load_a_unit_at_once_where_rows_hold_whole_units(monkeypatch, tiling, geometry):
-    """The input and weight gradients' B units (and grad_weight's A = g by vec4) through load_b4 /
-    load_a4 where their rows hold whole units, against the interpreter; grad_weight split into
-    parts of a multiple of 4 keeps them and into other parts loads by element (a unit would
-    straddle two parts); forward loads by element (its units ran slower on the H200)."""
+    """Every mode's B units (and grad_weight's A = g by vec4) through load_b4 / load_a4 where their
+    rows hold whole units, against the interpreter, forward also with an epilogue; grad_weight
+    split into parts of a multiple of 4 keeps them and into other parts loads by element (a unit
+    would straddle two parts)."""
     monkeypatch.setattr(codegen_conv, "gemm_tiling", lambda *_, **__: tiling)
     n, c, o, image, kernel, stride, padding = geometry
     reduction = n * math.prod(conv_output_size(image, kernel, stride, padding))
-    cases = [("grad_input", 1), ("grad_weight", 1)]
+    cases = [("forward", 1), ("grad_input", 1), ("grad_weight", 1)]
     cases += [("grad_weight", parts) for parts in (2, 3) if reduction % parts == 0 or parts == 3]
     for mode, parts in cases:
         graph, feeds = conv_graph(mode, geometry, chunks=parts)
@@ -457,7 +457,7 @@ def test_gathers_load_a_unit_at_once_where_rows_hold_whole_units(monkeypatch, ti
         if parts == 1:
             check_gpu(graph, feeds, target=CPU)
     graph, feeds = conv_graph("forward", geometry, "relu(add($acc,$0))", (o, 1, 1))
-    assert "load_b4(bat" not in lower_node(graph, graph.outputs["out"]).wgsl
+    assert "load_b4(bat" in lower_node(graph, graph.outputs["out"]).wgsl
     check_gpu(graph, feeds)
 
 

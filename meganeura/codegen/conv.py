@@ -195,17 +195,21 @@ def gathers_units(mode: str, k: int, wo: int, wp: int) -> bool:
     so that the unit's position (image, channel, tap, row) is decoded and bounds-checked once and
     only the column moves, where a load by element decodes all of it for each of the 4. A unit
     starts at a multiple of 4 of its run, so that holds where the rows it runs along are a multiple
-    of 4 long: grad_input's rows of a stride phase (WP), grad_weight's output rows (WO) with every
-    part of its reduction a multiple of 4 long (K), which also makes g's units (grad_weight's A)
-    4 neighbouring words. Measured in the ResNet-18 step on the H200 (2026-12-03, two runs
-    between 18:40 and 19:00 UTC, `benchmarks/plan_ab.py --workloads resnet18` with this function
-    returning False as the other variant, one profiled step): 24.80 → 22.79 ms (one pass 23.47 →
-    21.46), the 3x3 weight gradients 14-32% faster (64x1024x576 in 128 parts 2.617 → 2.067 ms a
-    step), the strided input gradients 35% (256x2048x2048 0.724 → 0.473), the stride-1 ones 5-7%;
-    forward's units (4 output positions of a row) ran 3-24% slower (128x1152x32768 1.107 → 1.372
-    ms), the step 22.08 ms without them against 22.51 with, so forward loads by element."""
+    of 4 long: forward's output rows (WO), grad_input's rows of a stride phase (WP),
+    grad_weight's output rows (WO) with every part of its reduction a multiple of 4 long (K),
+    which also makes g's units (grad_weight's A) 4 neighbouring words. Measured in the ResNet-18
+    step on the H200 (2026-12-03, `benchmarks/plan_ab.py --workloads resnet18`, one profiled
+    step, the variants setting this function or the template's form): against loads by element
+    (18:45 UTC) 24.80 → 22.79 ms (one pass 23.47 → 21.46), the 3x3 weight gradients 14-32%
+    faster (64x1024x576 in 128 parts 2.617 → 2.067 ms a step), the strided input gradients 35%
+    (256x2048x2048 0.724 → 0.473), the stride-1 ones 5-7%. Forward's units ran 3-24% slower with
+    the gradients' gather, which leaves a unit in a padding row at once (128x1152x32768 1.107 →
+    1.372 ms), and faster with no branch on the row (shaders/conv_gemm.wgsl `gather_x4`, about
+    20:30 UTC: 64x576x131072 1.458 → 1.368, 256x2304x8192 1.161 → 1.065, 128x1152x32768 1.120 →
+    1.048), where that branchless form slowed the weight gradients by 6-9%: each mode has its
+    form."""
     if mode == "forward":
-        return False
+        return wo % 4 == 0
     if mode == "grad_input":
         return wp % 4 == 0
     return wo % 4 == 0 and k % 4 == 0
