@@ -205,7 +205,7 @@ def gathers_units(mode: str, k: int, wo: int, wp: int) -> bool:
     (256x2048x2048 0.724 → 0.473), the stride-1 ones 5-7%. Forward's units ran 3-24% slower with
     the gradients' gather, which leaves a unit in a padding row at once (128x1152x32768 1.107 →
     1.372 ms), and faster with no branch on the row (shaders/conv_gemm.wgsl `gather_x4`, about
-    20:30 UTC: 64x576x131072 1.458 → 1.368, 256x2304x8192 1.161 → 1.065, 128x1152x32768 1.120 →
+    20:15 UTC: 64x576x131072 1.458 → 1.368, 256x2304x8192 1.161 → 1.065, 128x1152x32768 1.120 →
     1.048), where that branchless form slowed the weight gradients by 6-9%: each mode has its
     form."""
     if mode == "forward":
