@@ -17,11 +17,14 @@
 //                of the reduction: part s covers (n, ho, wo) flattened in [s·K, (s+1)·K) ∩
 //                [0, K_TOTAL) (K_TOTAL = NIMG·HO·WO; the last part may be shorter) and writes
 //                out[s, O, C·KH·KW].
+// Split-K of forward and a stride-1 grad_input (PARTS > 1, `chunks` in ir/ops/image.py): part s
+// of the reduction covers [s·K_PART, (s+1)·K_PART) ∩ [0, K) and writes the partials out[s, …]
+// (OUT_PART elements each), summed by a reduction after the kernel.
 // Bindings (group 0, generated from the KernelSpec): a (read), b (read), the epilogue's extras
 // that are buffers (x0, x1, …, read; scalar constants are inlined), out (read_write); a and out
 // are arrays of vec4 where the generator loads or stores them as such.
 // Grid: TILES = GROUPS · TILES_M · TILES_N workgroups of (TX, TY) threads (GROUPS: the parts of
-// grad_weight, the stride phases of grad_input, else 1), tile t = x + y · GRID_X (y only when x
+// the reduction times grad_input's stride phases, PHASES, the phase varying fastest), tile t = x + y · GRID_X (y only when x
 // would exceed the per-dimension limit), the row tile varying fastest (neighbouring workgroups
 // share the gathered B tile); workgroups past TILES return.
 //
@@ -33,7 +36,7 @@
 // and where `store4` puts an output element (NCHW, or the weight matrix).
 //
 // Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_X; the geometry C, O, H, W, HO, WO, KH,
-// KW, SH, SW, PH, PW; GROUPS, K_TOTAL, HP, WP; A_IN / B_IN (the bound checks of the scalar loads,
+// KW, SH, SW, PH, PW; GROUPS, PHASES, K_TOTAL, K_PART, OUT_PART, HP, WP; A_IN / B_IN (the bound checks of the scalar loads,
 // a WGSL bool of (m or n, k)); FUNCTIONS (helpers the epilogue calls), READS (`let` statements
 // loading the epilogue's extras at the output's row-major index `i`), EPILOGUE (an f32 expression
 // of `x`, the dot product, and the READS), STORE4 (the function storing 4 columns); and
@@ -67,8 +70,11 @@ const SH: u32 = {{SH}}u;
 const SW: u32 = {{SW}}u;
 const PH: u32 = {{PH}}u;
 const PW: u32 = {{PW}}u;
-const GROUPS: u32 = {{GROUPS}}u;  // independent GEMMs of one dispatch (parts of K or phases)
+const GROUPS: u32 = {{GROUPS}}u;  // independent GEMMs of one dispatch (parts of K, phases)
+const PHASES: u32 = {{PHASES}}u;  // grad_input: the stride phases, SH·SW (1 for the others)
 const K_TOTAL: u32 = {{K_TOTAL}}u;  // grad_weight: the whole reduction, NIMG·HO·WO
+const K_PART: u32 = {{K_PART}}u;  // forward, grad_input: the reduction of one part (K unsplit)
+const OUT_PART: u32 = {{OUT_PART}}u;  // forward, grad_input: the elements of one part's partials
 const HP: u32 = {{HP}}u;  // grad_input: rows and columns of a stride phase, ⌈H/SH⌉ and ⌈W/SW⌉
 const WP: u32 = {{WP}}u;
 
@@ -254,7 +260,7 @@ const NO_ELEMENT: u32 = 0xffffffffu;
 // The row-major index in out of element (row, col) of GEMM `group` (NO_ELEMENT: none).
 fn out_index(group: u32, row: u32, col: u32) -> u32 {
 //#if FORWARD
-    return ((col / L) * O + row) * L + col % L;
+    return group * OUT_PART + ((col / L) * O + row) * L + col % L;
 //#endif
 //#if GRAD_INPUT
     let y = py + SH * ((col / WP) % HP);  // the phase's pixel; past the image: no element
@@ -262,7 +268,7 @@ fn out_index(group: u32, row: u32, col: u32) -> u32 {
     if (y >= H || x >= W) {
         return NO_ELEMENT;
     }
-    return ((col / (HP * WP)) * C + row) * (H * W) + y * W + x;
+    return (group / PHASES) * OUT_PART + ((col / (HP * WP)) * C + row) * (H * W) + y * W + x;
 //#endif
 //#if GRAD_WEIGHT
     return group * M * N + row * N + col;
@@ -288,28 +294,33 @@ fn conv_gemm(
     }
     let tiles_per_group = TILES / GROUPS;
     let group = t / tiles_per_group;
-    // The reduction's end: lets from workgroup_id, uniform, for the barriers' loop.
+    let phase = group % PHASES;
+    let part = group / PHASES;
+    // The reduction's range: lets from workgroup_id, uniform, for the barriers' loop.
 //#if FORWARD
-    let klimit = K;
+    let kbegin = part * K_PART;
+    let klimit = min(K, kbegin + K_PART);
 //#endif
 //#if GRAD_INPUT
-    py = group / SW;
-    px = group % SW;
+    py = phase / SW;
+    px = phase % SW;
     i0 = (py + PH) % SH;
     j0 = (px + PW) % SW;
     qy = (py + PH) / SH;
     qx = (px + PW) / SW;
     ti = (KH + SH - 1u - min(i0, KH)) / SH;  // ⌈(KH − i0)/SH⌉, 0 when the phase has no tap
     tj = (KW + SW - 1u - min(j0, KW)) / SW;
-    let klimit = O * ((KH + SH - 1u - min((group / SW + PH) % SH, KH)) / SH)
-        * ((KW + SW - 1u - min((group % SW + PW) % SW, KW)) / SW);
+    let kphase = O * ((KH + SH - 1u - min((phase / SW + PH) % SH, KH)) / SH)
+        * ((KW + SW - 1u - min((phase % SW + PW) % SW, KW)) / SW);
+    let kbegin = part * K_PART;
+    let klimit = min(kphase, kbegin + K_PART);
 //#endif
 //#if GRAD_WEIGHT
     k_first = group * K;
+    let kbegin = 0u;
     let klimit = min(K, K_TOTAL - group * K);
 //#endif
     kend = klimit;
-    let kbegin = 0u;
     let bat = group;  // the loads' and stores' GEMM
     let obat = group;
     let m0 = (t % tiles_per_group) % TILES_M * BM;

@@ -20,6 +20,7 @@ from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.op import ShapeError, infer_type, op_def
 from meganeura.ir.ops.image import conv_output_size
+from meganeura.ir.ops.matmul import part_length
 from meganeura.rewrite.cost import node_cost
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC, Target
@@ -297,6 +298,74 @@ def test_grad_weight_split_along_its_reduction(geometry, chunks):
     np.testing.assert_allclose(got[-1], last, rtol=1e-4, atol=1e-4)
 
 
+def partial_conv(mode: str, geometry, feeds: dict, lo: int, hi: int) -> np.ndarray:
+    """The GEMM of a stride-1 forward or input gradient over the reduction indices [lo, hi) alone,
+    summed here tap by tap: forward's (c, i, j), c-major; grad_input's (o, i, j), o-major."""
+    n, c, o, image, (kh, kw), stride, (ph, pw) = geometry
+    assert stride == (1, 1)
+    w = feeds["x0"].astype(np.float64).reshape(o, c, kh, kw)
+    b = feeds["x1"].astype(np.float64)
+    ho, wo = conv_output_size(image, (kh, kw), stride, (ph, pw))
+    if mode == "forward":  # out[n, o, y, x] += w[o, c, i, j] · x[n, c, y - ph + i, x - pw + j]
+        padded = np.pad(b, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        out = np.zeros((n, o, ho, wo))
+        for r in range(lo, hi):
+            ch, i, j = r // (kh * kw), r // kw % kh, r % kw
+            out += w[None, :, ch, i, j, None, None] * padded[:, None, ch, i : i + ho, j : j + wo]
+        return out
+    g = np.pad(b.reshape(n, o, ho, wo), ((0, 0), (0, 0), (kh, kh), (kw, kw)))  # g[n, o, y + ph - i, x + pw - j]
+    out = np.zeros((n, c, *image))
+    for r in range(lo, hi):
+        f, i, j = r // (kh * kw), r // kw % kh, r % kw
+        top, left = kh + ph - i, kw + pw - j
+        out += w[None, f, :, i, j, None, None] * g[:, None, f, top : top + image[0], left : left + image[1]]
+    return out
+
+
+SPLIT_GEOMETRIES = [
+    KERNEL_GEOMETRIES[0],
+    KERNEL_GEOMETRIES[3],
+    (3, 13, 14, (7, 5), (1, 1), (1, 1), (0, 0)),
+    KERNEL_GEOMETRIES[-1],
+]
+
+
+@pytest.mark.parametrize("chunks", [2, 3, 4], ids=lambda c: f"{c}parts")
+@pytest.mark.parametrize("mode", ["forward", "grad_input"])
+@pytest.mark.parametrize("geometry", SPLIT_GEOMETRIES, ids=geometry_id)
+def test_forward_and_input_gradient_split_along_their_reduction(geometry, mode, chunks):
+    """chunks = S (split-K) on a forward or stride-1 input gradient: the reduction, K = C·kh·kw or
+    O·kh·kw long, in parts of `part_length(K, S)` (whole 16-element K tiles where that leaves no
+    part empty), one partial per part, [S, N, C, H, W], each the GEMM over its own reduction
+    indices (summed tap by tap here), their sum the whole convolution. K is 45 or 54, 15 or 18, 13
+    or 14, and 333 or 630 here: parts of 16, 32 or 112 on tile boundaries, and of 12, 7 or 4 off them."""
+    n, c, o, image, kernel, stride, padding = geometry
+    whole_graph, feeds = conv_graph(mode, geometry)
+    whole = interpret(whole_graph, feeds, dtype=np.float64).outputs["out"]
+    graph, _ = conv_graph(mode, geometry, chunks=chunks)
+    got = check_gpu(graph, feeds)
+    assert got.shape == (chunks, *whole.shape)
+    np.testing.assert_allclose(got.sum(axis=0), whole, rtol=1e-4, atol=1e-4)
+    reduction = (c if mode == "forward" else o) * kernel[0] * kernel[1]
+    length = part_length(reduction, chunks)
+    for part in range(chunks):
+        expected = partial_conv(mode, geometry, feeds, part * length, min(reduction, (part + 1) * length))
+        np.testing.assert_allclose(got[part], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_split_reduction_refuses_strided_input_gradients_and_empty_parts():
+    """A strided input gradient runs a GEMM per stride phase and does not split; K = 5 in 4 parts of
+    2 would leave the fourth empty."""
+    strided, _ = conv_graph("grad_input", KERNEL_GEOMETRIES[1])
+    node = strided[strided.outputs["out"]]
+    with pytest.raises(ShapeError, match="only a stride-1 input gradient splits"):
+        infer_type("conv_gemm", [strided[i].type for i in node.inputs], {**node.attr_dict, "chunks": 2})
+    narrow, _ = conv_graph("forward", KERNEL_GEOMETRIES[5])  # 1x1 over 5 channels: K = 5
+    node = narrow[narrow.outputs["out"]]
+    with pytest.raises(ShapeError, match="leave the last part empty"):
+        infer_type("conv_gemm", [narrow[i].type for i in node.inputs], {**node.attr_dict, "chunks": 4})
+
+
 def test_grad_weight_split_refuses_an_empty_part():
     """N·L = 72 in 10 parts of 8 would leave the tenth empty: a loud error, not a zero partial."""
     geometry = (6, 5, 6, (7, 5), (3, 3), (2, 2), (1, 1))  # L = 4·3 = 12
@@ -408,7 +477,8 @@ FORCED_TILINGS = [
 @pytest.mark.parametrize(("tiling", "geometries"), FORCED_TILINGS, ids=[str(t) for t, _ in FORCED_TILINGS])
 def test_kernel_tilings_on_ragged_shapes(monkeypatch, tiling, geometries):
     """Tile configurations the test sizes would not pick, in every mode, on ragged and vec4 shapes,
-    strides 1 and 2, 1×1 and 3×3, with an epilogue on forward, grad_weight also in 3 parts of K."""
+    strides 1 and 2, 1×1 and 3×3, with an epilogue on forward, grad_weight also in 3 parts of K,
+    stride-1 forwards and input gradients also in 3 and 2."""
     monkeypatch.setattr(codegen_conv, "gemm_tiling", lambda *_, **__: tiling)
     for index in geometries:
         geometry = RAGGED_GEOMETRIES[index]
@@ -417,6 +487,9 @@ def test_kernel_tilings_on_ragged_shapes(monkeypatch, tiling, geometries):
         check_gpu(graph, feeds)
         check_gpu(*conv_graph("grad_input", geometry))
         check_gpu(*conv_graph("grad_weight", geometry, chunks=3 if index % 2 == 0 else 1))
+        if geometry[5] == (1, 1):  # split-K of forward and grad_input, with a short last part
+            check_gpu(*conv_graph("forward", geometry, chunks=3))
+            check_gpu(*conv_graph("grad_input", geometry, chunks=2))
         if not tiling.prefetch and index == geometries[0]:  # a CPU target's looped staging
             for mode in ("forward", "grad_input", "grad_weight"):
                 check_gpu(*conv_graph(mode, geometry), target=CPU)

@@ -172,6 +172,29 @@ def test_on_an_h200_a_small_weight_gradient_over_a_large_batch_is_split_along_it
     assert_same_results(graph, fused, inputs, params, states, tol=1e-3)
 
 
+def test_on_an_h200_an_input_gradient_with_few_output_tiles_is_split_along_its_reduction():
+    """ResNet-18's 4×4 stage at batch 128 on the H200: the input gradient [128, 512, 4, 4] is a
+    512 × 2048 GEMM (64 tiles of 128x128 for 132 SMs) over K = 512·9; the target offers 5 parts
+    (codegen/conv.py `reduction_splits`), the plan takes them (partials [5, 128, 512, 4, 4],
+    summed after), and still computes what the step computes. Neither a CPU nor an output with
+    tiles enough for the GPU (the 32×32 stage's 64 × 131072) is offered a split, nor a forward."""
+    from meganeura.codegen.conv import reduction_splits
+
+    h200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
+    assert reduction_splits(512, 128 * 16, 512 * 9, h200) == 5
+    assert reduction_splits(512, 128 * 16, 512 * 9, Target("lavapipe", 2, 32, cpu=True)) == 1
+    assert reduction_splits(64, 128 * 1024, 64 * 9, h200) == 1
+
+    model = ConvNet(channels=(16, 512, 512), first=(3, 1, 1), second=(3, 1, 1), classes=10)
+    graph, inputs, params, states = conv_step(model, image=(128, 16, 4, 4), classes=10)
+    fused, report = optimize(graph, target=h200)
+    kernels = live_nodes(fused, "conv_gemm")
+    assert [n.shape for n in kernels if n.attr("mode") == "grad_input"] == [(5, 128, 512, 4, 4)]
+    assert {n.attr("chunks", 1) for n in kernels if n.attr("mode") == "forward"} == {1}
+    assert report.rule("conv_split_reduction").uses > 0
+    assert_same_results(graph, fused, inputs, params, states, tol=1e-3)
+
+
 def test_the_example_resnet_plan_has_no_column_buffer():
     """examples/resnet_digits.py as it trains in CI (batch 32, width 16, lavapipe on two CPU
     threads): every spatial convolution, its input gradient (stride 2 included) and its weight

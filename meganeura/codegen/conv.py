@@ -13,8 +13,9 @@ grad_input, the weight matrix for grad_weight). The images are folded into the G
 (forward, grad_input) or its reduction (grad_weight), so there is no batch dimension in the grid;
 independent GEMMs of one dispatch ("groups") are the stride phases of grad_input (each pixel only
 meets the taps of its phase: no multiplications by the zeros between strided positions) and the
-parts of the reduction of grad_weight (split-K: `chunks`, see `weight_splits`); the tiling counts
-them as the batch of matrices a matmul would have.
+parts of the reduction (split-K: `chunks`; grad_weight's, see `weight_splits`, and a stride-1
+grad_input's, `reduction_splits`); the tiling counts them as the batch of matrices a matmul would
+have.
 
 The epilogue reads `$acc` and the extras `$0…`, each broadcast to the node's output shape and
 indexed by the output element's row-major index.
@@ -34,21 +35,37 @@ from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops.image import conv_gemm_geometry, conv_output_size
+from meganeura.ir.ops.matmul import part_length
 from meganeura.ir.ops.reduce import split_length
 from meganeura.target import GENERIC, Target
 
 
 def conv_gemm_dims(attrs: dict, a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, int, int]:
-    """(M, N, K) of the GEMM of a conv_gemm with these attributes and operand and result shapes."""
+    """(M, N, K) of the GEMM of a conv_gemm with these attributes and operand and result shapes
+    (K of one part where it is split: `conv_reduction` is the whole)."""
     mode, kernel, _, _, _ = conv_gemm_geometry(attrs)
     taps = kernel[0] * kernel[1]
+    chunks = attrs.get("chunks", 1)
+    image = out[-4:]  # forward, grad_input: [S,] N, C or O, H, W
     if mode == "forward":  # [O, C·taps] · [C·taps, N·L]
-        return a[0], out[0] * math.prod(out[2:]), a[1]
+        return a[0], image[0] * math.prod(image[2:]), part_length(a[1], chunks)
     if mode == "grad_input":  # per stride phase: [C, O·ti·tj] · [O·ti·tj, N·HP·WP], ti·tj ≤ TI·TJ
         (ti, tj), (hp, wp) = phase_sizes(attrs)
-        return a[1] // taps, out[0] * hp * wp, a[0] * ti * tj
-    chunks = attrs.get("chunks", 1)  # grad_weight: [O, N·L] · [N·L, C·taps], per part of N·L
+        return a[1] // taps, image[0] * hp * wp, part_length(a[0] * ti * tj, chunks)
+    # grad_weight: [O, N·L] · [N·L, C·taps], per part of N·L
     return a[1], out[-1], split_length(a[0] * a[2], chunks)
+
+
+def conv_reduction(attrs: dict, a: tuple[int, ...]) -> int:
+    """The whole reduction of a conv_gemm's GEMM, before any split: C·kh·kw (forward), O·ti·tj of
+    the largest stride phase (grad_input), N·L (grad_weight)."""
+    mode, kernel, _, _, _ = conv_gemm_geometry(attrs)
+    if mode == "forward":
+        return a[1]
+    if mode == "grad_input":
+        (ti, tj), _ = phase_sizes(attrs)
+        return a[0] * ti * tj
+    return a[0] * a[2]
 
 
 def phase_sizes(attrs: dict) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -61,10 +78,16 @@ def phase_sizes(attrs: dict) -> tuple[tuple[int, int], tuple[int, int]]:
     return taps, pixels
 
 
-def conv_groups(attrs: dict) -> int:
-    """The independent GEMMs of one dispatch: the stride phases of grad_input, the parts of grad_weight."""
+def conv_phases(attrs: dict) -> int:
+    """The stride phases of a grad_input (its independent GEMMs, one per phase); 1 for the others."""
     mode, _, stride, _, _ = conv_gemm_geometry(attrs)
-    return stride[0] * stride[1] if mode == "grad_input" else attrs.get("chunks", 1)
+    return stride[0] * stride[1] if mode == "grad_input" else 1
+
+
+def conv_groups(attrs: dict) -> int:
+    """The independent GEMMs of one dispatch: the stride phases of grad_input, times the parts of
+    the reduction where it is split (`chunks`)."""
+    return conv_phases(attrs) * attrs.get("chunks", 1)
 
 
 def b_along_k(mode: str) -> bool:
@@ -83,20 +106,21 @@ def conv_tiling(
     phases, parts of K) counted as the batch."""
     m, n, k = conv_gemm_dims(attrs, a, b, out)
     groups = conv_groups(attrs)
-    kind = "strided" if attrs["mode"] == "grad_input" and groups > 1 else "conv"
+    kind = "strided" if conv_phases(attrs) > 1 else "conv"
     return gemm_tiling(m, n, k, groups, target, b_along_k(attrs["mode"]), kind=kind)
 
 
 def conv_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
     """The workgroups the cost model counts for a conv_gemm: one per output tile of each of the
-    dispatch's GEMMs; for a weight gradient on a GPU (modes in `COUNTED_MODES`) counted in
-    workgroups of the conv ladder's largest tile for the output, SPLIT_FILL a unit, as
+    dispatch's GEMMs; for a weight gradient on a GPU, and for an input gradient whose reduction
+    the target offers to split (`counted_in_largest_tiles`), counted in workgroups of
+    the conv ladder's largest tile for the output, SPLIT_FILL a unit, as
     `matmul.counted_workgroups` counts a product's. Why there: the whole-batch weight gradient,
     its output too small for the largest tile, takes the ladder's smallest rung with enough
     workgroups to look busy, and ran at a third of the speed of the split-K it was priced
     against (256x8192x2304 at 32x64 tiles, 288 workgroups: 1.05 ms, 9.2 TFLOP/s in the H200's
-    ResNet-18 step, 2026-12-02). The forward and input gradients count every workgroup: their
-    alternative is unfold + matmul, which the 4x4 stage then took where it ran slower
+    ResNet-18 step, 2026-12-02). The forwards and the other input gradients count every
+    workgroup: their alternative is unfold + matmul, which the 4x4 stage took where it ran slower
     (codegen/gemm_table.py, HOPPER_CONV_TABLE)."""
     return conv_counted(attrs, operands, results, None, target)
 
@@ -109,13 +133,21 @@ def conv_counted(attrs: dict, operands, results, dispatched: int | None, target:
     tiling = conv_tiling(attrs, a, b, out, target)
     if dispatched is None:
         dispatched = -(-m // tiling.bm) * -(-n // tiling.bn) * conv_groups(attrs)
-    if target.cpu or attrs["mode"] not in COUNTED_MODES:
+    if target.cpu or not counted_in_largest_tiles(attrs, a, m, n, target):
         return dispatched
     largest = largest_tiling(m, n, target, b_along_k(attrs["mode"]))
     return max(1, dispatched * tiling.bm * tiling.bn // (largest.bm * largest.bn * SPLIT_FILL))
 
 
-COUNTED_MODES = ("grad_weight",)
+def counted_in_largest_tiles(attrs: dict, a: tuple[int, ...], m: int, n: int, target: Target) -> bool:
+    """Whether the cost model counts a conv_gemm's workgroups in the largest tile's (see
+    `conv_workgroups`): every weight gradient, and an input gradient where the target offers to
+    split its reduction (`reduction_splits`), split or not, so that both are priced alike."""
+    if attrs["mode"] == "grad_weight":
+        return True
+    if attrs["mode"] != "grad_input" or conv_phases(attrs) > 1:
+        return False
+    return reduction_splits(m, n, conv_reduction(attrs, a), target) > 1
 
 
 # Split-K of a weight gradient is offered where the one GEMM has fewer than FILL_WAVES tiles per
@@ -159,6 +191,37 @@ def weight_splits(filters: int, columns: int, reduction: int, target: Target) ->
     return parts_to_fill(tiles, reduction, SPLIT_WAVES * target.compute_units, MIN_SPLIT_K, MAX_SPLITS)
 
 
+# Split-K of a stride-1 input gradient: where the GEMM's output fills fewer than
+# REDUCTION_FILL_BELOW tiles of the conv ladder's largest per compute unit (ResNet-18's 4x4 stage
+# at batch 128, 512x2048: 64 tiles of 128x128 for 132 SMs; the 8x8 stage's 128), parts enough for
+# REDUCTION_SPLIT_FILL such tiles a unit, each at least MIN_SPLIT_K long. The partials are small
+# next to the work (a 512x2048 output is 4 MB a part against 9.7 GFLOP). Measured in the ResNet-18
+# step on the H200 (2026-12-04, 01:09 and 01:12 UTC, `benchmarks/plan_ab.py --workloads resnet18`, one
+# profiled step, ms a step for the stage's 3 kernels): the 4x4 stage's input gradients 1.381 →
+# 1.128 in 5 parts (1.045 in 9, REDUCTION_SPLIT_FILL 4), the 8x8 stage's 1.207 → 0.942 in 3 (1.179
+# in 2, 1.011 in 5). Forwards split the same way ran no faster (4x4: 1.340 → 1.321 in 5 parts,
+# 1.233 in 9; 8x8: 1.087 → 1.096 in 3) and are not offered it (rewrite/conv.py `reduction_split`;
+# ir/ops/image.py and the kernel have it).
+REDUCTION_FILL_BELOW = 2
+REDUCTION_SPLIT_FILL = 2
+
+
+def reduction_splits(filters: int, columns: int, reduction: int, target: Target) -> int:
+    """The parts to split a stride-1 input gradient's reduction (K long, output [channels,
+    columns] as a GEMM) into on `target` (1: none): see REDUCTION_FILL_BELOW. The cost model
+    decides whether the split is used (rewrite/conv.py `conv_split_reduction`)."""
+    if target.cpu or target.compute_units < 2 or reduction < 2 * MIN_SPLIT_K:
+        return 1
+    tiling = largest_tiling(filters, columns, target, b_along_k("grad_input"))
+    tiles = -(-filters // tiling.bm) * -(-columns // tiling.bn)
+    if tiles >= REDUCTION_FILL_BELOW * target.compute_units:
+        return 1
+    splits = parts_to_fill(tiles, reduction, REDUCTION_SPLIT_FILL * target.compute_units, MIN_SPLIT_K, MAX_SPLITS)
+    while splits > 1 and (splits - 1) * part_length(reduction, splits) >= reduction:
+        splits -= 1  # (whole 16-element K tiles a part: fewer parts where the last would be empty)
+    return splits
+
+
 def pair_text(prefix: str, value: tuple[int, int], default: int) -> str:
     """The text of a stride ("/s2") or padding ("/p2,1") in a label; "" for the default."""
     if value == (default, default):
@@ -166,14 +229,11 @@ def pair_text(prefix: str, value: tuple[int, int], default: int) -> str:
     return f"/{prefix}{value[0]}" if value[0] == value[1] else f"/{prefix}{value[0]},{value[1]}"
 
 
-def ragged_reduction(mode: str, k: int, k_total: int, groups: int, bk: int) -> bool:
-    """Whether a K tile may pass the end of a GEMM's reduction: K not a multiple of BK, a stride
-    phase of grad_input with fewer taps than the largest, the short last part of a grad_weight."""
-    if mode == "grad_input":
-        return groups > 1 or k % bk != 0
-    if mode == "grad_weight":
-        return k % bk != 0 or (k_total - (groups - 1) * k) % bk != 0
-    return k % bk != 0
+def ragged_reduction(k: int, k_total: int, parts: int, phases: int, bk: int) -> bool:
+    """Whether a K tile may pass the end of a GEMM's reduction: a part (of `k`, the whole
+    reduction `k_total` split into `parts`) or its short last part not a multiple of BK, a stride
+    phase of grad_input with fewer taps than the largest."""
+    return phases > 1 or k % bk != 0 or (k_total - (parts - 1) * k) % bk != 0
 
 
 def operand_tiles(
@@ -222,14 +282,14 @@ def load_checks(size: int, tile: int, axis: str, ragged_k: bool) -> str:
     return " && ".join(checks) or "true"
 
 
-def vector_columns(mode: str, n: int, groups: int, image: tuple[int, int], ho: int, wo: int) -> bool:
+def vector_columns(mode: str, n: int, phases: int, image: tuple[int, int], ho: int, wo: int) -> bool:
     """Whether 4 consecutive GEMM columns from a multiple of 4 are 4 consecutive words of the
     output: forward's positions with HO·WO a multiple of 4, grad_input's pixels with one stride
     phase and H·W a multiple of 4, grad_weight's weight rows with C·KH·KW a multiple of 4."""
     if mode == "forward":
         return ho * wo % 4 == 0
     if mode == "grad_input":
-        return groups == 1 and image[0] * image[1] % 4 == 0
+        return phases == 1 and image[0] * image[1] % 4 == 0
     return n % 4 == 0
 
 
@@ -276,15 +336,16 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
     chunks = node.attr("chunks", 1)
     groups = conv_groups(node.attr_dict)
     _, (hp, wp) = phase_sizes(node.attr_dict)
-    k_total = graph[a].shape[0] * graph[a].shape[2] if mode == "grad_weight" else k
-    ragged_k = ragged_reduction(mode, k, k_total, groups, tiling.bk)
+    phases = conv_phases(node.attr_dict)
+    k_total = conv_reduction(node.attr_dict, graph[a].shape)
+    ragged_k = ragged_reduction(k, k_total, chunks, phases, tiling.bk)
     # The weight as stored is A of forward: vec4 units along its rows where they are whole.
-    vector_a = mode == "forward" and k % 4 == 0 and a not in extras
+    vector_a = mode == "forward" and k_total % 4 == 0 and k % 4 == 0 and a not in extras
     units = gathers_units(mode, k, wo, wp)
     # grad_weight's A = g by vec4 (a bound as such), unless the epilogue reads g by element too.
     units_a = units and mode == "grad_weight" and a not in extras
     op_a, op_b = operand_tiles(mode, m, n, tiling, vector_a, units_a, units)
-    vector_out = vector_columns(mode, n, groups, image, ho, wo)
+    vector_out = vector_columns(mode, n, phases, image, ho, wo)
     # On a CPU, the gathered units are staged by a loop: straight-line gathers for lavapipe's
     # 16x16-per-thread tiles (up to 64 units of 4 a thread) took LLVM seconds per kernel to compile.
     looped = (
@@ -300,11 +361,14 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
             "BINDINGS": bindings_wgsl(graph, bindings, vec4_names),
             "M": m,
             "N": n,
-            "K": k,
+            "K": k if mode == "grad_weight" else k_total,  # forward's and grad_input's K_PART: k
             "TILES_M": tiles_m,
             "TILES": tiles_m * tiles_n * groups,
             "GROUPS": groups,
+            "PHASES": phases,
             "K_TOTAL": k_total,
+            "K_PART": k,
+            "OUT_PART": node.type.numel // chunks,
             "HP": hp,
             "WP": wp,
             "GRID_X": grid[0],

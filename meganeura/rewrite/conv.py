@@ -21,6 +21,11 @@ columns are never written:
   tiles than the target has units, S of them (a target fact, `weight_split`, from
   `codegen.conv.weight_splits`) fill the units while writing far fewer partials than one per
   image. Per image, whole batch or split: the cost model's choice;
+- `conv_split_reduction`: a stride-1 input gradient whose output has too few tiles for the
+  target (ResNet-18's 4x4 and 8x8 stages) as the sum of S partial implicit GEMMs over parts of
+  its reduction (o, i, j), [S, N, C, H, W] (a target fact, `reduction_split`, from
+  `codegen.conv.reduction_splits`); its epilogue then fuses into the sum's consumers. The rule
+  matches any convolution kernel the fact names; only input gradients are named;
 - `conv_epilogue` (with the helper `conv_mentions`): a pointwise kernel of a conv kernel's shape
   that reads its result becomes its epilogue, as `matmul_epilogue` does for matmuls (the bias
   add and the activation after a convolution; the relu mask on an input gradient);
@@ -34,14 +39,15 @@ window (kernel, stride, padding) of each unfold/fold is `(spatial_window k s p)`
 `(positions t n ho wo)` for an unfold's result [N, C·kh·kw, Ho·Wo], and
 `(splits_positions t n o ho wo)` for a 4-D reshape [N, O, Ho, Wo] of a 3-D [N, O, Ho·Wo]: the
 forward rule needs the reshape to be the one that unflattens the output positions. The weight
-is a matrix (rank 2), the gradient g of rank 3. A target fact (`target_facts`): `(weight_split m S p)`
+is a matrix (rank 2), the gradient g of rank 3. Target facts (`target_facts`): `(weight_split m S p)`
 for a per-image weight-gradient product m whose sum the target splits into S parts, p the
-partials' shape.
+partials' shape; `(reduction_split t S p)` for a stride-1 input gradient's fold t that the
+target splits into S parts along K.
 """
 
 from __future__ import annotations
 
-from meganeura.codegen.conv import weight_splits
+from meganeura.codegen.conv import reduction_splits, weight_splits
 from meganeura.ir.graph import Graph
 from meganeura.ir.ops.image import conv_output_size
 from meganeura.rewrite.rules import Rule, rule
@@ -131,6 +137,20 @@ CONV_SPLIT_K = Rule(
     ),
 )
 
+SPLIT_REDUCTION = "(ConvKernel mode a b wk ws wp img n (Acc))"
+CONV_SPLIT_REDUCTION = Rule(
+    "conv_split_reduction",
+    FAMILY,
+    "a stride-1 input gradient with too few output tiles for the GPU is the sum of partial "
+    "implicit GEMMs over parts of its reduction (split-K)",
+    (
+        rule(
+            ["(= t (ConvKernel mode a b wk ws wp img 1 (Acc)))", "(reduction_split t n p)"],
+            [f"(set (shape {SPLIT_REDUCTION}) p)", f'(union t (Reduce "sum" {SPLIT_REDUCTION} "0" false))'],
+        ),
+    ),
+)
+
 CONV_MENTIONS = Rule(
     "conv_mentions",
     FAMILY,
@@ -162,7 +182,16 @@ POINTWISE_CONV = Rule(
     ),
 )
 
-RULES = [CONV_FORWARD, CONV_GRAD_INPUT, CONV_GRAD_WEIGHT, CONV_SPLIT_K, CONV_EPILOGUE, CONV_MENTIONS, POINTWISE_CONV]
+RULES = [
+    CONV_FORWARD,
+    CONV_GRAD_INPUT,
+    CONV_GRAD_WEIGHT,
+    CONV_SPLIT_K,
+    CONV_SPLIT_REDUCTION,
+    CONV_EPILOGUE,
+    CONV_MENTIONS,
+    POINTWISE_CONV,
+]
 
 DECLARATIONS = """(relation rank (Term i64))
 (relation spatial_window (String String String))
@@ -172,6 +201,7 @@ DECLARATIONS = """(relation rank (Term i64))
 (relation splits_positions (Term i64 i64 i64 i64))
 (relation batch_images (Term i64))
 (relation weight_split (Term i64 String))
+(relation reduction_split (Term i64 String))
 """
 
 
@@ -221,10 +251,15 @@ def facts(graph: Graph, node_ids: list[int]) -> list[str]:
 
 def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]:
     """`(weight_split m S p)` for each per-image weight-gradient product m (before its batch sum)
-    whose one GEMM `target` would split into S > 1 parts (`codegen.conv.weight_splits`)."""
+    whose one GEMM `target` would split into S > 1 parts (`codegen.conv.weight_splits`), and
+    `(reduction_split t S p)` for each stride-1 input gradient t that it would split along K
+    (`codegen.conv.reduction_splits`)."""
     lines = []
     for node_id in node_ids:
         node = graph[node_id]
+        split = reduction_split(graph, node, target)
+        if split > 1:
+            lines.append(f"(reduction_split (Ref {node_id}) {split} {ints((split, *node.shape))})")
         images = batch_images(graph, node)
         if images is None:
             continue
@@ -234,3 +269,18 @@ def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]
         if splits > 1:
             lines.append(f"(weight_split (Ref {node_id}) {splits} {ints((splits, filters, columns))})")
     return lines
+
+
+def reduction_split(graph: Graph, node, target: Target) -> int:
+    """The parts `target` splits the input gradient that `node` computes into along K (1: none, or
+    not a stride-1 input gradient's fold(Wᵀ·g) [N, C, H, W]: M = C, N·H·W columns, K = O·kh·kw).
+    Forwards are not offered the split (the kernel and the IR have it): on the H200 it ran no
+    faster (`codegen.conv.REDUCTION_FILL_BELOW`)."""
+    if node.op != "fold" or tuple(node.attr("stride")) != (1, 1):
+        return 1
+    source = graph[node.inputs[0]]
+    if source.op != "matmul" or not source.attr("transpose_a") or graph[source.inputs[0]].type.rank != 2:
+        return 1
+    n, c, h, w = node.shape
+    taps = node.attr("kernel")[0] * node.attr("kernel")[1]
+    return reduction_splits(c, n * h * w, graph[source.inputs[0]].shape[0] * taps, target)

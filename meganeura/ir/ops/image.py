@@ -22,6 +22,7 @@ from meganeura.ir.expr import check_expr
 from meganeura.ir.expr import evaluate as evaluate_expr
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import EXPR, INT, INTS, STR, Attr, Op, ShapeError, broadcasts_to, require_float
+from meganeura.ir.ops.matmul import part_length
 from meganeura.ir.ops.reduce import check_splits, split_parts
 
 FAMILY = "image"
@@ -177,11 +178,12 @@ def _fold(b, node, g):
 # size of the image (x for forward and grad_weight, the result for grad_input: it cannot be
 # recovered from L alone when the stride does not divide), epilogue (an expression over `$acc`
 # and the extras `$0, $1…` = inputs[2:], each broadcast to the output; default "$acc"), and for
-# grad_weight `chunks` S (default 1): with S > 1 the reduction (n, ho, wo), N·L long, is split
-# into S parts of ⌈N·L/S⌉ (the last may be shorter; none empty, `reduce.check_splits`) and the
-# result is [S, O, C·kh·kw], one partial sum per part (summed by a reduction after it): split-K,
-# since a long reduction over N·L with a small weight gradient would otherwise keep only a few
-# workgroups busy. S = N is one part per image.
+# `chunks` S (default 1): with S > 1 the GEMM's reduction is split into S parts and the result
+# holds one partial sum per part, [S, *out] (summed by a reduction after it): split-K, for a GEMM
+# whose output has too few tiles to keep the GPU busy. grad_weight's reduction (n, ho, wo), N·L
+# long, splits into parts of ⌈N·L/S⌉ (the last may be shorter; none empty, `reduce.check_splits`;
+# S = N is one part per image); forward's (c, i, j) and a stride-1 grad_input's (o, i, j), K
+# long, into parts of `matmul.part_length(K, S)` (whole 16-element K tiles, as a split matmul's).
 
 CONV_GEMM_MODES = ("forward", "grad_input", "grad_weight")
 
@@ -189,14 +191,16 @@ CONV_GEMM_MODES = ("forward", "grad_input", "grad_weight")
 def conv_gemm_geometry(attrs) -> tuple[str, tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]:
     """(mode, kernel, stride, padding, image) of a conv_gemm, checked."""
     mode = attrs.get("mode")
-    if attrs.get("chunks", 1) != 1 and mode != "grad_weight":
-        raise ShapeError(f"conv_gemm {mode}: only grad_weight is computed in chunks of images")
     if mode not in CONV_GEMM_MODES:
         raise ShapeError(f"conv_gemm: mode must be one of {CONV_GEMM_MODES}, got {mode!r}")
     kernel = pair(attrs.get("kernel"), "conv_gemm kernel")
     stride = pair(attrs.get("stride", 1), "conv_gemm stride")
     padding = pair(attrs.get("padding", 0), "conv_gemm padding")
     image = pair(attrs.get("image"), "conv_gemm image")
+    if attrs.get("chunks", 1) != 1 and mode == "grad_input" and stride != (1, 1):
+        raise ShapeError(
+            f"conv_gemm grad_input: only a stride-1 input gradient splits its reduction, got stride {stride}"
+        )
     return mode, kernel, stride, padding, image
 
 
@@ -219,7 +223,7 @@ def infer_conv_gemm(types, attrs) -> TensorType:
             raise ShapeError(f"conv_gemm forward: weight {a} has {channels} channels per filter, x {b} {b.shape[1]}")
         if tuple(b.shape[2:]) != image:
             raise ShapeError(f"conv_gemm forward: x {b} is not of the image size {list(image)}")
-        out = TensorType((b.shape[0], filters, ho, wo), "f32")
+        out = parts_type(TensorType((b.shape[0], filters, ho, wo), "f32"), a.shape[1], attrs, mode)
     elif mode == "grad_input":
         if b.rank != 3:
             raise ShapeError(f"conv_gemm grad_input: expected an output gradient [N, O, L] as b, got {b}")
@@ -229,7 +233,7 @@ def infer_conv_gemm(types, attrs) -> TensorType:
             raise ShapeError(
                 f"conv_gemm grad_input: gradient {b} should have {ho}·{wo} = {ho * wo} positions (image {list(image)})"
             )
-        out = TensorType((b.shape[0], channels, *image), "f32")
+        out = parts_type(TensorType((b.shape[0], channels, *image), "f32"), filters * taps, attrs, mode)
     else:
         if a.rank != 3:
             raise ShapeError(f"conv_gemm grad_weight: expected an output gradient [N, O, L] as a, got {a}")
@@ -252,15 +256,40 @@ def infer_conv_gemm(types, attrs) -> TensorType:
     return out
 
 
+def parts_type(out: TensorType, reduction: int, attrs, mode: str) -> TensorType:
+    """`out`, or [S, *out] for a forward or input gradient split into S = chunks parts of its
+    `reduction` (K = C·kh·kw or O·kh·kw), none empty."""
+    chunks = attrs.get("chunks", 1)
+    if chunks == 1:
+        return out
+    check_splits(reduction, chunks, f"conv_gemm {mode} chunks")
+    if (chunks - 1) * part_length(reduction, chunks) >= reduction:
+        raise ShapeError(f"conv_gemm {mode}: K = {reduction} in {chunks} parts leaves the last part empty")
+    return TensorType((chunks, *out.shape), out.dtype)
+
+
+def reduction_masks(reduction: int, chunks: int) -> list[np.ndarray]:
+    """For each part of a reduction of `reduction` split into `chunks` (`part_length`), the 0/1
+    mask of the reduction indices it covers."""
+    length, index = part_length(reduction, chunks), np.arange(reduction)
+    return [((index >= s * length) & (index < (s + 1) * length)).astype(np.float32) for s in range(chunks)]
+
+
 def evaluate_conv_gemm(a, b, *extras, mode, kernel, stride, padding, image, epilogue="$acc", chunks=1):
     """The GEMM of `mode` on the unfolded (or folded) operand, then the epilogue."""
     kernel, stride, padding, image = tuple(kernel), tuple(stride), tuple(padding), tuple(image)
     if mode == "forward":
         ho, wo = conv_output_size(image, kernel, stride, padding)
         cols = evaluate_unfold(b, kernel, stride, padding)  # [N, C·kh·kw, L]
-        acc = (a @ cols).reshape(b.shape[0], a.shape[0], ho, wo)
-    elif mode == "grad_input":
-        acc = evaluate_fold(a.T @ b, image, kernel, stride, padding)
+        weights = [a * mask for mask in reduction_masks(a.shape[1], chunks)] if chunks > 1 else [a]
+        parts = [(w @ cols).reshape(b.shape[0], a.shape[0], ho, wo) for w in weights]
+        acc = np.stack(parts) if chunks > 1 else parts[0]
+    elif mode == "grad_input":  # the reduction (o, i, j): a's element [o, c·taps + t] is index o·taps + t
+        filters, taps = a.shape[0], kernel[0] * kernel[1]
+        masks = reduction_masks(filters * taps, chunks) if chunks > 1 else [np.ones(filters * taps, np.float32)]
+        weights = [(a.reshape(filters, -1, taps) * m.reshape(filters, 1, taps)).reshape(a.shape) for m in masks]
+        parts = [evaluate_fold(w.T @ b, image, kernel, stride, padding) for w in weights]
+        acc = np.stack(parts) if chunks > 1 else parts[0]
     elif mode == "grad_weight":
         cols = evaluate_unfold(b, kernel, stride, padding)  # [N, C·kh·kw, L]
         rows = np.transpose(a, (1, 0, 2)).reshape(a.shape[1], -1)  # [O, (n, l)]
@@ -278,23 +307,25 @@ def conv_gemm_flops(operands, results, attrs) -> int:
     """2·M·K·N of an implicit-GEMM convolution: its first operand holds M·K elements (the
     weight, or the gradient [N, O, L] for grad_weight) and its output M·N, M being the output's
     channel dim (dim 1 of an image [N, C, H, W], dim 0 of a weight gradient [O, C·kh·kw]); a
-    weight gradient in chunks of images [S, O, C·kh·kw] does the same work in S parts. An input
-    gradient runs one GEMM per stride phase (sh·sw of them), each over the taps of its phase (the
-    phases share the kh·kw taps out) and the ⌈H/sh⌉·⌈W/sw⌉ pixels of the largest phase."""
+    convolution in chunks (partials [S, …]) does the same work in S parts. An input gradient runs
+    one GEMM per stride phase (sh·sw of them), each over the taps of its phase (the phases share
+    the kh·kw taps out) and the ⌈H/sh⌉·⌈W/sw⌉ pixels of the largest phase."""
     a, output = operands[0], results[0]
     if attrs["mode"] == "grad_input":
-        images, _, height, width = output.shape
+        images, _, height, width = output.shape[-4:]
         stride = attrs["stride"]
         pixels = -(-height // stride[0]) * -(-width // stride[1])
         return 2 * a.numel * images * pixels  # a: the weight, O·C·kh·kw
-    if output.rank == 4:
-        return 2 * a.numel * output.numel // max(output.shape[1], 1)
+    if attrs["mode"] == "forward":
+        images, _, height, width = output.shape[-4:]
+        return 2 * a.numel * images * height * width
     return 2 * a.numel * output.shape[-1]
 
 
 def describe_conv_gemm(node) -> str:
     epilogue = f", epilogue {node.attr('epilogue')}" if node.attr("epilogue") != "$acc" else ""
-    chunks = f" in {node.attr('chunks')} parts of N·L" if node.attr("chunks") != 1 else ""
+    reduction = "N·L" if node.attr("mode") == "grad_weight" else "K"
+    chunks = f" in {node.attr('chunks')} parts of {reduction}" if node.attr("chunks") != 1 else ""
     return f"{node.attr('mode')} {describe_window(node)}{chunks}{epilogue}"
 
 
