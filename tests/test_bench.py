@@ -17,6 +17,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -237,3 +238,18 @@ def test_plan_ab_variants_set_module_attributes_and_undo_them():
     kernels = {"attention q 8x9": 3.0, "matmul 2048x576x576": 6.0, "attention_grad_kv q 8x9": 1.0}
     line = plan_ab.share_line("^attention", kernels, 40.0)
     assert line.endswith("2 kernels matching '^attention': 4.000 ms, 10.0% of the step")
+
+
+def test_warm_up_runs_its_steps_and_at_least_its_seconds():
+    """A short step is warmed by time as well as by count: GPU clocks ramp over hundreds of ms."""
+    from meganeura.bench.harness import warm_up
+
+    calls = []
+    warm_up(lambda: calls.append(time.perf_counter()), 3, seconds=0.0)
+    assert len(calls) == 3  # the count alone where the time is no longer
+
+    calls.clear()
+    started = time.perf_counter()
+    warm_up(lambda: (calls.append(1), time.sleep(0.002)), 3, seconds=0.05)
+    assert time.perf_counter() - started >= 0.05
+    assert len(calls) > 3  # more steps than asked, until the time had passed

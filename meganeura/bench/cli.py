@@ -44,7 +44,9 @@ def workload_help() -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workloads", nargs="*", metavar="workload", help=f"any of {', '.join(workload_names())}, {ALL}")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per side (their median is reported)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (at least 2: the loss check)")
+    parser.add_argument(
+        "--warmup", type=int, default=5, help="untimed steps first (at least 2: the loss check; at least 0.5 s of them)"
+    )
     parser.add_argument("--small", action="store_true", help="small sizes: every workload in seconds on lavapipe")
     parser.add_argument("--torch-compile", action="store_true", help="also time torch.compile (compiles for minutes)")
     parser.add_argument("--no-torch", action="store_true", help="our side only")
@@ -141,4 +143,5 @@ def run_gemm(options: argparse.Namespace) -> list[gemm_bench.GemmResult]:
         shapes = gemm_bench.parse_shapes(options.gemm_shapes)  # checked in run()
     else:
         shapes = gemm_bench.SMALL_SHAPES if options.small else gemm_bench.SHAPES
-    return [gemm_bench.measure(p, options.repeat, not options.no_torch) for p in gemm_bench.products(shapes)]
+    products = gemm_bench.products(shapes)
+    return [gemm_bench.measure(p, options.repeat, not options.no_torch, index == 0) for index, p in enumerate(products)]

@@ -62,6 +62,21 @@ def preload_torch(threads: int | None = None) -> None:
             torch.set_num_threads(threads)
 
 
+# The least wall time of a workload's warm-up steps: a GPU's clocks idle low and ramp over hundreds
+# of milliseconds, and 5 warm-up steps of a short step are over before they have (the MLP's 0.3 ms
+# steps: its kernels ran at a third of their speed in the bench run of 20:23 UTC on 2026-12-03,
+# GPU time 0.87 ms as one pass against 0.26 in the run of 20:02, the plan the same).
+WARM_SECONDS = 0.5
+
+
+def warm_up(step: Callable[[], object], steps: int, seconds: float = WARM_SECONDS) -> None:
+    """`steps` calls of `step()`, and more until `seconds` of wall time have passed since the first."""
+    started, done = time.perf_counter(), 0
+    while done < steps or time.perf_counter() - started < seconds:
+        step()
+        done += 1
+
+
 def step_seconds(step: Callable[[], object], steps: int) -> list[float]:
     """The wall time of each of `steps` calls of `step()`."""
     times = []
@@ -191,8 +206,7 @@ def run_ours(workload: Workload, batch: dict[str, np.ndarray], steps: int, warmu
     program = mn.compile(workload.model, loss=workload.loss, inputs=workload.inputs, optimizer=workload.optimizer)
     compile_s = time.perf_counter() - started
     losses = [program.train_step(**batch) for _ in range(CHECK_STEPS)]
-    for _ in range(max(0, warmup - CHECK_STEPS)):
-        program.train_step(**batch)
+    warm_up(lambda: program.train_step(**batch), max(0, warmup - CHECK_STEPS))
     times = step_seconds(lambda: program.train_step(**batch), steps)
     result = StepResult(
         name=workload.name,
@@ -247,8 +261,7 @@ def timed_run(run: TorchRun, step: Callable[[], float], steps: int, warmup: int)
     run.losses = [step()]
     run.first_ms = 1e3 * (time.perf_counter() - started)
     run.losses += [step() for _ in range(CHECK_STEPS - 1)]
-    for _ in range(max(0, warmup - CHECK_STEPS)):
-        step()
+    warm_up(step, max(0, warmup - CHECK_STEPS))
     return step_seconds(step, steps)
 
 
