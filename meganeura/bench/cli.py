@@ -143,5 +143,4 @@ def run_gemm(options: argparse.Namespace) -> list[gemm_bench.GemmResult]:
         shapes = gemm_bench.parse_shapes(options.gemm_shapes)  # checked in run()
     else:
         shapes = gemm_bench.SMALL_SHAPES if options.small else gemm_bench.SHAPES
-    products = gemm_bench.products(shapes)
-    return [gemm_bench.measure(p, options.repeat, not options.no_torch, index == 0) for index, p in enumerate(products)]
+    return [gemm_bench.measure(p, options.repeat, not options.no_torch) for p in gemm_bench.products(shapes)]

@@ -108,16 +108,7 @@ def operand_values(product: Product, seed: int = 0) -> tuple[np.ndarray, np.ndar
     return rng.normal(size=left).astype(np.float32), rng.normal(size=right).astype(np.float32)
 
 
-# Heating before a product is timed: HEAT_SECONDS of back-to-back runs, FIRST_HEAT_SECONDS before
-# the first of a process. Why the first longer: a GPU idle since its machine started ramps its
-# clocks over hundreds of milliseconds, and 0.05 s was not enough (the H200's 4096³ A·B read 11.2
-# TFLOP/s as the first product of a run at 01:20 UTC on 2026-12-04, 38.1 in the run of 17:06 the
-# day before, the kernel the same; every later product of that run within 0.5 of its 17:06 figure).
-HEAT_SECONDS = 0.05
-FIRST_HEAT_SECONDS = 1.0
-
-
-def ours_seconds(product: Product, repeat: int, values=None, heat: float = HEAT_SECONDS) -> tuple[float, float]:
+def ours_seconds(product: Product, repeat: int, values=None) -> tuple[float, float]:
     """(the median time of the product over `repeat` profiled runs, the max error of its result
     relative to numpy's largest |value|). The product is planned as the compiler plans it for the
     adapter: where the e-graph splits it along K (rewrite/matmul.py `matmul_split_k`), its time
@@ -136,7 +127,7 @@ def ours_seconds(product: Product, repeat: int, values=None, heat: float = HEAT_
     got = executable.run(inputs, ("c",))["c"]
     expected = product.reference(left, right)
     error = float(np.abs(got - expected).max() / max(float(np.abs(expected).max()), 1e-30))
-    executable.heat(inputs, heat)  # GPU clocks idle low
+    executable.heat(inputs, 0.05)  # GPU clocks idle low
     times = sorted(executable.profile(inputs)[1].total_ns for _ in range(repeat))
     return times[len(times) // 2] / 1e9, error
 
@@ -173,11 +164,9 @@ def torch_seconds(product: Product, repeat: int, values=None) -> tuple[float | N
     return start.elapsed_time(end) / 1000 / repeat, f"cuda ({torch.cuda.get_device_name()}), fp32, TF32 off"
 
 
-def measure(product: Product, repeat: int, with_torch: bool = True, first: bool = False) -> GemmResult:
-    """Our product's time and error, and PyTorch's time, on the same operands (`first`: the first
-    product measured in the process, heated FIRST_HEAT_SECONDS)."""
+def measure(product: Product, repeat: int, with_torch: bool = True) -> GemmResult:
     values = operand_values(product)
-    ours, error = ours_seconds(product, repeat, values, FIRST_HEAT_SECONDS if first else HEAT_SECONDS)
+    ours, error = ours_seconds(product, repeat, values)
     theirs, note = torch_seconds(product, repeat, values) if with_torch else (None, "not measured")
     return GemmResult(product, ours, error, theirs, note)
 
