@@ -62,10 +62,11 @@ def preload_torch(threads: int | None = None) -> None:
             torch.set_num_threads(threads)
 
 
-# The least wall time of a workload's warm-up steps: a GPU's clocks idle low and ramp over hundreds
-# of milliseconds, and 5 warm-up steps of a short step are over before they have (the MLP's 0.3 ms
-# steps: its kernels ran at a third of their speed in the bench run of 20:23 UTC on 2026-12-03,
-# GPU time 0.87 ms as one pass against 0.26 in the run of 20:02, the plan the same).
+# The least wall time of a workload's warm-up steps: a GPU's clocks idle low (the H200's at 345
+# MHz) and ramp under load, and 5 warm-up steps of the MLP's 0.3 ms step are 2 ms of work. (In
+# the bench run of 20:23 UTC on 2026-12-03 the MLP's kernels ran at a third of their speed, GPU
+# time 0.87 ms as one pass against 0.26 at 20:02 with the same plan; whether the short warm-up
+# was the cause is not established: see docs/performance-log.md, 2026-12-04.)
 WARM_SECONDS = 0.5
 
 
