@@ -195,13 +195,13 @@ def weight_splits(filters: int, columns: int, reduction: int, target: Target) ->
 # REDUCTION_FILL_BELOW tiles of the conv ladder's largest per compute unit (ResNet-18's 4x4 stage
 # at batch 128, 512x2048: 64 tiles of 128x128 for 132 SMs; the 8x8 stage's 128), parts enough for
 # REDUCTION_SPLIT_FILL such tiles a unit, each at least MIN_SPLIT_K long. The partials are small
-# next to the work (a 512x2048 output is 4 MB a part against 9.7 GFLOP). Measured in the ResNet-18
-# step on the H200 (2026-12-04, 01:09 and 01:12 UTC, `benchmarks/plan_ab.py --workloads resnet18`, one
-# profiled step, ms a step for the stage's 3 kernels): the 4x4 stage's input gradients 1.381 →
-# 1.128 in 5 parts (1.045 in 9, REDUCTION_SPLIT_FILL 4), the 8x8 stage's 1.207 → 0.942 in 3 (1.179
-# in 2, 1.011 in 5). Forwards split the same way ran no faster (4x4: 1.340 → 1.321 in 5 parts,
-# 1.233 in 9; 8x8: 1.087 → 1.096 in 3) and are not offered it (rewrite/conv.py `reduction_split`;
-# ir/ops/image.py and the kernel have it).
+# next to the work (a 512x2048 output is 4 MB a part against 9.7 GFLOP). Measured in the
+# ResNet-18 step on the H200 (2026-12-04, `benchmarks/plan_ab.py --workloads resnet18`, one
+# profiled step): 21.10 → 20.66 ms at 01:12 UTC; at 01:10, ms a step for the stage's kernels, the
+# 4x4 stage's input gradients 1.381 → 1.128 in 5 parts (1.045 in 9, REDUCTION_SPLIT_FILL 4), the
+# 8x8 stage's 1.207 → 0.942 in 3 (1.179 in 2, 1.011 in 5). Forwards split the same way ran no
+# faster (4x4: 1.340 → 1.321 in 5 parts, 1.233 in 9; 8x8: 1.087 → 1.096 in 3) and are not offered
+# it (rewrite/conv.py `reduction_split`; ir/ops/image.py and the kernel have it).
 REDUCTION_FILL_BELOW = 2
 REDUCTION_SPLIT_FILL = 2
 
