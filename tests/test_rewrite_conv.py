@@ -172,13 +172,18 @@ def test_on_an_h200_a_small_weight_gradient_over_a_large_batch_is_split_along_it
     assert_same_results(graph, fused, inputs, params, states, tol=1e-3)
 
 
-def test_on_an_h200_an_input_gradient_with_few_output_tiles_is_split_along_its_reduction():
+def test_on_an_h200_an_input_gradient_with_few_output_tiles_is_split_along_its_reduction(monkeypatch):
     """ResNet-18's 4×4 stage at batch 128 on the H200: the input gradient [128, 512, 4, 4] is a
     512 × 2048 GEMM (64 tiles of 128x128 for 132 SMs) over K = 512·9; the target offers 5 parts
     (codegen/conv.py `reduction_splits`), the plan takes them (partials [5, 128, 512, 4, 4],
     summed after), and still computes what the step computes. Neither a CPU nor an output with
-    tiles enough for the GPU (the 32×32 stage's 64 × 131072) is offered a split, nor a forward."""
+    tiles enough for the GPU (the 32×32 stage's 64 × 131072) is offered a split, nor a forward.
+    (The H200 also offers Winograd, which takes these convolutions: switched off here, as for an
+    adapter that offers the split only.)"""
+    from meganeura.codegen import winograd
     from meganeura.codegen.conv import reduction_splits
+
+    monkeypatch.setattr(winograd, "WINOGRAD_TUNINGS", frozenset())
 
     h200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
     assert reduction_splits(512, 128 * 16, 512 * 9, h200) == 5

@@ -20,6 +20,7 @@ from meganeura.codegen import (  # noqa: F401  (imported for their registered lo
     rows,
     shape,
     transformer,
+    winograd,
 )
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.registry import LOWERINGS, lowered, registered_read_scale, registered_workgroups

@@ -26,6 +26,12 @@ columns are never written:
   its reduction (o, i, j), [S, N, C, H, W] (a target fact, `reduction_split`, from
   `codegen.conv.reduction_splits`); its epilogue then fuses into the sum's consumers. The rule
   matches any convolution kernel the fact names; only input gradients are named;
+- `conv_winograd`: a stride-1 3×3 convolution kernel, forward or input gradient, as Winograd's
+  F(2×2, 3×3) (ir/ops/winograd.py): the input's transform, the filters' (rotated and transposed
+  for the input gradient), their 16 products as one batched matmul [16, O, C]·[16, C, tiles], the
+  output's transform. 2.25× fewer multiplications, 4× the image's bytes through memory between
+  the kernels: the cost model weighs the two, on the targets that offer it (a target fact,
+  `winograd`, from `codegen.winograd.winograd_offered`: measured on the H200 only);
 - `conv_epilogue` (with the helper `conv_mentions`): a pointwise kernel of a conv kernel's shape
   that reads its result becomes its epilogue, as `matmul_epilogue` does for matmuls (the bias
   add and the activation after a convolution; the relu mask on an input gradient);
@@ -42,14 +48,19 @@ forward rule needs the reshape to be the one that unflattens the output position
 is a matrix (rank 2), the gradient g of rank 3. Target facts (`target_facts`): `(weight_split m S p)`
 for a per-image weight-gradient product m whose sum the target splits into S parts, p the
 partials' shape; `(reduction_split t S p)` for a stride-1 input gradient's fold t that the
-target splits into S parts along K.
+target splits into S parts along K; `(winograd t flip u v m pad image size)` for a stride-1 3×3
+convolution t (its reshape, or its input gradient's fold) that the target may run as Winograd:
+the filter transform's flip, the shapes of the two transforms and of their product, and the
+input and output transforms' attributes.
 """
 
 from __future__ import annotations
 
 from meganeura.codegen.conv import reduction_splits, weight_splits
+from meganeura.codegen.winograd import winograd_offered
 from meganeura.ir.graph import Graph
 from meganeura.ir.ops.image import conv_output_size
+from meganeura.ir.ops.winograd import POSITIONS, tiles
 from meganeura.rewrite.rules import Rule, rule
 from meganeura.rewrite.sorts import ints
 from meganeura.target import Target
@@ -151,6 +162,28 @@ CONV_SPLIT_REDUCTION = Rule(
     ),
 )
 
+WINOGRAD_WEIGHT = "(WinogradWeight a flip)"
+WINOGRAD_INPUT = "(WinogradInput b wpad wimg)"
+WINOGRAD_GEMM = f"(Matmul {WINOGRAD_WEIGHT} {WINOGRAD_INPUT} false false)"
+CONV_WINOGRAD = Rule(
+    "conv_winograd",
+    FAMILY,
+    "a stride-1 3×3 convolution or its input gradient → Winograd F(2×2, 3×3): the input's and the "
+    "filters' transforms, 16 GEMMs as one batched matmul, the output's transform (2.25× fewer "
+    "multiplications than the direct GEMM, 4× the bytes between the kernels)",
+    (
+        rule(
+            ["(= t (ConvKernel mode a b wk ws wp img 1 (Acc)))", "(winograd t flip u v m wpad wimg wsize)"],
+            [
+                f"(set (shape {WINOGRAD_WEIGHT}) u)",
+                f"(set (shape {WINOGRAD_INPUT}) v)",
+                f"(set (shape {WINOGRAD_GEMM}) m)",
+                f"(union t (WinogradOutput {WINOGRAD_GEMM} wsize))",
+            ],
+        ),
+    ),
+)
+
 CONV_MENTIONS = Rule(
     "conv_mentions",
     FAMILY,
@@ -188,6 +221,7 @@ RULES = [
     CONV_GRAD_WEIGHT,
     CONV_SPLIT_K,
     CONV_SPLIT_REDUCTION,
+    CONV_WINOGRAD,
     CONV_EPILOGUE,
     CONV_MENTIONS,
     POINTWISE_CONV,
@@ -202,6 +236,7 @@ DECLARATIONS = """(relation rank (Term i64))
 (relation batch_images (Term i64))
 (relation weight_split (Term i64 String))
 (relation reduction_split (Term i64 String))
+(relation winograd (Term bool String String String String String String))
 """
 
 
@@ -257,6 +292,7 @@ def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]
     lines = []
     for node_id in node_ids:
         node = graph[node_id]
+        lines += winograd_facts(graph, node, target)
         split = reduction_split(graph, node, target)
         if split > 1:
             lines.append(f"(reduction_split (Ref {node_id}) {split} {ints((split, *node.shape))})")
@@ -284,3 +320,63 @@ def reduction_split(graph: Graph, node, target: Target) -> int:
     n, c, h, w = node.shape
     taps = node.attr("kernel")[0] * node.attr("kernel")[1]
     return reduction_splits(c, n * h * w, graph[source.inputs[0]].shape[0] * taps, target)
+
+
+def winograd_facts(graph: Graph, node, target: Target) -> list[str]:
+    """`(winograd t flip u v m pad image size)` where `node` is a stride-1 3×3 convolution
+    (reshape(W·unfold(x))) or its input gradient (fold(Wᵀ·g)), padding at most 2, on a `target`
+    that offers Winograd (`codegen.winograd.winograd_offered`): whether the filter transform
+    flips, the shapes of the filter and input transforms and of their product, and the
+    attributes of the input and output transforms (ir/ops/winograd.py)."""
+    if not winograd_offered(target):
+        return []
+    geometry = winograd_forward(graph, node) or winograd_input_gradient(graph, node)
+    if geometry is None:
+        return []
+    flip, rows, inner, images, padding, image, size = geometry
+    th, tw = tiles(size)
+    count = images * th * tw
+    shapes = [(POSITIONS, rows, inner), (POSITIONS, inner, count), (POSITIONS, rows, count)]
+    texts = [ints(shape) for shape in shapes] + [ints(padding), ints(image), ints(size)]
+    return [f"(winograd (Ref {node.id}) {'true' if flip else 'false'} {' '.join(texts)})"]
+
+
+def winograd_forward(graph: Graph, node) -> tuple | None:
+    """For reshape(W·unfold(x)) [N, O, Ho, Wo] with a Winograd window: (flip False, O, C, N,
+    padding, (H, W), (Ho, Wo)); else None."""
+    if node.op != "reshape" or node.type.rank != 4:
+        return None
+    product = graph[node.inputs[0]]
+    if product.op != "matmul" or product.attr("transpose_a") or product.attr("transpose_b"):
+        return None
+    weight, columns = (graph[i] for i in product.inputs)
+    if columns.op != "unfold" or not winograd_window(columns) or weight.type.rank != 2:
+        return None
+    x = graph[columns.inputs[0]]
+    images, filters, *size = node.shape
+    if x.type.rank != 4 or tuple(size) != conv_output_size(x.shape[2:], *window(columns)):
+        return None
+    return False, filters, x.shape[1], images, columns.attr("padding"), tuple(x.shape[2:]), tuple(size)
+
+
+def winograd_input_gradient(graph: Graph, node) -> tuple | None:
+    """For fold(Wᵀ·g) [N, C, H, W] with a Winograd window: the correlation of g [N, O, Ho·Wo]
+    with the rotated filters, padding 2 − p: (flip True, C, O, N, 2 − p, (Ho, Wo), (H, W));
+    else None."""
+    if node.op != "fold" or not winograd_window(node):
+        return None
+    product = graph[node.inputs[0]]
+    if product.op != "matmul" or not product.attr("transpose_a") or product.attr("transpose_b"):
+        return None
+    weight, g = (graph[i] for i in product.inputs)
+    if weight.type.rank != 2 or g.type.rank != 3:
+        return None
+    images, channels, *size = node.shape
+    padding = tuple(2 - p for p in node.attr("padding"))
+    return True, channels, g.shape[1], images, padding, conv_output_size(tuple(size), *window(node)), tuple(size)
+
+
+def winograd_window(node) -> bool:
+    """Whether an unfold or fold's window is 3×3, stride 1, padding at most 2 (Winograd's F(2×2, 3×3))."""
+    kernel, stride, padding = window(node)
+    return tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and max(padding) <= 2

@@ -218,40 +218,57 @@ class Extractor:
 
     def derive_classes(self) -> None:
         """Rank and type the Term e-classes that rules made and no IR node is in (the tuple of an
-        attention that recognition built, the partials of a split reduction): such a class ranks
-        just before the earliest e-class with an e-node reading it (ranks of IR e-classes are even,
-        twice their first IR node's id), and takes the type its op infers from its e-node's
-        operands (a kernel form's, `kernels.form_type`)."""
+        attention that recognition built, the partials of a split reduction, the transforms and
+        the product of a Winograd convolution): such a class ranks just before the earliest
+        ranked e-class with an e-node reading it (ranks of IR e-classes are even, twice their
+        first IR node's id), and takes the type its op infers from its e-node's operands (a
+        kernel form's, `kernels.form_type`). Ranks go down from the IR classes and types up
+        from the leaves, each to a fixed point, since a made class may read made classes only (a
+        Winograd product reads its two transforms); a made class left untyped is left unranked,
+        so nothing reads it. Ranks may then tie with an IR class's; a tie is never a valid read
+        (reads rank strictly lower), so plans stay acyclic."""
         view = self.view
-        readers: dict[int, int] = {}
-        for eclass, nodes in view.nodes.items():
-            if self.rank[eclass] == NO_RANK or view.is_pw[eclass]:
-                continue
-            for node in nodes:
-                for child in node.children:
-                    if not view.is_pw[child] and self.rank[child] == NO_RANK:
-                        readers[child] = min(readers.get(child, NO_RANK), self.rank[eclass])
-        for eclass, reader in readers.items():
-            for node in view.nodes.get(eclass, ()):
-                op = op_of(node.op, node.primitives) if node.op in CONSTRUCTORS else None
-                if op is None and node.op in FORMS:  # a kernel form (the partials of a split)
-                    inferred = self.form_type(node)
-                    if inferred is not None:
-                        self.types[eclass] = (inferred,)
-                        self.rank[eclass] = reader - 1
-                        break
+        made = []
+        while True:
+            readers: dict[int, int] = {}
+            for eclass, nodes in view.nodes.items():
+                if self.rank[eclass] == NO_RANK or view.is_pw[eclass]:
                     continue
-                children = [self.types[c] for c in node.children]
-                if op is None or any(t is None or len(t) != 1 for t in children):
-                    continue
-                constructor = CONSTRUCTORS[node.op]
-                attrs = {
-                    f.name: v for f, v in zip(constructor.primitives, node.primitives, strict=True) if f.kind == "attr"
-                }
-                inferred = infer_type(op, [t[0] for t in children], attrs)
-                self.types[eclass] = inferred if isinstance(inferred, tuple) else (inferred,)
-                self.rank[eclass] = reader - 1
+                for node in nodes:
+                    for child in node.children:
+                        if not view.is_pw[child] and self.rank[child] == NO_RANK:
+                            readers[child] = min(readers.get(child, NO_RANK), self.rank[eclass])
+            if not readers:
                 break
+            for eclass, reader in readers.items():
+                self.rank[eclass] = reader - 1
+                made.append(eclass)
+        while any([self.derive_type(eclass) for eclass in made if self.types[eclass] is None]):
+            pass
+        for eclass in made:
+            if self.types[eclass] is None:
+                self.rank[eclass] = NO_RANK
+
+    def derive_type(self, eclass: int) -> bool:
+        """Type a made e-class from the first of its e-nodes whose operands are typed; whether it could."""
+        for node in self.view.nodes.get(eclass, ()):
+            op = op_of(node.op, node.primitives) if node.op in CONSTRUCTORS else None
+            if op is None and node.op in FORMS:  # a kernel form (the partials of a split)
+                inferred = self.form_type(node)
+                if inferred is not None:
+                    self.types[eclass] = (inferred,)
+                    return True
+                continue
+            children = [self.types[c] for c in node.children]
+            if op is None or any(t is None or len(t) != 1 for t in children):
+                continue
+            constructor = CONSTRUCTORS[node.op]
+            primitives = zip(constructor.primitives, node.primitives, strict=True)
+            attrs = {f.name: v for f, v in primitives if f.kind == "attr"}
+            inferred = infer_type(op, [t[0] for t in children], attrs)
+            self.types[eclass] = inferred if isinstance(inferred, tuple) else (inferred,)
+            return True
+        return False
 
     def form_type(self, node: ENode) -> TensorType | None:
         """The type of a kernel-form e-node from its primitives and Term children (`kernels.form_type`)."""
