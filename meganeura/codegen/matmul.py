@@ -344,13 +344,21 @@ def split_tiling(
     """The tiling of a product split into `splits` parts along K: each part is a product of
     ⌈K/S⌉, and the S parts are S times the matrices of the batch; a product that takes a fine
     split (`fine_splits`), or any split one with A transposed (a weight gradient), takes the tiling
-    of the family's ladder for split parts (`split_ladder_takes`), an unsplit batched one that of
-    its ladder for batched products (gemm_table.BATCHED_TABLES)."""
+    of the family's ladder for split parts (`split_ladder_takes`), an unsplit batched one of
+    narrow matrices (N < NARROW_BATCHED, attention's dQ per head) that of its ladder for batched
+    products (gemm_table.BATCHED_TABLES); a batched product of wide matrices (Winograd's 16
+    products, N the tiles of a batch of images) takes the matmul ladder: in ResNet-18's step on
+    the H200 (2026-12-04, `benchmarks/plan_ab.py --workloads resnet18`) its products took 64x128
+    tiles there against the batched ladder's 32x32, 16×512x512x512 1.073 → 0.661 ms a step,
+    16×64x64x32768 1.487 → 0.987, the step's GPU time as one pass 17.04 → 15.09 ms."""
     if split_ladder_takes(m, n, k, batches, splits, target, transpose_a, transpose_b):
         kind = "split"
     else:
-        kind = "batched" if batches > 1 and splits == 1 else "matmul"
+        kind = "batched" if batches > 1 and splits == 1 and n < NARROW_BATCHED else "matmul"
     return gemm_tiling(m, n, part_length(k, splits), batches * splits, target, transpose_b, kind)
+
+
+NARROW_BATCHED = 128  # the matmul ladders' widest tile: a narrower output leaves its columns idle
 
 
 def split_ladder_takes(
