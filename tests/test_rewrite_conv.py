@@ -183,7 +183,7 @@ def test_on_an_h200_an_input_gradient_with_few_output_tiles_is_split_along_its_r
     from meganeura.codegen import winograd
     from meganeura.codegen.conv import reduction_splits
 
-    monkeypatch.setattr(winograd, "WINOGRAD_TUNINGS", frozenset())
+    monkeypatch.setattr(winograd, "WINOGRAD_TILES", {})
 
     h200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
     assert reduction_splits(512, 128 * 16, 512 * 9, h200) == 5

@@ -1,31 +1,33 @@
-"""Lowering of Winograd's F(2×2, 3×3) transforms (ir/ops/winograd.py), and on which adapters the
-plan may use them (`winograd_offered`); the 16 GEMMs between the transforms are one batched
+"""Lowering of Winograd's F(m×m, 3×3) transforms (ir/ops/winograd.py), and which m a plan may use
+on which adapters (`winograd_tile`); the (m + 2)² GEMMs between the transforms are one batched
 matmul (codegen/matmul.py).
 
-Each transform is a kernel of shaders/winograd.wgsl where a thread owns one unit of 16 values
-and computes them in registers, the 4×4 matrix products written out as sums of rows (`B_T_ROWS`,
-`G_ROWS`, `A_T_ROWS`: every row of Bᵀ and Aᵀ is two or three ±1 entries, every row of G at most
-three ±½), and writes each of the 16 to its own position plane, so that neighbouring threads
-write neighbouring elements:
-- winograd_input: a thread per (channel, tile), t fastest: it loads its 4×4 input tile (0 outside
+Each transform is a kernel of shaders/winograd.wgsl where a thread owns one unit of P = (m + 2)²
+values and computes them in registers, the matrix products unrolled from the matrices themselves
+(`transformed`: zeros left out, ±1 as plain sums), and writes each of the P values to its own
+position plane, so that neighbouring threads write neighbouring elements:
+- winograd_input: a thread per (channel, tile), t fastest: it loads its n×n input tile (0 outside
   the image; the index clamped so that every load is in bounds), V = Bᵀ·d·B;
 - winograd_weight: a thread per filter pair (o, c), or (c, o) flipped: its 9 taps (rotated by 180°
   when flipped), U = G·g·Gᵀ;
-- winograd_output: a thread per (filter, tile): its 16 values of M, y = Aᵀ·M·A, the 2×2 pixels
+- winograd_output: a thread per (filter, tile): its P values of M, y = Aᵀ·M·A, the m×m pixels
   that fall inside the output stored (a ragged last row or column of tiles stores fewer).
-The first cut, a thread per output element with the taps picked through small arrays, ran
-these transforms 4-7× slower on the H200 than this (ResNet-18's input transform of the 32×32
-stage 0.35 → 0.05 ms) and made the step slower than the direct convolutions.
+The first cut, a thread per output element with the taps picked through small arrays, ran the
+F(2×2) transforms 4-7× slower on the H200 (ResNet-18's input transform of the 32×32 stage
+0.35 → 0.05 ms) and made the step slower than the direct convolutions.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from meganeura.codegen.common import Operands, bindings_wgsl, grid_for, output_binding, shape_text
+from meganeura.codegen.expressions import literal
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.graph import Graph, Node
-from meganeura.ir.ops.winograd import tiles, transformed_size
+from meganeura.ir.ops.winograd import MATRICES, tiles, transformed_size
 from meganeura.target import Target
 
 
@@ -54,71 +56,85 @@ def transform_kernel(
     return KernelSpec(node.id, label, wgsl, "winograd", tuple(bindings), grid, (WORKGROUP, 1, 1), trusted=True)
 
 
-# Bᵀ's rows as combinations of a 4×4 tile's rows (or of a row's 4 entries): d0 − d2, d1 + d2,
-# d2 − d1, d1 − d3; Aᵀ's: d0 + d1 + d2, d1 − d2 − d3; G's: g0, (g0 + g1 + g2)/2, (g0 − g1 + g2)/2, g2.
-B_T_ROWS = ("{0} - {2}", "{1} + {2}", "{2} - {1}", "{1} - {3}")
-A_T_ROWS = ("{0} + {1} + {2}", "{1} - {2} - {3}")
-G_ROWS = ("{0}", "0.5 * ({0} + {1} + {2})", "0.5 * ({0} - {1} + {2})", "{2}")
+def combination(coefficients, terms: list[str]) -> str:
+    """WGSL for Σ coefficients[k]·terms[k]: zeros left out, ±1 as a plain sum or difference, other
+    coefficients as float32 literals (every entry of the transform matrices is exact in f32 but
+    m = 4's sixths, rounded as numpy rounds them)."""
+    parts = []
+    for coefficient, term in zip(coefficients, terms, strict=True):
+        if coefficient == 0:
+            continue
+        magnitude = abs(float(coefficient))
+        sign = "-" if coefficient < 0 else "+"
+        parts.append((sign, term if magnitude == 1 else f"{literal(float(np.float32(magnitude)))} * {term}"))
+    if not parts:
+        return "0.0"
+    text = ("-" if parts[0][0] == "-" else "") + parts[0][1]
+    return text + "".join(f" {sign} {term}" for sign, term in parts[1:])
 
 
-def combine(rows: tuple[str, ...], name: str, parts: list[str]) -> list[str]:
-    """`let {name}{k} = …;` for each row of a transform matrix applied to `parts`."""
-    return [f"let {name}{k} = {row.format(*parts)};" for k, row in enumerate(rows)]
+def transformed(matrix, name: str, source: str, count: int) -> list[str]:
+    """`let`s applying `matrix` [rows, k] on both sides of the k×k values `{source}{i}_{j}`:
+    first down the columns (`{name}r{a}_{j}`), then along the rows, into `{name}{a}_{b}`."""
+    lines = []
+    for a, row in enumerate(matrix):
+        for j in range(count):
+            lines.append(f"let {name}r{a}_{j} = {combination(row, [f'{source}{i}_{j}' for i in range(count)])};")
+    for a in range(len(matrix)):
+        for b, row in enumerate(matrix):
+            lines.append(f"let {name}{a}_{b} = {combination(row, [f'{name}r{a}_{j}' for j in range(count)])};")
+    return lines
 
 
-def lanes(rows: tuple[str, ...], vector: str, size: int) -> list[str]:
-    """Each row of a transform matrix applied to the `size` lanes of `vector` (x, y, z, w)."""
-    names = [f"{vector}.{lane}" for lane in "xyzw"[:size]]
-    return [row.format(*names) for row in rows]
-
-
-@lowering("winograd_input", workgroups=lambda attrs, operands, results: units_workgroups(results[0].numel // 16))
+@lowering(
+    "winograd_input",
+    workgroups=lambda attrs, operands, results: units_workgroups(results[0].numel // results[0].shape[0]),
+)
 def lower_winograd_input(graph: Graph, node: Node) -> KernelSpec:
-    """Thread (c, t) loads its 4×4 tile (0 outside the image) as four vec4 rows, forms Bᵀ·d
-    row-wise, then ·B within each row, and writes the 16 values, C·T apart."""
+    """Thread (c, t) loads its n×n tile (0 outside the image; the index clamped so that every load
+    is in bounds), forms V = Bᵀ·d·B and writes its P values, C·T apart."""
     x = node.inputs[0]
-    (height, width), (ph, pw) = tuple(node.attr("image")), tuple(node.attr("padding"))
-    th, tw = tiles(transformed_size((height, width), (ph, pw)))
-    _, channels, count = node.shape
+    (height, width), (ph, pw), tile = tuple(node.attr("image")), tuple(node.attr("padding")), node.attr("tile")
+    th, tw = tiles(transformed_size((height, width), (ph, pw)), tile)
+    span, (_, channels, count) = tile + 2, node.shape
     operands = Operands(graph)
     body = [
         f"let t = i % {count}u;",
         f"let plane = ((t / {th * tw}u) * {channels}u + i / {count}u) * {height * width}u;",
-        f"let top = i32(((t / {tw}u) % {th}u) * 2u) - {ph}i;",
-        f"let left = i32((t % {tw}u) * 2u) - {pw}i;",
+        f"let top = i32(((t / {tw}u) % {th}u) * {tile}u) - {ph}i;",
+        f"let left = i32((t % {tw}u) * {tile}u) - {pw}i;",
     ]
-    for s in range(4):
+    for s in range(span):
         body += [
-            f"let col{s} = left + {s}i;",
-            f"let in_col{s} = col{s} >= 0i && col{s} < {width}i;",
-            f"let at_col{s} = u32(clamp(col{s}, 0i, {width - 1}i));",
+            f"let in_col{s} = left + {s}i >= 0i && left + {s}i < {width}i;",
+            f"let at_col{s} = u32(clamp(left + {s}i, 0i, {width - 1}i));",
         ]
-    for r in range(4):
+    for r in range(span):
         body += [
-            f"let row{r} = top + {r}i;",
-            f"let in_row{r} = row{r} >= 0i && row{r} < {height}i;",
-            f"let at_row{r} = plane + u32(clamp(row{r}, 0i, {height - 1}i)) * {width}u;",
+            f"let in_row{r} = top + {r}i >= 0i && top + {r}i < {height}i;",
+            f"let at_row{r} = plane + u32(clamp(top + {r}i, 0i, {height - 1}i)) * {width}u;",
         ]
-        pixels = [
-            f"select(0.0, {operands.read_at(x, f'at_row{r} + at_col{s}')}, in_row{r} && in_col{s})" for s in range(4)
-        ]
-        body.append(f"let d{r} = vec4<f32>({', '.join(pixels)});")
-    body += combine(B_T_ROWS, "e", [f"d{r}" for r in range(4)])
-    for a in range(4):
-        for b, value in enumerate(lanes(B_T_ROWS, f"e{a}", 4)):
-            body.append(f"out[{(4 * a + b) * channels * count}u + i] = {value};")
-    label = f"winograd_input {shape_text(graph[x].shape)} image {height}x{width} p={ph},{pw}"
+        for s in range(span):
+            pixel = operands.read_at(x, f"at_row{r} + at_col{s}")
+            body.append(f"let d{r}_{s} = select(0.0, {pixel}, in_row{r} && in_col{s});")
+    body += transformed(MATRICES[tile][0], "v", "d", span)
+    body += [f"out[{(span * a + b) * channels * count}u + i] = v{a}_{b};" for a in range(span) for b in range(span)]
+    label = f"winograd_input F({tile},3) {shape_text(graph[x].shape)} image {height}x{width} p={ph},{pw}"
     return transform_kernel(graph, node, operands, channels * count, body, label)
 
 
-@lowering("winograd_weight", workgroups=lambda attrs, operands, results: units_workgroups(results[0].numel // 16))
+@lowering(
+    "winograd_weight",
+    workgroups=lambda attrs, operands, results: units_workgroups(results[0].numel // results[0].shape[0]),
+)
 def lower_winograd_weight(graph: Graph, node: Node) -> KernelSpec:
-    """Thread (o, c) (flipped: (c, o)) loads its filter's 9 taps as three vec3 rows (rotated by
-    180° when flipped), forms G·g, then ·Gᵀ within each row, and writes the 16 values."""
+    """Thread (o, c) (flipped: (c, o)) loads its filter's 9 taps (rotated by 180° when flipped),
+    forms U = G·g·Gᵀ and writes its P values."""
     w = node.inputs[0]
-    flip = node.attr("flip")
+    flip, tile = node.attr("flip"), node.attr("tile")
     filters, channels = graph[w].shape[0], graph[w].shape[1] // 9
     rows, cols = (channels, filters) if flip else (filters, channels)
+    span = tile + 2
     operands = Operands(graph)
     body = [
         f"let col = i % {cols}u;",
@@ -126,53 +142,64 @@ def lower_winograd_weight(graph: Graph, node: Node) -> KernelSpec:
         f"let base = ({'col' if flip else 'row'} * {channels}u + {'row' if flip else 'col'}) * 9u;",
     ]
     for r in range(3):
-        taps = [operands.read_at(w, f"base + {(2 - r) * 3 + 2 - c if flip else r * 3 + c}u") for c in range(3)]
-        body.append(f"let g{r} = vec3<f32>({', '.join(taps)});")
-    body += combine(G_ROWS, "h", [f"g{r}" for r in range(3)])
-    for a in range(4):
-        for b, value in enumerate(lanes(G_ROWS, f"h{a}", 3)):
-            body.append(f"out[{(4 * a + b) * rows * cols}u + i] = {value};")
-    label = f"winograd_weight {shape_text(graph[w].shape)}{' flipped' if flip else ''}"
+        for c in range(3):
+            body.append(
+                f"let g{r}_{c} = {operands.read_at(w, f'base + {(2 - r) * 3 + 2 - c if flip else r * 3 + c}u')};"
+            )
+    body += transformed(MATRICES[tile][1], "u", "g", 3)
+    body += [f"out[{(span * a + b) * rows * cols}u + i] = u{a}_{b};" for a in range(span) for b in range(span)]
+    label = f"winograd_weight F({tile},3) {shape_text(graph[w].shape)}{' flipped' if flip else ''}"
     return transform_kernel(graph, node, operands, rows * cols, body, label)
 
 
-@lowering("winograd_output", workgroups=lambda attrs, operands, results: units_workgroups(operands[0].numel // 16))
+@lowering(
+    "winograd_output",
+    workgroups=lambda attrs, operands, results: units_workgroups(operands[0].numel // operands[0].shape[0]),
+)
 def lower_winograd_output(graph: Graph, node: Node) -> KernelSpec:
-    """Thread (o, t) loads its tile's 16 values as four vec4 rows, forms Aᵀ·M, then ·A within
-    each row, and writes the 2×2 pixels that fall inside the output."""
+    """Thread (o, t) loads its tile's P values of M, forms y = Aᵀ·M·A and stores the m×m pixels
+    that fall inside the output."""
     m = node.inputs[0]
     _, filters, height, width = node.shape
-    th, tw = tiles((height, width))
-    count = graph[m].shape[2]
+    tile = node.attr("tile")
+    th, tw = tiles((height, width), tile)
+    span, count = tile + 2, graph[m].shape[2]
     operands = Operands(graph)
     body = [
         f"let t = i % {count}u;",
-        f"let y = ((t / {tw}u) % {th}u) * 2u;",
-        f"let x = (t % {tw}u) * 2u;",
+        f"let y = ((t / {tw}u) % {th}u) * {tile}u;",
+        f"let x = (t % {tw}u) * {tile}u;",
         f"let corner = ((t / {th * tw}u) * {filters}u + i / {count}u) * {height * width}u + y * {width}u + x;",
     ]
-    for a in range(4):
-        values = [operands.read_at(m, f"{(4 * a + b) * filters * count}u + i") for b in range(4)]
-        body.append(f"let m{a} = vec4<f32>({', '.join(values)});")
-    body += combine(A_T_ROWS, "p", [f"m{a}" for a in range(4)])
-    for p in range(2):
-        for q, value in enumerate(lanes(A_T_ROWS, f"p{p}", 4)):
-            inside = " && ".join(filter(None, [f"y + {p}u < {height}u" * (height % 2 == 1 and p == 1),
-                                                f"x + {q}u < {width}u" * (width % 2 == 1 and q == 1)]))  # fmt: skip
-            store = f"out[corner + {p * width + q}u] = {value};"
+    for a in range(span):
+        for b in range(span):
+            body.append(f"let m{a}_{b} = {operands.read_at(m, f'{(span * a + b) * filters * count}u + i')};")
+    body += transformed(MATRICES[tile][2], "y", "m", span)
+    for p in range(tile):
+        for q in range(tile):
+            # Only a ragged last row (column) of tiles reaches past the output, by up to m − 1.
+            guards = [f"y + {p}u < {height}u" * (p >= tile - (-height % tile) and height % tile != 0),
+                      f"x + {q}u < {width}u" * (q >= tile - (-width % tile) and width % tile != 0)]  # fmt: skip
+            inside = " && ".join(filter(None, guards))
+            store = f"out[corner + {p * width + q}u] = y{p}_{q};"
             body.append(f"if ({inside}) {{ {store} }}" if inside else store)
-    label = f"winograd_output {shape_text(graph[m].shape)} -> {shape_text(node.shape)}"
+    label = f"winograd_output F({tile},3) {shape_text(graph[m].shape)} -> {shape_text(node.shape)}"
     return transform_kernel(graph, node, operands, filters * count, body, label)
 
 
-def winograd_offered(target: Target) -> bool:
-    """Whether a plan for `target` may run stride-1 3×3 convolutions (forward and input gradient)
-    as Winograd transforms around a batched GEMM (the cost model then chooses, convolution by
-    convolution): on the adapter families where it was measured to pay. On the H200, ResNet-18's
-    step (batch 128) went from 19.26 to 17.01 ms of GPU time with every stage offered it, 17.13
-    with the convolutions over 128 channels or more, 17.79 over 256 or more
-    (docs/performance-log.md, 2026-12-04)."""
-    return target.tuning in WINOGRAD_TUNINGS
+def winograd_tile(target: Target) -> int | None:
+    """The m of F(m×m, 3×3) that a plan for `target` may run stride-1 3×3 convolutions (forward
+    and input gradient) as, Winograd transforms around a batched GEMM (the cost model then
+    chooses, convolution by convolution), or None: on the adapter families where it was measured
+    to pay (docs/performance-log.md, 2026-12-04)."""
+    return WINOGRAD_TILES.get(target.tuning)
 
 
-WINOGRAD_TUNINGS = frozenset({"hopper"})
+# On the H200 (`benchmarks/plan_ab.py --workloads resnet18`, ResNet-18's step at batch 128, GPU
+# time as one pass, 2026-12-04): no Winograd 19.25 ms; F(2×2, 3×3) 15.10 (15.07 repeated), its
+# 16 products on 64x128 tiles (codegen/matmul.py `split_tiling`; 17.01 on the 32x32 tiles of the
+# batched ladder, and 17.13 or 17.79 with only the convolutions over 128 or 256 channels or more
+# offered it); F(4×4, 3×3) 14.17 (14.18): its 36 products 2.12 ms a step against F(2)'s 16 at
+# 3.23, its transforms moving 2.25× the image's bytes against 4×. Its float32 error is ~5× the
+# direct GEMM's (tests/test_winograd.py), F(2)'s about the same.
+WINOGRAD_TILES = {"hopper": 4}

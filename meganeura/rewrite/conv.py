@@ -27,11 +27,11 @@ columns are never written:
   `codegen.conv.reduction_splits`); its epilogue then fuses into the sum's consumers. The rule
   matches any convolution kernel the fact names; only input gradients are named;
 - `conv_winograd`: a stride-1 3×3 convolution kernel, forward or input gradient, as Winograd's
-  F(2×2, 3×3) (ir/ops/winograd.py): the input's transform, the filters' (rotated and transposed
-  for the input gradient), their 16 products as one batched matmul [16, O, C]·[16, C, tiles], the
-  output's transform. 2.25× fewer multiplications, 4× the image's bytes through memory between
-  the kernels: the cost model weighs the two, on the targets that offer it (a target fact,
-  `winograd`, from `codegen.winograd.winograd_offered`: measured on the H200 only);
+  F(m×m, 3×3) (ir/ops/winograd.py): the input's transform, the filters' (rotated and transposed
+  for the input gradient), their (m + 2)² products as one batched matmul, the output's transform.
+  Fewer multiplications (2.25× for m = 2, 4× for m = 4), more bytes through memory between the
+  kernels (4× and 2.25× the image's): the cost model weighs the two, on the targets that offer
+  it (a target fact, `winograd`, from `codegen.winograd.winograd_tile`: measured on the H200);
 - `conv_epilogue` (with the helper `conv_mentions`): a pointwise kernel of a conv kernel's shape
   that reads its result becomes its epilogue, as `matmul_epilogue` does for matmuls (the bias
   add and the activation after a convolution; the relu mask on an input gradient);
@@ -48,19 +48,19 @@ forward rule needs the reshape to be the one that unflattens the output position
 is a matrix (rank 2), the gradient g of rank 3. Target facts (`target_facts`): `(weight_split m S p)`
 for a per-image weight-gradient product m whose sum the target splits into S parts, p the
 partials' shape; `(reduction_split t S p)` for a stride-1 input gradient's fold t that the
-target splits into S parts along K; `(winograd t flip u v m pad image size)` for a stride-1 3×3
-convolution t (its reshape, or its input gradient's fold) that the target may run as Winograd:
-the filter transform's flip, the shapes of the two transforms and of their product, and the
-input and output transforms' attributes.
+target splits into S parts along K; `(winograd t flip m u v p pad image size)` for a stride-1 3×3
+convolution t (its reshape, or its input gradient's fold) that the target may run as Winograd's
+F(m×m, 3×3): the filter transform's flip, m, the shapes of the two transforms and of their
+product, and the input and output transforms' attributes.
 """
 
 from __future__ import annotations
 
 from meganeura.codegen.conv import reduction_splits, weight_splits
-from meganeura.codegen.winograd import winograd_offered
+from meganeura.codegen.winograd import winograd_tile
 from meganeura.ir.graph import Graph
 from meganeura.ir.ops.image import conv_output_size
-from meganeura.ir.ops.winograd import POSITIONS, tiles
+from meganeura.ir.ops.winograd import positions, tiles
 from meganeura.rewrite.rules import Rule, rule
 from meganeura.rewrite.sorts import ints
 from meganeura.target import Target
@@ -162,23 +162,23 @@ CONV_SPLIT_REDUCTION = Rule(
     ),
 )
 
-WINOGRAD_WEIGHT = "(WinogradWeight a flip)"
-WINOGRAD_INPUT = "(WinogradInput b wpad wimg)"
+WINOGRAD_WEIGHT = "(WinogradWeight a flip wt)"
+WINOGRAD_INPUT = "(WinogradInput b wpad wimg wt)"
 WINOGRAD_GEMM = f"(Matmul {WINOGRAD_WEIGHT} {WINOGRAD_INPUT} false false)"
 CONV_WINOGRAD = Rule(
     "conv_winograd",
     FAMILY,
-    "a stride-1 3×3 convolution or its input gradient → Winograd F(2×2, 3×3): the input's and the "
-    "filters' transforms, 16 GEMMs as one batched matmul, the output's transform (2.25× fewer "
-    "multiplications than the direct GEMM, 4× the bytes between the kernels)",
+    "a stride-1 3×3 convolution or its input gradient → Winograd F(m×m, 3×3): the input's and the "
+    "filters' transforms, (m + 2)² GEMMs as one batched matmul, the output's transform (fewer "
+    "multiplications than the direct GEMM, more bytes between the kernels)",
     (
         rule(
-            ["(= t (ConvKernel mode a b wk ws wp img 1 (Acc)))", "(winograd t flip u v m wpad wimg wsize)"],
+            ["(= t (ConvKernel mode a b wk ws wp img 1 (Acc)))", "(winograd t flip wt u v m wpad wimg wsize)"],
             [
                 f"(set (shape {WINOGRAD_WEIGHT}) u)",
                 f"(set (shape {WINOGRAD_INPUT}) v)",
                 f"(set (shape {WINOGRAD_GEMM}) m)",
-                f"(union t (WinogradOutput {WINOGRAD_GEMM} wsize))",
+                f"(union t (WinogradOutput {WINOGRAD_GEMM} wsize wt))",
             ],
         ),
     ),
@@ -236,7 +236,7 @@ DECLARATIONS = """(relation rank (Term i64))
 (relation batch_images (Term i64))
 (relation weight_split (Term i64 String))
 (relation reduction_split (Term i64 String))
-(relation winograd (Term bool String String String String String String))
+(relation winograd (Term bool i64 String String String String String String))
 """
 
 
@@ -323,22 +323,23 @@ def reduction_split(graph: Graph, node, target: Target) -> int:
 
 
 def winograd_facts(graph: Graph, node, target: Target) -> list[str]:
-    """`(winograd t flip u v m pad image size)` where `node` is a stride-1 3×3 convolution
+    """`(winograd t flip m u v p pad image size)` where `node` is a stride-1 3×3 convolution
     (reshape(W·unfold(x))) or its input gradient (fold(Wᵀ·g)), padding at most 2, on a `target`
-    that offers Winograd (`codegen.winograd.winograd_offered`): whether the filter transform
-    flips, the shapes of the filter and input transforms and of their product, and the
-    attributes of the input and output transforms (ir/ops/winograd.py)."""
-    if not winograd_offered(target):
+    that offers Winograd's F(m×m, 3×3) (`codegen.winograd.winograd_tile`): whether the filter
+    transform flips, m, the shapes of the filter and input transforms and of their product, and
+    the attributes of the input and output transforms (ir/ops/winograd.py)."""
+    tile = winograd_tile(target)
+    if tile is None:
         return []
     geometry = winograd_forward(graph, node) or winograd_input_gradient(graph, node)
     if geometry is None:
         return []
     flip, rows, inner, images, padding, image, size = geometry
-    th, tw = tiles(size)
-    count = images * th * tw
-    shapes = [(POSITIONS, rows, inner), (POSITIONS, inner, count), (POSITIONS, rows, count)]
+    th, tw = tiles(size, tile)
+    count, planes = images * th * tw, positions(tile)
+    shapes = [(planes, rows, inner), (planes, inner, count), (planes, rows, count)]
     texts = [ints(shape) for shape in shapes] + [ints(padding), ints(image), ints(size)]
-    return [f"(winograd (Ref {node.id}) {'true' if flip else 'false'} {' '.join(texts)})"]
+    return [f"(winograd (Ref {node.id}) {'true' if flip else 'false'} {tile} {' '.join(texts)})"]
 
 
 def winograd_forward(graph: Graph, node) -> tuple | None:

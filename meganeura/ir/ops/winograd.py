@@ -1,32 +1,37 @@
-"""Winograd's F(2×2, 3×3) convolution as three transforms around 16 GEMMs (family image): what the
-e-graph may make of a stride-1 3×3 convolution or of its input gradient (rewrite/conv.py
-`conv_winograd`), in place of the direct implicit GEMM `conv_gemm`.
+"""Winograd's F(m×m, 3×3) convolution (m = 2 or 4) as three transforms around (m + 2)² GEMMs
+(family image): what the e-graph may make of a stride-1 3×3 convolution or of its input gradient
+(rewrite/conv.py `conv_winograd`), in place of the direct implicit GEMM `conv_gemm`.
 
-The output is cut into 2×2 tiles; each reads a 4×4 tile of the (zero-padded) input. For one
-tile d and one filter g of one channel pair, the 2×2 result is Aᵀ[(G·g·Gᵀ) ⊙ (Bᵀ·d·B)]A
-(Lavin & Gray, "Fast algorithms for convolutional neural networks", 2016), so a convolution over
-C channels is, for each of the 16 positions ξ = (a, b) of the transformed 4×4 tile, one GEMM
-U[ξ] [O, C] · V[ξ] [C, T] over the T tiles of the whole batch: 16·O·C·T multiply-adds where the
-direct GEMM does 9·O·C·4T, 2.25× fewer. The price is memory: V and M = U·V hold 4 values per
-input (output) pixel. The matrices (with 0.5 the only non-integer, exact in f32):
+The output is cut into m×m tiles; each reads an n×n tile of the (zero-padded) input, n = m + 2,
+its neighbours' overlapping by 2. For one tile d and one filter g of one channel pair, the m×m
+result is Aᵀ[(G·g·Gᵀ) ⊙ (Bᵀ·d·B)]A (Lavin & Gray, "Fast algorithms for convolutional neural
+networks", 2016), so a convolution over C channels is, for each of the P = n² positions
+ξ = (a, b) of the transformed tile, one GEMM U[ξ] [O, C] · V[ξ] [C, T] over the T tiles of the
+whole batch: P·O·C·T multiply-adds where the direct GEMM does 9·O·C·m²·T, 2.25× fewer for m = 2
+and 4× for m = 4. The price is memory: V and M = U·V hold n²/m² values per input (output) pixel
+(4 for m = 2, 2.25 for m = 4), and for m = 4 precision: its matrices' entries reach 8 and 1/24,
+so its float32 result strays further from the exact one than the direct GEMM's
+(tests/test_winograd.py measures both). The matrices, `MATRICES[m]` = (Bᵀ, G, Aᵀ):
 
-    Bᵀ = [[1, 0, −1, 0], [0, 1, 1, 0], [0, −1, 1, 0], [0, 1, 0, −1]]
-    G  = [[1, 0, 0], [½, ½, ½], [½, −½, ½], [0, 0, 1]]
-    Aᵀ = [[1, 1, 1, 0], [0, 1, −1, −1]]
+    m = 2: Bᵀ = [[1, 0, −1, 0], [0, 1, 1, 0], [0, −1, 1, 0], [0, 1, 0, −1]]
+           G  = [[1, 0, 0], [½, ½, ½], [½, −½, ½], [0, 0, 1]]
+           Aᵀ = [[1, 1, 1, 0], [0, 1, −1, −1]]
+    m = 4: points 0, ±1, ±2 and ∞ (below).
 
-Ops (none has a gradient: they only appear in plans, after autodiff):
-- `winograd_input(x; padding, image)`: x [N, C, H, W], or [N, C, H·W] seen as the image (H, W)
-  (an output gradient as autodiff leaves it), → V [16, C, T]. Output size (Ho, Wo) = (H + 2ph − 2,
-  W + 2pw − 2), tiles th = ⌈Ho/2⌉ × tw = ⌈Wo/2⌉ per image, T = N·th·tw in (n, ty, tx) order;
-  V[4a + b, c, t] = Σᵢⱼ Bᵀ[a, i]·Bᵀ[b, j]·x[n, c, 2ty − ph + i, 2tx − pw + j] (0 outside x).
-- `winograd_weight(w; flip)`: the weight matrix [O, C·9] (g[o, c] = w[o, 9c : 9c + 9] as 3×3)
-  → U [16, O, C], U[4a + b, o, c] = (G·g[o, c]·Gᵀ)[a, b]; with `flip`, the filter of the input
-  gradient instead: [16, C, O], U[ξ, c, o] = (G·rot180(g[o, c])·Gᵀ)[a, b] (the input gradient of
+Ops (none has a gradient: they only appear in plans, after autodiff); `tile` is m:
+- `winograd_input(x; padding, image, tile)`: x [N, C, H, W], or [N, C, H·W] seen as the image
+  (H, W) (an output gradient as autodiff leaves it), → V [P, C, T]. Output size (Ho, Wo) =
+  (H + 2ph − 2, W + 2pw − 2), tiles th = ⌈Ho/m⌉ × tw = ⌈Wo/m⌉ per image, T = N·th·tw in
+  (n, ty, tx) order; V[n·a + b, c, t] = Σᵢⱼ Bᵀ[a, i]·Bᵀ[b, j]·x[n, c, m·ty − ph + i, m·tx − pw + j]
+  (0 outside x).
+- `winograd_weight(w; flip, tile)`: the weight matrix [O, C·9] (g[o, c] = w[o, 9c : 9c + 9] as
+  3×3) → U [P, O, C], U[n·a + b, o, c] = (G·g[o, c]·Gᵀ)[a, b]; with `flip`, the filter of the input
+  gradient instead: [P, C, O], U[ξ, c, o] = (G·rot180(g[o, c])·Gᵀ)[a, b] (the input gradient of
   a stride-1 convolution with padding p is the correlation of the output gradient with the
   rotated, transposed filters, padding 2 − p).
-- `winograd_output(m; size)`: M [16, O, T] → y [N, O, Ho, Wo] with (Ho, Wo) = `size`,
-  y[n, o, 2ty + i, 2tx + j] = Σ_ab Aᵀ[i, a]·Aᵀ[j, b]·M[4a + b, o, t] (a ragged last tile's
-  extra row or column is dropped).
+- `winograd_output(m; size, tile)`: M [P, O, T] → y [N, O, Ho, Wo] with (Ho, Wo) = `size`,
+  y[n, o, m·ty + i, m·tx + j] = Σ_ab Aᵀ[i, a]·Aᵀ[j, b]·M[n·a + b, o, t] (a ragged last tile's
+  rows or columns past the output are dropped).
 """
 
 from __future__ import annotations
@@ -34,19 +39,46 @@ from __future__ import annotations
 import numpy as np
 
 from meganeura.ir.graph import TensorType
-from meganeura.ir.op import BOOL, INTS, Attr, Op, ShapeError, require_float
+from meganeura.ir.op import BOOL, INT, INTS, Attr, Op, ShapeError, require_float
 
 FAMILY = "image"
-POSITIONS = 16  # the 4×4 transformed tile
+MATRICES = {  # tile m: (Bᵀ [n, n], G [n, 3], Aᵀ [m, n]), n = m + 2, in float64 (exact)
+    2: (
+        np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64),
+        np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64),
+    ),
+    4: (
+        np.array(
+            [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+             [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], dtype=np.float64,
+        ),
+        np.array(
+            [[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+             [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], dtype=np.float64,
+        ),
+        np.array(
+            [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], dtype=np.float64
+        ),
+    ),
+}  # fmt: skip
 
-B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float32)
-G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float32)
-A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float32)
+
+def positions(tile: int) -> int:
+    """P = (m + 2)², the positions of a transformed tile."""
+    return (tile + 2) ** 2
 
 
-def tiles(size: tuple[int, int]) -> tuple[int, int]:
-    """The 2×2 output tiles (th, tw) covering an output of `size` (Ho, Wo)."""
-    return -(-size[0] // 2), -(-size[1] // 2)
+def check_tile(attrs, op: str) -> int:
+    tile = attrs["tile"]
+    if tile not in MATRICES:
+        raise ShapeError(f"{op}: tile must be one of {sorted(MATRICES)} (F(m×m, 3×3)), got {tile}")
+    return tile
+
+
+def tiles(size: tuple[int, int], tile: int) -> tuple[int, int]:
+    """The m×m output tiles (th, tw) covering an output of `size` (Ho, Wo)."""
+    return -(-size[0] // tile), -(-size[1] // tile)
 
 
 def transformed_size(image: tuple[int, int], padding: tuple[int, int]) -> tuple[int, int]:
@@ -67,24 +99,26 @@ def infer_winograd_input(types, attrs) -> TensorType:
     size = transformed_size(image, padding)
     if min(size) < 1:
         raise ShapeError(f"winograd_input: a 3×3 window does not fit the image {list(image)} padded by {list(padding)}")
-    th, tw = tiles(size)
-    return TensorType((POSITIONS, x.shape[1], x.shape[0] * th * tw), "f32")
+    tile = check_tile(attrs, "winograd_input")
+    th, tw = tiles(size, tile)
+    return TensorType((positions(tile), x.shape[1], x.shape[0] * th * tw), "f32")
 
 
-def evaluate_winograd_input(x, padding, image):
-    """V = Bᵀ·d·B for every 4×4 input tile d (stride 2), as [16, C, N·th·tw]."""
+def evaluate_winograd_input(x, padding, image, tile):
+    """V = Bᵀ·d·B for every n×n input tile d (stride m), as [P, C, N·th·tw]."""
     n, c = x.shape[:2]
     x = x.reshape(n, c, *image)
-    (ph, pw), (th, tw) = padding, tiles(transformed_size(tuple(image), tuple(padding)))
-    # Pad so that every tile's 4×4 window is inside: rows −ph … 2·th − ph + 1.
-    padded = np.zeros((n, c, 2 * th + 2, 2 * tw + 2), dtype=x.dtype)
-    rows, cols = min(image[0], 2 * th + 2 - ph), min(image[1], 2 * tw + 2 - pw)
+    (ph, pw), (th, tw), span = padding, tiles(transformed_size(tuple(image), tuple(padding)), tile), tile + 2
+    # Pad so that every tile's n×n window is inside: rows −ph … m·th − ph + 1.
+    padded = np.zeros((n, c, tile * th + 2, tile * tw + 2), dtype=x.dtype)
+    rows, cols = min(image[0], tile * th + 2 - ph), min(image[1], tile * tw + 2 - pw)
     padded[:, :, ph : ph + rows, pw : pw + cols] = x[:, :, :rows, :cols]
-    i = 2 * np.arange(th)[:, None] + np.arange(4)[None, :]  # [th, 4]
-    j = 2 * np.arange(tw)[:, None] + np.arange(4)[None, :]  # [tw, 4]
-    windows = padded[:, :, i[:, None, :, None], j[None, :, None, :]]  # [N, C, th, tw, 4, 4]
-    v = np.einsum("ai,bj,nctsij->abcnts", B_T, B_T, windows)
-    return v.reshape(POSITIONS, c, n * th * tw).astype(x.dtype)
+    i = tile * np.arange(th)[:, None] + np.arange(span)[None, :]  # [th, n]
+    j = tile * np.arange(tw)[:, None] + np.arange(span)[None, :]  # [tw, n]
+    windows = padded[:, :, i[:, None, :, None], j[None, :, None, :]]  # [N, C, th, tw, n, n]
+    b_t = MATRICES[tile][0]
+    v = np.einsum("ai,bj,nctsij->abcnts", b_t, b_t, windows)
+    return v.reshape(positions(tile), c, n * th * tw).astype(x.dtype)
 
 
 def infer_winograd_weight(types, attrs) -> TensorType:
@@ -93,39 +127,44 @@ def infer_winograd_weight(types, attrs) -> TensorType:
     if w.rank != 2 or w.shape[1] % 9:
         raise ShapeError(f"winograd_weight: expected a 3×3 weight matrix [O, C·9], got {w}")
     filters, channels = w.shape[0], w.shape[1] // 9
-    return TensorType((POSITIONS, channels, filters) if attrs["flip"] else (POSITIONS, filters, channels), "f32")
+    count = positions(check_tile(attrs, "winograd_weight"))
+    return TensorType((count, channels, filters) if attrs["flip"] else (count, filters, channels), "f32")
 
 
-def evaluate_winograd_weight(w, flip):
-    """U = G·g·Gᵀ per filter (of the rotated filter with `flip`), [16, O, C] ([16, C, O] flipped)."""
+def evaluate_winograd_weight(w, flip, tile):
+    """U = G·g·Gᵀ per filter (of the rotated filter with `flip`), [P, O, C] ([P, C, O] flipped)."""
     g = w.reshape(w.shape[0], -1, 3, 3)
     if flip:
         g = np.transpose(g[:, :, ::-1, ::-1], (1, 0, 2, 3))
-    u = np.einsum("ai,bj,ocij->aboc", G, G, g)
-    return u.reshape(POSITIONS, *g.shape[:2]).astype(w.dtype)
+    g_matrix = MATRICES[tile][1]
+    u = np.einsum("ai,bj,ocij->aboc", g_matrix, g_matrix, g)
+    return u.reshape(positions(tile), *g.shape[:2]).astype(w.dtype)
 
 
 def infer_winograd_output(types, attrs) -> TensorType:
     (m,) = types
     require_float([m], "winograd_output")
-    size = tuple(attrs["size"])
-    th, tw = tiles(size)
-    if m.rank != 3 or m.shape[0] != POSITIONS or m.shape[2] % (th * tw):
-        raise ShapeError(f"winograd_output: expected [16, O, N·{th}·{tw}] (output {list(size)}), got {m}")
+    size, tile = tuple(attrs["size"]), check_tile(attrs, "winograd_output")
+    th, tw = tiles(size, tile)
+    count = positions(tile)
+    if m.rank != 3 or m.shape[0] != count or m.shape[2] % (th * tw):
+        raise ShapeError(f"winograd_output: expected [{count}, O, N·{th}·{tw}] (output {list(size)}), got {m}")
     return TensorType((m.shape[2] // (th * tw), m.shape[1], *size), "f32")
 
 
-def evaluate_winograd_output(m, size):
+def evaluate_winograd_output(m, size, tile):
     """y = Aᵀ·M·A per tile, the tiles laid out over [N, O, Ho, Wo]."""
-    (th, tw), filters = tiles(tuple(size)), m.shape[1]
-    tiled = m.reshape(4, 4, filters, -1, th, tw)
-    y = np.einsum("ia,jb,abonts->notisj", A_T, A_T, tiled)  # [N, O, th, 2, tw, 2]
-    y = y.reshape(-1, filters, 2 * th, 2 * tw)
+    (th, tw), filters, span = tiles(tuple(size), tile), m.shape[1], tile + 2
+    tiled = m.reshape(span, span, filters, -1, th, tw)
+    a_t = MATRICES[tile][2]
+    y = np.einsum("ia,jb,abonts->notisj", a_t, a_t, tiled)  # [N, O, th, m, tw, m]
+    y = y.reshape(-1, filters, tile * th, tile * tw)
     return np.ascontiguousarray(y[:, :, : size[0], : size[1]]).astype(m.dtype)
 
 
 def describe_input(node) -> str:
-    return f"image {'x'.join(map(str, node.attr('image')))} padding {','.join(map(str, node.attr('padding')))}"
+    image, padding = "x".join(map(str, node.attr("image"))), ",".join(map(str, node.attr("padding")))
+    return f"F({node.attr('tile')}, 3) image {image} padding {padding}"
 
 
 WINOGRAD_INPUT = Op(
@@ -134,9 +173,9 @@ WINOGRAD_INPUT = Op(
     infer=infer_winograd_input,
     evaluate=evaluate_winograd_input,
     operands=("x",),
-    attrs=(Attr("padding", INTS), Attr("image", INTS)),
+    attrs=(Attr("padding", INTS), Attr("image", INTS), Attr("tile", INT, 2)),
     describe=describe_input,
-    doc="Winograd F(2×2, 3×3) input transform: Bᵀ·d·B of every 4×4 tile, [16, C, N·tiles]",
+    doc="Winograd F(m×m, 3×3) input transform: Bᵀ·d·B of every (m + 2)² tile, [P, C, N·tiles]",
 )
 WINOGRAD_WEIGHT = Op(
     "winograd_weight",
@@ -144,9 +183,9 @@ WINOGRAD_WEIGHT = Op(
     infer=infer_winograd_weight,
     evaluate=evaluate_winograd_weight,
     operands=("w",),
-    attrs=(Attr("flip", BOOL, False),),
-    describe=lambda node: "rotated, transposed (input gradient)" if node.attr("flip") else "",
-    doc="Winograd F(2×2, 3×3) filter transform: G·g·Gᵀ per 3×3 filter, [16, O, C] (flip: [16, C, O])",
+    attrs=(Attr("flip", BOOL, False), Attr("tile", INT, 2)),
+    describe=lambda node: f"F({node.attr('tile')}, 3)" + ", rotated, transposed (input gradient)" * node.attr("flip"),
+    doc="Winograd F(m×m, 3×3) filter transform: G·g·Gᵀ per 3×3 filter, [P, O, C] (flip: [P, C, O])",
 )
 WINOGRAD_OUTPUT = Op(
     "winograd_output",
@@ -154,7 +193,7 @@ WINOGRAD_OUTPUT = Op(
     infer=infer_winograd_output,
     evaluate=evaluate_winograd_output,
     operands=("m",),
-    attrs=(Attr("size", INTS),),
-    describe=lambda node: f"to {'x'.join(map(str, node.attr('size')))}",
-    doc="Winograd F(2×2, 3×3) output transform: Aᵀ·M·A of every tile, [N, O, Ho, Wo]",
+    attrs=(Attr("size", INTS), Attr("tile", INT, 2)),
+    describe=lambda node: f"F({node.attr('tile')}, 3) to {'x'.join(map(str, node.attr('size')))}",
+    doc="Winograd F(m×m, 3×3) output transform: Aᵀ·M·A of every tile, [N, O, Ho, Wo]",
 )
