@@ -6,6 +6,8 @@ the plan takes it for ResNet's stride-1 3×3 convolutions and still computes the
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from conftest import PROPERTY, assert_same_results, emit, live_nodes, seeds, typed_leaf
@@ -15,6 +17,7 @@ from test_conv_gemm import conv_reference
 from test_rewrite_conv import ConvNet, conv_step
 
 from meganeura.codegen.compiled import compile_step
+from meganeura.codegen.registry import node_workgroups
 from meganeura.ir.graph import Graph
 from meganeura.ir.interpret import interpret
 from meganeura.ir.op import ShapeError, infer_type
@@ -176,12 +179,16 @@ CASE_IDS = [f"{op}-{'x'.join(map(str, shape))}" for op, shape, _ in KERNEL_CASES
 @pytest.mark.parametrize("op, shape, attrs", KERNEL_CASES, ids=CASE_IDS)
 def test_each_kernel_computes_what_the_interpreter_does(op, shape, attrs):
     """Ragged image sizes (a last tile half outside), every padding, the flipped filter, and more
-    units than one workgroup runs: the WGSL kernel against the numpy semantics."""
+    units than one workgroup runs: the WGSL kernel against the numpy semantics; it dispatches the
+    workgroups the cost model counts."""
     graph = Graph()
     x = typed_leaf(graph, "input", "x0", shape)
     graph.outputs["out"] = emit(graph, op, [x], **attrs)
     feeds = {"x0": np.random.default_rng(5).normal(size=shape).astype(np.float32)}
-    executable = Executable(compile_step(graph, GENERIC), default_device(), {}, {})
+    step = compile_step(graph, GENERIC)
+    (spec,) = step.kernels
+    assert math.prod(spec.grid) == node_workgroups(step.graph, step.graph[spec.node])  # what the cost model counts
+    executable = Executable(step, default_device(), {}, {})
     got = executable.run(feeds, read=("out",))["out"]
     expected = interpret(graph, feeds, dtype=np.float64).outputs["out"]
     assert got.shape == expected.shape and np.abs(expected).max() > 0

@@ -26,13 +26,19 @@ from meganeura.codegen.expressions import literal
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
-from meganeura.ir.graph import Graph, Node
+from meganeura.ir.graph import Graph, Node, TensorType
 from meganeura.ir.ops.winograd import MATRICES, tiles, transformed_size
 from meganeura.target import Target
 
 
-def units_workgroups(units: int) -> int:
-    return -(-units // WORKGROUP)
+def plane_workgroups(transformed: TensorType) -> int:
+    """The workgroups of a transform whose threads own a unit of each plane of `transformed` [P, …]."""
+    return -(-(transformed.numel // transformed.shape[0]) // WORKGROUP)
+
+
+def stored_planes(name: str, span: int, plane: int) -> list[str]:
+    """The stores of a unit's P = span² values `{name}{a}_{b}`, each to its own plane of `plane` elements."""
+    return [f"out[{(span * a + b) * plane}u + i] = {name}{a}_{b};" for a in range(span) for b in range(span)]
 
 
 WORKGROUP = 256
@@ -43,7 +49,7 @@ def transform_kernel(
 ) -> KernelSpec:
     """The kernel of shaders/winograd.wgsl running `body` for each of `units` threads."""
     bindings = operands.bindings + [output_binding(node)]
-    grid = grid_for(units_workgroups(units))
+    grid = grid_for(-(-units // WORKGROUP))
     wgsl = render(
         "winograd",
         {
@@ -86,10 +92,7 @@ def transformed(matrix, name: str, source: str, count: int) -> list[str]:
     return lines
 
 
-@lowering(
-    "winograd_input",
-    workgroups=lambda attrs, operands, results: units_workgroups(results[0].numel // results[0].shape[0]),
-)
+@lowering("winograd_input", workgroups=lambda attrs, operands, results: plane_workgroups(results[0]))
 def lower_winograd_input(graph: Graph, node: Node) -> KernelSpec:
     """Thread (c, t) loads its n×n tile (0 outside the image; the index clamped so that every load
     is in bounds), forms V = Bᵀ·d·B and writes its P values, C·T apart."""
@@ -118,15 +121,12 @@ def lower_winograd_input(graph: Graph, node: Node) -> KernelSpec:
             pixel = operands.read_at(x, f"at_row{r} + at_col{s}")
             body.append(f"let d{r}_{s} = select(0.0, {pixel}, in_row{r} && in_col{s});")
     body += transformed(MATRICES[tile][0], "v", "d", span)
-    body += [f"out[{(span * a + b) * channels * count}u + i] = v{a}_{b};" for a in range(span) for b in range(span)]
+    body += stored_planes("v", span, channels * count)
     label = f"winograd_input F({tile},3) {shape_text(graph[x].shape)} image {height}x{width} p={ph},{pw}"
     return transform_kernel(graph, node, operands, channels * count, body, label)
 
 
-@lowering(
-    "winograd_weight",
-    workgroups=lambda attrs, operands, results: units_workgroups(results[0].numel // results[0].shape[0]),
-)
+@lowering("winograd_weight", workgroups=lambda attrs, operands, results: plane_workgroups(results[0]))
 def lower_winograd_weight(graph: Graph, node: Node) -> KernelSpec:
     """Thread (o, c) (flipped: (c, o)) loads its filter's 9 taps (rotated by 180° when flipped),
     forms U = G·g·Gᵀ and writes its P values."""
@@ -147,15 +147,12 @@ def lower_winograd_weight(graph: Graph, node: Node) -> KernelSpec:
                 f"let g{r}_{c} = {operands.read_at(w, f'base + {(2 - r) * 3 + 2 - c if flip else r * 3 + c}u')};"
             )
     body += transformed(MATRICES[tile][1], "u", "g", 3)
-    body += [f"out[{(span * a + b) * rows * cols}u + i] = u{a}_{b};" for a in range(span) for b in range(span)]
+    body += stored_planes("u", span, rows * cols)
     label = f"winograd_weight F({tile},3) {shape_text(graph[w].shape)}{' flipped' if flip else ''}"
     return transform_kernel(graph, node, operands, rows * cols, body, label)
 
 
-@lowering(
-    "winograd_output",
-    workgroups=lambda attrs, operands, results: units_workgroups(operands[0].numel // operands[0].shape[0]),
-)
+@lowering("winograd_output", workgroups=lambda attrs, operands, results: plane_workgroups(operands[0]))
 def lower_winograd_output(graph: Graph, node: Node) -> KernelSpec:
     """Thread (o, t) loads its tile's P values of M, forms y = Aᵀ·M·A and stores the m×m pixels
     that fall inside the output."""
