@@ -70,6 +70,7 @@ def positions(tile: int) -> int:
 
 
 def check_tile(attrs, op: str) -> int:
+    """The op's m, checked: an F(m×m, 3×3) whose matrices are in MATRICES."""
     tile = attrs["tile"]
     if tile not in MATRICES:
         raise ShapeError(f"{op}: tile must be one of {sorted(MATRICES)} (F(m×m, 3×3)), got {tile}")
