@@ -1,8 +1,9 @@
-"""Winograd's F(2×2, 3×3) convolution (ir/ops/winograd.py, codegen/winograd.py, rule
-`conv_winograd`): its numpy semantics against the direct convolution and its input gradient over
-paddings and ragged image sizes, its shape checks, its three kernels against the interpreter on
-the default adapter (lavapipe in CI) at ragged sizes, and the rule on the H200's target, where
-the plan takes it for ResNet's stride-1 3×3 convolutions and still computes the step."""
+"""Winograd's F(m×m, 3×3) convolution and its weight gradient (ir/ops/winograd.py,
+codegen/winograd.py, rules `conv_winograd` and `conv_winograd_weight`): their numpy semantics
+against the direct convolution and its gradients over paddings, tiles and ragged image sizes,
+their float32 error, their shape checks, their five kernels against the interpreter on the
+default adapter (lavapipe in CI) at ragged sizes, and the rules on the H200's target, where the
+plan takes them for stride-1 3×3 convolutions and still computes the step."""
 
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ from meganeura.ir.interpret import interpret
 from meganeura.ir.op import ShapeError, infer_type
 from meganeura.ir.ops.image import evaluate_conv_gemm
 from meganeura.ir.ops.winograd import (
+    evaluate_winograd_gradient,
     evaluate_winograd_input,
     evaluate_winograd_output,
     evaluate_winograd_weight,
+    evaluate_winograd_weight_gradient,
 )
 from meganeura.rewrite import optimize
 from meganeura.runtime import Executable, default_device
@@ -51,6 +54,14 @@ def winograd_input_gradient(g, weight, padding, image, tile):
     return evaluate_winograd_output(u @ v, image, tile)
 
 
+def winograd_weight_gradient(g, x, padding, tile):
+    """The weight gradient through the transposed form: Gᵀ[(A·g·Aᵀ) ⊙ (Bᵀ·d·B)]G summed over tiles."""
+    n, o, ho, wo = g.shape
+    ug = evaluate_winograd_gradient(g.reshape(n, o, -1), (ho, wo), tile)
+    v = evaluate_winograd_input(x, padding, x.shape[2:], tile)
+    return evaluate_winograd_weight_gradient(ug @ np.transpose(v, (0, 2, 1)), tile)
+
+
 @PROPERTY
 @given(
     channels=st.integers(1, 3),
@@ -61,11 +72,12 @@ def winograd_input_gradient(g, weight, padding, image, tile):
     tile=st.sampled_from([2, 4]),
     seed=seeds,
 )
-def test_the_transforms_compute_the_convolution_and_its_input_gradient(
+def test_the_transforms_compute_the_convolution_and_its_gradients(
     channels, filters, height, width, padding, tile, seed
 ):
-    """Against a loop over every output and tap, in float64: any image size (odd sizes leave a
-    ragged last tile), paddings 0-2 (2 − p for the input gradient), error at float64 rounding."""
+    """Against a loop over every output and tap (the forward) and against conv_gemm's numpy
+    semantics (both gradients), in float64: any image size (odd sizes leave a ragged last tile),
+    paddings 0-2 (2 − p for the input gradient), error at float64 rounding."""
     if height + 2 * padding[0] < 3 or width + 2 * padding[1] < 3:
         return  # the window does not fit
     rng = np.random.default_rng(seed)
@@ -81,6 +93,11 @@ def test_the_transforms_compute_the_convolution_and_its_input_gradient(
         stride=(1, 1), padding=padding, image=(height, width),
     )  # fmt: skip
     np.testing.assert_allclose(winograd_input_gradient(g, weight, padding, (height, width), tile), gradient, atol=1e-12)
+    weight_gradient = evaluate_conv_gemm(
+        g.reshape(2, filters, -1), x, mode="grad_weight", kernel=(3, 3), stride=(1, 1), padding=padding,
+        image=(height, width),
+    )  # fmt: skip
+    np.testing.assert_allclose(winograd_weight_gradient(g, x, padding, tile), weight_gradient, atol=1e-11)
 
 
 def float32_errors(channels: int, image: int, tile: int) -> tuple[float, float]:
@@ -116,6 +133,39 @@ def test_float32_error_against_the_direct_gemms(tile, bound):
     assert direct > 0 and winograd < bound * direct, (winograd, direct)
 
 
+def weight_gradient_errors(channels: int, image: int, tile: int) -> tuple[float, float]:
+    """(Winograd's, the direct GEMM's) largest error in the weight gradient against float64,
+    relative to its largest |value|, both run in float32 on the default adapter: 8 filters over
+    `channels` channels, a batch of 4 N(0, 1) images and output gradients, padding 1."""
+    graph = Graph()
+    g = typed_leaf(graph, "input", "g", (4, 8, image * image))
+    x = typed_leaf(graph, "input", "x", (4, channels, image, image))
+    ug = emit(graph, "winograd_gradient", [g], size=(image, image), tile=tile)
+    v = emit(graph, "winograd_input", [x], padding=(1, 1), image=(image, image), tile=tile)
+    product = emit(graph, "matmul", [ug, v], transpose_b=True)
+    graph.outputs["winograd"] = emit(graph, "winograd_weight_gradient", [product], tile=tile)
+    graph.outputs["direct"] = emit(
+        graph, "conv_gemm", [g, x], mode="grad_weight", kernel=(3, 3), stride=(1, 1), padding=(1, 1),
+        image=(image, image),
+    )  # fmt: skip
+    rng = np.random.default_rng(4)
+    feeds = {"g": rng.normal(size=(4, 8, image * image)), "x": rng.normal(size=(4, channels, image, image))}
+    feeds = {name: value.astype(np.float32) for name, value in feeds.items()}
+    exact = interpret(graph, feeds, dtype=np.float64).outputs["direct"]
+    got = Executable(compile_step(graph, GENERIC), default_device(), {}, {}).run(feeds, read=("winograd", "direct"))
+    scale = np.abs(exact).max()
+    return tuple(float(np.abs(got[name] - exact).max() / scale) for name in ("winograd", "direct"))
+
+
+@pytest.mark.parametrize("tile, bound", [(2, 3), (4, 20)])
+def test_float32_error_of_the_weight_gradient_against_the_direct_gemms(tile, bound):
+    """The weight gradient sums over every tile of the batch: run in float32 (16 channels, 12×12
+    images, batch 4), F(3×3, 2×2) stays within 3× the direct GEMM's error, F(3×3, 4×4) within 20×
+    (on lavapipe, 2026-12-04: direct 6.3e-7 of the largest |value|, m = 2 5.7e-7, m = 4 2.6e-6)."""
+    winograd, direct = weight_gradient_errors(16, 12, tile)
+    assert direct > 0 and winograd < bound * direct, (winograd, direct)
+
+
 def test_shape_checks_say_what_they_expected():
     with pytest.raises(ShapeError, match="image batch"):
         infer_type("winograd_input", [_type(2, 3, 5, 5)], {"padding": (1, 1), "image": (5, 6), "tile": 2})
@@ -144,6 +194,12 @@ def test_shape_checks_say_what_they_expected():
     assert infer_type("winograd_weight", [_type(4, 27)], {"flip": False, **four}).shape == (36, 4, 3)
     assert infer_type("winograd_output", [_type(16, 4, 24)], {"size": (7, 5), **two}).shape == (2, 4, 7, 5)
     assert infer_type("winograd_output", [_type(36, 4, 8)], {"size": (7, 5), **four}).shape == (2, 4, 7, 5)
+    assert infer_type("winograd_gradient", [_type(2, 4, 35)], {"size": (7, 5), **four}).shape == (36, 4, 8)
+    assert infer_type("winograd_weight_gradient", [_type(16, 4, 3)], two).shape == (4, 27)
+    with pytest.raises(ShapeError, match=r"expected \[N, O, 35\]"):
+        infer_type("winograd_gradient", [_type(2, 4, 34)], {"size": (7, 5), **two})
+    with pytest.raises(ShapeError, match=r"\[36, O, C\]"):
+        infer_type("winograd_weight_gradient", [_type(16, 4, 3)], four)
 
 
 def _type(*shape):
@@ -170,6 +226,12 @@ KERNEL_CASES = [
     ("winograd_output", (36, 3, 2 * 3 * 2), {"size": (9, 6), "tile": 4}),
     ("winograd_output", (36, 3, 2 * 2 * 2), {"size": (7, 5), "tile": 4}),
     ("winograd_output", (36, 3, 2 * 1 * 1), {"size": (4, 4), "tile": 4}),
+    ("winograd_gradient", (2, 3, 35), {"size": (7, 5), "tile": 2}),
+    ("winograd_gradient", (2, 3, 7, 5), {"size": (7, 5), "tile": 4}),
+    ("winograd_gradient", (2, 3, 8, 8), {"size": (8, 8), "tile": 4}),
+    ("winograd_gradient", (1, 300, 1), {"size": (1, 1), "tile": 2}),
+    ("winograd_weight_gradient", (16, 3, 5), {"tile": 2}),
+    ("winograd_weight_gradient", (36, 70, 5), {"tile": 4}),
 ]
 
 
@@ -199,9 +261,10 @@ def test_each_kernel_computes_what_the_interpreter_does(op, shape, attrs):
 def test_on_an_h200_stride_1_convolutions_run_as_winograd_and_compute_the_same(tile, monkeypatch):
     """Two stride-1 3×3 convolutions over 256 channels on 9×7 images (ragged tiles) at batch 2,
     planned for the H200 with F(m×m, 3×3) offered: both forwards and the second's input gradient
-    run as Winograd transforms around batched matmuls [P, 256, 256]·[P, 256, 2·tiles] (the cost
-    model's choice at these sizes), and the plan computes what the step computes. A generic
-    target is not offered the rule (not measured there)."""
+    run as Winograd transforms around batched matmuls [P, 256, 256]·[P, 256, 2·tiles], both
+    weight gradients as F(3×3, m×m) around [P, O, 2·tiles]·[P, C, 2·tiles]ᵀ (the cost model's
+    choice at these sizes), no direct convolution is left, and the plan computes what the step
+    computes. A generic target is not offered the rules (not measured there)."""
     from meganeura.codegen import winograd
 
     monkeypatch.setitem(winograd.WINOGRAD_TILES, "hopper", tile)
@@ -215,8 +278,11 @@ def test_on_an_h200_stride_1_convolutions_run_as_winograd_and_compute_the_same(t
     planes, tiles = (tile + 2) ** 2, 2 * -(-9 // tile) * -(-7 // tile)
     products = [n for n in fused.nodes if n.op in ("matmul", "fused_matmul") and n.shape == (planes, 256, tiles)]
     assert len(products) == 3
-    assert not [n for n in live_nodes(fused, "conv_gemm") if n.attr("mode") != "grad_weight"]
+    assert report.rule("conv_winograd_weight").uses > 0
+    assert sorted(n.shape for n in live_nodes(fused, "winograd_weight_gradient")) == [(256, 144), (256, 2304)]
+    assert not live_nodes(fused, "conv_gemm")
     assert_same_results(graph, fused, inputs, params, states, tol=1e-4)
 
     generic, generic_report = optimize(graph, target=GENERIC)
-    assert not live_nodes(generic, "winograd_output") and generic_report.rule("conv_winograd").matches == 0
+    assert not live_nodes(generic, "winograd_output") and not live_nodes(generic, "winograd_weight_gradient")
+    assert generic_report.rule("conv_winograd").matches == 0 == generic_report.rule("conv_winograd_weight").matches

@@ -175,13 +175,70 @@ def lower_winograd_output(graph: Graph, node: Node) -> KernelSpec:
     for p in range(tile):
         for q in range(tile):
             # Only a ragged last row (column) of tiles reaches past the output, by up to m − 1.
-            guards = [f"y + {p}u < {height}u" * (p >= tile - (-height % tile) and height % tile != 0),
-                      f"x + {q}u < {width}u" * (q >= tile - (-width % tile) and width % tile != 0)]  # fmt: skip
+            guards = [
+                f"y + {p}u < {height}u" * past_edge(p, height, tile),
+                f"x + {q}u < {width}u" * past_edge(q, width, tile),
+            ]
             inside = " && ".join(filter(None, guards))
             store = f"out[corner + {p * width + q}u] = y{p}_{q};"
             body.append(f"if ({inside}) {{ {store} }}" if inside else store)
     label = f"winograd_output F({tile},3) {shape_text(graph[m].shape)} -> {shape_text(node.shape)}"
     return transform_kernel(graph, node, operands, filters * count, body, label)
+
+
+@lowering("winograd_gradient", workgroups=lambda attrs, operands, results: plane_workgroups(results[0]))
+def lower_winograd_gradient(graph: Graph, node: Node) -> KernelSpec:
+    """Thread (o, t) loads its m×m tile of the output gradient (0 past the output), forms
+    Ug = A·g·Aᵀ and writes its P values, O·T apart."""
+    g = node.inputs[0]
+    (height, width), tile = tuple(node.attr("size")), node.attr("tile")
+    th, tw = tiles((height, width), tile)
+    span, (_, filters, count) = tile + 2, node.shape
+    operands = Operands(graph)
+    body = [
+        f"let t = i % {count}u;",
+        f"let y = ((t / {tw}u) % {th}u) * {tile}u;",
+        f"let x = (t % {tw}u) * {tile}u;",
+        f"let plane = ((t / {th * tw}u) * {filters}u + i / {count}u) * {height * width}u;",
+    ]
+    for u in range(tile):
+        row = f"min(y + {u}u, {height - 1}u)" if past_edge(u, height, tile) else f"y + {u}u"
+        for v in range(tile):
+            col = f"min(x + {v}u, {width - 1}u)" if past_edge(v, width, tile) else f"x + {v}u"
+            value = operands.read_at(g, f"plane + ({row}) * {width}u + {col}")
+            guards = [
+                f"y + {u}u < {height}u" * past_edge(u, height, tile),
+                f"x + {v}u < {width}u" * past_edge(v, width, tile),
+            ]
+            inside = " && ".join(filter(None, guards))
+            # Past the output's edge the tile reads 0 (its index clamped to stay in the plane).
+            body.append(f"let g{u}_{v} = select(0.0, {value}, {inside});" if inside else f"let g{u}_{v} = {value};")
+    body += transformed(MATRICES[tile][2].T, "w", "g", tile)
+    body += stored_planes("w", span, filters * count)
+    label = f"winograd_gradient F(3,{tile}) {shape_text(graph[g].shape)} of {height}x{width}"
+    return transform_kernel(graph, node, operands, filters * count, body, label)
+
+
+@lowering("winograd_weight_gradient", workgroups=lambda attrs, operands, results: plane_workgroups(operands[0]))
+def lower_winograd_weight_gradient(graph: Graph, node: Node) -> KernelSpec:
+    """Thread (o, c) loads its P values of M, forms dW = Gᵀ·M·G and stores its filter's 9 taps."""
+    m = node.inputs[0]
+    tile = node.attr("tile")
+    span, (_, filters, channels) = tile + 2, graph[m].shape
+    operands = Operands(graph)
+    body = []
+    for a in range(span):
+        for b in range(span):
+            body.append(f"let m{a}_{b} = {operands.read_at(m, f'{(span * a + b) * filters * channels}u + i')};")
+    body += transformed(MATRICES[tile][1].T, "d", "m", span)
+    body += [f"out[i * 9u + {3 * r + c}u] = d{r}_{c};" for r in range(3) for c in range(3)]
+    label = f"winograd_weight_gradient F(3,{tile}) {shape_text(graph[m].shape)}"
+    return transform_kernel(graph, node, operands, filters * channels, body, label)
+
+
+def past_edge(offset: int, extent: int, tile: int) -> bool:
+    """Whether row (column) `offset` of the last tile of `tile`s over `extent` falls past it."""
+    return extent % tile != 0 and offset >= extent % tile
 
 
 def winograd_tile(target: Target) -> int | None:

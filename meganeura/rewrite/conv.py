@@ -184,6 +184,28 @@ CONV_WINOGRAD = Rule(
     ),
 )
 
+WINOGRAD_GRADIENT = "(WinogradGradient g wsize wt)"
+WINOGRAD_IMAGE = "(WinogradInput x wp img wt)"
+WINOGRAD_GRADIENT_GEMM = f"(Matmul {WINOGRAD_GRADIENT} {WINOGRAD_IMAGE} false true)"
+CONV_WINOGRAD_WEIGHT = Rule(
+    "conv_winograd_weight",
+    FAMILY,
+    "a stride-1 3×3 convolution's weight gradient → Winograd F(3×3, m×m): the output gradient's "
+    "and the input's transforms, (m + 2)² GEMMs over the tiles as one batched matmul, the "
+    "filters' transform",
+    (
+        rule(
+            ['(= t (ConvKernel "grad_weight" g x wk ws wp img 1 (Acc)))', "(winograd_grad t wt u v m wsize)"],
+            [
+                f"(set (shape {WINOGRAD_GRADIENT}) u)",
+                f"(set (shape {WINOGRAD_IMAGE}) v)",
+                f"(set (shape {WINOGRAD_GRADIENT_GEMM}) m)",
+                f"(union t (WinogradWeightGradient {WINOGRAD_GRADIENT_GEMM} wt))",
+            ],
+        ),
+    ),
+)
+
 CONV_MENTIONS = Rule(
     "conv_mentions",
     FAMILY,
@@ -222,6 +244,7 @@ RULES = [
     CONV_SPLIT_K,
     CONV_SPLIT_REDUCTION,
     CONV_WINOGRAD,
+    CONV_WINOGRAD_WEIGHT,
     CONV_EPILOGUE,
     CONV_MENTIONS,
     POINTWISE_CONV,
@@ -237,6 +260,7 @@ DECLARATIONS = """(relation rank (Term i64))
 (relation weight_split (Term i64 String))
 (relation reduction_split (Term i64 String))
 (relation winograd (Term bool i64 String String String String String String))
+(relation winograd_grad (Term i64 String String String String))
 """
 
 
@@ -292,7 +316,7 @@ def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]
     lines = []
     for node_id in node_ids:
         node = graph[node_id]
-        lines += winograd_facts(graph, node, target)
+        lines += winograd_facts(graph, node, target) + winograd_gradient_facts(graph, node, target)
         split = reduction_split(graph, node, target)
         if split > 1:
             lines.append(f"(reduction_split (Ref {node_id}) {split} {ints((split, *node.shape))})")
@@ -340,6 +364,27 @@ def winograd_facts(graph: Graph, node, target: Target) -> list[str]:
     shapes = [(planes, rows, inner), (planes, inner, count), (planes, rows, count)]
     texts = [ints(shape) for shape in shapes] + [ints(padding), ints(image), ints(size)]
     return [f"(winograd (Ref {node.id}) {'true' if flip else 'false'} {tile} {' '.join(texts)})"]
+
+
+def winograd_gradient_facts(graph: Graph, node, target: Target) -> list[str]:
+    """`(winograd_grad t m u v p size)` where `node` is a stride-1 3×3 convolution's weight
+    gradient Σₙ g·unfold(x)ᵀ [O, C·9] (the batch sum of the per-image products), padding at most
+    2, on a `target` that offers F(m×m, 3×3): m, the shapes of the output gradient's and the
+    input's transforms [P, O, T], [P, C, T] and of their product [P, O, C], and the output size."""
+    tile = winograd_tile(target)
+    if tile is None or node.op != "sum" or tuple(node.attr("axes")) != (0,) or node.attr("keepdim"):
+        return []
+    product = graph[node.inputs[0]]
+    images = batch_images(graph, product)
+    if images is None or not winograd_window(columns := graph[product.inputs[1]]):
+        return []
+    g, x = graph[product.inputs[0]], graph[columns.inputs[0]]
+    size = conv_output_size(x.shape[2:], *window(columns))
+    th, tw = tiles(size, tile)
+    planes, count = positions(tile), images * th * tw
+    filters, channels = g.shape[1], x.shape[1]
+    shapes = [(planes, filters, count), (planes, channels, count), (planes, filters, channels)]
+    return [f"(winograd_grad (Ref {node.id}) {tile} {' '.join(ints(shape) for shape in shapes)} {ints(size)})"]
 
 
 def winograd_forward(graph: Graph, node) -> tuple | None:

@@ -14,7 +14,7 @@ Importing this package registers every op in `meganeura.ir.op.OPS`; nothing else
 | optimizer | `optimizer.py` | sgd_step, momentum_buffer, adam_moment, adam_step; sgd_update, adam_update; multi_… |
 | transformer | `transformer.py` | rope, rope_grad, attention, attention_grad_q, attention_grad_kv |
 | image | `image.py` | unfold, fold, max/avg_pool2d and their gradients; conv_gemm (fused) |
-| image | `winograd.py` | winograd_input, winograd_weight, winograd_output (made by the e-graph) |
+| image | `winograd.py` | winograd_input/weight/output, winograd_gradient/weight_gradient (made by the e-graph) |
 """
 
 from meganeura.ir.ops import (  # noqa: F401  (imported for their declarations)

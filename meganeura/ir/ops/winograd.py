@@ -32,6 +32,17 @@ Ops (none has a gradient: they only appear in plans, after autodiff); `tile` is 
 - `winograd_output(m; size, tile)`: M [P, O, T] → y [N, O, Ho, Wo] with (Ho, Wo) = `size`,
   y[n, o, m·ty + i, m·tx + j] = Σ_ab Aᵀ[i, a]·Aᵀ[j, b]·M[n·a + b, o, t] (a ragged last tile's
   rows or columns past the output are dropped).
+
+The weight gradient dW[o, c, i, j] = Σ g[n, o, y, x]·x[n, c, y − p + i, x − p + j] is the same
+bilinear form read the other way round (Winograd's F(3×3, m×m), the transposition principle):
+per tile, dW = Gᵀ[(A·g·Aᵀ) ⊙ (Bᵀ·d·B)]G with the same matrices, the m×m tile g of the output
+gradient and the n×n input tile d that the forward's output tile reads; summed over the tiles,
+that is one GEMM per position over the T tiles, M[ξ] = Ug[ξ] [O, T] · V[ξ]ᵀ [T, C]:
+- `winograd_gradient(g; size, tile)`: the output gradient [N, O, Ho·Wo] (or [N, O, Ho, Wo]) of
+  output size `size` → Ug [P, O, T], Ug[n·a + b, o, t] = Σ_uv Aᵀ[u, a]·Aᵀ[v, b]·g[n, o, m·ty + u,
+  m·tx + v] (0 past the output); V is `winograd_input` of x with the forward's padding;
+- `winograd_weight_gradient(m; tile)`: M [P, O, C] → the weight matrix's gradient [O, C·9],
+  dW[o, 9c + 3i + j] = Σ_ab G[a, i]·G[b, j]·M[n·a + b, o, c].
 """
 
 from __future__ import annotations
@@ -197,4 +208,66 @@ WINOGRAD_OUTPUT = Op(
     attrs=(Attr("size", INTS), Attr("tile", INT, 2)),
     describe=lambda node: f"F({node.attr('tile')}, 3) to {'x'.join(map(str, node.attr('size')))}",
     doc="Winograd F(m×m, 3×3) output transform: Aᵀ·M·A of every tile, [N, O, Ho, Wo]",
+)
+
+
+def infer_winograd_gradient(types, attrs) -> TensorType:
+    (g,) = types
+    require_float([g], "winograd_gradient")
+    size, tile = tuple(attrs["size"]), check_tile(attrs, "winograd_gradient")
+    if g.rank not in (3, 4) or (g.rank == 4 and tuple(g.shape[2:]) != size):
+        raise ShapeError(f"winograd_gradient: expected an output gradient [N, O, {size[0]}, {size[1]}], got {g}")
+    if g.rank == 3 and g.shape[2] != size[0] * size[1]:
+        raise ShapeError(f"winograd_gradient: expected [N, O, {size[0] * size[1]}] (output {list(size)}), got {g}")
+    th, tw = tiles(size, tile)
+    return TensorType((positions(tile), g.shape[1], g.shape[0] * th * tw), "f32")
+
+
+def evaluate_winograd_gradient(g, size, tile):
+    """Ug = A·g·Aᵀ for every m×m tile of the output gradient (0 past the output), as [P, O, N·th·tw]."""
+    n, o = g.shape[:2]
+    (th, tw), span = tiles(tuple(size), tile), tile + 2
+    padded = np.zeros((n, o, th * tile, tw * tile), dtype=g.dtype)
+    padded[:, :, : size[0], : size[1]] = g.reshape(n, o, *size)
+    a = MATRICES[tile][2].T  # [n, m]
+    u = np.einsum("au,bv,notusv->abonts", a, a, padded.reshape(n, o, th, tile, tw, tile))
+    return u.reshape(span * span, o, n * th * tw).astype(g.dtype)
+
+
+def infer_winograd_weight_gradient(types, attrs) -> TensorType:
+    (m,) = types
+    require_float([m], "winograd_weight_gradient")
+    count = positions(check_tile(attrs, "winograd_weight_gradient"))
+    if m.rank != 3 or m.shape[0] != count:
+        raise ShapeError(f"winograd_weight_gradient: expected [{count}, O, C], got {m}")
+    return TensorType((m.shape[1], m.shape[2] * 9), "f32")
+
+
+def evaluate_winograd_weight_gradient(m, tile):
+    """dW = Gᵀ·M·G per filter pair, as the weight matrix [O, C·9]."""
+    span, (_, filters, channels) = tile + 2, m.shape
+    g_matrix = MATRICES[tile][1]
+    dw = np.einsum("ai,bj,aboc->ocij", g_matrix, g_matrix, m.reshape(span, span, filters, channels))
+    return dw.reshape(filters, channels * 9).astype(m.dtype)
+
+
+WINOGRAD_GRADIENT = Op(
+    "winograd_gradient",
+    family=FAMILY,
+    infer=infer_winograd_gradient,
+    evaluate=evaluate_winograd_gradient,
+    operands=("g",),
+    attrs=(Attr("size", INTS), Attr("tile", INT, 2)),
+    describe=lambda node: f"F(3, {node.attr('tile')}) of {'x'.join(map(str, node.attr('size')))}",
+    doc="Winograd weight-gradient transform of the output gradient: A·g·Aᵀ of every m×m tile, [P, O, N·tiles]",
+)
+WINOGRAD_WEIGHT_GRADIENT = Op(
+    "winograd_weight_gradient",
+    family=FAMILY,
+    infer=infer_winograd_weight_gradient,
+    evaluate=evaluate_winograd_weight_gradient,
+    operands=("m",),
+    attrs=(Attr("tile", INT, 2),),
+    describe=lambda node: f"F(3, {node.attr('tile')})",
+    doc="Winograd weight-gradient output transform: Gᵀ·M·G per filter pair, the weight matrix [O, C·9]",
 )
