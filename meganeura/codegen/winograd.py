@@ -11,7 +11,11 @@ position plane, so that neighbouring threads write neighbouring elements:
 - winograd_weight: a thread per filter pair (o, c), or (c, o) flipped: its 9 taps (rotated by 180°
   when flipped), U = G·g·Gᵀ;
 - winograd_output: a thread per (filter, tile): its P values of M, y = Aᵀ·M·A, the m×m pixels
-  that fall inside the output stored (a ragged last row or column of tiles stores fewer).
+  that fall inside the output stored (a ragged last row or column of tiles stores fewer);
+- winograd_gradient: a thread per (filter, tile) of the output gradient: its m×m values (0 past
+  the output), Ug = A·g·Aᵀ;
+- winograd_weight_gradient: a thread per filter pair (o, c): its P values of M, dW = Gᵀ·M·G, the
+  9 taps stored.
 The first cut, a thread per output element with the taps picked through small arrays, ran the
 F(2×2) transforms 4-7× slower on the H200 (ResNet-18's input transform of the 32×32 stage
 0.35 → 0.05 ms) and made the step slower than the direct convolutions.
@@ -242,10 +246,10 @@ def past_edge(offset: int, extent: int, tile: int) -> bool:
 
 
 def winograd_tile(target: Target) -> int | None:
-    """The m of F(m×m, 3×3) that a plan for `target` may run stride-1 3×3 convolutions (forward
-    and input gradient) as, Winograd transforms around a batched GEMM (the cost model then
-    chooses, convolution by convolution), or None: on the adapter families where it was measured
-    to pay (docs/performance-log.md, 2026-12-04)."""
+    """The m of F(m×m, 3×3) that a plan for `target` may run stride-1 3×3 convolutions (forward,
+    input gradient, and weight gradient as F(3×3, m×m)) as, Winograd transforms around a batched
+    GEMM (the cost model then chooses, convolution by convolution), or None: on the adapter
+    families where it was measured to pay (docs/performance-log.md, 2026-12-04)."""
     return WINOGRAD_TILES.get(target.tuning)
 
 
@@ -255,5 +259,7 @@ def winograd_tile(target: Target) -> int | None:
 # batched ladder, and 17.13 or 17.79 with only the convolutions over 128 or 256 channels or more
 # offered it); F(4×4, 3×3) 14.17 (14.18): its 36 products 2.12 ms a step against F(2)'s 16 at
 # 3.23, its transforms moving 2.25× the image's bytes against 4×. Its float32 error is ~5× the
-# direct GEMM's (tests/test_winograd.py), F(2)'s about the same.
+# direct GEMM's (tests/test_winograd.py), F(2)'s about the same. The weight gradients as
+# F(3×3, 4×4) (rule conv_winograd_weight; the plan takes it for the 8×8 and 4×4 stages, whose
+# outputs fill the GPU): 14.26 → 13.02 ms (14.23 → 13.07 again), 02:40 UTC.
 WINOGRAD_TILES = {"hopper": 4}

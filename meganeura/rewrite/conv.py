@@ -32,6 +32,12 @@ columns are never written:
   Fewer multiplications (2.25× for m = 2, 4× for m = 4), more bytes through memory between the
   kernels (4× and 2.25× the image's): the cost model weighs the two, on the targets that offer
   it (a target fact, `winograd`, from `codegen.winograd.winograd_tile`: measured on the H200);
+- `conv_winograd_weight`: a stride-1 3×3 convolution's whole-batch weight gradient as Winograd's
+  F(3×3, m×m), the same bilinear form read the other way round: the output gradient's tiles'
+  transform (`winograd_gradient`), the input's (`winograd_input`, as for the forward), their
+  (m + 2)² products over the tiles as one batched matmul [P, O, T]·[P, C, T]ᵀ, the filters'
+  transform back to the weight matrix (`winograd_weight_gradient`); a target fact,
+  `winograd_grad`, on the batch sum of the per-image products;
 - `conv_epilogue` (with the helper `conv_mentions`): a pointwise kernel of a conv kernel's shape
   that reads its result becomes its epilogue, as `matmul_epilogue` does for matmuls (the bias
   add and the activation after a convolution; the relu mask on an input gradient);
@@ -51,7 +57,9 @@ partials' shape; `(reduction_split t S p)` for a stride-1 input gradient's fold 
 target splits into S parts along K; `(winograd t flip m u v p pad image size)` for a stride-1 3×3
 convolution t (its reshape, or its input gradient's fold) that the target may run as Winograd's
 F(m×m, 3×3): the filter transform's flip, m, the shapes of the two transforms and of their
-product, and the input and output transforms' attributes.
+product, and the input and output transforms' attributes; `(winograd_grad t m u v p size)` for
+the batch sum t of a stride-1 3×3 convolution's per-image weight-gradient products: m, the
+shapes of the two transforms and of their product, and the output size.
 """
 
 from __future__ import annotations
