@@ -66,6 +66,19 @@ def transform_kernel(
     return KernelSpec(node.id, label, wgsl, "winograd", tuple(bindings), grid, (WORKGROUP, 1, 1), trusted=True)
 
 
+def tile_origin(count: int, tiles_hw: tuple[int, int], tile: int, planes: int, size: tuple[int, int]) -> list[str]:
+    """WGSL lets decoding unit i = (plane row, t) of a transform over `count` tiles: `t`, the
+    tile's first row `y` and column `x` (tiles of `tile` pixels, th × tw per image), and `plane`,
+    the start of its image's plane among `planes` channels of `size` pixels."""
+    (th, tw), (height, width) = tiles_hw, size
+    return [
+        f"let t = i % {count}u;",
+        f"let y = ((t / {tw}u) % {th}u) * {tile}u;",
+        f"let x = (t % {tw}u) * {tile}u;",
+        f"let plane = ((t / {th * tw}u) * {planes}u + i / {count}u) * {height * width}u;",
+    ]
+
+
 def combination(coefficients, terms: list[str]) -> str:
     """WGSL for Σ coefficients[k]·terms[k]: zeros left out, ±1 as a plain sum or difference, other
     coefficients as float32 literals (every entry of the transform matrices is exact in f32 but
@@ -105,12 +118,8 @@ def lower_winograd_input(graph: Graph, node: Node) -> KernelSpec:
     th, tw = tiles(transformed_size((height, width), (ph, pw)), tile)
     span, (_, channels, count) = tile + 2, node.shape
     operands = Operands(graph)
-    body = [
-        f"let t = i % {count}u;",
-        f"let plane = ((t / {th * tw}u) * {channels}u + i / {count}u) * {height * width}u;",
-        f"let top = i32(((t / {tw}u) % {th}u) * {tile}u) - {ph}i;",
-        f"let left = i32((t % {tw}u) * {tile}u) - {pw}i;",
-    ]
+    body = tile_origin(count, (th, tw), tile, channels, (height, width))
+    body += [f"let top = i32(y) - {ph}i;", f"let left = i32(x) - {pw}i;"]
     for s in range(span):
         body += [
             f"let in_col{s} = left + {s}i >= 0i && left + {s}i < {width}i;",
@@ -166,12 +175,8 @@ def lower_winograd_output(graph: Graph, node: Node) -> KernelSpec:
     th, tw = tiles((height, width), tile)
     span, count = tile + 2, graph[m].shape[2]
     operands = Operands(graph)
-    body = [
-        f"let t = i % {count}u;",
-        f"let y = ((t / {tw}u) % {th}u) * {tile}u;",
-        f"let x = (t % {tw}u) * {tile}u;",
-        f"let corner = ((t / {th * tw}u) * {filters}u + i / {count}u) * {height * width}u + y * {width}u + x;",
-    ]
+    body = tile_origin(count, (th, tw), tile, filters, (height, width))
+    body.append(f"let corner = plane + y * {width}u + x;")
     for a in range(span):
         for b in range(span):
             body.append(f"let m{a}_{b} = {operands.read_at(m, f'{(span * a + b) * filters * count}u + i')};")
@@ -199,12 +204,7 @@ def lower_winograd_gradient(graph: Graph, node: Node) -> KernelSpec:
     th, tw = tiles((height, width), tile)
     span, (_, filters, count) = tile + 2, node.shape
     operands = Operands(graph)
-    body = [
-        f"let t = i % {count}u;",
-        f"let y = ((t / {tw}u) % {th}u) * {tile}u;",
-        f"let x = (t % {tw}u) * {tile}u;",
-        f"let plane = ((t / {th * tw}u) * {filters}u + i / {count}u) * {height * width}u;",
-    ]
+    body = tile_origin(count, (th, tw), tile, filters, (height, width))
     for u in range(tile):
         row = f"min(y + {u}u, {height - 1}u)" if past_edge(u, height, tile) else f"y + {u}u"
         for v in range(tile):

@@ -179,36 +179,28 @@ def describe_input(node) -> str:
     return f"F({node.attr('tile')}, 3) image {image} padding {padding}"
 
 
-WINOGRAD_INPUT = Op(
-    "winograd_input",
-    family=FAMILY,
-    infer=infer_winograd_input,
-    evaluate=evaluate_winograd_input,
-    operands=("x",),
-    attrs=(Attr("padding", INTS), Attr("image", INTS), Attr("tile", INT, 2)),
-    describe=describe_input,
-    doc="Winograd F(m×m, 3×3) input transform: Bᵀ·d·B of every (m + 2)² tile, [P, C, N·tiles]",
-)
-WINOGRAD_WEIGHT = Op(
-    "winograd_weight",
-    family=FAMILY,
-    infer=infer_winograd_weight,
-    evaluate=evaluate_winograd_weight,
-    operands=("w",),
-    attrs=(Attr("flip", BOOL, False), Attr("tile", INT, 2)),
-    describe=lambda node: f"F({node.attr('tile')}, 3)" + ", rotated, transposed (input gradient)" * node.attr("flip"),
-    doc="Winograd F(m×m, 3×3) filter transform: G·g·Gᵀ per 3×3 filter, [P, O, C] (flip: [P, C, O])",
-)
-WINOGRAD_OUTPUT = Op(
-    "winograd_output",
-    family=FAMILY,
-    infer=infer_winograd_output,
-    evaluate=evaluate_winograd_output,
-    operands=("m",),
-    attrs=(Attr("size", INTS), Attr("tile", INT, 2)),
-    describe=lambda node: f"F({node.attr('tile')}, 3) to {'x'.join(map(str, node.attr('size')))}",
-    doc="Winograd F(m×m, 3×3) output transform: Aᵀ·M·A of every tile, [N, O, Ho, Wo]",
-)
+def transform_op(name: str, infer, evaluate, operand: str, attrs: tuple, describe, doc: str) -> Op:
+    """The declaration of one of the transforms: one operand, a `tile` attribute after `attrs`."""
+    return Op(
+        name, family=FAMILY, infer=infer, evaluate=evaluate, operands=(operand,),
+        attrs=(*attrs, Attr("tile", INT, 2)), describe=describe, doc=doc,
+    )  # fmt: skip
+
+
+WINOGRAD_INPUT = transform_op(
+    "winograd_input", infer_winograd_input, evaluate_winograd_input, "x", (Attr("padding", INTS), Attr("image", INTS)),
+    describe_input, "Winograd F(m×m, 3×3) input transform: Bᵀ·d·B of every (m + 2)² tile, [P, C, N·tiles]",
+)  # fmt: skip
+WINOGRAD_WEIGHT = transform_op(
+    "winograd_weight", infer_winograd_weight, evaluate_winograd_weight, "w", (Attr("flip", BOOL, False),),
+    lambda node: f"F({node.attr('tile')}, 3)" + ", rotated, transposed (input gradient)" * node.attr("flip"),
+    "Winograd F(m×m, 3×3) filter transform: G·g·Gᵀ per 3×3 filter, [P, O, C] (flip: [P, C, O])",
+)  # fmt: skip
+WINOGRAD_OUTPUT = transform_op(
+    "winograd_output", infer_winograd_output, evaluate_winograd_output, "m", (Attr("size", INTS),),
+    lambda node: f"F({node.attr('tile')}, 3) to {'x'.join(map(str, node.attr('size')))}",
+    "Winograd F(m×m, 3×3) output transform: Aᵀ·M·A of every tile, [N, O, Ho, Wo]",
+)  # fmt: skip
 
 
 def infer_winograd_gradient(types, attrs) -> TensorType:
@@ -251,23 +243,13 @@ def evaluate_winograd_weight_gradient(m, tile):
     return dw.reshape(filters, channels * 9).astype(m.dtype)
 
 
-WINOGRAD_GRADIENT = Op(
-    "winograd_gradient",
-    family=FAMILY,
-    infer=infer_winograd_gradient,
-    evaluate=evaluate_winograd_gradient,
-    operands=("g",),
-    attrs=(Attr("size", INTS), Attr("tile", INT, 2)),
-    describe=lambda node: f"F(3, {node.attr('tile')}) of {'x'.join(map(str, node.attr('size')))}",
-    doc="Winograd weight-gradient transform of the output gradient: A·g·Aᵀ of every m×m tile, [P, O, N·tiles]",
-)
-WINOGRAD_WEIGHT_GRADIENT = Op(
-    "winograd_weight_gradient",
-    family=FAMILY,
-    infer=infer_winograd_weight_gradient,
-    evaluate=evaluate_winograd_weight_gradient,
-    operands=("m",),
-    attrs=(Attr("tile", INT, 2),),
-    describe=lambda node: f"F(3, {node.attr('tile')})",
-    doc="Winograd weight-gradient output transform: Gᵀ·M·G per filter pair, the weight matrix [O, C·9]",
-)
+WINOGRAD_GRADIENT = transform_op(
+    "winograd_gradient", infer_winograd_gradient, evaluate_winograd_gradient, "g", (Attr("size", INTS),),
+    lambda node: f"F(3, {node.attr('tile')}) of {'x'.join(map(str, node.attr('size')))}",
+    "Winograd weight-gradient transform of the output gradient: A·g·Aᵀ of every m×m tile, [P, O, N·tiles]",
+)  # fmt: skip
+WINOGRAD_WEIGHT_GRADIENT = transform_op(
+    "winograd_weight_gradient", infer_winograd_weight_gradient, evaluate_winograd_weight_gradient, "m", (),
+    lambda node: f"F(3, {node.attr('tile')})",
+    "Winograd weight-gradient output transform: Gᵀ·M·G per filter pair, the weight matrix [O, C·9]",
+)  # fmt: skip
