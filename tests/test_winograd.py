@@ -2,8 +2,9 @@
 codegen/winograd.py, rules `conv_winograd` and `conv_winograd_weight`): their numpy semantics
 against the direct convolution and its gradients over paddings, tiles and ragged image sizes,
 their float32 error, their shape checks, their five kernels against the interpreter on the
-default adapter (lavapipe in CI) at ragged sizes, and the rules on the H200's target, where the
-plan takes them for stride-1 3×3 convolutions and still computes the step."""
+default adapter (lavapipe in CI) at ragged sizes, the rules on the H200's target, where the
+plan takes them for stride-1 3×3 convolutions and still computes the step, and a training step
+through them on lavapipe against the interpreter."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import math
 
 import numpy as np
 import pytest
-from conftest import PROPERTY, assert_same_results, emit, live_nodes, seeds, typed_leaf
+from conftest import PROPERTY, assert_same_results, assert_steps_follow_interpreter, emit, live_nodes, seeds, typed_leaf
 from hypothesis import given
 from hypothesis import strategies as st
 from test_conv_gemm import conv_reference
-from test_rewrite_conv import ConvNet, conv_step
+from test_rewrite_conv import ConvNet, ce_loss, conv_step
 
+import meganeura as mn
+from meganeura import optim
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.registry import node_workgroups
 from meganeura.ir.graph import Graph
@@ -286,3 +289,24 @@ def test_on_an_h200_stride_1_convolutions_run_as_winograd_and_compute_the_same(t
     generic, generic_report = optimize(graph, target=GENERIC)
     assert not live_nodes(generic, "winograd_output") and not live_nodes(generic, "winograd_weight_gradient")
     assert generic_report.rule("conv_winograd").matches == 0 == generic_report.rule("conv_winograd_weight").matches
+
+
+def test_on_a_cpu_a_training_step_through_winograd_follows_the_interpreter():
+    """On lavapipe (the CPU target offers F(4×4, 3×3): measured there, codegen/winograd.py), two
+    stride-1 3×3 convolutions over 32 channels on 16×16 images at batch 4: the plan runs a forward
+    and a weight gradient through the transforms, and three SGD-momentum steps on the device
+    follow the interpreter's (losses and each parameter's update)."""
+    if not default_device().target.cpu:
+        pytest.skip("the default adapter is not a CPU: Winograd is offered there only where measured")
+    model = ConvNet(channels=(8, 32, 32), first=(3, 1, 1), second=(3, 1, 1), classes=10)
+    spec = {"x": mn.f32[4, 8, 16, 16], "y": mn.i32[4]}
+    program = mn.compile(model, loss=ce_loss, inputs=spec, optimizer=optim.SGD(lr=0.05, momentum=0.9))
+    ops = {program.compiled.graph[k.node].op for k in program.compiled.kernels}
+    assert {"winograd_input", "winograd_output", "winograd_gradient", "winograd_weight_gradient"} <= ops, ops
+    rng = np.random.default_rng(8)
+    feeds = [
+        {"x": rng.normal(size=(4, 8, 16, 16)).astype(np.float32), "y": rng.integers(0, 10, 4).astype(np.int32)}
+        for _ in range(3)
+    ]
+    losses = assert_steps_follow_interpreter(program, feeds)
+    assert all(np.isfinite(losses))

@@ -250,7 +250,7 @@ def winograd_tile(target: Target) -> int | None:
     input gradient, and weight gradient as F(3×3, m×m)) as, Winograd transforms around a batched
     GEMM (the cost model then chooses, convolution by convolution), or None: on the adapter
     families where it was measured to pay (docs/performance-log.md, 2026-12-04)."""
-    return WINOGRAD_TILES.get(target.tuning)
+    return CPU_WINOGRAD_TILE if target.cpu else WINOGRAD_TILES.get(target.tuning)
 
 
 # On the H200 (`benchmarks/plan_ab.py --workloads resnet18`, ResNet-18's step at batch 128, GPU
@@ -263,3 +263,10 @@ def winograd_tile(target: Target) -> int | None:
 # F(3×3, 4×4) (rule conv_winograd_weight; the plan takes it for the 8×8 and 4×4 stages, whose
 # outputs fill the GPU): 14.26 → 13.02 ms (14.23 → 13.07 again), 02:40 UTC.
 WINOGRAD_TILES = {"hopper": 4}
+# On a CPU (lavapipe, this project's 2-core machine, 2026-12-04 ~03:00 UTC, a scratch script
+# timing `train_step` of `bench.workloads.resnet(depth=8, batch=16, size=32, width=32)`, medians
+# of 5 steps, ms): no Winograd 2636, 2147, 2034 in three processes; F(2×2) 1559 (69 of its 418
+# kernels transforms); F(4×4) 1516, 1277, 1283 (98 of 448). The example ResNet of 8×8 digits
+# (examples/resnet_digits.py) takes none: its convolutions are too small for the transforms to
+# pay in the cost model.
+CPU_WINOGRAD_TILE = 4

@@ -31,7 +31,8 @@ columns are never written:
   for the input gradient), their (m + 2)² products as one batched matmul, the output's transform.
   Fewer multiplications (2.25× for m = 2, 4× for m = 4), more bytes through memory between the
   kernels (4× and 2.25× the image's): the cost model weighs the two, on the targets that offer
-  it (a target fact, `winograd`, from `codegen.winograd.winograd_tile`: measured on the H200);
+  it (a target fact, `winograd`, from `codegen.winograd.winograd_tile`: the H200 and CPUs, where
+  it was measured);
 - `conv_winograd_weight`: a stride-1 3×3 convolution's whole-batch weight gradient as Winograd's
   F(3×3, m×m), the same bilinear form read the other way round: the output gradient's tiles'
   transform (`winograd_gradient`), the input's (`winograd_input`, as for the forward), their
