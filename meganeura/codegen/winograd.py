@@ -34,6 +34,8 @@ from meganeura.ir.graph import Graph, Node, TensorType
 from meganeura.ir.ops.winograd import MATRICES, tiles, transformed_size
 from meganeura.target import Target
 
+WORKGROUP = 256  # threads of a transform's workgroup, one unit each
+
 
 def plane_workgroups(transformed: TensorType) -> int:
     """The workgroups of a transform whose threads own a unit of each plane of `transformed` [P, …]."""
@@ -43,9 +45,6 @@ def plane_workgroups(transformed: TensorType) -> int:
 def stored_planes(name: str, span: int, plane: int) -> list[str]:
     """The stores of a unit's P = span² values `{name}{a}_{b}`, each to its own plane of `plane` elements."""
     return [f"out[{(span * a + b) * plane}u + i] = {name}{a}_{b};" for a in range(span) for b in range(span)]
-
-
-WORKGROUP = 256
 
 
 def transform_kernel(
