@@ -103,6 +103,14 @@ def test_the_transforms_compute_the_convolution_and_its_gradients(
     np.testing.assert_allclose(winograd_weight_gradient(g, x, padding, tile), weight_gradient, atol=1e-11)
 
 
+def relative_errors(graph: Graph, feeds: dict, exact: np.ndarray) -> tuple[float, float]:
+    """Run `graph` in float32 on the default adapter: the largest error of its outputs "winograd"
+    and "direct" against `exact`, relative to the largest |exact|."""
+    got = Executable(compile_step(graph, GENERIC), default_device(), {}, {}).run(feeds, read=("winograd", "direct"))
+    scale = np.abs(exact).max()
+    return tuple(float(np.abs(got[name] - exact).max() / scale) for name in ("winograd", "direct"))
+
+
 def float32_errors(channels: int, image: int, tile: int) -> tuple[float, float]:
     """(Winograd's, the direct GEMM's) largest error against the float64 convolution, relative to
     its largest |value|, both run in float32 on the default adapter: 8 filters over `channels`
@@ -122,9 +130,7 @@ def float32_errors(channels: int, image: int, tile: int) -> tuple[float, float]:
     feeds = {name: value.astype(np.float32) for name, value in feeds.items()}
     exact = conv_reference(feeds["x"].astype(np.float64), feeds["w"].reshape(8, channels, 3, 3).astype(np.float64),
                            (1, 1), (1, 1))  # fmt: skip
-    got = Executable(compile_step(graph, GENERIC), default_device(), {}, {}).run(feeds, read=("winograd", "direct"))
-    scale = np.abs(exact).max()
-    return tuple(float(np.abs(got[name] - exact).max() / scale) for name in ("winograd", "direct"))
+    return relative_errors(graph, feeds, exact)
 
 
 @pytest.mark.parametrize("tile, bound", [(2, 3), (4, 20)])
@@ -155,9 +161,7 @@ def weight_gradient_errors(channels: int, image: int, tile: int) -> tuple[float,
     feeds = {"g": rng.normal(size=(4, 8, image * image)), "x": rng.normal(size=(4, channels, image, image))}
     feeds = {name: value.astype(np.float32) for name, value in feeds.items()}
     exact = interpret(graph, feeds, dtype=np.float64).outputs["direct"]
-    got = Executable(compile_step(graph, GENERIC), default_device(), {}, {}).run(feeds, read=("winograd", "direct"))
-    scale = np.abs(exact).max()
-    return tuple(float(np.abs(got[name] - exact).max() / scale) for name in ("winograd", "direct"))
+    return relative_errors(graph, feeds, exact)
 
 
 @pytest.mark.parametrize("tile, bound", [(2, 3), (4, 20)])

@@ -319,9 +319,10 @@ def facts(graph: Graph, node_ids: list[int]) -> list[str]:
 
 def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]:
     """`(weight_split m S p)` for each per-image weight-gradient product m (before its batch sum)
-    whose one GEMM `target` would split into S > 1 parts (`codegen.conv.weight_splits`), and
+    whose one GEMM `target` would split into S > 1 parts (`codegen.conv.weight_splits`),
     `(reduction_split t S p)` for each stride-1 input gradient t that it would split along K
-    (`codegen.conv.reduction_splits`)."""
+    (`codegen.conv.reduction_splits`), and the Winograd facts `winograd` and `winograd_grad` of the
+    stride-1 3×3 convolutions where it offers Winograd (`winograd_facts`, `winograd_gradient_facts`)."""
     lines = []
     for node_id in node_ids:
         node = graph[node_id]
@@ -345,14 +346,24 @@ def reduction_split(graph: Graph, node, target: Target) -> int:
     not a stride-1 input gradient's fold(Wᵀ·g) [N, C, H, W]: M = C, N·H·W columns, K = O·kh·kw).
     Forwards are not offered the split (the kernel and the IR have it): on the H200 it ran no
     faster (`codegen.conv.REDUCTION_FILL_BELOW`)."""
-    if node.op != "fold" or tuple(node.attr("stride")) != (1, 1):
-        return 1
-    source = graph[node.inputs[0]]
-    if source.op != "matmul" or not source.attr("transpose_a") or graph[source.inputs[0]].type.rank != 2:
+    operands = input_gradient_operands(graph, node)
+    if operands is None or tuple(node.attr("stride")) != (1, 1):
         return 1
     n, c, h, w = node.shape
     taps = node.attr("kernel")[0] * node.attr("kernel")[1]
-    return reduction_splits(c, n * h * w, graph[source.inputs[0]].shape[0] * taps, target)
+    return reduction_splits(c, n * h * w, operands[0].shape[0] * taps, target)
+
+
+def input_gradient_operands(graph: Graph, node) -> tuple | None:
+    """(the weight matrix W, the output gradient g [N, O, L]) where `node` is fold(Wᵀ·g), the
+    input gradient that `conv_grad_input` makes a kernel of; else None."""
+    if node.op != "fold":
+        return None
+    product = graph[node.inputs[0]]
+    if product.op != "matmul" or not product.attr("transpose_a") or product.attr("transpose_b"):
+        return None
+    weight, g = (graph[i] for i in product.inputs)
+    return (weight, g) if weight.type.rank == 2 and g.type.rank == 3 else None
 
 
 def winograd_facts(graph: Graph, node, target: Target) -> list[str]:
@@ -418,20 +429,16 @@ def winograd_input_gradient(graph: Graph, node) -> tuple | None:
     """For fold(Wᵀ·g) [N, C, H, W] with a Winograd window: the correlation of g [N, O, Ho·Wo]
     with the rotated filters, padding 2 − p: (flip True, C, O, N, 2 − p, (Ho, Wo), (H, W));
     else None."""
-    if node.op != "fold" or not winograd_window(node):
+    operands = input_gradient_operands(graph, node)
+    if operands is None or not winograd_window(node):
         return None
-    product = graph[node.inputs[0]]
-    if product.op != "matmul" or not product.attr("transpose_a") or product.attr("transpose_b"):
-        return None
-    weight, g = (graph[i] for i in product.inputs)
-    if weight.type.rank != 2 or g.type.rank != 3:
-        return None
+    g = operands[1]
     images, channels, *size = node.shape
     padding = tuple(2 - p for p in node.attr("padding"))
     return True, channels, g.shape[1], images, padding, conv_output_size(tuple(size), *window(node)), tuple(size)
 
 
 def winograd_window(node) -> bool:
-    """Whether an unfold or fold's window is 3×3, stride 1, padding at most 2 (Winograd's F(2×2, 3×3))."""
+    """Whether an unfold or fold's window is 3×3, stride 1, padding at most 2 (Winograd's F(m×m, 3×3))."""
     kernel, stride, padding = window(node)
     return tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and max(padding) <= 2
