@@ -28,56 +28,10 @@
 
 {{BINDINGS}}
 
-const M: u32 = {{M}}u;
-const N: u32 = {{N}}u;
-const K: u32 = {{K}}u;
-const BM: u32 = {{BM}}u;
-const BN: u32 = {{BN}}u;
-const BK: u32 = {{BK}}u;
-const TILES_M: u32 = {{TILES_M}}u;
-const TILES: u32 = {{TILES}}u;
-const GRID_Y: u32 = {{GRID_Y}}u;
-const SPLITS: u32 = {{SPLITS}}u;
-const K_PART: u32 = {{K_PART}}u;
-
-// The end of this workgroup's part of K (K unless the product is split): loads stop there.
-var<private> kend: u32;
+//#include matmul_common
 
 var<workgroup> tile_a: array<vec4<f32>, BK * BM / 4u>;  // [k][m / 4]
 var<workgroup> tile_b: array<vec4<f32>, BK * BN / 4u>;  // [k][n / 4]
-
-{{FUNCTIONS}}
-
-fn prologue(x: f32, bat: u32, m: u32, k: u32) -> f32 {
-    {{A_READS}}
-    return {{PROLOGUE}};
-}
-
-fn epilogue(x: f32, bat: u32, row: u32, col: u32) -> f32 {
-    {{READS}}
-    return {{EPILOGUE}};
-}
-
-// Scalar loads (where an operand's contiguous length is not a multiple of 4): op(A)[m, k] through
-// the prologue and op(B)[k, n], 0 outside the matrix (padding, not prologue(0)).
-//#if A_SCALAR
-fn load_a(bat: u32, m: u32, k: u32) -> f32 {
-    if (m < M && k < kend) {
-        return prologue(a[bat * {{A_BATCH_STRIDE}} + {{A_INDEX}}], bat, m, k);
-    }
-    return 0.0;
-}
-//#endif
-//#if B_SCALAR
-fn load_b(bat: u32, n: u32, k: u32) -> f32 {
-    if (k < kend && n < N) {
-        return b[bat * {{B_BATCH_STRIDE}} + {{B_INDEX}}];
-    }
-    return 0.0;
-}
-//#endif
-
-{{STORE4}}
 
 @compute @workgroup_size({{TX}}, {{TY}}, 1)
 fn matmul(

@@ -118,3 +118,18 @@ def test_the_tensor_core_probe_compiles_through_tint():
     assert done.returncode == 0, done.stderr[-3000:]
     compiled = [line.removeprefix("compiled ") for line in done.stdout.splitlines() if line.startswith("compiled ")]
     assert compiled == ["lm-up 2048x576x1536", "lm-up-dW 576x2048x1536", "lm-kv 2048x576x192"]
+
+
+def test_tensor_cores_are_asked_for_only_on_dawn(monkeypatch):
+    """MEGANEURA_TENSOR_CORES=1 (codegen/matmul_tensor.py) on a backend without subgroup matrices
+    says what it needs, rather than running the f32 kernels the user did not ask for."""
+    from meganeura.runtime import device
+
+    monkeypatch.delenv(device.TENSOR_CORES_ENV, raising=False)
+    assert device.tensor_cores_wanted() is False
+    monkeypatch.setenv(device.TENSOR_CORES_ENV, "1")
+    monkeypatch.setattr(device, "BACKEND", "wgpu")
+    with pytest.raises(RuntimeError, match="MEGANEURA_TENSOR_CORES=1 needs the Dawn backend"):
+        device.tensor_cores_wanted()
+    monkeypatch.setattr(device, "BACKEND", "dawn")
+    assert device.tensor_cores_wanted() is True

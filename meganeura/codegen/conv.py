@@ -27,9 +27,10 @@ import math
 
 from meganeura.codegen.common import Operands, bindings_wgsl, expression_code, grid_for, output_binding, shape_text
 from meganeura.codegen.expressions import helper_functions
+from meganeura.codegen.gemm_operands import OperandTile, store_guard
 from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling, shrunk, table_for
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.matmul import SPLIT_FILL, OperandTile, gemm_blocks, parts_to_fill, store_guard
+from meganeura.codegen.matmul import SPLIT_FILL, gemm_blocks, parts_to_fill
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr

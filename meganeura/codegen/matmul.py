@@ -26,14 +26,16 @@ The kernel, for one BM × BN tile of the output per workgroup, walking K in step
 - The generator unrolls the whole K tile into straight-line code with named accumulators:
   dynamically indexed private arrays would leave registers for local memory on some drivers.
 What each configuration reaches on the H200 and on lavapipe is in codegen/gemm_table.py, with the
-command that measured it.
+command that measured it. On a target with tensor cores (`Target.tensor_cores`, an opt-in on Dawn)
+the same product, with its prologue, epilogue and split-K, is codegen/matmul_tensor.py's kernel;
+operand units and `store4` are codegen/gemm_operands.py's, shared by both and by conv_gemm.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from meganeura.codegen import matmul_tensor
 from meganeura.codegen.common import (
     Operands,
     bindings_wgsl,
@@ -46,6 +48,7 @@ from meganeura.codegen.common import (
     sum_terms,
 )
 from meganeura.codegen.expressions import helper_functions
+from meganeura.codegen.gemm_operands import OperandTile, store4_function, unit_code, unit_slot
 from meganeura.codegen.gemm_table import SPLIT_TABLES, GemmTiling, gemm_tiling, shrunk, table_for
 from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.registry import lowering
@@ -55,66 +58,6 @@ from meganeura.ir.graph import Graph, Node
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims, part_length
 from meganeura.ir.ops.reduce import nonempty_splits, split_length
 from meganeura.target import GENERIC, Target
-
-
-@dataclass(frozen=True)
-class OperandTile:
-    """How one operand's tile is staged: `name` "a" or "b", `outer` its output axis ("m" or "n")
-    with `outer_size` (M or N) and `tile` (BM or BN) elements per tile, whether it is stored
-    contiguous along that axis (else along K), whether units are vec4 loads, and whether they are
-    gathered a unit at a time by the kernel's `load_a4` / `load_b4` (a convolution's gather that
-    decodes a unit's position once, codegen/conv.py), else by element through `load_a` / `load_b`
-    (each with its bound checks)."""
-
-    name: str
-    outer: str
-    outer_size: int
-    tile: int
-    outer_contiguous: bool
-    vector: bool
-    units: bool = False
-
-    def element_index(self, o: str, k: str) -> str:
-        """Index of element (outer o, k) within one matrix of the stored operand."""
-        return f"({k}) * {self.outer_size}u + ({o})" if self.outer_contiguous else f"({o}) * K + ({k})"
-
-
-def unit_slot(tiling: GemmTiling, j: int | str) -> str:
-    """The index, among an operand tile's vec4 units, of this thread's unit j (a number, or the
-    WGSL name of a loop's unit index): consecutive threads take consecutive units."""
-    if isinstance(j, str):
-        return f"lid + {j} * {tiling.threads}u"
-    return f"lid + {j * tiling.threads}u" if j else "lid"
-
-
-def unit_code(
-    op: OperandTile, tiling: GemmTiling, ragged_k: bool, j: int | str, kt: str, register: str, prologue: bool
-) -> list[str]:
-    """WGSL that loads unit j of this thread's share of `op`'s tile at K offset `kt` into the vec4
-    variable `register`: zeros outside the matrix, A's elements through the prologue."""
-    s = unit_slot(tiling, j)
-    if op.outer_contiguous:  # 4 consecutive outer elements at one k
-        o, kk = f"{op.outer}0 + ({s}) % {op.tile // 4}u * 4u", f"{kt} + ({s}) / {op.tile // 4}u"
-        steps = [(f"uo + {i}u", "uk") for i in range(4)]
-    else:  # 4 consecutive k of one row; consecutive threads take consecutive rows
-        o, kk = f"{op.outer}0 + ({s}) % {op.tile}u", f"{kt} + ({s}) / {op.tile}u * 4u"
-        steps = [("uo", f"uk + {i}u") for i in range(4)]
-    if op.units:
-        return [f"{{ let uo = {o}; let uk = {kk}; {register} = load_{op.name}4(bat, uo, uk); }}"]
-    if not op.vector:
-        loads = ", ".join(f"load_{op.name}(bat, {oc}, {kc})" for oc, kc in steps)
-        return [f"{{ let uo = {o}; let uk = {kk}; {register} = vec4<f32>({loads}); }}"]
-    load = f"{op.name}[({op.name}_base + {op.element_index('uo', 'uk')}) / 4u]"
-    if prologue:
-        parts = ", ".join(f"prologue(v.{comp}, bat, {oc}, {kc})" for comp, (oc, kc) in zip("xyzw", steps, strict=True))
-        body = f"let v = {load}; {register} = vec4<f32>({parts});"
-    else:
-        body = f"{register} = {load};"
-    # With a vec4 unit, the contiguous axis is a multiple of 4 long: a unit is all in or all out.
-    checks = [f"uo < {op.outer_size}u"] * (op.outer_size % op.tile != 0) + ["uk < kend"] * ragged_k
-    if checks:
-        body = f"{register} = vec4<f32>(0.0); if ({' && '.join(checks)}) {{ {body} }}"
-    return [f"{{ let uo = {o}; let uk = {kk}; {body} }}"]
 
 
 def store_code(op: OperandTile, tiling: GemmTiling, j: int | str, register: str) -> list[str]:
@@ -224,27 +167,6 @@ def output_code(tiling: GemmTiling) -> list[str]:
                 col = f"n0 + {h * 4 * tiling.threads_x}u + 4u * tx"
                 lines.append(f"store4(obat, {row}, {col}, acc_{4 * g + c}_{h});")
     return lines
-
-
-def store_guard(m: int, n: int, bm: int, bn: int) -> str:
-    """The WGSL that leaves `store4` for a (row, col) outside the M × N output: a check on each axis
-    the tiles do not divide ("" when both do)."""
-    checks = (["row < M"] if m % bm else []) + (["col < N"] if n % bn else [])
-    return f"if (!({' && '.join(checks)})) {{ return; }}" if checks else ""
-
-
-def store4_function(m: int, n: int, bm: int, bn: int, vector: bool) -> str:
-    """`store4(bat, row, col, v)`: out[bat, row, col .. col + 3] = epilogue(v), inside the matrix."""
-    guard = store_guard(m, n, bm, bn)
-    if vector:
-        parts = ", ".join(f"epilogue(v.{comp}, bat, row, col + {c}u)" for c, comp in enumerate("xyzw"))
-        body = f"out[((bat * M + row) * N + col) / 4u] = vec4<f32>({parts});"
-    else:
-        body = (
-            "for (var c = 0u; c < 4u; c++) { if (col + c < N) {"
-            " out[(bat * M + row) * N + col + c] = epilogue(v[c], bat, row, col + c); } }"
-        )
-    return f"fn store4(bat: u32, row: u32, col: u32, v: vec4<f32>) {{\n    {guard}\n    {body}\n}}"
 
 
 # Split-K (`matmul_splits`): split where the largest tile leaves fewer than SPLIT_FILL workgroups
@@ -475,7 +397,11 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
 
     reads, epilogue = expression_code(tree, read)
     a_reads, prologue = expression_code(prologue_tree, read_for_a)
-    tiling = split_tiling(m, n, k, batches, splits, target, transpose_b, transpose_a)
+    on_tensor_cores = target.tensor_cores and matmul_tensor.tensor_takes(m, n, k, batches)
+    if on_tensor_cores:
+        tiling = matmul_tensor.tensor_tiling(m, n, batches * splits, target)
+    else:
+        tiling = split_tiling(m, n, k, batches, splits, target, transpose_b, transpose_a)
     ragged_k = k % tiling.bk != 0 or k_part % tiling.bk != 0  # a K tile may pass the part's end
     # An operand an epilogue or prologue also reads by element keeps its scalar binding.
     elementwise = set(extras)
@@ -493,48 +419,58 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     vec4_names = {name for name, on in (("a", op_a.vector), ("b", op_b.vector), ("out", vector_out)) if on}
     tiles_m = -(-m // tiling.bm)
     rows_grid = grid_for(tiles_m * batches * splits)  # (row tile, batch, part) triples, folded over y and z
-    wgsl = render(
-        "matmul",
-        {
-            "BINDINGS": bindings_wgsl(graph, bindings, vec4_names),
-            "M": m,
-            "N": n,
-            "K": k,
-            "TILES_M": tiles_m,
-            "TILES": tiles_m * batches,
-            "SPLITS": splits,
-            "K_PART": k_part,
-            "GRID_Y": max(rows_grid[0], 1),
-            "A_SCALAR": not op_a.vector,
-            "B_SCALAR": not op_b.vector,
-            # Elements between an operand's matrices; 0u for a 2-D operand shared by the whole batch.
-            "A_BATCH_STRIDE": "(M * K)" if len(a_batch) else "0u",
-            "B_BATCH_STRIDE": "(K * N)" if len(graph[b].shape) > 2 else "0u",
-            "A_INDEX": op_a.element_index("m", "k"),
-            "B_INDEX": op_b.element_index("n", "k"),
-            "FUNCTIONS": helper_functions([tree, prologue_tree]),
-            "A_READS": a_reads,
-            "PROLOGUE": prologue,
-            "READS": reads,
-            "EPILOGUE": epilogue,
-            "STORE4": store4_function(m, n, tiling.bm, tiling.bn, vector_out),
-            **gemm_blocks(op_a, op_b, tiling, ragged_k, prologue_text != "$a"),
-        },
-    )
+    values = {
+        "BINDINGS": bindings_wgsl(graph, bindings, vec4_names),
+        "M": m,
+        "N": n,
+        "K": k,
+        "TILES_M": tiles_m,
+        "TILES": tiles_m * batches,
+        "SPLITS": splits,
+        "K_PART": k_part,
+        "GRID_Y": max(rows_grid[0], 1),
+        "A_SCALAR": not op_a.vector,
+        "B_SCALAR": not op_b.vector,
+        # Elements between an operand's matrices; 0u for a 2-D operand shared by the whole batch.
+        "A_BATCH_STRIDE": "(M * K)" if len(a_batch) else "0u",
+        "B_BATCH_STRIDE": "(K * N)" if len(graph[b].shape) > 2 else "0u",
+        "A_INDEX": op_a.element_index("m", "k"),
+        "B_INDEX": op_b.element_index("n", "k"),
+        "FUNCTIONS": helper_functions([tree, prologue_tree]),
+        "A_READS": a_reads,
+        "PROLOGUE": prologue,
+        "READS": reads,
+        "EPILOGUE": epilogue,
+        "STORE4": store4_function(m, n, tiling.bm, tiling.bn, vector_out),
+    }
+    if on_tensor_cores:
+        wgsl = render(
+            "matmul_tensor",
+            {**values, **matmul_tensor.tensor_blocks(op_a, op_b, tiling, ragged_k, prologue_text != "$a")},
+        )
+        entry, workgroup, memory, trusted = (
+            "matmul_tensor",
+            (tiling.threads, 1, 1),
+            tiling.workgroup_bytes(op_a, op_b),
+            False,
+        )
+    else:
+        wgsl = render("matmul", {**values, **gemm_blocks(op_a, op_b, tiling, ragged_k, prologue_text != "$a")})
+        entry, workgroup = "matmul", (tiling.threads_x, tiling.threads_y, 1)
+        memory, trusted = tiling.workgroup_bytes, not tiling.checked
     label = f"{node.op} {shape_text(batch) + '×' if batch else ''}{m}x{k}x{n}"
     label += " Aᵀ" * transpose_a + " Bᵀ" * transpose_b + ("" if epilogue_text == "$acc" else f" {epilogue_text}")
     label += "" if prologue_text == "$a" else f" A={prologue_text}"
     label += f" in {splits} parts of K" if splits > 1 else ""
     grid = (-(-n // tiling.bn), rows_grid[0], rows_grid[1])
-    workgroup = (tiling.threads_x, tiling.threads_y, 1)
     return KernelSpec(
         node.id,
         label,
         wgsl,
-        "matmul",
+        entry,
         tuple(bindings),
         grid,
         workgroup,
-        trusted=not tiling.checked,  # indexing tested at ragged shapes (tests/test_kernels.py)
-        workgroup_memory=tiling.workgroup_bytes,
+        trusted=trusted,  # indexing tested at ragged shapes (tests/test_kernels.py)
+        workgroup_memory=memory,
     )

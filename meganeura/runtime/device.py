@@ -11,11 +11,18 @@ indexing the suite tests at ragged shapes (codegen/kernel.py). wgpu-native's
 `wgpuDeviceCreateShaderModuleTrusted` makes them; wgpu-py does not wrap it, so it is called
 through cffi. On the H200 the probe (shared/notes/gemm-probe.md) measured 29 → 35 TFLOP/s for
 one GEMM kernel without the checks.
+
+MEGANEURA_TENSOR_CORES=1 (with MEGANEURA_BACKEND=dawn) asks Dawn for f16 subgroup matrices and,
+where the adapter offers them, runs the products on the tensor cores as split f16
+(codegen/matmul_tensor.py; its docstring has the measurements: on the H200 today slower than the
+f32 kernels in the LM steps). Experimental: off by default.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import warnings
 
 from meganeura.runtime.backend import NAME as BACKEND
 from meganeura.runtime.backend import wgpu
@@ -24,6 +31,25 @@ from meganeura.target import Target, target_for
 
 ADAPTER_ENV = "MEGANEURA_ADAPTER"
 UNCHECKED_ENV = "MEGANEURA_UNCHECKED_KERNELS"
+TENSOR_CORES_ENV = "MEGANEURA_TENSOR_CORES"
+# What the split-f16 products need (codegen/matmul_tensor.py); Dawn offers the last two only
+# behind its instance toggles `allow_unsafe_apis` and, on NVIDIA, `vulkan_enable_f16_on_nvidia`.
+TENSOR_CORE_FEATURES = ("subgroups", "shader-f16", "chromium-experimental-subgroup-matrix")
+DAWN_INSTANCE_TOGGLES = ("allow_unsafe_apis", "vulkan_enable_f16_on_nvidia")
+
+
+def tensor_cores_wanted() -> bool:
+    """Whether the user opted in to products on the tensor cores; an error off Dawn, the only
+    backend whose WGSL reaches them."""
+    if os.environ.get(TENSOR_CORES_ENV, "").strip() != "1":
+        return False
+    if BACKEND != "dawn":
+        raise RuntimeError(
+            f"{TENSOR_CORES_ENV}=1 needs the Dawn backend (MEGANEURA_BACKEND=dawn, `pip install "
+            f'"meganeura[dawn]"`): {BACKEND} has no subgroup matrices'
+        )
+    return True
+
 
 # Limits worth raising to the adapter's own maximum: big tensors and big workgroups (the device
 # gets WebGPU's defaults otherwise: 16 KiB of workgroup memory where the H200 offers 48). The
@@ -62,6 +88,10 @@ def matches(adapter: wgpu.GPUAdapter, wanted: str) -> bool:
 
 def select_adapter() -> wgpu.GPUAdapter:
     """The adapter MEGANEURA_ADAPTER names, else the system's high-performance adapter."""
+    if tensor_cores_wanted():
+        from wgpudawn.backends.dawn import extras
+
+        extras.set_instance_extras(enable_toggles=list(DAWN_INSTANCE_TOGGLES))
     wanted = os.environ.get(ADAPTER_ENV, "").strip().lower()
     if not wanted:
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
@@ -114,6 +144,17 @@ class Device:
         limits = {name: adapter.limits[name] for name in RAISED_LIMITS if name in adapter.limits}
         # Timestamps only cost anything when a profiled step writes them (runtime/profile.py).
         features = [f for f in ("timestamp-query",) if f in adapter.features]
+        if tensor_cores_wanted():
+            missing = [f for f in TENSOR_CORE_FEATURES if f not in adapter.features]
+            if missing:
+                warnings.warn(
+                    f"{TENSOR_CORES_ENV}=1: {adapter_name(adapter)} lacks {', '.join(missing)}; "
+                    "the products run in f32 SIMT kernels",
+                    stacklevel=2,
+                )
+            else:
+                features += TENSOR_CORE_FEATURES
+        self.tensor_cores = TENSOR_CORE_FEATURES[-1] in features
         self.device = request_device(adapter, limits, features)
         self.has_timestamps = "timestamp-query" in features
         self.queue = self.device.queue
@@ -134,7 +175,8 @@ class Device:
     @property
     def target(self) -> Target:
         """What the compiler plans for on this device (meganeura/target.py)."""
-        return target_for(adapter_name(self.adapter), self.adapter.info.get("adapter_type", ""), self.limits)
+        target = target_for(adapter_name(self.adapter), self.adapter.info.get("adapter_type", ""), self.limits)
+        return dataclasses.replace(target, tensor_cores=self.tensor_cores)
 
     def shader_module(self, wgsl: str, trusted: bool = False) -> wgpu.GPUShaderModule:
         """The compiled module of `wgsl`, compiled once per device; without runtime bounds checks
