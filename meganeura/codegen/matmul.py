@@ -451,7 +451,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
         entry, workgroup, memory, trusted = (
             "matmul_tensor",
             (tiling.threads, 1, 1),
-            tiling.workgroup_bytes(op_a, op_b),
+            tiling.workgroup_bytes,
             False,
         )
     else:

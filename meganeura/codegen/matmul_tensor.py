@@ -78,13 +78,14 @@ class TensorTiling:
     def units_per_thread(self) -> tuple[int, int]:
         return self.bm * self.bk // 4 // self.threads, self.bn * self.bk // 4 // self.threads
 
-    def staged_halves(self, op: OperandTile) -> int:
-        """Halves of one of `op`'s two staged arrays (hi or lo): A [BM][BK + PAD], B [BK][BN + PAD]."""
-        return self.bm * (self.bk + PAD) if op.name == "a" else self.bk * (self.bn + PAD)
+    def staged_halves(self, operand: str) -> int:
+        """Halves of one of an operand's two staged arrays (hi or lo): A [BM][BK + PAD], B [BK][BN + PAD]."""
+        return self.bm * (self.bk + PAD) if operand == "a" else self.bk * (self.bn + PAD)
 
-    def workgroup_bytes(self, op_a: OperandTile, op_b: OperandTile) -> int:
+    @property
+    def workgroup_bytes(self) -> int:
         """The staged halves, a 16×16 f32 matrix and two f32 maxima per subgroup."""
-        return 4 * (self.staged_halves(op_a) + self.staged_halves(op_b)) + self.subgroups * (4 * 256 + 8)
+        return 4 * (self.staged_halves("a") + self.staged_halves("b")) + self.subgroups * (4 * 256 + 8)
 
     def tiles(self, m: int, n: int, batches: int) -> int:
         return -(-m // self.bm) * -(-n // self.bn) * batches
@@ -102,11 +103,14 @@ def tensor_takes(m: int, n: int, k: int, batches: int) -> bool:
 
 
 def tensor_tiling(m: int, n: int, batches: int, target: Target) -> TensorTiling:
-    """The tiling of an M × N product (times `batches`, parts of K included) on `target`."""
-    for tiling in LADDER:
+    """The tiling of an M × N product (times `batches`, parts of K included) on `target`: the
+    first of the ladder within the target's workgroup memory that fills it, else its smallest
+    (which fits the 16 KiB every WebGPU device offers)."""
+    fitting = [tiling for tiling in LADDER if tiling.workgroup_bytes <= target.workgroup_memory] or [LADDER[-1]]
+    for tiling in fitting:
         if tiling.tiles(m, n, batches) >= FILL * target.compute_units:
             return tiling
-    return LADDER[-1]
+    return fitting[-1]
 
 
 # Consecutive threads take an operand's units along its staged rows: A's along K (its [m][k]
@@ -222,8 +226,8 @@ def tensor_blocks(
         "BM": tiling.bm,
         "BN": tiling.bn,
         "BK": tiling.bk,
-        "A_SIZE": tiling.staged_halves(op_a),
-        "B_SIZE": tiling.staged_halves(op_b),
+        "A_SIZE": tiling.staged_halves("a"),
+        "B_SIZE": tiling.staged_halves("b"),
         "UNITS": "\n        ".join(units),
         "LARGEST": "\n        ".join(largest),
         "STAGE": "\n        ".join(stage),

@@ -38,6 +38,24 @@ TENSOR_CORE_FEATURES = ("subgroups", "shader-f16", "chromium-experimental-subgro
 DAWN_INSTANCE_TOGGLES = ("allow_unsafe_apis", "vulkan_enable_f16_on_nvidia")
 
 
+# The one subgroup-matrix configuration the kernel is written for (codegen/matmul_tensor.py): f16
+# operands, f32 results, 16×16×16, in subgroups of exactly 32 threads (its lanes' share of a result
+# matrix and its subgroups' place in a workgroup assume 32).
+TENSOR_CORE_MATRICES = "f16 × f16 → f32 16×16×16 subgroup matrices in subgroups of 32"
+
+
+def has_tensor_core_matrices(adapter: wgpu.GPUAdapter) -> bool:
+    """Whether Dawn reports TENSOR_CORE_MATRICES for `adapter` (Dawn's Null adapter reports none)."""
+    from wgpudawn.backends.dawn import extras
+
+    configs = extras.get_adapter_properties(adapter).get("subgroup_matrix_configs", [])
+    return any(
+        (c["component_type"], c["result_component_type"], c["m"], c["n"], c["k"]) == ("f16", "f32", 16, 16, 16)
+        and c["min_subgroup_size"] == c["max_subgroup_size"] == 32
+        for c in configs
+    )
+
+
 def tensor_cores_wanted() -> bool:
     """Whether the user opted in to products on the tensor cores; an error off Dawn, the only
     backend whose WGSL reaches them."""
@@ -144,17 +162,20 @@ class Device:
         limits = {name: adapter.limits[name] for name in RAISED_LIMITS if name in adapter.limits}
         # Timestamps only cost anything when a profiled step writes them (runtime/profile.py).
         features = [f for f in ("timestamp-query",) if f in adapter.features]
+        tensor_cores = False
         if tensor_cores_wanted():
             missing = [f for f in TENSOR_CORE_FEATURES if f not in adapter.features]
+            if not missing:  # the features compile the kernels, the matrices run them
+                features += TENSOR_CORE_FEATURES
+                missing = [] if has_tensor_core_matrices(adapter) else [TENSOR_CORE_MATRICES]
             if missing:
                 warnings.warn(
                     f"{TENSOR_CORES_ENV}=1: {adapter_name(adapter)} lacks {', '.join(missing)}; "
-                    "the products run in f32 SIMT kernels",
+                    "the products run in the f32 kernels",
                     stacklevel=2,
                 )
-            else:
-                features += TENSOR_CORE_FEATURES
-        self.tensor_cores = TENSOR_CORE_FEATURES[-1] in features
+            tensor_cores = not missing
+        self.tensor_cores = tensor_cores
         self.device = request_device(adapter, limits, features)
         self.has_timestamps = "timestamp-query" in features
         self.queue = self.device.queue
