@@ -217,3 +217,19 @@ def test_every_tensor_core_kernel_of_the_bench_steps_compiles_through_tint():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split("tensor kernels")[1]) >= 40, done.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wgpudawn") is None, reason="wgpudawn is not installed")
+def test_the_tensor_kernel_benchmark_compiles_through_tint():
+    """benchmarks/tensor_core_kernel.py keeps compiling: each variant it times, and the probe's
+    kernels beside them, at a ragged shape of every operand layout."""
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "tensor_core_kernel.py")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout, for `import meganeura`
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(
+        [sys.executable, script, "--validate", "--shapes", "70x130x90,70x130x90:At,70x130x90:Bt"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    compiled = [line.removeprefix("compiled ") for line in done.stdout.splitlines() if line.startswith("compiled ")]
+    assert compiled == ["70x130x90", "70x130x90:At", "70x130x90:Bt"]
