@@ -46,14 +46,7 @@
 
 {{BINDINGS}}
 
-const M: u32 = {{M}}u;
-const N: u32 = {{N}}u;
-const K: u32 = {{K}}u;
-const BM: u32 = {{BM}}u;
-const BN: u32 = {{BN}}u;
-const BK: u32 = {{BK}}u;
-const TILES_M: u32 = {{TILES_M}}u;
-const TILES: u32 = {{TILES}}u;
+//#include gemm_sizes
 const GRID_X: u32 = {{GRID_X}}u;
 
 const C: u32 = {{C}}u;   // image channels

@@ -5,14 +5,7 @@
 // lines name (M, N, K, BM, BN, BK, TILES_M, TILES, GRID_Y, SPLITS, K_PART, FUNCTIONS, A_READS,
 // PROLOGUE, READS, EPILOGUE, A_BATCH_STRIDE, A_INDEX, B_BATCH_STRIDE, B_INDEX, STORE4; A_SCALAR,
 // B_SCALAR).
-const M: u32 = {{M}}u;
-const N: u32 = {{N}}u;
-const K: u32 = {{K}}u;
-const BM: u32 = {{BM}}u;
-const BN: u32 = {{BN}}u;
-const BK: u32 = {{BK}}u;
-const TILES_M: u32 = {{TILES_M}}u;
-const TILES: u32 = {{TILES}}u;
+//#include gemm_sizes
 const GRID_Y: u32 = {{GRID_Y}}u;
 const SPLITS: u32 = {{SPLITS}}u;
 const K_PART: u32 = {{K_PART}}u;

@@ -86,7 +86,14 @@ def unit_code(
 def unit_position(
     op: OperandTile, tiling: Tiling, j: int | str, kt: str, lanes_along: str = "outer"
 ) -> tuple[str, str]:
-    """The (outer, k) of the first element of this thread's unit j of `op`'s tile at K offset `kt`,
+    """The (outer, k) of the first element of this thread's unit j of `op`'s tile at K offset `kt`
+    (the tile's offsets, `unit_offsets`, from its origin `m0`/`n0` and `kt`)."""
+    o, k = unit_offsets(op, tiling, j, lanes_along)
+    return f"{op.outer}0 + {o}", f"{kt} + {k}"
+
+
+def unit_offsets(op: OperandTile, tiling: Tiling, j: int | str, lanes_along: str = "outer") -> tuple[str, str]:
+    """The (outer, k) offsets within `op`'s tile of the first element of this thread's unit j,
     consecutive threads taking consecutive units along `lanes_along`: "outer" (for an operand stored
     along K, consecutive rows: the f32 kernels' [k][outer] tiles take them without bank conflicts;
     for one stored along its outer axis, coalesced runs) or "k" (coalesced runs along K, or
@@ -95,13 +102,13 @@ def unit_position(
     if lanes_along not in ("outer", "k"):
         raise ValueError(f"lanes_along is 'outer' or 'k', not {lanes_along!r}")
     if op.outer_contiguous and lanes_along == "outer":
-        return f"{op.outer}0 + ({s}) % {op.tile // 4}u * 4u", f"{kt} + ({s}) / {op.tile // 4}u"
+        return f"({s}) % {op.tile // 4}u * 4u", f"({s}) / {op.tile // 4}u"
     if op.outer_contiguous:
-        return f"{op.outer}0 + ({s}) / {tiling.bk}u * 4u", f"{kt} + ({s}) % {tiling.bk}u"
+        return f"({s}) / {tiling.bk}u * 4u", f"({s}) % {tiling.bk}u"
     if lanes_along == "outer":
-        return f"{op.outer}0 + ({s}) % {op.tile}u", f"{kt} + ({s}) / {op.tile}u * 4u"
+        return f"({s}) % {op.tile}u", f"({s}) / {op.tile}u * 4u"
     runs = tiling.bk // 4
-    return f"{op.outer}0 + ({s}) / {runs}u", f"{kt} + ({s}) % {runs}u * 4u"
+    return f"({s}) / {runs}u", f"({s}) % {runs}u * 4u"
 
 
 def store_guard(m: int, n: int, bm: int, bn: int) -> str:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meganeura.codegen.gemm_operands import OperandTile, unit_code, unit_position
+from meganeura.codegen.gemm_operands import OperandTile, unit_code, unit_offsets
 from meganeura.target import Target
 
 SUBGROUP = 32  # threads a subgroup: the H200's (Dawn's subgroup matrices there), the only one measured
@@ -128,8 +128,7 @@ def staged_store(op: OperandTile, tiling: TensorTiling, j: int) -> list[str]:
     """WGSL storing unit j (`r<op>j`, f32) scaled by `s<op>` as hi and lo halves: A into its
     [m][k] tiles, B into its [k][n] ones, a unit's 4 elements neighbours where they run along the
     staged row, `ld` apart where they run across it."""
-    o, k = unit_position(op, tiling, j, "0u", LANES_ALONG[op.name])
-    o = o.replace(f"{op.outer}0 + ", "")  # within the tile
+    o, k = unit_offsets(op, tiling, j, LANES_ALONG[op.name])
     ld = staged_ld(op, tiling)
     row, col = (o, k) if op.name == "a" else (k, o)
     along_row = op.outer_contiguous == (op.name == "b")
