@@ -397,3 +397,53 @@ def test_no_split_where_the_target_has_no_fact():
         graph.outputs["y"] = matmul(graph, x, g, True, False)
         fused, report = check_rewrite(graph, positive=True, target=target)
         assert report.rule("matmul_split_k").matches == 0 and not any(n.attr("splits", 1) > 1 for n in fused.nodes)
+
+
+def test_flop_scale_charges_a_transposed_or_scalar_b_on_a_gpu():
+    """`matmul_flop_scale`: a GPU product whose B is stored transposed is charged 120% of its flops,
+    one whose B cannot be loaded by vec4 130%; a CPU and a batched product 100%; the cost model's
+    arithmetic term grows by that factor and nothing else does."""
+    from meganeura.codegen.lower import flop_scale
+    from meganeura.ir.graph import TensorType
+    from meganeura.rewrite.cost import price
+
+    def scale(m, k, n, tb=False, target=H200, batch=(), **attrs):
+        a, b = TensorType((*batch, m, k)), TensorType((*batch, n, k) if tb else (*batch, k, n))
+        return flop_scale("matmul", {"transpose_b": tb, **attrs}, [a, b], (TensorType((*batch, m, n)),), target)
+
+    assert scale(2048, 768, 2304) == 100
+    assert scale(2048, 768, 2304, tb=True) == 120
+    assert scale(2048, 768, 50257) == 130  # B's rows of 50257 floats: no vec4 units
+    assert scale(2048, 50257, 768, tb=True) == 130  # B's rows along K of 50257
+    assert scale(2048, 1536, 576, tb=True, splits=8) == 120  # parts of 192: vec4 units still
+    assert scale(2048, 1538, 576, tb=True, splits=2) == 130  # parts of 769: not
+    assert scale(2048, 768, 2304, tb=True, target=Target("lavapipe", 2, 32, cpu=True)) == 100
+    assert scale(256, 64, 256, tb=True, batch=(24,)) == 100
+    a, b, out = TensorType((2048, 768)), TensorType((2304, 768)), (TensorType((2048, 2304)),)
+    plain = price("matmul", {"transpose_b": False}, [a, TensorType((768, 2304))], out, 0, H200)
+    transposed = price("matmul", {"transpose_b": True}, [a, b], out, 0, H200)
+    assert transposed.flops == plain.flops == 2 * 2048 * 768 * 2304
+    assert transposed.units - plain.units == plain.flops * 20 // 100  # both fill the H200
+
+
+@pytest.mark.parametrize("n, transposes", [(2304, True), (50257, False)])
+def test_a_weight_is_transposed_once_where_the_product_after_runs_faster(n, transposes):
+    """y = x·Wᵀ with W [N, 768] on the H200, traced as F.linear traces it (x·permute(W)): the plan
+    keeps the transpose (a permute kernel) and multiplies A·B, charged 100% of its flops against
+    Bᵀ's 120%; with N = 50257 the A·B product would load B by element (130%), so the transpose folds
+    into a Bᵀ product. On a CPU target it always folds."""
+    graph = Graph()
+    x, w = leaf(graph, "x", (2048, 768)), leaf(graph, "w", (n, 768), "param")
+    graph.outputs["y"] = matmul(graph, x, node(graph, "permute", (w,), perm=(1, 0)))
+    fused, _ = check_rewrite(graph, target=H200)
+    products = [nd for nd in fused.nodes if nd.op in ("matmul", "fused_matmul")]
+    assert len(products) == 1 and bool(products[0].attr("transpose_b")) is not transposes
+    assert any(nd.op == "permute" for nd in fused.nodes) is transposes
+    cpu, _ = optimize_for_cpu(graph)
+    assert all(nd.attr("transpose_b") for nd in cpu.nodes if nd.op in ("matmul", "fused_matmul"))
+
+
+def optimize_for_cpu(graph):
+    from meganeura.rewrite import optimize
+
+    return optimize(graph, target=Target("lavapipe", 2, 32, cpu=True, workgroup_memory=32768))

@@ -23,7 +23,13 @@ from meganeura.codegen import (  # noqa: F401  (imported for their registered lo
     winograd,
 )
 from meganeura.codegen.kernel import KernelSpec
-from meganeura.codegen.registry import LOWERINGS, lowered, registered_read_scale, registered_workgroups
+from meganeura.codegen.registry import (
+    LOWERINGS,
+    lowered,
+    registered_flop_scale,
+    registered_read_scale,
+    registered_workgroups,
+)
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import op_def
 from meganeura.target import GENERIC, Target
@@ -41,6 +47,14 @@ def read_scale(
 ) -> int:
     """The factor on the bytes the kernel of `op` reads, as the memory moves them (the cost model's question)."""
     return registered_read_scale(op, attrs, operands, results, target)
+
+
+def flop_scale(
+    op: str, attrs: dict, operands: Sequence[TensorType], results: Sequence[TensorType], target: Target = GENERIC
+) -> int:
+    """The percentage of its flops the kernel of `op` is charged, for the rate its layout reaches
+    (the cost model's question)."""
+    return registered_flop_scale(op, attrs, operands, results, target)
 
 
 def lower_node(graph: Graph, node_id: int, target: Target = GENERIC) -> KernelSpec:

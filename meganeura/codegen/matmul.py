@@ -337,7 +337,42 @@ def counted_workgroups(dispatched: int, tiling: GemmTiling, m: int, n: int, targ
     return max(1, dispatched * tiling.bm * tiling.bn // (largest.bm * largest.bn * SPLIT_FILL))
 
 
-@lowering("matmul", "fused_matmul", workgroups=matmul_workgroups, per_target=True, counted=matmul_counted)
+# The percentage of its flops a product is charged on a GPU where its B tile is staged across the
+# layout it is stored in (Bᵀ: B stored [N, K], each vec4 along K scattered over four rows of the
+# k-major tile) or loaded by element (no vec4 units: N of an A·B product, or K of an A·Bᵀ one, not a
+# multiple of 4). Measured on the H200 in the LM steps (benchmarks/plan_ab.py, 2026-12-04 06:20 UTC,
+# the plan made to transpose the weights first; ms a step): GPT-2's 2048x768x2304 Bᵀ 3.74 against
+# A·B 2.75, 2048x768x3072 Bᵀ 3.77 against 3.23, its tied head 2048x768x50257 Bᵀ 4.90 against A·B
+# 5.14 with B by element; SmolLM2's head 2048x576x49152 Bᵀ 3.50 against 2.91, 2048x576x576 Bᵀ in 4
+# parts 3.80 against 3.43 (docs/performance-log.md).
+TRANSPOSED_B_FLOPS = 120
+SCALAR_B_FLOPS = 130
+
+
+def matmul_flop_scale(attrs: dict, operands, results, target: Target = GENERIC) -> int:
+    """The percentage of a product's flops the cost model charges on `target` (the constants'
+    comment). 100 on a CPU, whose kernel (`Target.cpu`) was not measured this way, and for a batched
+    product, whose planned alternatives (attention's dQ, the Winograd products, the convolutions
+    as batched GEMMs) were not either."""
+    if target.cpu:
+        return 100
+    batch, m, k, n = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs, "matmul")
+    if batch:
+        return 100
+    transpose_b = bool(attrs.get("transpose_b", False))
+    k_part = part_length(k, attrs.get("splits", 1))
+    by_vec4 = (k % 4 == 0 and k_part % 4 == 0) if transpose_b else n % 4 == 0
+    return max(100, TRANSPOSED_B_FLOPS if transpose_b else 100, 100 if by_vec4 else SCALAR_B_FLOPS)
+
+
+@lowering(
+    "matmul",
+    "fused_matmul",
+    workgroups=matmul_workgroups,
+    per_target=True,
+    counted=matmul_counted,
+    flop_scale=matmul_flop_scale,
+)
 def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
     """Tiled, register-blocked, batched matmul with transposes, a prologue and an epilogue expression.
 

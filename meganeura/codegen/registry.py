@@ -23,6 +23,11 @@ A family whose kernel moves more memory than the bytes it uses registers `read_s
 operands, results, target)`: the factor the cost model puts on the bytes it reads (1 where none
 is registered). A GPU fetches memory in 32-byte sectors: a reduction walking down columns, a
 workgroup an output, uses 4 bytes of every sector a warp's load fetches (codegen/reduce.py).
+
+A family whose kernel reaches a lower arithmetic rate for some layouts registers
+`flop_scale=fn(attrs, operands, results, target)`: the percentage of its flops the cost model
+charges (100 where none is registered). The GEMM's transposed-B products, measured slower than
+the same product after a weight transpose (codegen/matmul.py `matmul_flop_scale`).
 """
 
 from __future__ import annotations
@@ -37,10 +42,12 @@ Lowering = Callable[[Graph, Node], KernelSpec]
 Workgroups = Callable[[dict, Sequence[TensorType], tuple[TensorType, ...]], int]
 ReadScale = Callable[[dict, Sequence[TensorType], tuple[TensorType, ...], Target], int]
 Counted = Callable[[dict, Sequence[TensorType], tuple[TensorType, ...], int, Target], int]
+FlopScale = ReadScale
 LOWERINGS: dict[str, Lowering] = {}
 WORKGROUPS: dict[str, Workgroups] = {}
 READ_SCALES: dict[str, ReadScale] = {}
 COUNTED: dict[str, Counted] = {}
+FLOP_SCALES: dict[str, FlopScale] = {}
 PER_TARGET: set[str] = set()  # ops whose lowering and workgroup count also take the target
 ELEMENTWISE_WORKGROUP = 256
 
@@ -56,10 +63,12 @@ def lowering(
     per_target: bool = False,
     read_scale: ReadScale | None = None,
     counted: Counted | None = None,
+    flop_scale: FlopScale | None = None,
 ) -> Callable[[Lowering], Lowering]:
     """Decorator: register the function as the lowering of `ops`, launching `workgroups` (both
     given the target as a last argument with `per_target`), its reads priced at `read_scale`, its
-    dispatched workgroups in the cost model's units by `counted` (module docstring)."""
+    dispatched workgroups in the cost model's units by `counted`, its flops charged at
+    `flop_scale` percent (module docstring)."""
 
     def register(fn: Lowering) -> Lowering:
         for op in ops:
@@ -71,6 +80,8 @@ def lowering(
                 READ_SCALES[op] = read_scale
             if counted is not None:
                 COUNTED[op] = counted
+            if flop_scale is not None:
+                FLOP_SCALES[op] = flop_scale
             if per_target:
                 PER_TARGET.add(op)
         return fn
@@ -96,6 +107,15 @@ def registered_read_scale(
     """The factor on the bytes the kernel of `op` reads for these types on `target` (module docstring)."""
     scale = READ_SCALES.get(op)
     return 1 if scale is None else max(1, scale(attrs, operands, tuple(results), target))
+
+
+def registered_flop_scale(
+    op: str, attrs: dict, operands: Sequence[TensorType], results: Sequence[TensorType], target: Target = GENERIC
+) -> int:
+    """The percentage of its flops the cost model charges the kernel of `op` for these types on
+    `target` (module docstring)."""
+    scale = FLOP_SCALES.get(op)
+    return 100 if scale is None else max(1, scale(attrs, operands, tuple(results), target))
 
 
 def dispatch_counted(graph: Graph, node: Node, dispatched: int, target: Target = GENERIC) -> int:

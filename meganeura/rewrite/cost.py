@@ -27,6 +27,10 @@ The read scale is 1 but for a kernel whose loads move more than they use, as its
 (`codegen.lower.read_scale`): on a GPU a reduction down columns, a workgroup an output, fetches
 a 32-byte sector for each 4-byte element (8), where the same sum split into parts of a thread an
 output each (neighbouring threads, neighbouring columns) uses whole sectors (codegen/reduce.py).
+Likewise the flops are charged at 100% but where the lowering says its layout runs them slower
+(`codegen.lower.flop_scale`, a percentage): on a GPU a product whose B is stored transposed or
+cannot be loaded by vec4 (codegen/matmul.py `matmul_flop_scale`), so that the plan transposes a
+weight once where the product after it then runs faster.
 
 `price` takes what both callers know: the op a kernel runs (for an e-node, the IR op it decodes
 to), its attributes and operand and result types, the bytes of the distinct tensors it reads,
@@ -54,6 +58,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from meganeura.codegen.lower import flop_scale as launched_flop_scale
 from meganeura.codegen.lower import read_scale as launched_read_scale
 from meganeura.codegen.lower import workgroups as launched_workgroups
 from meganeura.ir.graph import Graph, TensorType
@@ -111,7 +116,8 @@ def kernel_flops(op: str, attrs: dict, operands: Sequence[TensorType], results: 
 class Pricing:
     """What one kernel costs apart from its reads (which differ between plans): its results'
     bytes, its flops, whether it launches at all (buffers and views do not), the workgroups it
-    launches, the compute units of the target and the factor on the bytes it reads."""
+    launches, the compute units of the target, the factor on the bytes it reads and the
+    percentage of its flops it is charged."""
 
     launches: bool
     written: int = 0
@@ -119,12 +125,14 @@ class Pricing:
     workgroups: int = 1
     compute_units: int = 1
     read_scale: int = 1
+    flop_scale: int = 100  # percent
 
     def units(self, read_bytes: int) -> int:
         """The kernel's `Cost.units` when it reads `read_bytes` (extraction's hot path)."""
         if not self.launches:
             return 0
-        work = 8 * (read_bytes * self.read_scale + self.written) + self.flops * (8 // FLOPS_PER_BYTE)
+        flops = self.flops * self.flop_scale * 8 // (FLOPS_PER_BYTE * 100)
+        work = 8 * (read_bytes * self.read_scale + self.written) + flops
         needed = min(self.compute_units, max(1, -(-work // (8 * WORK_PER_UNIT))))
         return work * needed // min(self.workgroups, needed) + 8 * DISPATCH_COST_BYTES
 
@@ -147,7 +155,8 @@ def pricing(
         return Pricing(False)
     workgroups = launched_workgroups(op, attrs, operands, results, target)
     scale = launched_read_scale(op, attrs, operands, results, target)
-    return Pricing(True, sum(t.nbytes for t in results), flops, workgroups, target.compute_units, scale)
+    flop_scale = launched_flop_scale(op, attrs, operands, results, target) if flops else 100
+    return Pricing(True, sum(t.nbytes for t in results), flops, workgroups, target.compute_units, scale, flop_scale)
 
 
 def price(
