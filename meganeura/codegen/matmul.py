@@ -340,7 +340,7 @@ def counted_workgroups(dispatched: int, tiling: GemmTiling, m: int, n: int, targ
 # The percentage of its flops a product is charged on a GPU where its B tile is staged across the
 # layout it is stored in (Bᵀ: B stored [N, K], each vec4 along K scattered over four rows of the
 # k-major tile) or loaded by element (no vec4 units: N of an A·B product, or K of an A·Bᵀ one, not a
-# multiple of 4). Measured on the H200 in the LM steps (benchmarks/plan_ab.py, 2026-12-04 06:20 UTC,
+# multiple of 4). Measured on the H200 in the LM steps (benchmarks/plan_ab.py, 2026-12-04 05:30 UTC,
 # the plan made to transpose the weights first; ms a step): GPT-2's 2048x768x2304 Bᵀ 3.74 against
 # A·B 2.75, 2048x768x3072 Bᵀ 3.77 against 3.23, its tied head 2048x768x50257 Bᵀ 4.90 against A·B
 # 5.14 with B by element; SmolLM2's head 2048x576x49152 Bᵀ 3.50 against 2.91, 2048x576x576 Bᵀ in 4
