@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -22,8 +23,13 @@ import numpy as np
 import pytest
 from conftest import normal, one_op, run_gpu
 
+from meganeura.bench.workloads import STEPS
 from meganeura.codegen import matmul_tensor
+from meganeura.codegen.matmul import matmul_workgroups
 from meganeura.codegen.matmul_tensor import LADDER, TensorTiling, tensor_tiling
+from meganeura.codegen.registry import dispatch_counted, node_workgroups
+from meganeura.compiler import compile_plan
+from meganeura.ir.graph import TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.runtime import default_device
 from meganeura.target import WEBGPU_WORKGROUP_MEMORY, Target
@@ -183,6 +189,27 @@ def test_the_ladder_fills_the_target_and_fits_its_workgroup_memory():
     assert TensorTiling(4, 4).workgroup_bytes > 32768 and tensor_tiling(4096, 4096, 1, small) == TensorTiling(2, 2)
     assert LADDER[-1].workgroup_bytes <= WEBGPU_WORKGROUP_MEMORY  # what every device offers
     assert tensor_tiling(4096, 4096, 1, dataclasses.replace(H200, workgroup_memory=16384)) == LADDER[-1]
+
+
+def test_the_cost_model_counts_the_tensor_kernels_it_plans():
+    """On a target with tensor cores every product of a planned step dispatches the workgroups the
+    cost model counts for it (the tensor ladder's, in its largest tile's units), as the f32
+    kernels do (tests/test_target.py)."""
+    workload = STEPS["smollm2"].build(small=True)
+    plan = compile_plan(workload.model, workload.loss, workload.inputs, workload.optimizer, target=H200)
+    step = plan.compiled
+    tensor = [spec for spec in step.kernels if spec.entry_point == "matmul_tensor"]
+    assert len(tensor) >= 20
+    for spec in tensor:
+        node = step.graph[spec.node]
+        counted = dispatch_counted(step.graph, node, math.prod(spec.grid), H200)
+        assert counted == node_workgroups(step.graph, node, H200), spec.label
+    # 2048x576x1536: 768 tensor tiles of 64x64 (the 128x128 rung's 192 leave units idle), counted
+    # as 96 of 128x128 two a unit; the f32 kernel's 384 tiles of 64x128 count 192.
+    types = [TensorType((2048, 576)), TensorType((576, 1536))], (TensorType((2048, 1536)),)
+    assert tensor_tiling(2048, 1536, 1, H200) == TensorTiling(2, 2)
+    assert matmul_workgroups({}, *types, H200) == 768 * 64 * 64 // (128 * 128 * 2) == 96
+    assert matmul_workgroups({}, *types, dataclasses.replace(H200, tensor_cores=False)) == 192
 
 
 TINT_CHECK = """

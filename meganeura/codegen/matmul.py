@@ -319,10 +319,17 @@ def matmul_workgroups(attrs: dict, operands, results, target: Target = GENERIC) 
 
 def matmul_counted(attrs: dict, operands, results, dispatched: int | None, target: Target = GENERIC) -> int:
     """`dispatched` workgroups of a product's kernel (None: the ones its tiling launches) as the
-    cost model counts them (`matmul_workgroups`)."""
+    cost model counts them (`matmul_workgroups`); on the tensor cores, in workgroups of their
+    ladder's largest tile, FILL of them a unit (codegen/matmul_tensor.py)."""
     batch, m, k, n = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs, "matmul")
     batches, splits = math.prod(batch), attrs.get("splits", 1)
     transpose_b = bool(attrs.get("transpose_b", False))
+    if target.tensor_cores and matmul_tensor.tensor_takes(m, n, k, batches):
+        tensor = matmul_tensor.tensor_tiling(m, n, batches * splits, target)
+        largest = matmul_tensor.tensor_tiling(1 << 30, 1 << 30, 1, target)
+        if dispatched is None:
+            dispatched = tensor.tiles(m, n, batches * splits)
+        return max(1, dispatched * tensor.bm * tensor.bn // (largest.bm * largest.bn * matmul_tensor.FILL))
     tiling = split_tiling(m, n, k, batches, splits, target, transpose_b, bool(attrs.get("transpose_a", False)))
     if dispatched is None:
         dispatched = -(-m // tiling.bm) * -(-n // tiling.bn) * batches * splits
