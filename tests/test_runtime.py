@@ -13,7 +13,7 @@ from meganeura import nn, optim
 from meganeura.codegen.buffers import plan_buffers
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.lower import lower_graph
-from meganeura.ir.graph import Graph
+from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.runtime import Executable, default_device, device, mapping
 
@@ -148,6 +148,62 @@ def test_the_step_recorded_ahead_sees_new_inputs_state_writes_and_reads():
     assert program.run({"x": xs[0]}, read=both)["t_next"] == 14.0 and len(recordings) == 8
     assert program.run({"x": xs[0]}, read=both)["t_next"] == 15.0 and len(recordings) == 9
     assert program.recorded is None
+
+
+def staged_graph() -> Graph:
+    """Inputs of odd sizes and both dtypes (their staging offsets are 256-byte aligned, their copies
+    whole words) and outputs that read each."""
+    graph = Graph()
+    x = typed_leaf(graph, "input", "x", (3,))
+    z = typed_leaf(graph, "input", "z", (5, 7))
+    y = typed_leaf(graph, "input", "y", (5,), "i32")
+    graph.outputs["x2"] = emit(graph, "mul", [x, const(graph, 2.0)])
+    graph.outputs["loss"] = emit(graph, "cross_entropy_rows", [z, y])
+    graph.outputs["labels"] = y
+    return graph
+
+
+@pytest.mark.parametrize("staged", [True, False])
+def test_inputs_reach_every_step_through_the_staging_buffer_or_queue_writes(staged, monkeypatch):
+    """runtime/uploads.py: each step's inputs, new every call, reach run() (its command buffer
+    recorded ahead), a run that reads nothing, timed_run() and profile(); a wrong shape is refused
+    and the next step runs; without wgpu-native's C functions the inputs go by queue.write_buffer."""
+    from meganeura.runtime import uploads
+
+    if not staged:
+        monkeypatch.setattr(uploads, "wgpu_native", lambda: None)
+    elif uploads.wgpu_native() is None:
+        pytest.skip("this wgpu build does not expose wgpu-native's C functions")
+    graph = staged_graph()
+    program = executable(graph)
+    assert (program.staging is not None) is staged
+    reads = ("x2", "loss", "labels")
+
+    def feed(step: int) -> dict:
+        return {"x": normal(3), "z": normal(5, 7), "y": (np.arange(5) * (step + 1)) % 7}
+
+    def check(got: dict, inputs: dict) -> None:
+        want = interpret(graph, {**inputs, "y": inputs["y"].astype(np.int32)}).outputs
+        np.testing.assert_allclose(got["x2"], want["x2"], rtol=1e-6)
+        np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got["labels"], inputs["y"])
+
+    for step in range(4):
+        inputs = feed(step)
+        check(program.run(inputs, read=reads), inputs)
+        program.run(feed(step + 10), read=())  # nothing read: the next upload waits for its copy
+    with pytest.raises(ValueError, match=r"input 'z': expected shape \[5, 7\], got \[7, 5\]"):
+        program.run({**feed(0), "z": normal(7, 5)}, read=reads)
+    inputs = feed(5)
+    check(program.run(inputs, read=reads), inputs)
+    if program.device.has_timestamps:
+        inputs = feed(6)
+        got, ns = program.timed_run(inputs, read=reads)
+        check(got, inputs)
+        inputs = feed(7)
+        check(program.profile(inputs, read=reads)[0], inputs)
+    inputs = feed(8)
+    check(program.run(inputs, read=reads), inputs)
 
 
 @pytest.mark.parametrize("path", ["native", "wgpu-py"])
@@ -396,7 +452,7 @@ def test_without_a_name_of_wgpu_natives_module_every_fast_path_falls_back_or_ref
     public API, and an unchecked shader module is refused with the reason."""
     from wgpu.backends.wgpu_native import _api
 
-    from meganeura.runtime import encoding, native
+    from meganeura.runtime import encoding, native, uploads
 
     assert native.wgpu_native() is _api
     monkeypatch.delattr(_api, "from_c_string_view")
@@ -404,6 +460,9 @@ def test_without_a_name_of_wgpu_natives_module_every_fast_path_falls_back_or_ref
     try:
         assert native.wgpu_native() is None
         assert encoding.native_functions() is None and mapping.native_mapper() is None
+        dev = default_device().device
+        buffer = dev.create_buffer(size=16, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST)
+        assert uploads.input_staging(dev, {"x": (buffer, TensorType((4,)))}) is None
         with pytest.raises(RuntimeError, match="C API"):
             device.unchecked_module(default_device().device, "@compute @workgroup_size(1) fn main() {}")
     finally:

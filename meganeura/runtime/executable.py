@@ -1,7 +1,7 @@
 """A compiled step on a device: every buffer, pipeline and bind group made once from a
 `CompiledStep` (codegen/compiled.py: the kernels and the buffer plan, plain data); `run` submits
-one command buffer (one compute pass, readback copies, end-of-step state copies) and records the
-next step's while the GPU runs.
+one command buffer (the inputs' copies from their staging buffer, runtime/uploads.py, one compute
+pass, readback copies, end-of-step state copies) and records the next step's while the GPU runs.
 
 Parameters live in device buffers: the Executable points each `nn.Parameter.storage` at its
 buffer, and an Executable compiled later from the same model on the same device binds that same
@@ -27,6 +27,7 @@ from meganeura.runtime.device import Device
 from meganeura.runtime.encoding import recorder
 from meganeura.runtime.mapping import read_after_submit
 from meganeura.runtime.profile import DISPATCHES_PER_SET, Profile, kernel_times
+from meganeura.runtime.uploads import input_staging, staged_array
 
 BUFFER_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 MAP_ALIGN = 8  # WebGPU's alignment of mapAsync offsets
@@ -46,11 +47,9 @@ def read_buffer(device: Device, buffer: wgpu.GPUBuffer, type: TensorType) -> np.
 
 def write_buffer(device: Device, buffer: wgpu.GPUBuffer, type: TensorType, value: np.ndarray, what: str) -> None:
     """Upload `value` into `buffer`, checking its shape against `type`."""
-    array = np.asarray(value, dtype=numpy_dtype(type.dtype))
-    if array.shape != type.shape:
-        raise ValueError(f"{what}: expected shape {list(type.shape)}, got {list(array.shape)}")
+    array = staged_array(type, value, what)
     if array.size:
-        device.queue.write_buffer(buffer, 0, np.ascontiguousarray(array))
+        device.queue.write_buffer(buffer, 0, array)
 
 
 class DeviceStorage:
@@ -110,6 +109,8 @@ class Executable:
             **{name: self.buffers[b] for name, b in self.plan.leaf_buffers("state").items()},
         }
         self.upload_leaves(initial_states)
+        # The inputs' staging buffer (runtime/uploads.py), None where they go by queue.write_buffer.
+        self.staging = input_staging(device.device, {n: (b, self.leaf_types[n]) for n, b in self.inputs.items()})
         self.dispatches = [self.prepare_dispatch(spec) for spec in self.plan.schedule]
         self.copies = [(self.buffers[c.source], self.buffers[c.target], c.nbytes) for c in self.plan.copies]
         self.outputs, self.readback = self.prepare_readback()
@@ -286,15 +287,23 @@ class Executable:
         `read`), so a loop of steps pays the recording once, hidden behind the GPU's work."""
         read, copies, start, size = self.upload(inputs, read)
         commands = self.take_recorded(read) or self.step_commands(copies)
-        self.device.queue.submit([commands])
+        self.submit([commands])
         if self.record_ahead:
             self.record_next(read, copies)
         return self.read_outputs(read, start, size)
 
+    def submit(self, commands: list[wgpu.GPUCommandBuffer]) -> None:
+        """Submit a step's command buffers; then ask for the inputs' staging buffer mapped again."""
+        self.device.queue.submit(commands)
+        if self.staging is not None:
+            self.staging.request()
+
     def step_commands(self, copies: list[tuple], timestamps: dict | None = None) -> wgpu.GPUCommandBuffer:
-        """One step's command buffer: every dispatch in one compute pass (writing `timestamps`,
-        a pass's timestamp_writes, where given), then `copies` and the end-of-step state copies."""
+        """One step's command buffer: the inputs' copies from their staging buffer, every dispatch
+        in one compute pass (writing `timestamps`, a pass's timestamp_writes, where given), then
+        `copies` and the end-of-step state copies."""
         encoder = self.device.device.create_command_encoder()
+        self.encode_uploads(encoder)
         compute = encoder.begin_compute_pass(timestamp_writes=timestamps)
         self.encode_dispatches(compute, self.dispatches)
         compute.end()
@@ -315,7 +324,7 @@ class Executable:
         commands = self.step_commands(copies, writes)
         encoder = device.create_command_encoder()
         stamps = resolve_stamps(device, encoder, queries, 2)
-        self.device.queue.submit([commands, encoder.finish()])
+        self.submit([commands, encoder.finish()])
         outputs = self.read_outputs(read, start, size)
         begin, end = read_stamps(device, stamps)
         return outputs, max(0, end - begin)
@@ -352,6 +361,7 @@ class Executable:
         read, copies, start, size = self.upload(inputs, read)
         device = self.device.device
         encoder = device.create_command_encoder()
+        self.encode_uploads(encoder)
         stamp_buffers = []
         for first in range(0, len(self.dispatches), DISPATCHES_PER_SET):
             chunk = self.dispatches[first : first + DISPATCHES_PER_SET]
@@ -367,7 +377,7 @@ class Executable:
                 compute.end()
             stamp_buffers.append(resolve_stamps(device, encoder, queries, 2 * len(chunk)))
         self.encode_copies(encoder, copies)
-        self.device.queue.submit([encoder.finish()])
+        self.submit([encoder.finish()])
         outputs = self.read_outputs(read, start, size)
         stamps = [stamp for buffer in stamp_buffers for stamp in read_stamps(device, buffer)]
         return outputs, Profile(self.device.describe(), kernel_times(self.kernel_facts(), stamps))
@@ -394,9 +404,17 @@ class Executable:
             raise KeyError(f"inputs do not match the graph: missing {missing}, unknown {unknown}")
         read = tuple(read)
         copies, start, size = self.readback_plan(read) if read else ([], 0, 0)
-        for name, buffer in self.inputs.items():
-            write_buffer(self.device, buffer, self.leaf_types[name], inputs[name], f"input {name!r}")
+        if self.staging is not None:
+            self.staging.write(inputs)
+        else:
+            for name, buffer in self.inputs.items():
+                write_buffer(self.device, buffer, self.leaf_types[name], inputs[name], f"input {name!r}")
         return read, copies, start, size
+
+    def encode_uploads(self, encoder: wgpu.GPUCommandEncoder) -> None:
+        """The inputs' copies from their staging buffer, first in a step's commands (none without one)."""
+        if self.staging is not None:
+            self.staging.encode(encoder)
 
     @staticmethod
     def encode_dispatches(compute: wgpu.GPUComputePassEncoder, dispatches: list[tuple]) -> None:
