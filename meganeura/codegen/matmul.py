@@ -326,7 +326,7 @@ def matmul_counted(attrs: dict, operands, results, dispatched: int | None, targe
     transpose_b = bool(attrs.get("transpose_b", False))
     if target.tensor_cores and matmul_tensor.tensor_takes(m, n, k, batches):
         tensor = matmul_tensor.tensor_tiling(m, n, batches * splits, target)
-        largest = matmul_tensor.tensor_tiling(1 << 30, 1 << 30, 1, target)
+        largest = matmul_tensor.fitting_tilings(target)[0]
         if dispatched is None:
             dispatched = tensor.tiles(m, n, batches * splits)
         return max(1, dispatched * tensor.bm * tensor.bn // (largest.bm * largest.bn * matmul_tensor.FILL))
@@ -369,7 +369,7 @@ def matmul_flop_scale(attrs: dict, operands, results, target: Target = GENERIC) 
     transpose_b = bool(attrs.get("transpose_b", False))
     k_part = part_length(k, attrs.get("splits", 1))
     by_vec4 = (k % 4 == 0 and k_part % 4 == 0) if transpose_b else n % 4 == 0
-    return max(100, TRANSPOSED_B_FLOPS if transpose_b else 100, 100 if by_vec4 else SCALAR_B_FLOPS)
+    return max(TRANSPOSED_B_FLOPS if transpose_b else 100, 100 if by_vec4 else SCALAR_B_FLOPS)
 
 
 @lowering(

@@ -102,11 +102,16 @@ def tensor_takes(m: int, n: int, k: int, batches: int) -> bool:
     return True
 
 
+def fitting_tilings(target: Target) -> list[TensorTiling]:
+    """The ladder's tilings within the target's workgroup memory, largest first; at least its
+    smallest (which fits the 16 KiB every WebGPU device offers)."""
+    return [tiling for tiling in LADDER if tiling.workgroup_bytes <= target.workgroup_memory] or [LADDER[-1]]
+
+
 def tensor_tiling(m: int, n: int, batches: int, target: Target) -> TensorTiling:
     """The tiling of an M × N product (times `batches`, parts of K included) on `target`: the
-    first of the ladder within the target's workgroup memory that fills it, else its smallest
-    (which fits the 16 KiB every WebGPU device offers)."""
-    fitting = [tiling for tiling in LADDER if tiling.workgroup_bytes <= target.workgroup_memory] or [LADDER[-1]]
+    first of `fitting_tilings` that fills it, else the smallest of them."""
+    fitting = fitting_tilings(target)
     for tiling in fitting:
         if tiling.tiles(m, n, batches) >= FILL * target.compute_units:
             return tiling
