@@ -13,22 +13,18 @@ step's commands while the GPU runs, waiting for the loss) and the step's GPU tim
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import numpy as np
 
-import meganeura as mn
-from meganeura.bench.workloads import STEPS
+sys.path.insert(0, os.path.dirname(__file__))
+from readback_latency import median_us  # noqa: E402
 
-
-def median_us(fn, steps: int) -> float:
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e6 * statistics.median(times)
+import meganeura as mn  # noqa: E402
+from meganeura.bench.workloads import STEPS  # noqa: E402
 
 
 def step_parts(program, batch: dict, steps: int) -> dict[str, float]:
@@ -74,9 +70,7 @@ def main() -> None:
             if name == "staged" and staging is None:
                 continue
             executable.staging, executable.recorded = value, None  # a recorded step copies as it was recorded
-            for _ in range(10):
-                program.train_step(**batch)
-            us = median_us(lambda: program.train_step(**batch), args.steps)
+            us = median_us(lambda: program.train_step(**batch), args.steps, warmup=10)
             print(f"round {round_}: train_step {us:8.1f} µs ({name})")
     executable.staging, executable.recorded = staging, None
     for name, us in step_parts(program, batch, args.steps).items():
