@@ -177,6 +177,10 @@ def test_inputs_reach_every_step_through_the_staging_buffer_or_queue_writes(stag
     graph = staged_graph()
     program = executable(graph)
     assert (program.staging is not None) is staged
+    if staged:  # 3 inputs at 256-byte offsets; a device whose buffers hold less keeps queue writes
+        inputs = {name: (buffer, program.leaf_types[name]) for name, buffer in program.inputs.items()}
+        assert uploads.staged_bytes(inputs) == program.staging.size == 3 * 256
+        assert uploads.input_staging(program.device.device, inputs, largest=3 * 256 - 1) is None
     reads = ("x2", "loss", "labels")
 
     def feed(step: int) -> dict:

@@ -110,7 +110,8 @@ class Executable:
         }
         self.upload_leaves(initial_states)
         # The inputs' staging buffer (runtime/uploads.py), None where they go by queue.write_buffer.
-        self.staging = input_staging(device.device, {n: (b, self.leaf_types[n]) for n, b in self.inputs.items()})
+        staged = {name: (buffer, self.leaf_types[name]) for name, buffer in self.inputs.items()}
+        self.staging = input_staging(device.device, staged, device.limits.get("max-buffer-size"))
         self.dispatches = [self.prepare_dispatch(spec) for spec in self.plan.schedule]
         self.copies = [(self.buffers[c.source], self.buffers[c.target], c.nbytes) for c in self.plan.copies]
         self.outputs, self.readback = self.prepare_readback()

@@ -49,9 +49,9 @@ class InputStaging:
         self.inputs = dict(inputs)
         self.offsets: dict[str, int] = {}
         size = 0
-        for name, (_, type) in self.inputs.items():
+        for name, staged in self.inputs.items():
             self.offsets[name] = size
-            size += -(-max(4, type.nbytes) // ALIGN) * ALIGN
+            size += staged_bytes({name: staged})
         self.size = size
         usage = wgpu.BufferUsage.MAP_WRITE | wgpu.BufferUsage.COPY_SRC
         self.buffer = device.create_buffer(label="input staging", size=size, usage=usage)
@@ -103,12 +103,21 @@ class InputStaging:
                 encoder.copy_buffer_to_buffer(self.buffer, self.offsets[name], buffer, 0, -(-type.nbytes // 4) * 4)
 
 
+def staged_bytes(inputs: Mapping[str, tuple[wgpu.GPUBuffer, TensorType]]) -> int:
+    """The size of the staging buffer of these inputs: each at a multiple of ALIGN."""
+    return sum(-(-max(4, type.nbytes) // ALIGN) * ALIGN for _, type in inputs.values())
+
+
 def input_staging(
-    device: wgpu.GPUDevice, inputs: Mapping[str, tuple[wgpu.GPUBuffer, TensorType]]
+    device: wgpu.GPUDevice, inputs: Mapping[str, tuple[wgpu.GPUBuffer, TensorType]], largest: int | None = None
 ) -> InputStaging | None:
-    """The staging of these inputs, or None where there are none or the backend has no C mapping."""
+    """The staging of these inputs, or None where there are none, where the backend has no C
+    mapping, or where they would not fit one buffer of at most `largest` bytes (the device's
+    max-buffer-size: each input fits one, their sum may not)."""
     api = wgpu_native()
     if api is None or not any(type.nbytes for _, type in inputs.values()):
+        return None
+    if largest is not None and staged_bytes(inputs) > largest:
         return None
     try:
         return InputStaging(api, device, inputs)
