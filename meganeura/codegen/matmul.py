@@ -324,7 +324,7 @@ def matmul_counted(attrs: dict, operands, results, dispatched: int | None, targe
     batch, m, k, n = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs, "matmul")
     batches, splits = math.prod(batch), attrs.get("splits", 1)
     transpose_b = bool(attrs.get("transpose_b", False))
-    if target.tensor_cores and matmul_tensor.tensor_takes(m, n, k, batches):
+    if matmul_tensor.on_tensor_cores(m, n, k, batches, target):
         tensor = matmul_tensor.tensor_tiling(m, n, batches * splits, target)
         largest = matmul_tensor.fitting_tilings(target)[0]
         if dispatched is None:
@@ -367,9 +367,15 @@ def matmul_flop_scale(attrs: dict, operands, results, target: Target = GENERIC) 
     if batch:
         return 100
     transpose_b = bool(attrs.get("transpose_b", False))
-    k_part = part_length(k, attrs.get("splits", 1))
-    by_vec4 = (k % 4 == 0 and k_part % 4 == 0) if transpose_b else n % 4 == 0
+    by_vec4 = loads_vec4(transpose_b, n, k, part_length(k, attrs.get("splits", 1)))
     return max(TRANSPOSED_B_FLOPS if transpose_b else 100, 100 if by_vec4 else SCALAR_B_FLOPS)
+
+
+def loads_vec4(along_k: bool, outer: int, k: int, k_part: int) -> bool:
+    """Whether an operand's units can be vec4 loads: stored along K, K and each part of it a
+    multiple of 4 (a unit must not straddle a part's end); stored along its outer axis (M or N),
+    that length a multiple of 4."""
+    return k % 4 == 0 and k_part % 4 == 0 if along_k else outer % 4 == 0
 
 
 @lowering(
@@ -439,7 +445,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
 
     reads, epilogue = expression_code(tree, read)
     a_reads, prologue = expression_code(prologue_tree, read_for_a)
-    on_tensor_cores = target.tensor_cores and matmul_tensor.tensor_takes(m, n, k, batches)
+    on_tensor_cores = matmul_tensor.on_tensor_cores(m, n, k, batches, target)
     if on_tensor_cores:
         tiling = matmul_tensor.tensor_tiling(m, n, batches * splits, target)
     else:
@@ -447,15 +453,10 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     ragged_k = k % tiling.bk != 0 or k_part % tiling.bk != 0  # a K tile may pass the part's end
     # An operand an epilogue or prologue also reads by element keeps its scalar binding.
     elementwise = set(extras)
-    # A vec4 unit along K must not straddle the end of a part of K: both K and the part length
-    # are multiples of 4 where an operand stored along K is loaded by vec4.
-    k4 = k % 4 == 0 and k_part % 4 == 0
-    op_a = OperandTile(
-        "a", "m", m, tiling.bm, transpose_a, (m % 4 == 0 if transpose_a else k4) and a not in elementwise
-    )
-    op_b = OperandTile(
-        "b", "n", n, tiling.bn, not transpose_b, (k4 if transpose_b else n % 4 == 0) and b not in elementwise
-    )
+    a_vec4 = loads_vec4(not transpose_a, m, k, k_part) and a not in elementwise
+    b_vec4 = loads_vec4(transpose_b, n, k, k_part) and b not in elementwise
+    op_a = OperandTile("a", "m", m, tiling.bm, transpose_a, a_vec4)
+    op_b = OperandTile("b", "n", n, tiling.bn, not transpose_b, b_vec4)
     vector_out = n % 4 == 0
     bindings = [Binding("a", a, "read"), Binding("b", b, "read"), *operands.bindings, output_binding(node)]
     vec4_names = {name for name, on in (("a", op_a.vector), ("b", op_b.vector), ("out", vector_out)) if on}

@@ -102,6 +102,11 @@ def tensor_takes(m: int, n: int, k: int, batches: int) -> bool:
     return True
 
 
+def on_tensor_cores(m: int, n: int, k: int, batches: int, target: Target) -> bool:
+    """Whether a product runs on the tensor cores: the target has them and `tensor_takes` it."""
+    return target.tensor_cores and tensor_takes(m, n, k, batches)
+
+
 def fitting_tilings(target: Target) -> list[TensorTiling]:
     """The ladder's tilings within the target's workgroup memory, largest first; at least its
     smallest (which fits the 16 KiB every WebGPU device offers)."""

@@ -49,9 +49,9 @@ class InputStaging:
         self.inputs = dict(inputs)
         self.offsets: dict[str, int] = {}
         size = 0
-        for name, staged in self.inputs.items():
+        for name, (_, type_) in self.inputs.items():
             self.offsets[name] = size
-            size += staged_bytes({name: staged})
+            size += slot_bytes(type_)
         self.size = size
         usage = wgpu.BufferUsage.MAP_WRITE | wgpu.BufferUsage.COPY_SRC
         self.buffer = device.create_buffer(label="input staging", size=size, usage=usage)
@@ -103,9 +103,14 @@ class InputStaging:
                 encoder.copy_buffer_to_buffer(self.buffer, self.offsets[name], buffer, 0, -(-type.nbytes // 4) * 4)
 
 
+def slot_bytes(type: TensorType) -> int:
+    """The bytes an input of `type` takes in the staging buffer: whole words, to a multiple of ALIGN."""
+    return -(-max(4, type.nbytes) // ALIGN) * ALIGN
+
+
 def staged_bytes(inputs: Mapping[str, tuple[wgpu.GPUBuffer, TensorType]]) -> int:
-    """The size of the staging buffer of these inputs: each at a multiple of ALIGN."""
-    return sum(-(-max(4, type.nbytes) // ALIGN) * ALIGN for _, type in inputs.values())
+    """The size of the staging buffer of these inputs."""
+    return sum(slot_bytes(type) for _, type in inputs.values())
 
 
 def input_staging(
