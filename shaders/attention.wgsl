@@ -44,7 +44,7 @@
 //
 // Placeholders: BINDINGS and attention_layout's, BR, BC, THREADS, DV, TILES, SEQ_TILES, VEC4
 // (load/store helpers) and the per-kernel code (DS_ZEROS empty without out_s); flags CAUSAL, FORWARD, GRAD_Q, GRAD_KV,
-// PER_QUERY_HEAD, ROW_LANES, TILE_MAJOR.
+// PER_QUERY_HEAD, ROW_LANES, ROWS_AHEAD (dK/dV: THREADS >= BR), TILE_MAJOR.
 
 {{BINDINGS}}
 
@@ -112,13 +112,22 @@ fn query_start(k0: u32) -> u32 {
 var<workgroup> row_lse: array<f32, BR>;
 var<workgroup> row_delta: array<f32, BR>;
 
+// The lse and Dᵢ of row r of the query tile from q0 of head bh (zeros past the sequence).
+fn query_rows(r: u32, bh: u32, q0: u32) -> vec2<f32> {
+    let i = min(q0 + r, SQ - 1u);
+    let inside = q0 + r < SQ;
+    return vec2<f32>(select(0.0, lse[bh * SQ + i], inside), select(0.0, delta[bh * SQ + i], inside));
+}
+
 // The staged query rows' lse and Dᵢ (the backward kernels; after the barrier that frees the
-// previous tile's readers).
+// previous tile's readers). With ROWS_AHEAD, dK/dV loads each tile's rows into a register of
+// threads 0 … BR - 1 while the previous tile is computed (`query_rows`) and stores them with its
+// streamed tiles: no barrier and no load wait of their own in each step of its walk.
 fn stage_rows(lid: u32, bh: u32, q0: u32) {
     for (var r = lid; r < BR; r += THREADS) {
-        let i = min(q0 + r, SQ - 1u);
-        row_lse[r] = select(0.0, lse[bh * SQ + i], q0 + r < SQ);
-        row_delta[r] = select(0.0, delta[bh * SQ + i], q0 + r < SQ);
+        let rows = query_rows(r, bh, q0);
+        row_lse[r] = rows.x;
+        row_delta[r] = rows.y;
     }
 }
 //#endif
@@ -318,20 +327,41 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
     let first_base = (b * H + kvh * GROUP + g_first) * SQ * D;
     {{DS_ZEROS}}
     {{PREFETCH_DECLARE}}
+//#if ROWS_AHEAD
+    var rows_ahead = vec2<f32>(0.0);
+    if (lid < BR) {
+        rows_ahead = query_rows(lid, b * H + kvh * GROUP + g_first, first_q0);
+    }
+//#endif
     for (var step = 0u; step < steps; step++) {
         let bh = b * H + kvh * GROUP + g_first + step / walk;
         let q0 = first_q0 + (step % walk) * BR;
         let q_base = bh * SQ * D;
         workgroupBarrier();  // the previous tile's readers are done (first time: K, V are staged)
         {{PREFETCH_STORE}}
+//#if ROWS_AHEAD
+        if (lid < BR) {
+            row_lse[lid] = rows_ahead.x;
+            row_delta[lid] = rows_ahead.y;
+        }
+//#endif
         if (step + 1u < steps) {  // its loads wait in registers while this tile is computed
             let next_q0 = first_q0 + ((step + 1u) % walk) * BR;
-            let next_base = (b * H + kvh * GROUP + g_first + (step + 1u) / walk) * SQ * D;
+            let next_bh = b * H + kvh * GROUP + g_first + (step + 1u) / walk;
+            let next_base = next_bh * SQ * D;
             {{PREFETCH_NEXT}}
+//#if ROWS_AHEAD
+            if (lid < BR) {
+                rows_ahead = query_rows(lid, next_bh, next_q0);
+            }
+//#endif
         }
         workgroupBarrier();
+//#if ROWS_AHEAD
+//#else
         stage_rows(lid, bh, q0);
         workgroupBarrier();
+//#endif
         {{SCORES}}
         workgroupBarrier();
         let count = min(BR, SQ - q0);

@@ -17,6 +17,38 @@
 
 //#include attention_layout
 
+// The keys query i sees: all, or 0..=i when causal.
+fn key_end(i: u32) -> u32 {
+//#if CAUSAL
+    return min(SKV, i + 1u);
+//#else
+    return SKV;
+//#endif
+}
+
+// q·k of query row `qi` and key row `kj` (element offsets), unscaled.
+fn qk(qi: u32, kj: u32) -> f32 {
+    var dot = 0.0;
+    for (var d = 0u; d < D; d++) {
+        dot += q[qi + d] * k[kj + d];
+    }
+    return dot;
+}
+
+// What the owner of query row `row` of [B·H·SQ] needs: its batch, the KV head it reads, the
+// offset of its q/o/dO row and the end of its keys (causal or not).
+struct QueryRow {
+    b: u32,
+    hk: u32,
+    qi: u32,
+    end: u32,
+}
+
+fn query_row(row: u32) -> QueryRow {
+    let bh = row / SQ;
+    return QueryRow(bh / H, (bh % H) / GROUP, row * D, key_end(row % SQ));
+}
+
 // The first query that sees key j: 0, or j when causal.
 fn query_start(j: u32) -> u32 {
 //#if CAUSAL

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -277,6 +278,49 @@ def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, til
         assert f"tiles {wanted} " in spec.label and spec.workgroup_size == (wanted.threads, 1, 1)
         assert math.prod(spec.grid) == dispatched_workgroups(step, node, wanted)
         assert spec.workgroup_memory == attention_tiles.workgroup_bytes(node.op, wanted, d)
+
+
+@pytest.mark.parametrize(
+    "d, tiles, ahead",
+    [(8, Tiles(4, 8, 16), True), (8, Tiles(8, 4, 4), False), (6, Tiles(8, 4, 4), False), (64, None, True)],
+    ids=["d8-4x8", "d8-8x4", "d6-8x4", "d64-chosen"],
+)
+@pytest.mark.parametrize("rows_ahead", [True, False], ids=["ahead", "staged"])
+def test_dk_dv_loads_query_rows_ahead_and_moves_rows_as_vec4(d, tiles, ahead, rows_ahead, monkeypatch):
+    """dK/dV loads each query tile's lse and D a tile ahead where it has a thread per query row of
+    the tile (shaders/attention.wgsl ROWS_AHEAD; else, or turned off, it stages them after a
+    barrier of their own); every kernel moves q, k, v, dO and its outputs as vec4 where head_dim is a
+    multiple of 4, lse, D and dS as scalars (codegen/attention_tiles.py `vec4_bindings`). Both ways
+    against the interpreter, causal, grouped heads, ragged sequences."""
+    from meganeura.codegen import transformer
+
+    monkeypatch.setattr(transformer, "ROWS_AHEAD", rows_ahead)
+    monkeypatch.setattr(attention_scores, "route_pays", lambda *args: True)  # dK/dV writes dS
+    if tiles is not None:
+        for kind in KINDS:
+            if attention_tiles.fits(kind, tiles, d, GENERIC):
+                monkeypatch.setitem(attention_tiles.CHOSEN, (GENERIC.tuning, kind, d), tiles)
+    q_shape, kv_shape = (2, 3, 21, d), (2, 1, 19, d)
+    graph = attention_graph(q_shape, kv_shape, True, 0.3)
+    rng = np.random.default_rng(5)
+    inputs = {
+        name: rng.normal(size=shape).astype(np.float32)
+        for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
+    }
+    executable = check(graph, inputs, rtol=1e-4, atol=3e-5)
+    (kv,) = [spec for spec in executable.kernels if spec.label.startswith("attention_grad_kv")]
+    assert ("var rows_ahead" in kv.wgsl) == (ahead and rows_ahead)
+    assert ("stage_rows(lid, bh, q0);" in kv.wgsl) == (not (ahead and rows_ahead))
+    element = "vec4<f32>" if d % 4 == 0 else "f32"
+    for spec in executable.kernels:
+        if not spec.label.startswith("attention"):
+            continue
+        for name in ("q", "k", "v", "d_o", "out", "out_k", "out_v"):
+            declared = re.search(rf"var<storage, read(?:_write)?> {name}: array<([^>]+>?)>;", spec.wgsl)
+            assert declared is None or declared.group(1) == element, (spec.label, name)
+        for name in ("lse", "delta", "out_lse", "out_s"):
+            declared = re.search(rf"var<storage, read(?:_write)?> {name}: array<([^>]+>?)>;", spec.wgsl)
+            assert declared is None or declared.group(1) == "f32", (spec.label, name)
 
 
 @pytest.mark.parametrize("tile_major", [False, True], ids=["head-major", "tile-major"])

@@ -87,6 +87,17 @@ class Tiles:
 # dO (a thread per row read its row alone, a cache line per thread and load: dQ 0.185, dK+dV
 # 0.376 ms at 32x32/256 before), and the forward folds each score row with several threads
 # (ROW_LANES).
+# Since 2026-12-04 the kernels move q, k, v, dO and their outputs (not lse, D or dS) as vec4 where
+# head_dim is a multiple of 4 (`vec4_bindings`; before, four scalar accesses a vec4), and dK/dV
+# loads each query tile's lse and D a tile ahead (shaders/attention.wgsl `query_rows`, a barrier
+# and a load wait fewer a step). In the steps (`benchmarks/plan_ab.py --workloads smollm2,gpt2`,
+# one profiled step, each variant beside the others; ms a step): SmolLM2's forward 2.12 → 2.02,
+# dK/dV 4.22 → 4.11 (vec4 alone 4.40, the rows ahead alone 4.22), its attention kernels with dQ's
+# product, the group sums and the rows' D 8.06 → 7.84 (10.2% → 9.9% of the profiled step, in two
+# runs each); GPT-2's 3.92 → 3.92 (forward 1.14 → 1.11, dK/dV 2.19 → 2.23). The tiles below,
+# swept again with both (same runs): SmolLM2's forward 32x32/128p 2.03 (32x32/256p 2.18,
+# 64x32/256p 2.42, 32x64/256p 2.75), dK/dV 32x32/256p 4.11 (128p 4.24, 16x32/256p 4.93); GPT-2's
+# dK/dV 32x32/128p 2.19 against 2.25 (kept at 256p, SmolLM2's choice).
 CHOSEN: dict[tuple[str, str, int], Tiles] = {
     ("generic", "attention", 64): Tiles(16, 32, 128, prefetch=True),
     ("generic", "attention_grad_q", 64): Tiles(16, 16, 256),
@@ -231,30 +242,32 @@ def layout_for(kind: str, tiles: Tiles, d: int, target: Target) -> Layout:
 
 
 def vec4_helpers(reads: tuple[str, ...], writes: tuple[str, ...], d: int) -> str:
-    """load4_<name>(row start, vec4 index) and store4_<name>(…, value) for the bindings: four
-    scalars each (the bindings are arrays of f32), guarded when d is not a multiple of 4."""
-    parts = ("x", "y", "z", "w")
+    """load4_<name>(row start, vec4 index) and store4_<name>(…, value) for the bindings: one vec4
+    access where d is a multiple of 4 (the bindings are then arrays of vec4, `vec4_bindings`, and a
+    row starts on a vec4), else four guarded scalars (arrays of f32)."""
     lines = []
     for name in reads:
-        values = [
-            f"{name}[i + {k}u]"
-            if d % 4 == 0
-            else f"select(0.0, {name}[i + min({k}u, D - 1u - 4u * c)], 4u * c + {k}u < D)"
-            for k in range(4)
-        ]
-        lines += [
-            f"fn load4_{name}(at: u32, c: u32) -> vec4<f32> {{",
-            "    let i = at + 4u * c;",
-            f"    return vec4<f32>({', '.join(values)});",
-            "}",
-        ]
+        if d % 4 == 0:
+            body = [f"    return {name}[at / 4u + c];"]
+        else:
+            values = [f"select(0.0, {name}[i + min({k}u, D - 1u - 4u * c)], 4u * c + {k}u < D)" for k in range(4)]
+            body = ["    let i = at + 4u * c;", f"    return vec4<f32>({', '.join(values)});"]
+        lines += [f"fn load4_{name}(at: u32, c: u32) -> vec4<f32> {{", *body, "}"]
     for name in writes:
-        lines += [f"fn store4_{name}(at: u32, c: u32, x: vec4<f32>) {{", "    let i = at + 4u * c;"]
-        for k, part in enumerate(parts):
-            store = f"{name}[i + {k}u] = x.{part};"
-            lines.append(f"    {store}" if d % 4 == 0 else f"    if (4u * c + {k}u < D) {{ {store} }}")
-        lines.append("}")
+        if d % 4 == 0:
+            body = [f"    {name}[at / 4u + c] = x;"]
+        else:
+            body = ["    let i = at + 4u * c;"]
+            body += [f"    if (4u * c + {k}u < D) {{ {name}[i + {k}u] = x.{part}; }}" for k, part in enumerate("xyzw")]
+        lines += [f"fn store4_{name}(at: u32, c: u32, x: vec4<f32>) {{", *body, "}"]
     return "\n".join(lines)
+
+
+def vec4_bindings(rows: tuple[str, ...], d: int) -> set[str]:
+    """The bindings of `rows` (those the kernel moves a row of head_dim d at a time, through
+    `vec4_helpers`) that are arrays of vec4: all where d is a multiple of 4, else none. Measured on
+    the H200 against four scalar accesses: see the module docstring."""
+    return set(rows) if d % 4 == 0 else set()
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from meganeura.codegen.attention_tiles import (
     tile_code,
     tiles_for,
     tiles_needed,
+    vec4_bindings,
     vec4_helpers,
     vec4s,
     workgroup_bytes,
@@ -87,6 +88,7 @@ def lower_rope(graph: Graph, node: Node) -> KernelSpec:
 
 READS = ("q", "k", "v", "delta", "lse", "d_o")  # the WGSL names of the operands, in order
 ROW_READS = ("delta", "lse")  # per query row [B, H, SQ]: read as scalars, no vec4 loads
+ROW_WRITES = ("out_lse", "out_s")  # the log-sum-exp per query row, dS per score: written as scalars
 # Per op: the operands its kernel reads, and the binding and shader flag of each result it writes.
 ATTENTION_KERNELS = {
     "attention": (("q", "k", "v"), (("out", "ATTENTION"), ("out_lse", "LSE"))),
@@ -98,6 +100,9 @@ FLAGS = ("ATTENTION", "LSE", "GRAD_Q", "GRAD_K", "GRAD_V", "GRAD_S")
 
 # The tile kernels number their workgroups tile-major (shaders/attention.wgsl `tile_rank`).
 TILE_MAJOR = True
+# dK/dV loads each query tile's lse and Dᵢ into registers a tile ahead (shaders/attention.wgsl
+# `query_rows`), where its workgroup has a thread per query row of the tile.
+ROWS_AHEAD = True
 
 ROWS_PER_CPU_WORKGROUP = 64  # shaders/attention_rows.wgsl: a thread per row
 
@@ -210,12 +215,12 @@ def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles, target: Target
         per_head, heads = tiles_needed(sq, tiles.br), b * h
     count = per_head * heads
     grid = grid_for(count)
-    reads = tuple(binding.name for binding in bindings if binding.access == "read")
-    writes = tuple(binding.name for binding in bindings if binding.access != "read")
+    reads = tuple(binding.name for binding in bindings if binding.access == "read" and binding.name not in ROW_READS)
+    writes = tuple(binding.name for binding in bindings if binding.access != "read" and binding.name not in ROW_WRITES)
     wgsl = render(
         "attention",
         {
-            "BINDINGS": bindings_wgsl(graph, bindings),
+            "BINDINGS": bindings_wgsl(graph, bindings, vec4_bindings(reads + writes, d)),
             **sizes,
             "GRID_X": max(grid[0], 1),
             "BR": tiles.br,
@@ -224,9 +229,10 @@ def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles, target: Target
             "DV": vec4s(d),
             "TILES": count,
             "SEQ_TILES": per_head,
-            "VEC4": vec4_helpers(tuple(name for name in reads if name not in ROW_READS), writes, d),
+            "VEC4": vec4_helpers(reads, writes, d),
             **tile_code(layout, bool(node.attr("scores", False))),
             **flags,
+            "ROWS_AHEAD": ROWS_AHEAD and node.op == "attention_grad_kv" and tiles.threads >= tiles.br,
         },
     )
     split = " per query head" if node.attr("per_query_head", False) else ""
