@@ -30,8 +30,12 @@
 //   many outputs, where neighbouring threads then read neighbouring addresses.
 //   Grid: ITEMS / (WG · items a thread) workgroups, folded into (GRID_X, y).
 // Either way the order of the additions is fixed by the sizes: results are deterministic.
+// With ITEM_TYPE vec4<f32> (a reduction that keeps the innermost dim, a multiple of 4 long, in
+// reduce_serial on a GPU: codegen/reduce.py `reduces_vec4s`) an item is four neighbouring outputs,
+// each of the four reduced as one alone would be, with 16-byte loads of the inputs that run along
+// that dim (an input broadcast along it: one scalar for the four).
 //
-// Placeholders: BINDINGS, OUTS, R, SPLITS, PART (⌈R/SPLITS⌉), WG (a power of two), COLUMNS
+// Placeholders: BINDINGS, ITEM_TYPE (f32 or vec4<f32>), OUTS, R, SPLITS, PART (⌈R/SPLITS⌉), WG (a power of two), COLUMNS
 // (a power of two dividing WG; reduce_rows: items a workgroup), SERIAL_BODY (reduce_serial's unrolled items), GRID_X,
 // PART_LOOP (part_value's walk over a part: one accumulator, or reduce_tree's several on a GPU,
 // codegen/reduce.py `part_loop`), FUNCTIONS (helpers the expressions call), READS (`let` statements loading the inputs at `o`,
@@ -50,29 +54,32 @@ const WG: u32 = {{WG}}u;
 const GRID_X: u32 = {{GRID_X}}u;
 const COLUMNS: u32 = {{COLUMNS}}u;
 const LANES: u32 = WG / COLUMNS;
+// What an item is: one f32 output, or with VEC4 four neighbouring ones (codegen/reduce.py
+// `reduces_vec4s`: OUTS, ITEMS, o and the bindings then count vec4s).
+alias item_t = {{ITEM_TYPE}};
 
-var<workgroup> partial: array<f32, WG>;
+var<workgroup> partial: array<item_t, WG>;
 
 {{FUNCTIONS}}
 
-fn value_at(o: u32, r: u32) -> f32 {
+fn value_at(o: u32, r: u32) -> item_t {
     {{READS}}
     return {{PROLOGUE}};
 }
 
-fn combine(a: f32, b: f32) -> f32 {
+fn combine(a: item_t, b: item_t) -> item_t {
     return {{COMBINE}};
 }
 
 // What is written for the reduced `value` of item o: the epilogue, whose extras are read at o
 // (an epilogue reads extras only without a split, where an item is an output element).
-fn finish(o: u32, value: f32) -> f32 {
+fn finish(o: u32, value: item_t) -> item_t {
     {{EPILOGUE_READS}}
     return {{EPILOGUE}};
 }
 
 // The combination of the elements start, start + step, … of item's part ({{INIT}} where none).
-fn part_value(item: u32, start: u32, step: u32) -> f32 {
+fn part_value(item: u32, start: u32, step: u32) -> item_t {
     let o = item % OUTS;
     let first = (item / OUTS) * PART;
     let end = min(first + PART, R);

@@ -884,6 +884,64 @@ def test_fused_reduce_epilogue_reads_tensors_at_the_output_element(
         assert entry is None or spec.entry_point == entry, (target.name, spec.entry_point)
 
 
+# (kind, prologue, epilogue, input shapes (the first is in_shape), axes, keepdim, splits): reductions
+# that keep the innermost dim (a multiple of 4) and write 65,536 values or more, which a GPU's
+# reduce_serial computes four neighbouring outputs a thread (codegen/reduce.py `reduces_vec4s`);
+# every other dim ragged; inputs along the innermost dim (vec4 loads) and broadcast along it (one
+# scalar for the four), at (o, r) and at the output element, constants inlined.
+VEC4_REDUCES = [
+    ("sum", "$0", "$r", [(3, 17, 3860)], (0,), False, 1),  # a split product's partials
+    ("sum", "$0", "$r", [(2, 3, 11, 2980)], (1,), True, 1),  # dK's group sum, over a middle axis
+    (
+        "sum",
+        "mul(mul($0,$1),0.5)",
+        "add($2,mul($r,$3))",
+        [(3, 17, 3860), (3, 17, 1), (17, 3860), (17, 1)],
+        (0,),
+        False,
+        1,
+    ),
+    ("max", "add($0,$1)", "neg($r)", [(5, 67, 1012), (1012,)], (0,), False, 1),
+    ("sum", "mul($0,$1)", "$r", [(4, 17, 3860), (1,)], (0,), False, 2),  # the first level of a split
+]
+
+
+@pytest.mark.parametrize(
+    "kind, prologue, epilogue, shapes, axes, keepdim, splits",
+    VEC4_REDUCES,
+    ids=[f"{k}-{'x'.join(map(str, s[0]))}-{a}-{p}-{e}-{n}" for k, p, e, s, a, _, n in VEC4_REDUCES],
+)
+def test_reductions_keeping_the_innermost_dim_take_four_outputs_a_thread(
+    kind, prologue, epilogue, shapes, axes, keepdim, splits
+):
+    attrs = {"kind": kind, "axes": axes, "keepdim": keepdim, "in_shape": shapes[0], "splits": splits}
+    graph = one_op("fused_reduce", shapes, prologue=prologue, epilogue=epilogue, **attrs)
+    inputs = {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}
+    spec = check(graph, inputs, rtol=1e-5, atol=1e-5).kernels[0]
+    assert spec.entry_point == "reduce_serial" and ", vec4)" in spec.label
+    node = graph[graph.outputs["out"]]
+    # the cost model counts the workgroups dispatched: 256 threads (SERIAL_WIDE_OUTPUTS), 4 outputs each
+    assert math.prod(spec.grid) == node_workgroups(graph, node, GENERIC) == -(-node.type.numel // 4 // 256)
+    assert "array<vec4<f32>>" in spec.wgsl and "alias item_t = vec4<f32>;" in spec.wgsl
+    cpu = check(graph, inputs, rtol=1e-5, atol=1e-5, target=CPU).kernels[0]  # a CPU's, one output a thread
+    assert "vec4" not in cpu.label
+
+
+def test_a_vector_read_along_the_innermost_dim_and_by_element_in_one_reduction():
+    """A vector read as vec4s along the innermost dim, and one element of it (a view: a scalar at
+    an offset in the same binding) read by component from that vec4 binding."""
+    graph = Graph()
+    x = typed_leaf(graph, "input", "x", (2, 16400, 4))
+    v = typed_leaf(graph, "input", "v", (4,))
+    second = emit(graph, "element", [v], index=1)
+    attrs = {"kind": "sum", "axes": (0,), "keepdim": False, "in_shape": (2, 16400, 4)}
+    graph.outputs["out"] = emit(
+        graph, "fused_reduce", [x, v, second], prologue="mul($0,$1)", epilogue="mul($r,$2)", **attrs
+    )
+    spec = check(graph, {"x": normal(2, 16400, 4), "v": normal(4)}, rtol=1e-5, atol=1e-5).kernels[0]
+    assert ", vec4)" in spec.label and "[(1u) / 4u][(1u) % 4u]" in spec.wgsl
+
+
 def test_fused_reduce_inlines_constants_and_reads_repeated_inputs_once():
     graph = Graph()
     x = typed_leaf(graph, "input", "x", (7, 33))

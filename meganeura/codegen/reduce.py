@@ -18,11 +18,14 @@ fixed order of additions, no atomics (WGSL has no float atomics).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from meganeura.codegen.common import (
     Operands,
     bindings_wgsl,
+    bound_value,
     broadcast_strides,
+    constant_value,
     expression_code,
     grid_for,
     index_expr,
@@ -30,10 +33,11 @@ from meganeura.codegen.common import (
     shape_text,
     sum_terms,
 )
-from meganeura.codegen.expressions import helper_functions, literal
+from meganeura.codegen.expressions import expr_to_wgsl, helper_functions, literal
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
+from meganeura.ir.expr import Expr, variables
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.op import normalize_axes
@@ -227,14 +231,42 @@ def reduce_geometry(in_shape: tuple[int, ...], axes) -> tuple[int, int, bool, bo
 
 
 def plan_workgroups(
-    items: int, part: int, innermost_reduced: bool, target: Target = GENERIC, leading: bool = False
+    items: int, part: int, innermost_reduced: bool, target: Target = GENERIC, leading: bool = False, lanes: int = 1
 ) -> int:
     """The workgroups of a reduction computing `items` values (outputs, or partials), each over
-    `part` elements (along the leading dims or not): one per item (reduce_tree), per COLUMNS
-    items (reduce_columns), per WG / `row_lanes` items (reduce_rows) or per WG · `serial_items`
-    items (reduce_serial)."""
+    `part` elements (along the leading dims or not), `lanes` neighbouring values a kernel item (4
+    where `reduces_vec4s`): one item per workgroup (reduce_tree), per COLUMNS items
+    (reduce_columns), per WG / `row_lanes` items (reduce_rows) or per WG · `serial_items` items
+    (reduce_serial)."""
     entry, wg = reduce_plan(items, part, innermost_reduced, target)
-    return -(-items // items_per_workgroup(entry, wg, serial_items(part, leading), part))
+    each = 1 if lanes > 1 else serial_items(part, leading)  # a vec4 item is four already
+    return -(-(items // lanes) // items_per_workgroup(entry, wg, each, part))
+
+
+# reduce_serial on a GPU computes four neighbouring outputs a thread (one item a thread), from
+# 16-byte loads, where the reduction keeps the innermost dim, that dim is a multiple of 4 long and
+# it writes SERIAL_WIDE_OUTPUTS values or more (`reduces_vec4s`): the partials of split products,
+# [S, …, N] → […, N], and dK's and dV's group sums. Measured on the H200, 2026-12-04 (`benchmarks/
+# plan_ab.py --workloads smollm2,gpt2,resnet18`, one profiled step, ms a step, scalar → vec4 at 4
+# items a thread → vec4 at 1): SmolLM2's [4, 2048, 576] 0.930 → 0.874 → 0.769, [3, 1536, 576]
+# 0.589 → 0.583 → 0.484, [4, 2048, 192] 0.431 → 0.473 → 0.377, the same with the residual add
+# 0.427 → 0.389 → 0.324; [8, 2048, 576] 0.884 → 0.840, with the add 0.518 → 0.454, [6, 576, 576]
+# 0.452 → 0.403, dK/dV's group sums 0.480 → 0.433 (1 item a thread each way); GPT-2's [3, 2048,
+# 768] 0.513 → 0.406 → 0.366. Fewer outputs lost: the 32 partials of GPT-2's LayerNorm weight
+# gradients ([8, 256, 768] in 32 parts, 24,576 values, 6,144 threads as vec4s) 0.343 → 0.770.
+SERIAL_VEC4 = True
+
+
+def reduces_vec4s(in_shape: tuple[int, ...], axes, splits: int, target: Target) -> bool:
+    """Whether a reduction of `in_shape` over `axes` in `splits` parts runs its items as vec4s of
+    four neighbouring outputs on `target` (SERIAL_VEC4): reduce_serial on a GPU, the innermost
+    dim kept and a multiple of 4 long, SERIAL_WIDE_OUTPUTS values or more."""
+    if not SERIAL_VEC4 or target.cpu or not in_shape or in_shape[-1] % 4:
+        return False
+    outs, r, innermost, _ = reduce_geometry(in_shape, axes)
+    if innermost or outs * splits < SERIAL_WIDE_OUTPUTS:
+        return False
+    return reduce_plan(outs * splits, split_length(r, splits), innermost, target)[0] == "reduce_serial"
 
 
 def reduce_splits(in_shape: tuple[int, ...], axes, target: Target) -> int:
@@ -320,7 +352,8 @@ def reduce_workgroups(attrs: dict, operands, results, target: Target = GENERIC) 
     in_shape = tuple(attrs["in_shape"] if "in_shape" in attrs else operands[0].shape)
     outs, r, innermost, leading = reduce_geometry(in_shape, attrs.get("axes"))
     splits = attrs.get("splits", 1)
-    return plan_workgroups(outs * splits, split_length(r, splits), innermost, target, leading)
+    lanes = 4 if reduces_vec4s(in_shape, attrs.get("axes"), splits, target) else 1
+    return plan_workgroups(outs * splits, split_length(r, splits), innermost, target, leading, lanes)
 
 
 @lowering("sum", "max", "fused_reduce", workgroups=reduce_workgroups, per_target=True, read_scale=reduce_read_scale)
@@ -354,31 +387,40 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
         source = node.inputs[int(name)]  # an epilogue's extra, broadcast to the output (no split: o is the output's)
         return operands.read_at(source, index_expr("o", node.shape, broadcast_strides(graph[source].shape, node.shape)))
 
-    reads, value = expression_code(prologue, read)
-    finish_reads, finish = expression_code(epilogue, read_out)
     splits = node.attr("splits", 1) if node.op == "fused_reduce" else 1
+    vec4 = reduces_vec4s(in_shape, axes, splits, target)
+    if vec4:
+        vectors = Vec4Items(graph, node, operands, in_shape, axes, prologue, epilogue)
+        reads, value = vectors.code(prologue, vectors.read)
+        finish_reads, finish = vectors.code(epilogue, vectors.read_out)
+    else:
+        reads, value = expression_code(prologue, read)
+        finish_reads, finish = expression_code(epilogue, read_out)
     part = split_length(r, splits)
     entry, wg = reduce_plan(outs * splits, part, innermost, target)
-    items = serial_items(part, leading) if entry == "reduce_serial" else 1
-    grid = grid_for(plan_workgroups(outs * splits, part, innermost, target, leading))
+    items = serial_items(part, leading) if entry == "reduce_serial" and not vec4 else 1
+    lanes = 4 if vec4 else 1
+    grid = grid_for(plan_workgroups(outs * splits, part, innermost, target, leading, lanes))
     bindings = operands.bindings + [output_binding(node)]
+    item_type = "vec4<f32>" if vec4 else "f32"
     wgsl = render(
         "reduce",
         {
-            "BINDINGS": bindings_wgsl(graph, bindings),
-            "OUTS": outs,
+            "BINDINGS": bindings_wgsl(graph, bindings, vectors.vector_names() | {"out"} if vec4 else frozenset()),
+            "ITEM_TYPE": item_type,
+            "OUTS": outs // lanes,
             "R": r,
             "SPLITS": splits,
             "PART": part,
             "WG": wg,
             "COLUMNS": items_per_workgroup(entry, wg, part=part) if entry == "reduce_rows" else COLUMNS,
-            "SERIAL_BODY": serial_body(items, REDUCE_INIT[kind]),
-            "PART_LOOP": part_loop(loop_unroll(entry, target), REDUCE_INIT[kind]),
+            "SERIAL_BODY": serial_body(items, f"{item_type}({REDUCE_INIT[kind]})"),
+            "PART_LOOP": part_loop(loop_unroll(entry, target), f"{item_type}({REDUCE_INIT[kind]})"),
             "GRID_X": max(grid[0], 1),
             "FUNCTIONS": helper_functions([prologue, epilogue]),
             "READS": reads,
             "PROLOGUE": value,
-            "INIT": REDUCE_INIT[kind],
+            "INIT": f"{item_type}({REDUCE_INIT[kind]})",
             "COMBINE": REDUCE_COMBINE[kind],
             "EPILOGUE_READS": finish_reads,
             "EPILOGUE": finish,
@@ -387,7 +429,95 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     keep = ", keepdim" if node.attr("keepdim", False) else ""
     split = f" in {splits} parts" if splits > 1 else ""
     each = f", {items} items a thread" if items > 1 else ""
+    each += ", vec4" if vec4 else ""
     label = f"{kind} {shape_text(in_shape)} axes={axes}{keep}{split} ({entry}{each})"
     if node.op == "fused_reduce":
         label = f"fused_reduce {label} of {prologue_text} then {epilogue_text}"
     return KernelSpec(node.id, label, wgsl, entry, tuple(bindings), grid, (wg, 1, 1))
+
+
+class Vec4Items:
+    """The reads and expressions of a reduction whose items are vec4s of four neighbouring outputs
+    (`reduces_vec4s`): `o` counts vec4s of the output; an input that runs along the innermost dim
+    is read as one vec4 of a vec4 binding, one broadcast along it as one scalar for the four (from
+    its vec4 binding by component where another read takes it as vec4s); the expressions are
+    evaluated once per component, as the elementwise vec4 kernels do (codegen/elementwise.py)."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        node: Node,
+        operands: Operands,
+        in_shape: tuple[int, ...],
+        axes,
+        prologue: Expr,
+        epilogue: Expr,
+    ) -> None:
+        self.graph, self.node, self.operands = graph, node, operands
+        self.axes = normalize_axes(axes, len(in_shape))
+        self.kept = [d for d in range(len(in_shape)) if d not in self.axes]
+        self.in_shape, self.out_shape = in_shape, node.shape
+        sizes = [in_shape[d] for d in self.kept]
+        self.kept4 = (*sizes[:-1], sizes[-1] // 4)
+        self.out4 = (*node.shape[:-1], node.shape[-1] // 4)
+        self.vectors = {  # the values some read takes as vec4s: along the innermost dim, at (o, r) or at o
+            bound_value(graph, node.inputs[int(name)])[0]
+            for tree, shape in ((prologue, in_shape), (epilogue, node.shape))
+            for name in variables(tree) - {"r"}
+            if constant_value(graph, node.inputs[int(name)]) is None
+            and broadcast_strides(graph[node.inputs[int(name)]].shape, shape)[-1] == 1
+        }
+
+    def vector_names(self) -> set[str]:
+        """The bindings that are arrays of vec4."""
+        return {self.operands.names[value] for value in self.vectors if value in self.operands.names}
+
+    def components(self, name: str, source: int, element: str, vector: str | None) -> tuple[str, list[str]]:
+        """(a `let` loading $name, "" for a literal; its four components): `source` at vec4 index
+        `vector`, or the scalar at element index `element` for all four."""
+        constant = constant_value(self.graph, source)
+        if constant is not None:
+            return "", [literal(constant, "f32")] * 4
+        binding, offset = self.operands.binding_of(source)
+        if vector is not None:
+            return f"let v_{name} = {binding}[{vector}];", [f"v_{name}.{c}" for c in "xyzw"]
+        flat = sum_terms(f"{offset}u", element) if offset else element
+        if bound_value(self.graph, source)[0] in self.vectors:
+            return f"let v_{name} = {binding}[({flat}) / 4u][({flat}) % 4u];", [f"v_{name}"] * 4
+        return f"let v_{name} = {binding}[{flat}];", [f"v_{name}"] * 4
+
+    def read(self, name: str) -> tuple[str, list[str]]:
+        """Prologue input $name at (o, r)."""
+        source = self.node.inputs[int(name)]
+        strides = broadcast_strides(self.graph[source].shape, self.in_shape)
+        kept, reduced = [strides[d] for d in self.kept], tuple(strides[d] for d in self.axes)
+        sizes = tuple(self.in_shape[d] for d in self.axes)
+        if kept[-1] == 1:  # every other stride is a multiple of the innermost dim, so of 4
+            vector = sum_terms(
+                index_expr("o", self.kept4, (*(s // 4 for s in kept[:-1]), 1)),
+                index_expr("r", sizes, tuple(s // 4 for s in reduced)),
+            )
+            return self.components(name, source, "", vector)
+        element = sum_terms(index_expr("o", self.kept4, (*kept[:-1], 0)), index_expr("r", sizes, reduced))
+        return self.components(name, source, element, None)
+
+    def read_out(self, name: str) -> tuple[str, list[str]]:
+        """Epilogue input $name at output vec4 o (`$r`: the reduced vec4, `value`)."""
+        if name == "r":
+            return "", [f"value.{c}" for c in "xyzw"]
+        source = self.node.inputs[int(name)]
+        strides = broadcast_strides(self.graph[source].shape, self.out_shape)
+        if strides[-1] == 1:
+            vector = index_expr("o", self.out4, (*(s // 4 for s in strides[:-1]), 1))
+            return self.components(name, source, "", vector)
+        return self.components(name, source, index_expr("o", self.out4, (*strides[:-1], 0)), None)
+
+    @staticmethod
+    def code(tree: Expr, read: Callable[[str], tuple[str, list[str]]]) -> tuple[str, str]:
+        """(`let` statements, vec4 expression) computing `tree` once per component."""
+        lets, parts = [], {}
+        for name in sorted(variables(tree)):
+            let, parts[name] = read(name)
+            lets += [let] if let else []
+        values = [expr_to_wgsl(tree, lambda name, c=c: parts[name][c]) for c in range(4)]
+        return "\n    ".join(lets), f"vec4<f32>({', '.join(values)})"
