@@ -33,15 +33,17 @@
 // With ITEM_TYPE vec4<f32> (a reduction that keeps the innermost dim, a multiple of 4 long, in
 // reduce_serial on a GPU: codegen/reduce.py `reduces_vec4s`) an item is four neighbouring outputs,
 // each of the four reduced as one alone would be, with 16-byte loads of the inputs that run along
-// that dim (an input broadcast along it: one scalar for the four).
+// that dim (an input broadcast along it: one scalar for the four). A reduction over the innermost
+// dim alone, a multiple of 4 long, in reduce_rows on a GPU (`rows_vec4s`) walks its rows as vec4s:
+// R and r count vec4s, and value_at reduces the four components of one ((x ⊕ y) ⊕ (z ⊕ w)).
 //
 // Placeholders: BINDINGS, ITEM_TYPE (f32 or vec4<f32>), OUTS, R, SPLITS, PART (⌈R/SPLITS⌉), WG (a power of two), COLUMNS
 // (a power of two dividing WG; reduce_rows: items a workgroup), SERIAL_BODY (reduce_serial's unrolled items), GRID_X,
 // PART_LOOP (part_value's walk over a part: one accumulator, or reduce_tree's several on a GPU,
 // codegen/reduce.py `part_loop`), FUNCTIONS (helpers the expressions call), READS (`let` statements loading the inputs at `o`,
-// `r`), PROLOGUE (the f32 value reduced at (o, r)), INIT (the identity of ⊕), COMBINE (⊕ of `a`
+// `r`), PROLOGUE (the item_t value reduced at (o, r)), INIT (the identity of ⊕), COMBINE (⊕ of `a`
 // and `b`), EPILOGUE_READS (`let` statements loading the epilogue's extras at the output element
-// `o`), EPILOGUE (an f32 expression of `value`, the reduced value, and those extras).
+// `o`), EPILOGUE (an item_t expression of `value`, the reduced value, and those extras).
 
 {{BINDINGS}}
 

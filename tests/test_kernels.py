@@ -927,6 +927,36 @@ def test_reductions_keeping_the_innermost_dim_take_four_outputs_a_thread(
     assert "vec4" not in cpu.label
 
 
+# (kind, prologue, epilogue, input shapes (the first is in_shape), keepdim): reductions over the
+# innermost dim alone (a multiple of 4, at most 64 long), which a GPU's reduce_rows walks as vec4s
+# (codegen/reduce.py `rows_vec4s`): attention's rows' D, a row scale broadcast along the row, a
+# constant, 8 elements (2 lanes), and an epilogue extra at the output element.
+ROW_VEC4_REDUCES = [
+    ("sum", "mul($0,$1)", "$r", [(3, 5, 7, 64), (3, 5, 7, 64)], False),
+    ("sum", "mul(mul($0,$1),0.5)", "add($r,$2)", [(5, 7, 64), (5, 7, 1), (5, 7)], False),
+    ("max", "$0", "neg($r)", [(9, 8)], True),
+    ("sum", "exp($0)", "log($r)", [(33, 44)], True),
+]
+
+
+@pytest.mark.parametrize(
+    "kind, prologue, epilogue, shapes, keepdim",
+    ROW_VEC4_REDUCES,
+    ids=[f"{k}-{'x'.join(map(str, s[0]))}-{p}-{e}" for k, p, e, s, _ in ROW_VEC4_REDUCES],
+)
+def test_row_reductions_read_their_rows_as_vec4s(kind, prologue, epilogue, shapes, keepdim):
+    in_shape = shapes[0]
+    attrs = {"kind": kind, "axes": (len(in_shape) - 1,), "keepdim": keepdim, "in_shape": in_shape}
+    graph = one_op("fused_reduce", shapes, prologue=prologue, epilogue=epilogue, **attrs)
+    inputs = {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}
+    spec = check(graph, inputs, rtol=1e-5, atol=1e-5).kernels[0]
+    assert spec.entry_point == "reduce_rows" and ", vec4 rows)" in spec.label
+    assert f"const R: u32 = {in_shape[-1] // 4}u;" in spec.wgsl and "x0: array<vec4<f32>>" in spec.wgsl
+    node = graph[graph.outputs["out"]]
+    lanes = min(16, 1 << (in_shape[-1] // 4 - 1).bit_length())  # a vec4 of the row a lane, 256 threads a workgroup
+    assert math.prod(spec.grid) == node_workgroups(graph, node, GENERIC) == -(-node.type.numel // (256 // lanes))
+
+
 def test_a_vector_read_along_the_innermost_dim_and_by_element_in_one_reduction():
     """A vector read as vec4s along the innermost dim, and one element of it (a view: a scalar at
     an offset in the same binding) read by component from that vec4 binding."""

@@ -45,6 +45,7 @@ from meganeura.ir.ops.reduce import nonempty_splits, split_length
 from meganeura.target import GENERIC, Target
 
 REDUCE_INIT = {"sum": "0.0", "max": literal(float("-inf"))}
+REDUCE_COMBINE_CALL = "combine({a}, {b})"  # the template's ⊕, on two WGSL expressions
 REDUCE_COMBINE = {"sum": "a + b", "max": "max(a, b)"}
 
 
@@ -257,6 +258,23 @@ def plan_workgroups(
 SERIAL_VEC4 = True
 
 
+# reduce_rows reads its rows as vec4s where the reduction is over the innermost dim alone and that
+# dim is a multiple of 4 long (`rows_vec4s`): attention's rows' D = Σ dO∘O over head_dim, a lane
+# reading one vec4 of each input where it read four floats 16 apart.
+ROWS_VEC4 = True
+
+
+def rows_vec4s(in_shape: tuple[int, ...], axes, splits: int, target: Target) -> bool:
+    """Whether a reduction of `in_shape` over `axes` in `splits` parts walks its rows as vec4s on
+    `target` (ROWS_VEC4): reduce_rows, over the innermost dim alone, a multiple of 4 long, unsplit."""
+    if not ROWS_VEC4 or target.cpu or not in_shape or in_shape[-1] % 4 or splits != 1:
+        return False
+    if normalize_axes(axes, len(in_shape)) != (len(in_shape) - 1,):
+        return False
+    outs, r, innermost, _ = reduce_geometry(in_shape, axes)
+    return reduce_plan(outs, r, innermost, target)[0] == "reduce_rows"
+
+
 def reduces_vec4s(in_shape: tuple[int, ...], axes, splits: int, target: Target) -> bool:
     """Whether a reduction of `in_shape` over `axes` in `splits` parts runs its items as vec4s of
     four neighbouring outputs on `target` (SERIAL_VEC4): reduce_serial on a GPU, the innermost
@@ -353,7 +371,8 @@ def reduce_workgroups(attrs: dict, operands, results, target: Target = GENERIC) 
     outs, r, innermost, leading = reduce_geometry(in_shape, attrs.get("axes"))
     splits = attrs.get("splits", 1)
     lanes = 4 if reduces_vec4s(in_shape, attrs.get("axes"), splits, target) else 1
-    return plan_workgroups(outs * splits, split_length(r, splits), innermost, target, leading, lanes)
+    part = split_length(r, splits) // (4 if rows_vec4s(in_shape, attrs.get("axes"), splits, target) else 1)
+    return plan_workgroups(outs * splits, part, innermost, target, leading, lanes)
 
 
 @lowering("sum", "max", "fused_reduce", workgroups=reduce_workgroups, per_target=True, read_scale=reduce_read_scale)
@@ -389,10 +408,17 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
 
     splits = node.attr("splits", 1) if node.op == "fused_reduce" else 1
     vec4 = reduces_vec4s(in_shape, axes, splits, target)
+    rows4 = rows_vec4s(in_shape, axes, splits, target)
+    vectors = None
     if vec4:
         vectors = Vec4Items(graph, node, operands, in_shape, axes, prologue, epilogue)
         reads, value = vectors.code(prologue, vectors.read)
         finish_reads, finish = vectors.code(epilogue, vectors.read_out)
+    elif rows4:
+        vectors = Vec4Rows(graph, node, operands, in_shape, prologue)
+        reads, value = vectors.combined(prologue, REDUCE_COMBINE_CALL)
+        finish_reads, finish = expression_code(epilogue, read_out)
+        r //= 4  # r counts vec4s of the row
     else:
         reads, value = expression_code(prologue, read)
         finish_reads, finish = expression_code(epilogue, read_out)
@@ -406,7 +432,7 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     wgsl = render(
         "reduce",
         {
-            "BINDINGS": bindings_wgsl(graph, bindings, vectors.vector_names() | {"out"} if vec4 else frozenset()),
+            "BINDINGS": bindings_wgsl(graph, bindings, vector_bindings(vectors, vec4)),
             "ITEM_TYPE": item_type,
             "OUTS": outs // lanes,
             "R": r,
@@ -429,7 +455,7 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     keep = ", keepdim" if node.attr("keepdim", False) else ""
     split = f" in {splits} parts" if splits > 1 else ""
     each = f", {items} items a thread" if items > 1 else ""
-    each += ", vec4" if vec4 else ""
+    each += ", vec4" if vec4 else ", vec4 rows" if rows4 else ""
     label = f"{kind} {shape_text(in_shape)} axes={axes}{keep}{split} ({entry}{each})"
     if node.op == "fused_reduce":
         label = f"fused_reduce {label} of {prologue_text} then {epilogue_text}"
@@ -521,3 +547,46 @@ class Vec4Items:
             lets += [let] if let else []
         values = [expr_to_wgsl(tree, lambda name, c=c: parts[name][c]) for c in range(4)]
         return "\n    ".join(lets), f"vec4<f32>({', '.join(values)})"
+
+
+class Vec4Rows(Vec4Items):
+    """The reads of a reduction over the innermost dim alone whose rows are walked as vec4s
+    (`rows_vec4s`): `r` counts vec4s of the row, and a lane reduces the four components of its
+    vec4 (⊕ in a fixed tree) before the lanes are combined."""
+
+    def __init__(self, graph: Graph, node: Node, operands: Operands, in_shape: tuple[int, ...], prologue: Expr) -> None:
+        self.graph, self.node, self.operands, self.in_shape = graph, node, operands, in_shape
+        self.kept = tuple(in_shape[:-1])
+        self.vectors = {
+            bound_value(graph, node.inputs[int(name)])[0]
+            for name in variables(prologue)
+            if constant_value(graph, node.inputs[int(name)]) is None
+            and broadcast_strides(graph[node.inputs[int(name)]].shape, in_shape)[-1] == 1
+        }
+
+    def read(self, name: str) -> tuple[str, list[str]]:
+        """Prologue input $name at row o, vec4 r of it."""
+        source = self.node.inputs[int(name)]
+        strides = broadcast_strides(self.graph[source].shape, self.in_shape)
+        if strides[-1] == 1:  # the row's stride is a multiple of its length, so of 4
+            vector = sum_terms(index_expr("o", self.kept, tuple(s // 4 for s in strides[:-1])), "r")
+            return self.components(name, source, "", vector)
+        return self.components(name, source, index_expr("o", self.kept, strides[:-1]), None)
+
+    def combined(self, tree: Expr, combine: str) -> tuple[str, str]:
+        """(`let` statements, f32 expression): `tree` per component, the four combined as (x ⊕ y) ⊕ (z ⊕ w)."""
+        lets, parts = [], {}
+        for name in sorted(variables(tree)):
+            let, parts[name] = self.read(name)
+            lets += [let] if let else []
+        x, y, z, w = (expr_to_wgsl(tree, lambda name, c=c: parts[name][c]) for c in range(4))
+        pair = combine.format(a=combine.format(a=x, b=y), b=combine.format(a=z, b=w))
+        return "\n    ".join(lets), pair
+
+
+def vector_bindings(vectors: Vec4Items | None, items: bool) -> set[str]:
+    """The bindings a reduction declares as arrays of vec4: those its vec4 reads take, and its
+    output where its items are vec4s."""
+    if vectors is None:
+        return set()
+    return vectors.vector_names() | ({"out"} if items else set())
