@@ -18,14 +18,11 @@ fixed order of additions, no atomics (WGSL has no float atomics).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from meganeura.codegen.common import (
     Operands,
     bindings_wgsl,
-    bound_value,
     broadcast_strides,
-    constant_value,
     expression_code,
     grid_for,
     index_expr,
@@ -33,11 +30,11 @@ from meganeura.codegen.common import (
     shape_text,
     sum_terms,
 )
-from meganeura.codegen.expressions import expr_to_wgsl, helper_functions, literal
+from meganeura.codegen.expressions import helper_functions, literal
 from meganeura.codegen.kernel import KernelSpec
+from meganeura.codegen.reduce_vec4 import ItemReads, RowReads
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
-from meganeura.ir.expr import Expr, variables
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.op import normalize_axes
@@ -45,7 +42,6 @@ from meganeura.ir.ops.reduce import nonempty_splits, split_length
 from meganeura.target import GENERIC, Target
 
 REDUCE_INIT = {"sum": "0.0", "max": literal(float("-inf"))}
-REDUCE_COMBINE_CALL = "combine({a}, {b})"  # the template's ⊕, on two WGSL expressions
 REDUCE_COMBINE = {"sum": "a + b", "max": "max(a, b)"}
 
 
@@ -409,15 +405,17 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     splits = node.attr("splits", 1) if node.op == "fused_reduce" else 1
     vec4 = reduces_vec4s(in_shape, axes, splits, target)
     rows4 = rows_vec4s(in_shape, axes, splits, target)
-    vectors = None
+    vec4_names: set[str] = set()
     if vec4:
-        vectors = Vec4Items(graph, node, operands, in_shape, axes, prologue, epilogue)
-        reads, value = vectors.code(prologue, vectors.read)
-        finish_reads, finish = vectors.code(epilogue, vectors.read_out)
+        items = ItemReads(graph, node, operands, in_shape, axes, prologue, epilogue)
+        reads, value = items.vector(prologue, items.read)
+        finish_reads, finish = items.vector(epilogue, items.read_out)
+        vec4_names = items.vector_names() | {"out"}
     elif rows4:
-        vectors = Vec4Rows(graph, node, operands, in_shape, prologue)
-        reads, value = vectors.combined(prologue, REDUCE_COMBINE_CALL)
+        rows = RowReads(graph, node, operands, in_shape, prologue)
+        reads, value = rows.combined(prologue, "combine({a}, {b})")  # the template's ⊕
         finish_reads, finish = expression_code(epilogue, read_out)
+        vec4_names = rows.vector_names()
         r //= 4  # r counts vec4s of the row
     else:
         reads, value = expression_code(prologue, read)
@@ -432,7 +430,7 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     wgsl = render(
         "reduce",
         {
-            "BINDINGS": bindings_wgsl(graph, bindings, vector_bindings(vectors, vec4)),
+            "BINDINGS": bindings_wgsl(graph, bindings, vec4_names),
             "ITEM_TYPE": item_type,
             "OUTS": outs // lanes,
             "R": r,
@@ -460,133 +458,3 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     if node.op == "fused_reduce":
         label = f"fused_reduce {label} of {prologue_text} then {epilogue_text}"
     return KernelSpec(node.id, label, wgsl, entry, tuple(bindings), grid, (wg, 1, 1))
-
-
-class Vec4Items:
-    """The reads and expressions of a reduction whose items are vec4s of four neighbouring outputs
-    (`reduces_vec4s`): `o` counts vec4s of the output; an input that runs along the innermost dim
-    is read as one vec4 of a vec4 binding, one broadcast along it as one scalar for the four (from
-    its vec4 binding by component where another read takes it as vec4s); the expressions are
-    evaluated once per component, as the elementwise vec4 kernels do (codegen/elementwise.py)."""
-
-    def __init__(
-        self,
-        graph: Graph,
-        node: Node,
-        operands: Operands,
-        in_shape: tuple[int, ...],
-        axes,
-        prologue: Expr,
-        epilogue: Expr,
-    ) -> None:
-        self.graph, self.node, self.operands = graph, node, operands
-        self.axes = normalize_axes(axes, len(in_shape))
-        self.kept = [d for d in range(len(in_shape)) if d not in self.axes]
-        self.in_shape, self.out_shape = in_shape, node.shape
-        sizes = [in_shape[d] for d in self.kept]
-        self.kept4 = (*sizes[:-1], sizes[-1] // 4)
-        self.out4 = (*node.shape[:-1], node.shape[-1] // 4)
-        self.vectors = {  # the values some read takes as vec4s: along the innermost dim, at (o, r) or at o
-            bound_value(graph, node.inputs[int(name)])[0]
-            for tree, shape in ((prologue, in_shape), (epilogue, node.shape))
-            for name in variables(tree) - {"r"}
-            if constant_value(graph, node.inputs[int(name)]) is None
-            and broadcast_strides(graph[node.inputs[int(name)]].shape, shape)[-1] == 1
-        }
-
-    def vector_names(self) -> set[str]:
-        """The bindings that are arrays of vec4."""
-        return {self.operands.names[value] for value in self.vectors if value in self.operands.names}
-
-    def components(self, name: str, source: int, element: str, vector: str | None) -> tuple[str, list[str]]:
-        """(a `let` loading $name, "" for a literal; its four components): `source` at vec4 index
-        `vector`, or the scalar at element index `element` for all four."""
-        constant = constant_value(self.graph, source)
-        if constant is not None:
-            return "", [literal(constant, "f32")] * 4
-        binding, offset = self.operands.binding_of(source)
-        if vector is not None:
-            return f"let v_{name} = {binding}[{vector}];", [f"v_{name}.{c}" for c in "xyzw"]
-        flat = sum_terms(f"{offset}u", element) if offset else element
-        if bound_value(self.graph, source)[0] in self.vectors:
-            return f"let v_{name} = {binding}[({flat}) / 4u][({flat}) % 4u];", [f"v_{name}"] * 4
-        return f"let v_{name} = {binding}[{flat}];", [f"v_{name}"] * 4
-
-    def read(self, name: str) -> tuple[str, list[str]]:
-        """Prologue input $name at (o, r)."""
-        source = self.node.inputs[int(name)]
-        strides = broadcast_strides(self.graph[source].shape, self.in_shape)
-        kept, reduced = [strides[d] for d in self.kept], tuple(strides[d] for d in self.axes)
-        sizes = tuple(self.in_shape[d] for d in self.axes)
-        if kept[-1] == 1:  # every other stride is a multiple of the innermost dim, so of 4
-            vector = sum_terms(
-                index_expr("o", self.kept4, (*(s // 4 for s in kept[:-1]), 1)),
-                index_expr("r", sizes, tuple(s // 4 for s in reduced)),
-            )
-            return self.components(name, source, "", vector)
-        element = sum_terms(index_expr("o", self.kept4, (*kept[:-1], 0)), index_expr("r", sizes, reduced))
-        return self.components(name, source, element, None)
-
-    def read_out(self, name: str) -> tuple[str, list[str]]:
-        """Epilogue input $name at output vec4 o (`$r`: the reduced vec4, `value`)."""
-        if name == "r":
-            return "", [f"value.{c}" for c in "xyzw"]
-        source = self.node.inputs[int(name)]
-        strides = broadcast_strides(self.graph[source].shape, self.out_shape)
-        if strides[-1] == 1:
-            vector = index_expr("o", self.out4, (*(s // 4 for s in strides[:-1]), 1))
-            return self.components(name, source, "", vector)
-        return self.components(name, source, index_expr("o", self.out4, (*strides[:-1], 0)), None)
-
-    @staticmethod
-    def code(tree: Expr, read: Callable[[str], tuple[str, list[str]]]) -> tuple[str, str]:
-        """(`let` statements, vec4 expression) computing `tree` once per component."""
-        lets, parts = [], {}
-        for name in sorted(variables(tree)):
-            let, parts[name] = read(name)
-            lets += [let] if let else []
-        values = [expr_to_wgsl(tree, lambda name, c=c: parts[name][c]) for c in range(4)]
-        return "\n    ".join(lets), f"vec4<f32>({', '.join(values)})"
-
-
-class Vec4Rows(Vec4Items):
-    """The reads of a reduction over the innermost dim alone whose rows are walked as vec4s
-    (`rows_vec4s`): `r` counts vec4s of the row, and a lane reduces the four components of its
-    vec4 (⊕ in a fixed tree) before the lanes are combined."""
-
-    def __init__(self, graph: Graph, node: Node, operands: Operands, in_shape: tuple[int, ...], prologue: Expr) -> None:
-        self.graph, self.node, self.operands, self.in_shape = graph, node, operands, in_shape
-        self.kept = tuple(in_shape[:-1])
-        self.vectors = {
-            bound_value(graph, node.inputs[int(name)])[0]
-            for name in variables(prologue)
-            if constant_value(graph, node.inputs[int(name)]) is None
-            and broadcast_strides(graph[node.inputs[int(name)]].shape, in_shape)[-1] == 1
-        }
-
-    def read(self, name: str) -> tuple[str, list[str]]:
-        """Prologue input $name at row o, vec4 r of it."""
-        source = self.node.inputs[int(name)]
-        strides = broadcast_strides(self.graph[source].shape, self.in_shape)
-        if strides[-1] == 1:  # the row's stride is a multiple of its length, so of 4
-            vector = sum_terms(index_expr("o", self.kept, tuple(s // 4 for s in strides[:-1])), "r")
-            return self.components(name, source, "", vector)
-        return self.components(name, source, index_expr("o", self.kept, strides[:-1]), None)
-
-    def combined(self, tree: Expr, combine: str) -> tuple[str, str]:
-        """(`let` statements, f32 expression): `tree` per component, the four combined as (x ⊕ y) ⊕ (z ⊕ w)."""
-        lets, parts = [], {}
-        for name in sorted(variables(tree)):
-            let, parts[name] = self.read(name)
-            lets += [let] if let else []
-        x, y, z, w = (expr_to_wgsl(tree, lambda name, c=c: parts[name][c]) for c in range(4))
-        pair = combine.format(a=combine.format(a=x, b=y), b=combine.format(a=z, b=w))
-        return "\n    ".join(lets), pair
-
-
-def vector_bindings(vectors: Vec4Items | None, items: bool) -> set[str]:
-    """The bindings a reduction declares as arrays of vec4: those its vec4 reads take, and its
-    output where its items are vec4s."""
-    if vectors is None:
-        return set()
-    return vectors.vector_names() | ({"out"} if items else set())
