@@ -118,6 +118,13 @@ def test_sdpa_defaults_and_refusals():
 # -- kernels against the interpreter --------------------------------------------------------------
 
 
+def attention_inputs(q_shape, kv_shape, seed: int) -> dict[str, np.ndarray]:
+    """Normal q, k, v and the incoming gradient do for `attention_graph`."""
+    rng = np.random.default_rng(seed)
+    shapes = (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
+    return {name: rng.normal(size=shape).astype(np.float32) for name, shape in shapes}
+
+
 def attention_graph(q_shape, kv_shape, causal, scale):
     """Every attention op on the same inputs: the forward (o, lse), dQ and (dK, dV), with o, lse
     and the rows' D = Σ dO∘O computed on the device too, as the backward reads them."""
@@ -164,11 +171,7 @@ def test_attention_kernels(causal, shapes, target, monkeypatch):
     monkeypatch.setattr(attention_scores, "route_pays", lambda *args: False)
     q_shape, kv_shape = shapes
     graph = attention_graph(q_shape, kv_shape, causal, 1.0 / np.sqrt(q_shape[-1]))
-    rng = np.random.default_rng(3)
-    inputs = {
-        name: rng.normal(size=shape).astype(np.float32)
-        for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
-    }
+    inputs = attention_inputs(q_shape, kv_shape, seed=3)
     executable = check(graph, inputs, rtol=1e-4, atol=2e-5, target=target)
     # One pass writes o and the LSE; one reduction the rows' D; one key-row kernel writes dK and
     # dV: four dispatches.
@@ -254,11 +257,7 @@ def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, til
         for kind in fitting:  # the lowering and the workgroup count both read the table
             monkeypatch.setitem(attention_tiles.CHOSEN, (GENERIC.tuning, kind, d), tiles)
     graph = attention_graph(q_shape, kv_shape, causal, 1.0 / np.sqrt(d))
-    rng = np.random.default_rng(11)
-    inputs = {
-        name: rng.normal(size=shape).astype(np.float32)
-        for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
-    }
+    inputs = attention_inputs(q_shape, kv_shape, seed=11)
     executable = check(graph, inputs, rtol=1e-4, atol=3e-5)
     step = executable.graph  # the plan's: dK/dV per query head and their sums where split
     split = any(n.attr("per_query_head", False) for n in step if n.op == "attention_grad_kv")
@@ -302,11 +301,7 @@ def test_dk_dv_loads_query_rows_ahead_and_moves_rows_as_vec4(d, tiles, ahead, ro
                 monkeypatch.setitem(attention_tiles.CHOSEN, (GENERIC.tuning, kind, d), tiles)
     q_shape, kv_shape = (2, 3, 21, d), (2, 1, 19, d)
     graph = attention_graph(q_shape, kv_shape, True, 0.3)
-    rng = np.random.default_rng(5)
-    inputs = {
-        name: rng.normal(size=shape).astype(np.float32)
-        for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
-    }
+    inputs = attention_inputs(q_shape, kv_shape, seed=5)
     executable = check(graph, inputs, rtol=1e-4, atol=3e-5)
     (kv,) = [spec for spec in executable.kernels if spec.label.startswith("attention_grad_kv")]
     assert ("var rows_ahead" in kv.wgsl) == (ahead and rows_ahead)
@@ -674,11 +669,7 @@ def test_causal_key_tiles_past_every_query_walk_nothing(route, monkeypatch):
     monkeypatch.setattr(attention_scores, "route_pays", lambda *args: route == "scores")
     q_shape, kv_shape = (1, 2, 7, 8), (1, 1, 33, 8)
     graph = attention_graph(q_shape, kv_shape, True, 0.35)
-    rng = np.random.default_rng(9)
-    inputs = {
-        name: rng.normal(size=shape).astype(np.float32)
-        for name, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape), ("do", q_shape))
-    }
+    inputs = attention_inputs(q_shape, kv_shape, seed=9)
     executable = check(graph, inputs, rtol=1e-4, atol=3e-5)
     assert any(f"tiles {tiles} " in spec.label for spec in executable.kernels)
     got = executable.run(inputs, read=("dk",))["dk"]
