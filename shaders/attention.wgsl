@@ -37,9 +37,11 @@
 // issued once the current one is stored, and wait in registers while it is computed; without,
 // each tile loads where it is stored, after the barrier that frees its arrays.
 //
-// Bindings (group 0, generated from the KernelSpec; all f32, the outputs read_write): q, k and
-// v, then out and out_lse; the backward: q, k, v, delta, lse, d_o, then out (dQ) or out_k and out_v
-// (and out_s).
+// Bindings (group 0, generated from the KernelSpec; the outputs read_write): q, k and v, then out
+// and out_lse; the backward: q, k, v, delta, lse, d_o, then out (dQ) or out_k and out_v (and
+// out_s). Those moved a row at a time (q, k, v, d_o, out, out_k, out_v) are arrays of vec4 where D
+// is a multiple of 4 (the VEC4 helpers load and store one vec4), else of f32; lse, delta, out_lse
+// and out_s are arrays of f32.
 // Grid: TILES workgroups, folded into (GRID_X, y).
 //
 // Placeholders: BINDINGS and attention_layout's, BR, BC, THREADS, DV, TILES, SEQ_TILES, VEC4
