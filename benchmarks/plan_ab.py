@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meganeura.bench.harness import run_ours
+from meganeura.bench.report import label_share, share_line
 from meganeura.bench.workloads import STEPS
 
 TARGET = re.compile(r"^(?P<module>[A-Za-z_][\w.]*)\.(?P<attr>[A-Za-z_]\w*)(?:\[(?P<key>.+)\])?$")
@@ -110,14 +111,6 @@ def moved_kernels(before: dict[str, float], after: dict[str, float], threshold: 
     return lines
 
 
-def share_line(pattern: str, kernels: dict[str, float], gpu_ms: float) -> str:
-    """The ms a step of the kernels (of the costliest the profile lists) whose label matches
-    `pattern`, and their share of the profiled step's GPU time."""
-    matched = {label: ms for label, ms in kernels.items() if re.search(pattern, label)}
-    total = sum(matched.values())
-    return f"    {len(matched)} kernels matching {pattern!r}: {total:.3f} ms, {100 * total / gpu_ms:.1f}% of the step"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="smollm2,gpt2", help=f"any of {', '.join(STEPS)}")
@@ -149,7 +142,7 @@ def main() -> None:
                 flush=True,
             )
             if args.share and result.gpu_ms:  # over every kernel, not only the top ones
-                print(share_line(args.share, result.label_ms, result.gpu_ms), flush=True)
+                print(share_line(args.share, label_share(args.share, result.label_ms, result.gpu_ms)), flush=True)
             if first is None:
                 first = kernels
             else:

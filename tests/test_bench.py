@@ -24,7 +24,7 @@ import pytest
 from meganeura.__main__ import main
 from meganeura.bench import gemm
 from meganeura.bench.harness import LOSS_RTOL, TOP_KINDS, StepResult, TorchRun
-from meganeura.bench.report import markdown, source_digest, step_text
+from meganeura.bench.report import label_share, markdown, share_line, source_digest, step_text
 from meganeura.bench.workloads import STEPS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,6 +49,13 @@ def test_unknown_workloads_are_rejected_with_the_list(capsys):
     assert "unknown workload(s) resnet50" in err
     for name in [*STEP_NAMES, "gemm"]:
         assert name in err
+
+
+def test_a_bad_share_pattern_is_rejected(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["bench", "smollm2", "--share", "attention("])
+    assert exit.value.code == 2
+    assert "--share 'attention('" in capsys.readouterr().err
 
 
 def test_bad_gemm_shapes_are_rejected(capsys):
@@ -119,7 +126,16 @@ def bench_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     command = [sys.executable, "-m", "meganeura", "bench", "--small", "--steps", "3", "--warmup", "2", "--repeat", "3"]
-    command += ["--torch-threads", "1", "--json", str(out), "--markdown", "all"]  # torch's pool stalls beside lavapipe
+    command += [
+        "--torch-threads",
+        "1",
+        "--json",
+        str(out),
+        "--markdown",
+        "--share",
+        "^attention",
+        "all",
+    ]  # torch's pool stalls beside lavapipe
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout, json.loads(out.read_text())
@@ -165,6 +181,14 @@ def test_every_workload_runs_and_reports_real_numbers(bench_run):
         assert 1 <= len(kernels) <= 40 and kernels == sorted(kernels, key=lambda k: -k["ms"])
         assert sum(k["ms"] for k in kernels) <= w["gpu_ms"] * (1 + 1e-9)
         assert finite_positive(w["gpu_one_pass_ms"])  # the warm-up step before it, as one pass
+        share = w["shares"]["^attention"]  # --share: the attention kernels over every kernel the step ran
+        attention = "smollm2" in w["workload"] or "gpt2" in w["workload"]
+        assert (share["kernels"] > 0) == attention and 0 <= share["ms"] < w["gpu_ms"], w["workload"]
+        assert math.isclose(share["share"], share["ms"] / w["gpu_ms"]) and "matching '^attention'" in stdout
+        if attention:  # the forward, dQ's kernel or product, dK/dV: at least the forward and dK/dV
+            assert share["kernels"] >= 2 and share["ms"] >= sum(
+                k["ms"] for k in kernels if k["kind"].startswith("attention")
+            )
         assert f"== {w['workload']}:" in stdout
         assert any(line.startswith(f"| {w['workload']} |") for line in stdout.splitlines())  # the Markdown row
     products = record["gemm"]
@@ -236,8 +260,9 @@ def test_plan_ab_variants_set_module_attributes_and_undo_them():
     with pytest.raises(SystemExit, match="not module.attribute"):
         plan_ab.parse_variant("bad=FINE_FILL")
     kernels = {"attention q 8x9": 3.0, "matmul 2048x576x576": 6.0, "attention_grad_kv q 8x9": 1.0}
-    line = plan_ab.share_line("^attention", kernels, 40.0)
-    assert line.endswith("2 kernels matching '^attention': 4.000 ms, 10.0% of the step")
+    share = label_share("^attention", kernels, 40.0)  # what plan_ab.py --share and bench --share print
+    assert share == {"kernels": 2, "ms": 4.0, "share": 0.1}
+    assert share_line("^attention", share).endswith("2 kernels matching '^attention': 4.000 ms, 10.0% of the step")
 
 
 def test_warm_up_runs_its_steps_and_at_least_its_seconds():

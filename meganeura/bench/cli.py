@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import re
 import sys
 import traceback
 
 from meganeura.bench import gemm as gemm_bench
 from meganeura.bench.harness import preload_torch, run_step_workload
-from meganeura.bench.report import gemm_text, header, markdown, source_digest, step_text
+from meganeura.bench.report import gemm_text, header, label_share, markdown, source_digest, step_text
 from meganeura.bench.workloads import STEPS
 
 GEMM = "gemm"
@@ -60,6 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source-digest", action="store_true", help="print the digest of this source tree (a JSON record's) and exit"
     )
+    parser.add_argument(
+        "--share",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="also print (and record) the ms and step share of the kernels whose label matches REGEX (repeatable)",
+    )
 
 
 def chosen_workloads(parser: argparse.ArgumentParser, names: list[str]) -> list[str]:
@@ -84,6 +92,11 @@ def run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             gemm_bench.parse_shapes(options.gemm_shapes)
         except ValueError as error:
             parser.error(str(error))
+    for pattern in options.share:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            parser.error(f"--share {pattern!r}: {error}")
     if not options.no_torch:
         preload_torch(options.torch_threads)  # before the device opens: see its comment
     from meganeura.runtime import default_device
@@ -106,6 +119,8 @@ def run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             else:
                 workload = STEPS[name].build(options.small)
                 result = run_step_workload(workload, options.steps, options.warmup, modes, not options.no_torch)
+                if result.gpu_ms:  # over every kernel the profiled step ran, not only the top ones
+                    result.shares = {p: label_share(p, result.label_ms, result.gpu_ms) for p in options.share}
                 steps.append(result)
                 print(step_text(result, modes), flush=True)
                 if result.torch and not result.mirror_ok:

@@ -133,6 +133,7 @@ class StepResult:
     top_kinds: list[KindShare] = field(default_factory=list)
     top_kernels: list[KindShare] = field(default_factory=list)  # by label: `kind` holds the label
     label_ms: dict[str, float] = field(default_factory=dict)  # every distinct kernel's ms (not in the JSON)
+    shares: dict[str, dict] = field(default_factory=dict)  # per `--share` pattern: report.py `label_share`
     profile_note: str = ""
     torch_note: str = ""  # "torch not installed", or where torch ran
     torch_on_gpu: bool = False
@@ -181,6 +182,7 @@ class StepResult:
             "gpu_one_pass_ms": self.gpu_pass_ms,
             "top_kinds": [vars(row) for row in self.top_kinds],
             "top_kernels": [vars(row) for row in self.top_kernels],
+            "shares": self.shares,
             "profile_note": self.profile_note,
             "torch": self.torch_note,
             "torch_on_gpu": self.torch_on_gpu,

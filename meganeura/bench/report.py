@@ -7,6 +7,7 @@ import datetime
 import hashlib
 import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -49,7 +50,23 @@ def step_text(result: StepResult, modes: tuple[str, ...]) -> str:
             lines.append(f"    {row.kind:<24} {row.count:>5}× {row.ms:>10.3f} ms {share} {row.tflops:>8.3g} TFLOP/s")
     elif result.profile_note:
         lines.append(f"  {result.profile_note}")
+    lines += [share_line(pattern, share) for pattern, share in result.shares.items()]
     return "\n".join(lines)
+
+
+def label_share(pattern: str, label_ms: dict[str, float], gpu_ms: float) -> dict:
+    """The distinct kernels (of all the profiled step ran: `StepResult.label_ms`) whose label
+    matches the regex `pattern`: how many, their ms a step and their share of its GPU time (a pass
+    per kernel). How the README measures attention's share of SmolLM2's step."""
+    matched = {label: ms for label, ms in label_ms.items() if re.search(pattern, label)}
+    total = sum(matched.values())
+    return {"kernels": len(matched), "ms": total, "share": total / gpu_ms if gpu_ms else 0.0}
+
+
+def share_line(pattern: str, share: dict) -> str:
+    """`label_share`'s figures as a line of the bench's output."""
+    matched = f"{share['kernels']} kernels matching {pattern!r}"
+    return f"    {matched}: {share['ms']:.3f} ms, {100 * share['share']:.1f}% of the step"
 
 
 def mirror_line(result: StepResult) -> str:
