@@ -159,10 +159,57 @@ class Operands:
         return self.read_at(node_id, index_expr(var, out_shape, broadcast_strides(node.shape, out_shape)))
 
 
+Read = Callable[[str], tuple[str, list[str]]]  # $name → (its `let`, "" for a literal; its four components)
+
+
+class Vec4Reads:
+    """The reads of a kernel that computes four neighbouring values at once (codegen/elementwise.py's
+    vec4 kernels, codegen/reduce_vec4.py's reductions): which values it takes as vec4s (`vectors`,
+    those read `along` the innermost dim, fixed before any read so that a scalar read of the same
+    buffer knows its binding's type) and how each input is read: as one vec4, or as one scalar for
+    all four components (by component from its vec4 binding where another read takes it as vec4s)."""
+
+    def __init__(self, graph: Graph, node: Node, operands: Operands, along: set[int]) -> None:
+        self.graph, self.node, self.operands = graph, node, operands
+        self.vectors = {bound_value(graph, i)[0] for i in along if constant_value(graph, i) is None}
+
+    def vector_names(self) -> set[str]:
+        """The bindings that are arrays of vec4."""
+        return {self.operands.names[value] for value in self.vectors if value in self.operands.names}
+
+    def components(self, name: str, source: int, element: str, vector: str | None) -> tuple[str, list[str]]:
+        """(a `let` loading $name, "" for a literal; its four components): `source` at vec4 index
+        `vector`, or the scalar at element index `element` for all four."""
+        constant = constant_value(self.graph, source)
+        if constant is not None:
+            return "", [literal(constant, "f32")] * 4
+        binding, offset = self.operands.binding_of(source)
+        if vector is not None:
+            return f"let v_{name} = {binding}[{vector}];", [f"v_{name}.{c}" for c in "xyzw"]
+        flat = sum_terms(f"{offset}u", element) if offset else element
+        if bound_value(self.graph, source)[0] in self.vectors:
+            return f"let v_{name} = {binding}[({flat}) / 4u][({flat}) % 4u];", [f"v_{name}"] * 4
+        return f"let v_{name} = {binding}[{flat}];", [f"v_{name}"] * 4
+
+    @staticmethod
+    def per_component(tree: Expr, read: Read) -> tuple[str, list[str]]:
+        """(`let` statements, the four f32 expressions of `tree`, one per component)."""
+        lets, parts = [], {}
+        for name in sorted(variables(tree), key=variable_order):
+            let, parts[name] = read(name)
+            lets += [let] if let else []
+        return "\n    ".join(lets), [expr_to_wgsl(tree, lambda name, c=c: parts[name][c]) for c in range(4)]
+
+
 def sum_terms(*terms: str) -> str:
     """WGSL u32 sum of index terms, leaving out zeros."""
     kept = [term for term in terms if term != "0u"]
     return " + ".join(kept) or "0u"
+
+
+def variable_order(name: str) -> tuple:
+    """Sort key of an expression's variables: `$0`, `$1`, … in number order, then named ones."""
+    return (not name.isdigit(), int(name) if name.isdigit() else 0, name)
 
 
 def expression_code(tree: Expr, read: Callable[[str], str]) -> tuple[str, str]:
@@ -171,7 +218,7 @@ def expression_code(tree: Expr, read: Callable[[str], str]) -> tuple[str, str]:
     A buffer read becomes one `let` (so an input that the expression uses twice is loaded once);
     literals and plain names are inlined.
     """
-    names = sorted(variables(tree), key=lambda name: (not name.isdigit(), int(name) if name.isdigit() else 0, name))
+    names = sorted(variables(tree), key=variable_order)
     lets, values = [], {}
     for name in names:
         text = read(name)

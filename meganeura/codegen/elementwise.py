@@ -11,16 +11,14 @@ from collections.abc import Sequence
 
 from meganeura.codegen.common import (
     Operands,
-    bound_value,
+    Vec4Reads,
     broadcast_strides,
-    constant_value,
     elementwise_kernel,
     expression_code,
     index_expr,
     shape_text,
-    sum_terms,
 )
-from meganeura.codegen.expressions import expr_to_wgsl, helper_functions, literal
+from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.registry import ELEMENTWISE_WORKGROUP, lowering
 from meganeura.ir.expr import Expr, variables
@@ -86,35 +84,24 @@ def thread_per_vec4(graph: Graph, node: Node, tree: Expr, label: str) -> KernelS
     (from a vec4 binding by component where another input reads the same buffer as vec4s)."""
     shape = node.shape
     shape4 = (*shape[:-1], shape[-1] // 4)  # the output in vec4s: `i` counts them
-    names = sorted(variables(tree), key=int)
-    inputs = {name: node.inputs[int(name)] for name in names}
-    strides = {name: broadcast_strides(graph[inputs[name]].shape, shape) for name in names}
-    along = {name for name in names if strides[name][-1] == 1}
-    vector_values = {bound_value(graph, inputs[name])[0] for name in along}
+    inputs = {name: node.inputs[int(name)] for name in variables(tree)}
+    strides = {name: broadcast_strides(graph[inputs[name]].shape, shape) for name in inputs}
     operands = Operands(graph)
-    lets, components = [], {}
-    for name in names:
-        constant = constant_value(graph, inputs[name])
-        if constant is not None:
-            components[name] = [literal(constant, "f32")] * 4
-            continue
-        binding, offset = operands.binding_of(inputs[name])
-        if name in along:  # every other stride a multiple of the last axis, so of 4
-            index = index_expr("i", shape4, (*(s // 4 for s in strides[name][:-1]), 1))
-            lets.append(f"let v_{name} = {binding}[{index}];")
-            components[name] = [f"v_{name}.{c}" for c in "xyzw"]
-            continue
-        flat = sum_terms(f"{offset}u", index_expr("i", shape4, (*strides[name][:-1], 0)))
-        vector = bound_value(graph, inputs[name])[0] in vector_values
-        lets.append(f"let v_{name} = {binding}[{f'({flat}) / 4u][({flat}) % 4u' if vector else flat}];")
-        components[name] = [f"v_{name}"] * 4
-    parts = [expr_to_wgsl(tree, lambda name, c=c: components[name][c]) for c in range(4)]
-    scalar_names = frozenset(b.name for b in operands.bindings if b.value not in vector_values)
+    reads = Vec4Reads(graph, node, operands, {inputs[name] for name in inputs if strides[name][-1] == 1})
+
+    def read(name: str) -> tuple[str, list[str]]:
+        if strides[name][-1] == 1:  # every other stride a multiple of the last axis, so of 4
+            vector = index_expr("i", shape4, (*(s // 4 for s in strides[name][:-1]), 1))
+            return reads.components(name, inputs[name], "", vector)
+        return reads.components(name, inputs[name], index_expr("i", shape4, (*strides[name][:-1], 0)), None)
+
+    lets, parts = reads.per_component(tree, read)
+    scalar_names = frozenset(b.name for b in operands.bindings if b.name not in reads.vector_names())
     return elementwise_kernel(
         graph,
         node,
         operands,
-        "\n    ".join(lets),
+        lets,
         f"vec4<f32>({', '.join(parts)})",
         helper_functions([tree]),
         f"{label} (vec4)",

@@ -7,59 +7,17 @@ where: `reduces_vec4s`, `rows_vec4s`; shaders/reduce.wgsl runs them):
 - `RowReads`: a reduction over the innermost dim alone walks each row a vec4 at a time: `r` counts
   vec4s of the row, and a lane reduces the four components of each before the lanes combine.
 
-Either way an input that runs along the innermost dim is read as one vec4 of a vec4 binding, and
-one broadcast along it as one scalar for the four (by component from its vec4 binding where
-another read of the kernel takes that buffer as vec4s), as the elementwise vec4 kernels read
-theirs (codegen/elementwise.py).
+Either way the inputs are read as the elementwise vec4 kernels read theirs (codegen/common.py
+`Vec4Reads`): one that runs along the innermost dim as one vec4, one broadcast along it as one
+scalar for the four.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from meganeura.codegen.common import Operands, bound_value, broadcast_strides, constant_value, index_expr, sum_terms
-from meganeura.codegen.expressions import expr_to_wgsl, literal
+from meganeura.codegen.common import Operands, Read, Vec4Reads, broadcast_strides, index_expr, sum_terms
 from meganeura.ir.expr import Expr, variables
 from meganeura.ir.graph import Graph, Node
 from meganeura.ir.op import normalize_axes
-
-Read = Callable[[str], tuple[str, list[str]]]  # $name → (its `let`, "" for a literal; its four components)
-
-
-class Vec4Reads:
-    """The reads of one kernel: which values it takes as vec4s (`vectors`, fixed before any read,
-    so that a scalar read of the same buffer knows its binding's type) and how each is read."""
-
-    def __init__(self, graph: Graph, node: Node, operands: Operands, along: set[int]) -> None:
-        self.graph, self.node, self.operands = graph, node, operands
-        self.vectors = {bound_value(graph, i)[0] for i in along if constant_value(graph, i) is None}
-
-    def vector_names(self) -> set[str]:
-        """The bindings that are arrays of vec4."""
-        return {self.operands.names[value] for value in self.vectors if value in self.operands.names}
-
-    def components(self, name: str, source: int, element: str, vector: str | None) -> tuple[str, list[str]]:
-        """(a `let` loading $name, "" for a literal; its four components): `source` at vec4 index
-        `vector`, or the scalar at element index `element` for all four."""
-        constant = constant_value(self.graph, source)
-        if constant is not None:
-            return "", [literal(constant, "f32")] * 4
-        binding, offset = self.operands.binding_of(source)
-        if vector is not None:
-            return f"let v_{name} = {binding}[{vector}];", [f"v_{name}.{c}" for c in "xyzw"]
-        flat = sum_terms(f"{offset}u", element) if offset else element
-        if bound_value(self.graph, source)[0] in self.vectors:
-            return f"let v_{name} = {binding}[({flat}) / 4u][({flat}) % 4u];", [f"v_{name}"] * 4
-        return f"let v_{name} = {binding}[{flat}];", [f"v_{name}"] * 4
-
-    @staticmethod
-    def per_component(tree: Expr, read: Read) -> tuple[str, list[str]]:
-        """(`let` statements, the four f32 expressions of `tree`, one per component)."""
-        lets, parts = [], {}
-        for name in sorted(variables(tree)):
-            let, parts[name] = read(name)
-            lets += [let] if let else []
-        return "\n    ".join(lets), [expr_to_wgsl(tree, lambda name, c=c: parts[name][c]) for c in range(4)]
 
 
 def along_innermost(graph: Graph, node: Node, tree: Expr, shape: tuple[int, ...]) -> set[int]:
