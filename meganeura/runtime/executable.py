@@ -27,16 +27,12 @@ from meganeura.runtime.device import Device
 from meganeura.runtime.encoding import recorder
 from meganeura.runtime.mapping import read_after_submit
 from meganeura.runtime.profile import DISPATCHES_PER_SET, Profile, kernel_times
-from meganeura.runtime.uploads import input_staging, staged_array
+from meganeura.runtime.uploads import input_staging, numpy_dtype, staged_array
 
 BUFFER_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 MAP_ALIGN = 8  # WebGPU's alignment of mapAsync offsets
 record = recorder()
 CANARY = 0x7F7FDEAD  # 3.4e38, near f32's largest: read past a value's end, it shows as huge or inf results
-
-
-def numpy_dtype(dtype: str) -> type:
-    return {"f32": np.float32, "i32": np.int32}[dtype]
 
 
 def read_buffer(device: Device, buffer: wgpu.GPUBuffer, type: TensorType) -> np.ndarray:

@@ -22,6 +22,7 @@ own map calls wait on its polling thread. Elsewhere (Dawn, a build without them)
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import accumulate
 
 import numpy as np
 
@@ -32,9 +33,14 @@ from meganeura.runtime.native import wgpu_native
 ALIGN = 256  # each input's bytes start at a multiple of this in the staging buffer (copies need 4)
 
 
+def numpy_dtype(dtype: str) -> type:
+    """The numpy dtype of a tensor's dtype, as its buffer holds it."""
+    return {"f32": np.float32, "i32": np.int32}[dtype]
+
+
 def staged_array(type: TensorType, value: np.ndarray, what: str) -> np.ndarray:
     """`value` as the contiguous array of `type`'s dtype that is uploaded, or a ValueError on its shape."""
-    array = np.asarray(value, dtype={"f32": np.float32, "i32": np.int32}[type.dtype], order="C")  # 0-d stays 0-d
+    array = np.asarray(value, dtype=numpy_dtype(type.dtype), order="C")  # 0-d stays 0-d
     if array.shape != type.shape:
         raise ValueError(f"{what}: expected shape {list(type.shape)}, got {list(array.shape)}")
     return array
@@ -47,14 +53,11 @@ class InputStaging:
         self.ffi, self.lib = api.ffi, api.lib
         self.device = device
         self.inputs = dict(inputs)
-        self.offsets: dict[str, int] = {}
-        size = 0
-        for name, (_, type_) in self.inputs.items():
-            self.offsets[name] = size
-            size += slot_bytes(type_)
-        self.size = size
+        self.size = staged_bytes(self.inputs)
+        ends = accumulate(slot_bytes(type) for _, type in self.inputs.values())
+        self.offsets = dict(zip(self.inputs, (0, *ends), strict=False))  # each slot starts where the last ends
         usage = wgpu.BufferUsage.MAP_WRITE | wgpu.BufferUsage.COPY_SRC
-        self.buffer = device.create_buffer(label="input staging", size=size, usage=usage)
+        self.buffer = device.create_buffer(label="input staging", size=self.size, usage=usage)
         self.outcomes: list[tuple[int, str]] = []
         ffi, lib = self.ffi, self.lib
 
