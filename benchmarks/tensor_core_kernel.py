@@ -26,6 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 import tensor_core_split as probe  # noqa: E402
 
+from meganeura.codegen import matmul_halves, matmul_tensor  # noqa: E402
 from meganeura.codegen.compiled import compile_step  # noqa: E402
 from meganeura.ir.graph import TensorType  # noqa: E402
 from meganeura.ir.trace import Tracer  # noqa: E402
@@ -36,7 +37,10 @@ SHAPES = "2048x576x1536,2048x1536x576,576x2048x1536:At,2048x576x1536:Bt,2048x768
 
 
 def product_kernel(m: int, k: int, n: int, transpose_a: bool, transpose_b: bool):
-    """The KernelSpec of a bare product planned for H200 (tensor cores), and its operands' shapes."""
+    """The KernelSpec of a bare product planned for H200 (tensor cores) on the kernel that splits its
+    operands itself (which the opt-in leaves off: both hooks set so), and its operands' shapes."""
+    matmul_tensor.tensor_takes = lambda *args: True
+    matmul_halves.halves_take = lambda *args: False
     shapes = [(k, m) if transpose_a else (m, k), (n, k) if transpose_b else (k, n)]
     tracer = Tracer()
     leaves = [tracer.leaf("input", f"x{i}", TensorType(shape)) for i, shape in enumerate(shapes)]

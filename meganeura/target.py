@@ -50,7 +50,7 @@ class Target:
     cpu: bool = False  # a CPU (lavapipe): kernels with a CPU form pick it (attention rows, codegen/transformer.py)
     tuning: str = "generic"  # the GPU family whose measured kernel tables it uses (codegen/gemm_table.py)
     workgroup_memory: int = WEBGPU_WORKGROUP_MEMORY  # bytes one kernel's workgroup arrays may take
-    tensor_cores: bool = False  # products as split f16 on subgroup matrices (codegen/matmul_tensor.py)
+    tensor_cores: bool = False  # products as split f16 on subgroup matrices (codegen/matmul_halves.py)
 
     def __post_init__(self) -> None:
         if self.compute_units < 1 or self.max_storage_buffers < 2:

@@ -1,7 +1,7 @@
 """Lowering a graph: one KernelSpec per node that launches a kernel, by the registered lowerings.
 
 The kernel families register their lowerings in `codegen/registry.py`; this module imports them
-all (elementwise, shape, matmul, reduce, rows, indexing, optimizer, transformer, image, conv),
+all (elementwise, shape, matmul, matmul_halves, reduce, rows, indexing, optimizer, transformer, image, conv),
 so `lower_node`, `lower_graph` and `workgroups` see every op.
 """
 
@@ -15,6 +15,7 @@ from meganeura.codegen import (  # noqa: F401  (imported for their registered lo
     image,
     indexing,
     matmul,
+    matmul_halves,
     optimizer,
     reduce,
     rows,

@@ -31,8 +31,9 @@ than the probe's whole product (0.074): splitting each f32 in the kernel, once p
 reads it (N / BN times for A), and storing its halves into workgroup memory bound it, not the
 tensor cores. In the steps, GPU time as one pass on Dawn: SmolLM2 69.1 ms (f32 kernels) → 90.5,
 GPT-2 59.2 → 66.5; of the products only GPT-2's 2048x768x3072 and 2048x768x2304 Bᵀ ran faster
-(4.63 → 3.27 and 3.85 → 3.23 ms a step). Hence opt-in (MEGANEURA_TENSOR_CORES=1) and off by
-default: the way on is operands split once, by the kernel that produces them.
+(4.63 → 3.27 and 3.85 → 3.23 ms a step). Hence off (`tensor_takes`) even under the tensor cores'
+opt-in (MEGANEURA_TENSOR_CORES=1), which gives the products to operands split once
+(codegen/matmul_halves.py) where they can, and keeps the f32 kernels for the rest.
 """
 
 from __future__ import annotations
@@ -97,9 +98,12 @@ FILL = 2
 
 
 def tensor_takes(m: int, n: int, k: int, batches: int) -> bool:
-    """Whether a product on a target with tensor cores runs on them: every one (the hook where a
-    policy by shape would go, and what `benchmarks/plan_ab.py` replaces to A/B both kernels)."""
-    return True
+    """Whether a product on a target with tensor cores runs on this kernel: none. It was slower
+    than the f32 kernels in the LM steps (module docstring), and the products that can run from
+    operands split once do so (codegen/matmul_halves.py), faster; the rest keep the f32 kernels.
+    The hook where a policy by shape would go, and what the tests and `benchmarks/plan_ab.py`
+    replace to run or A/B this kernel."""
+    return False
 
 
 def on_tensor_cores(m: int, n: int, k: int, batches: int, target: Target) -> bool:

@@ -13,9 +13,9 @@ through cffi. On the H200 the probe (shared/notes/gemm-probe.md) measured 29 →
 one GEMM kernel without the checks.
 
 MEGANEURA_TENSOR_CORES=1 (with MEGANEURA_BACKEND=dawn) asks Dawn for f16 subgroup matrices and,
-where the adapter offers them, runs the products on the tensor cores as split f16
-(codegen/matmul_tensor.py; its docstring has the measurements: on the H200 today slower than the
-f32 kernels in the LM steps). Experimental: off by default.
+where the adapter offers them, runs the products on the tensor cores from operands split once into
+f16 halves (codegen/matmul_halves.py; on the H200 faster than the f32 kernels in GPT-2's step,
+slower in SmolLM2's: README). Experimental: off by default.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ Importing this package registers every op in `meganeura.ir.op.OPS`; nothing else
 | shape | `shape.py` | reshape, broadcast_to, permute, slice, slice_grad, concat, result, element |
 | reduce | `reduce.py` | sum, max; fused_reduce (fused) |
 | matmul | `matmul.py` | matmul; fused_matmul (fused) |
+| matmul | `halves.py` | split_halves, split_matmul (tensor cores; made after extraction) |
 | rows | `rows.py` | softmax, log_softmax and their gradients; cross_entropy_rows(_grad) |
 | indexing | `indexing.py` | pick, scatter_rows, gather, scatter_add |
 | optimizer | `optimizer.py` | sgd_step, momentum_buffer, adam_moment, adam_step; sgd_update, adam_update; multi_… |
@@ -19,6 +20,7 @@ Importing this package registers every op in `meganeura.ir.op.OPS`; nothing else
 
 from meganeura.ir.ops import (  # noqa: F401  (imported for their declarations)
     elementwise,
+    halves,
     image,
     indexing,
     leaves,

@@ -1,0 +1,355 @@
+"""Products on the tensor cores from operands split once (ir/ops/halves.py): the pass that makes
+them, and the kernels of `split_halves` (shaders/split_halves.wgsl) and `split_matmul`
+(shaders/matmul_halves.wgsl).
+
+`split_operands(graph, target)`, on a target with tensor cores, replaces each product it takes
+(`halves_product`: a matmul or a fused_matmul without a prologue, one matrix — A's leading dims
+folded into its rows where B is 2-D —, `halves_take` by shape) by
+
+    top = fused_reduce max of abs over x's TOP_PARTS rows      (once per operand tensor)
+    halves = split_halves(x, top, transpose)                   (once per operand and layout)
+    split_matmul(halves_a, top_a, halves_b, top_b, extras…)    (the product, its epilogue, its parts)
+
+so that an activation, a weight or a gradient is split once for every product that reads it the
+same way (A's rows along K, B's rows along N), into the layout whose tiles load row-major.
+A's halves are padded to BM_MAX rows and B's to BN_MAX columns, both to K_PAD along K, so that
+every tiling of the ladder reads whole tiles. The other products keep their kernels.
+
+Why after extraction, like codegen/attention_scores.py: a split is shared by several products
+and changes their operands' type; extraction moves one e-class at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from meganeura.codegen.common import (
+    Operands,
+    bindings_wgsl,
+    broadcast_strides,
+    expression_code,
+    grid_for,
+    index_expr,
+    output_binding,
+    sum_terms,
+)
+from meganeura.codegen.expressions import helper_functions
+from meganeura.codegen.gemm_operands import OperandTile, store4_function
+from meganeura.codegen.kernel import Binding, KernelSpec
+from meganeura.codegen.matmul_tensor import (
+    PAD,
+    TensorTiling,
+    multiply_code,
+    output_code,
+    tensor_tiling,
+)
+from meganeura.codegen.registry import lowering
+from meganeura.codegen.render import render
+from meganeura.ir.expr import parse as parse_expr
+from meganeura.ir.graph import Graph, Node, TensorType
+from meganeura.ir.op import add_checked
+from meganeura.ir.ops.halves import halves_shape, split_part
+from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
+from meganeura.target import Target
+
+BM_MAX = 128  # the ladder's largest tile (matmul_tensor.LADDER)
+BN_MAX = 128
+K_PAD = 64  # K padded to whole tiles of BK (32), and of 64 for a later BK
+TOP_PARTS = 1024  # at most this many partial maxima of |x| (each workgroup of a split or a product reduces them)
+BLOCK = 64  # split_halves.wgsl's block of the operand
+
+
+@dataclass(frozen=True)
+class HalvesProduct:
+    """A product `split_operands` takes: op(A) [m, k] · op(B) [k, n] (A's leading dims folded into
+    m), through `epilogue` with `extras`, in `splits` parts of K."""
+
+    a: int
+    b: int
+    transpose_a: bool
+    transpose_b: bool
+    m: int
+    k: int
+    n: int
+    extras: tuple[int, ...]
+    epilogue: str
+    splits: int
+
+
+def halves_take(m: int, k: int, n: int) -> bool:
+    """Whether a product that can run from split operands does: every one (the hook where a policy
+    by shape would go, and what `benchmarks/plan_ab.py` replaces to A/B the kernels)."""
+    return True
+
+
+def halves_product(graph: Graph, node: Node) -> HalvesProduct | None:
+    """The product `node` computes, where it can run from split operands: a matmul or a
+    fused_matmul without a prologue, one matrix after folding A's leading dims into its rows (B
+    2-D), in parts of K that whole tiles of 32 can make; else None."""
+    if node.op not in ("matmul", "fused_matmul") or node.attr("prologue", "$a") != "$a":
+        return None
+    a, b, *extras = node.inputs
+    attrs = node.attr_dict
+    batch, m, k, n = matmul_dims([matmul_a_view(graph[a].type, attrs), graph[b].type], attrs, node.op)
+    if graph[b].type.rank != 2 or (batch and attrs.get("transpose_a")):
+        return None
+    splits = node.attr("splits", 1)
+    if splits > 1 and (splits - 1) * split_part(k, splits) >= k:
+        return None
+    return HalvesProduct(
+        a,
+        b,
+        bool(attrs.get("transpose_a")),
+        bool(attrs.get("transpose_b")),
+        math.prod(batch) * m,
+        k,
+        n,
+        tuple(extras),
+        node.attr("epilogue", "$acc"),
+        splits,
+    )
+
+
+def top_parts(numel: int) -> int:
+    """Rows of the partial maxima of |x| over `numel` elements: the largest divisor ≤ TOP_PARTS."""
+    return max(d for d in range(1, TOP_PARTS + 1) if numel % d == 0)
+
+
+def split_operands(graph: Graph, target: Target) -> Graph:
+    """`graph` with the products `halves_product` finds and `halves_take` takes on split operands
+    (module docstring); the graph itself on a target without tensor cores."""
+    if not target.tensor_cores:
+        return graph
+    live = graph.live_ids()
+    chosen = {}
+    for node in graph:
+        product = halves_product(graph, node) if node.id in live else None
+        if product is not None and halves_take(product.m, product.k, product.n):
+            chosen[node.id] = product
+    if not chosen:
+        return graph
+    tops: dict[int, int] = {}
+    splits: dict[tuple[int, bool, str], int] = {}
+
+    def top_of(x: int, new: Graph, new_id: dict[int, int], sources) -> int:
+        if x not in tops:
+            numel = graph[x].type.numel
+            rows = top_parts(numel)
+            flat = add_checked(new, "reshape", (new_id[x],), {"shape": (rows, numel // rows)}, sources)
+            attrs = {"kind": "max", "axes": (1,), "keepdim": False, "in_shape": (rows, numel // rows)}
+            tops[x] = add_checked(new, "fused_reduce", (flat,), {**attrs, "prologue": "abs($0)"}, sources)
+        return tops[x]
+
+    def halves_of(x: int, transpose: bool, role: str, new: Graph, new_id: dict[int, int], sources) -> int:
+        key = (x, transpose, role)
+        if key not in splits:
+            pads = {"rows_to": BM_MAX, "cols_to": K_PAD} if role == "a" else {"rows_to": K_PAD, "cols_to": BN_MAX}
+            top = top_of(x, new, new_id, sources)
+            splits[key] = add_checked(new, "split_halves", (new_id[x], top), {"transpose": transpose, **pads}, sources)
+        return splits[key]
+
+    def replace(node: Node, new: Graph, new_id: dict[int, int]) -> int | None:
+        product = chosen.get(node.id)
+        if product is None:
+            return None
+        halves_a = halves_of(product.a, product.transpose_a, "a", new, new_id, node.sources)
+        halves_b = halves_of(product.b, product.transpose_b, "b", new, new_id, node.sources)
+        operands = (halves_a, tops[product.a], halves_b, tops[product.b], *(new_id[e] for e in product.extras))
+        shape = node.shape[1:] if product.splits > 1 else node.shape
+        attrs = {"m": product.m, "k": product.k, "n": product.n, "shape": shape}
+        attrs |= {"epilogue": product.epilogue, "splits": product.splits}
+        return add_checked(new, "split_matmul", operands, attrs, node.sources)
+
+    return graph.rebuilt(replace)
+
+
+# ---------------------------------------------------------------------------------------------
+# split_halves
+
+
+def split_blocks(attrs: dict, x: TensorType) -> tuple[int, int, int, int, int, int]:
+    """(rows, cols, padded rows, padded cols, blocks along a row, workgroups) of a split's operand:
+    transposed, a workgroup per 64×64 block; else per 256 units of four."""
+    rows, cols, rows_p, cols_p = halves_shape(x, attrs["transpose"], attrs["rows_to"], attrs["cols_to"])
+    tiles_c = -(-cols_p // BLOCK)
+    workgroups = -(-rows_p // BLOCK) * tiles_c if attrs["transpose"] else -(-rows_p * cols_p // 1024)
+    return rows, cols, rows_p, cols_p, tiles_c, workgroups
+
+
+def split_workgroups(attrs: dict, operands, results) -> int:
+    return split_blocks(attrs, operands[0])[-1]
+
+
+@lowering("split_halves", workgroups=split_workgroups)
+def lower_split_halves(graph: Graph, node: Node) -> KernelSpec:
+    """The split of x (or xᵀ) into packed f16 halves (shaders/split_halves.wgsl)."""
+    x, top = node.inputs
+    attrs = node.attr_dict
+    rows, cols, rows_p, cols_p, tiles_c, blocks = split_blocks(attrs, graph[x].type)
+    if rows_p % BLOCK or cols_p % BLOCK:
+        raise ValueError(f"split_halves %{node.id}: padded to {rows_p}x{cols_p}, not whole blocks of {BLOCK}")
+    grid = grid_for(blocks)
+    values = {
+        "ROWS": rows,
+        "COLS": cols,
+        "ROWS_P": rows_p,
+        "COLS_P": cols_p,
+        "X_COLS": graph[x].shape[-1],
+        "TILES_C": tiles_c,
+        "GRID_X": grid[0],
+        "TOPS": graph[top].type.numel,
+        "TRANSPOSE": bool(attrs["transpose"]),
+    }
+    bindings = (Binding("x", x, "read"), Binding("top", top, "read"), output_binding(node))
+    label = f"split_halves {rows}x{cols}{' (transposed)' if attrs['transpose'] else ''} to {rows_p}x{cols_p}"
+    return KernelSpec(node.id, label, render("split_halves", values), "split_halves", bindings, grid, (256, 1, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# split_matmul
+
+
+def halves_tiling(attrs: dict, target: Target) -> TensorTiling:
+    """The ladder's tiling of a split product on `target` (matmul_tensor's choice by fill)."""
+    return tensor_tiling(attrs["m"], attrs["n"], attrs["splits"], target)
+
+
+def split_matmul_workgroups(attrs: dict, operands, results, target: Target) -> int:
+    tiling = halves_tiling(attrs, target)
+    return tiling.tiles(attrs["m"], attrs["n"], attrs["splits"])
+
+
+def halves_loads(tiling: TensorTiling, kp: int, np_: int) -> tuple[list[str], list[str]]:
+    """(the loads of a thread's units of one K tile into registers, their stores into workgroup
+    memory): A's units four halves along K of a row, B's four along N of a k; hi and lo each."""
+    loads, stores = [], []
+    per_operand = (
+        ("a", tiling.bm, tiling.bk // 4, kp // 4, tiling.bk + PAD),
+        ("b", tiling.bk, tiling.bn // 4, np_ // 4, tiling.bn + PAD),
+    )
+    for name, rows, units_a_row, row_units, ld in per_operand:
+        for j in range(rows * units_a_row // tiling.threads):
+            slot = f"lid + {j * tiling.threads}u" if j else "lid"
+            row, col = f"({slot}) / {units_a_row}u", f"({slot}) % {units_a_row}u"
+            if name == "a":
+                at = f"(m0 + {row}) * {row_units}u + k0 / 4u + {col}"
+            else:
+                at = f"(k0 + {row}) * {row_units}u + n0 / 4u + {col}"
+            plane = "A_PLANE" if name == "a" else "B_PLANE"
+            index = f"{name}{j}i"
+            loads.append(
+                f"let {index} = {at}; let {name}h{j} = {name}[{index}]; let {name}l{j} = {name}[{plane} + {index}];"
+            )
+            place = f"{row} * {ld}u + {col} * 4u"
+            stores.append(
+                f"{{ let s = {place}; "
+                + " ".join(
+                    f"{name}_{half}[s + {q}u] = {name}{half[0]}{j}.{c};"
+                    for half in ("hi", "lo")
+                    for q, c in enumerate("xyzw")
+                )
+                + " }"
+            )
+    return loads, stores
+
+
+@lowering("split_matmul", workgroups=split_matmul_workgroups, per_target=True)
+def lower_split_matmul(graph: Graph, node: Node, target: Target) -> KernelSpec:
+    """The product of split operands on the tensor cores (shaders/matmul_halves.wgsl)."""
+    a, a_top, b, b_top, *extras = node.inputs
+    attrs = node.attr_dict
+    m, k, n, splits = attrs["m"], attrs["k"], attrs["n"], attrs["splits"]
+    shape = tuple(attrs["shape"])
+    kp, np_ = 2 * graph[a].shape[2], 2 * graph[b].shape[2]
+    tiling = halves_tiling(attrs, target)
+    if graph[a].shape[1] % tiling.bm or np_ % tiling.bn or kp % tiling.bk:
+        raise ValueError(
+            f"split_matmul %{node.id}: halves {graph[a].type}, {graph[b].type} are not whole tiles of {tiling}"
+        )
+    operands = Operands(graph)
+    tree = parse_expr(attrs["epilogue"])
+
+    def read(name: str) -> str:
+        if name == "acc":
+            return "x"
+        extra = extras[int(name)]
+        strides = broadcast_strides(graph[extra].shape, shape)
+        index = sum_terms(index_expr("row", shape[:-1], strides[:-1]), index_expr("col", (n,), strides[-1:]))
+        return operands.read_at(extra, index)
+
+    reads, epilogue = expression_code(tree, read)
+    vector_out = n % 4 == 0
+    bindings = [
+        Binding("a", a, "read"),
+        Binding("a_top", a_top, "read"),
+        Binding("b", b, "read"),
+        Binding("b_top", b_top, "read"),
+        *operands.bindings,
+        output_binding(node),
+    ]
+    declared = bindings_wgsl(graph, bindings, {"out"} if vector_out else set())
+    declared = declared.replace("var<storage, read> a: array<i32>", "var<storage, read> a: array<vec4<f16>>")
+    declared = declared.replace("var<storage, read> b: array<i32>", "var<storage, read> b: array<vec4<f16>>")
+    tiles_m = -(-m // tiling.bm)
+    rows_grid = grid_for(tiles_m * splits)
+    op_a = OperandTile("a", "m", m, tiling.bm, False, True)
+    op_b = OperandTile("b", "n", n, tiling.bn, True, True)
+    loads, stores = halves_loads(tiling, kp, np_)
+    accumulators = [f"c{i}_{j}" for i in range(tiling.sm) for j in range(tiling.sn)]
+    values = {
+        "BINDINGS": declared,
+        "M": m,
+        "N": n,
+        "K": k,
+        "BM": tiling.bm,
+        "BN": tiling.bn,
+        "BK": tiling.bk,
+        "TILES_M": tiles_m,
+        "TILES": tiles_m,
+        "SPLITS": splits,
+        "K_PART": split_part(k, splits),
+        "GRID_Y": max(rows_grid[0], 1),
+        "A_SCALAR": False,
+        "B_SCALAR": False,
+        "A_BATCH_STRIDE": "0u",
+        "B_BATCH_STRIDE": "0u",
+        "A_INDEX": "0u",
+        "B_INDEX": "0u",
+        "FUNCTIONS": helper_functions([tree]),
+        "A_READS": "",
+        "PROLOGUE": "x",
+        "READS": reads,
+        "EPILOGUE": epilogue,
+        "STORE4": store4_function(m, n, tiling.bm, tiling.bn, vector_out),
+        "KP": kp,
+        "A_PLANE": graph[a].type.numel // 4,
+        "B_PLANE": graph[b].type.numel // 4,
+        "A_TOPS": graph[a_top].type.numel,
+        "B_TOPS": graph[b_top].type.numel,
+        "A_SIZE": tiling.staged_halves("a"),
+        "B_SIZE": tiling.staged_halves("b"),
+        "LOADS": "\n        ".join(loads),
+        "STAGE": "\n        ".join(stores),
+        "MULTIPLY": "\n        ".join(multiply_code(op_a, op_b, tiling)),
+        "RESULTS": "\n    ".join(f"var {c} = subgroup_matrix_result<f32, 16, 16>();" for c in accumulators),
+        "OUTPUT": "\n    ".join(output_code(tiling)),
+        "THREADS": tiling.threads,
+        "SUBGROUPS": tiling.subgroups,
+        "GN": tiling.gn,
+        "SUB_M": 16 * tiling.sm,
+        "SUB_N": 16 * tiling.sn,
+    }
+    label = f"split_matmul {m}x{k}x{n}" + ("" if attrs["epilogue"] == "$acc" else f" {attrs['epilogue']}")
+    label += f" in {splits} parts of K" if splits > 1 else ""
+    grid = (-(-n // tiling.bn), rows_grid[0], rows_grid[1])
+    return KernelSpec(
+        node.id,
+        label,
+        render("matmul_halves", values),
+        "matmul_halves",
+        tuple(bindings),
+        grid,
+        (tiling.threads, 1, 1),
+        workgroup_memory=tiling.workgroup_bytes,
+    )

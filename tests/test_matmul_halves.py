@@ -1,0 +1,220 @@
+"""Products on the tensor cores from operands split once (ir/ops/halves.py, codegen/matmul_halves.py):
+the pass against the interpreter (every transpose, ragged shapes, A's leading dims folded, split-K,
+epilogues, operands over many binades; each product within its bound of |A|·|B|, the scale of a
+float32 product's own rounding), the split kernel on any adapter against the interpreter, and the
+product kernel where the device has f16 subgroup matrices (the H200 through Dawn)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import RNG, run_gpu
+from test_matmul_tensor import H200, needs_tensor_cores
+
+from meganeura.codegen import matmul_halves
+from meganeura.codegen.compiled import compile_step
+from meganeura.ir.graph import TensorType
+from meganeura.ir.interpret import interpret
+from meganeura.ir.ops.halves import evaluate_split_halves, scale_exponent, unpacked
+from meganeura.ir.trace import Tracer
+from meganeura.target import GENERIC
+
+BOUND = 2e-5  # of |A|·|B|, as tests/test_matmul_tensor.py's
+
+
+def spread(*shape: int, binades: float = 12.0) -> np.ndarray:
+    """Normal values times magnitudes spread over `binades` powers of two."""
+    return (RNG.normal(size=shape) * np.exp2(RNG.uniform(-binades, 0, size=shape))).astype(np.float32)
+
+
+def product_graph(m, k, n, transpose_a=False, transpose_b=False, batch=(), splits=1, epilogue=None):
+    """out = op(A)·op(B) (A with `batch` leading dims, B 2-D), a split product's sum, or through
+    an epilogue reading a [batch…, m, n] extra and an [n] one."""
+    tracer = Tracer()
+    shape_a = (*batch, *((k, m) if transpose_a else (m, k)))
+    a = tracer.leaf("input", "a", TensorType(shape_a))
+    b = tracer.leaf("input", "b", TensorType((n, k) if transpose_b else (k, n)))
+    flags = {"transpose_a": transpose_a, "transpose_b": transpose_b}
+    if splits > 1:
+        out = tracer.emit(
+            "sum", [tracer.emit("fused_matmul", [a, b], **flags, splits=splits)], axes=(0,), keepdim=False
+        )
+    elif epilogue:
+        extras = [tracer.leaf("input", "r", TensorType((*batch, m, n))), tracer.leaf("input", "c", TensorType((n,)))]
+        out = tracer.emit("fused_matmul", [a, b, *extras], **flags, epilogue=epilogue)
+    else:
+        out = tracer.emit("matmul", [a, b], **flags)
+    tracer.graph.outputs["out"] = out
+    return tracer.graph
+
+
+def inputs_of(graph) -> dict[str, np.ndarray]:
+    return {node.attr("name"): spread(*node.shape) for node in graph.leaves("input").values()}
+
+
+def error_of(graph, inputs, got) -> float:
+    """The largest |got − exact| / (|A|·|B|) (the exact product in float64 by the interpreter)."""
+    exact = interpret(graph, inputs, dtype=np.float64).outputs["out"]
+    absolute = {name: np.abs(value) for name, value in inputs.items()}
+    absolute.update({name: np.zeros_like(value) for name, value in inputs.items() if name in ("r", "c")})
+    scale = np.maximum(interpret(graph, absolute, dtype=np.float64).outputs["out"], 1e-30)
+    return float(np.max(np.abs(got - exact) / scale))
+
+
+CASES = [  # m, k, n, transpose_a, transpose_b, batch, splits
+    (1, 1, 1, False, False, (), 1),
+    (7, 33, 65, False, False, (), 1),
+    (65, 130, 7, True, False, (), 1),
+    (130, 7, 33, False, True, (), 1),
+    (36, 20, 44, True, True, (), 1),
+    (100, 300, 136, False, False, (3,), 1),
+    (64, 700, 48, True, False, (), 3),
+    (200, 257, 129, False, True, (), 2),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:3])) + "T" * c[3] + "t" * c[4])
+def test_the_split_products_stay_within_their_bound(case):
+    m, k, n, ta, tb, batch, splits = case
+    graph = product_graph(m, k, n, ta, tb, batch, splits)
+    step = compile_step(graph, H200)
+    ops = [node.op for node in step.graph if node.id in step.graph.live_ids()]
+    assert ops.count("split_matmul") == 1 and ops.count("split_halves") == 2
+    assert "matmul" not in ops and "fused_matmul" not in ops
+    inputs = inputs_of(graph)
+    assert error_of(graph, inputs, interpret(step.graph, inputs).outputs["out"]) < BOUND
+
+
+def test_an_epilogue_reads_its_extras_at_the_folded_rows():
+    graph = product_graph(40, 24, 36, batch=(3,), epilogue="add(mul($acc,$0),$1)")
+    step = compile_step(graph, H200)
+    assert any(node.op == "split_matmul" for node in step.graph)
+    inputs = inputs_of(graph)
+    got = interpret(step.graph, inputs, dtype=np.float64).outputs["out"]
+    exact = interpret(graph, inputs, dtype=np.float64).outputs["out"]
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-6)
+
+
+def test_an_operand_is_split_once_for_every_product_that_reads_it_the_same_way():
+    tracer = Tracer()
+    x = tracer.leaf("input", "x", TensorType((64, 48)))
+    w = tracer.leaf("input", "w", TensorType((48, 32)))
+    v = tracer.leaf("input", "v", TensorType((48, 16)))
+    y = tracer.emit("matmul", [x, w])  # x as A, w as B
+    tracer.graph.outputs["z"] = tracer.emit("matmul", [x, v])  # x as A again
+    tracer.graph.outputs["g"] = tracer.emit("matmul", [x, y], transpose_a=True)  # xᵀ as A, y as B
+    tracer.graph.outputs["h"] = tracer.emit("matmul", [y, w], transpose_b=True)  # y as A, wᵀ as B
+    step = compile_step(tracer.graph, H200)
+    graph = step.graph
+    names = {node.id: node.attr("name") or "y" for node in graph if node.op in ("input", "split_matmul")}
+    splits = sorted(
+        (names[graph[n.inputs[0]].id], n.attr("transpose"), "a" if n.attr("rows_to") == 128 else "b")
+        for n in graph
+        if n.op == "split_halves"
+    )
+    assert splits == [
+        ("v", False, "b"), ("w", False, "b"), ("w", True, "b"), ("x", False, "a"), ("x", True, "a"),
+        ("y", False, "a"), ("y", False, "b"),
+    ]  # fmt: skip
+    assert sum(node.op == "fused_reduce" for node in graph) == 4  # one top per tensor
+    inputs = {"x": spread(64, 48), "w": spread(48, 32), "v": spread(48, 16)}
+    got = interpret(graph, inputs, dtype=np.float64).outputs
+    exact = interpret(tracer.graph, inputs, dtype=np.float64).outputs
+    for name in ("z", "g", "h"):
+        np.testing.assert_allclose(got[name], exact[name], rtol=1e-4, atol=1e-5)
+
+
+def test_products_the_pass_leaves_alone():
+    """A prologue, a batch of B's, and a target without tensor cores keep their kernels."""
+    tracer = Tracer()
+    a = tracer.leaf("input", "a", TensorType((4, 8, 16)))
+    b = tracer.leaf("input", "b", TensorType((4, 16, 8)))
+    w = tracer.leaf("input", "w", TensorType((16, 8)))
+    tracer.graph.outputs["batched"] = tracer.emit("matmul", [a, b])
+    tracer.graph.outputs["prologue"] = tracer.emit("fused_matmul", [a, w], prologue="mul($a,2.0)")
+    graph = tracer.graph
+    assert not any(node.op == "split_matmul" for node in compile_step(graph, H200).graph)
+    plain = product_graph(7, 33, 65)
+    assert not any(node.op == "split_matmul" for node in compile_step(plain, GENERIC).graph)
+
+
+def test_the_halves_hold_the_scaled_operand_to_twenty_one_bits():
+    x = spread(37, 29, binades=20.0)
+    top = np.abs(x).max(axis=1)
+    for transpose in (False, True):
+        halves = evaluate_split_halves(x, top, transpose, 128, 64)
+        assert halves.shape == (2, 128, 32) and halves.dtype == np.int32
+        hi, lo = unpacked(halves)
+        matrix = (x.T if transpose else x).astype(np.float64) * 2.0 ** scale_exponent(top)
+        rows, cols = matrix.shape
+        assert 2**13 <= np.abs(matrix).max() < 2**14
+        np.testing.assert_array_equal(hi[rows:], 0)
+        np.testing.assert_array_equal(hi[:, cols:], 0)
+        held = hi[:rows, :cols] + lo[:rows, :cols]
+        big = np.abs(matrix) >= 2.0**-3  # lo normal in f16: 21 bits or more
+        assert np.all(np.abs(held - matrix)[big] <= 2.0**-21 * np.abs(matrix)[big])
+        assert np.all(np.abs(held - matrix) <= 2.0**-24 + 2.0**-21 * np.abs(matrix))
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("shape", [(37, 29), (3, 70, 66), (130, 1)], ids=str)
+def test_the_split_kernel_matches_the_interpreter(shape, transpose):
+    """split_halves on this device (lavapipe in CI): hi exactly, lo within one f16 step (WGSL
+    leaves the rounding of pack2x16float to the implementation)."""
+    tracer = Tracer()
+    x = tracer.leaf("input", "x", TensorType(shape))
+    top = tracer.leaf("input", "top", TensorType((5,)))
+    tracer.graph.outputs["out"] = tracer.emit("split_halves", [x, top], transpose=transpose, rows_to=64, cols_to=128)
+    inputs = {"x": spread(*shape, binades=30.0), "top": np.array([0.5, -3.0, 0.0, 1.0, 2.0], np.float32)}
+    got = run_gpu(tracer.graph, inputs).run(inputs, read=("out",))["out"]
+    expected = interpret(tracer.graph, inputs).outputs["out"]
+    got_hi, got_lo = unpacked(got.astype(np.int32))
+    hi, lo = unpacked(expected)
+    np.testing.assert_array_equal(got_hi, hi)
+    step = np.abs(lo) * 2.0**-10 + 2.0**-24
+    assert np.all(np.abs(got_lo - lo) <= step)
+
+
+@needs_tensor_cores
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:3])) + "T" * c[3] + "t" * c[4])
+def test_the_split_product_kernel_is_within_its_bound(case):
+    m, k, n, ta, tb, batch, splits = case
+    graph = product_graph(m, k, n, ta, tb, batch, splits)
+    inputs = inputs_of(graph)
+    executable = run_gpu(graph, inputs, target=H200)
+    assert any(kernel.entry_point == "matmul_halves" for kernel in executable.kernels)
+    assert error_of(graph, inputs, executable.run(inputs, read=("out",))["out"]) < BOUND
+
+
+@needs_tensor_cores
+@pytest.mark.parametrize("tiling", [(4, 4), (2, 2), (1, 1)], ids=str)
+def test_each_tile_of_the_ladder_and_an_epilogue(monkeypatch, tiling):
+    from meganeura.codegen import matmul_tensor
+
+    monkeypatch.setattr(matmul_tensor, "LADDER", (matmul_tensor.TensorTiling(*tiling),))
+    graph = product_graph(150, 100, 260, batch=(2,), epilogue="add(mul($acc,$0),$1)")
+    inputs = inputs_of(graph)
+    executable = run_gpu(graph, inputs, target=H200)
+    got = executable.run(inputs, read=("out",))["out"]
+    exact = interpret(graph, inputs, dtype=np.float64).outputs["out"]
+    np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-5)
+
+
+def test_the_hook_can_keep_every_product_on_its_kernel(monkeypatch):
+    monkeypatch.setattr(matmul_halves, "halves_take", lambda m, k, n: False)
+    assert not any(node.op == "split_matmul" for node in compile_step(product_graph(7, 33, 65), H200).graph)
+
+
+def test_the_split_kernels_dispatch_the_workgroups_the_cost_model_counts():
+    from meganeura.bench.workloads import STEPS
+    from meganeura.codegen.registry import dispatch_counted, node_workgroups
+    from meganeura.compiler import compile_plan
+
+    workload = STEPS["smollm2"].build(small=True)
+    step = compile_plan(workload.model, workload.loss, workload.inputs, workload.optimizer, target=H200).compiled
+    split = [kernel for kernel in step.kernels if kernel.entry_point in ("split_halves", "matmul_halves")]
+    assert {kernel.entry_point for kernel in split} == {"split_halves", "matmul_halves"}
+    assert not any(kernel.entry_point == "matmul_tensor" for kernel in step.kernels)  # the opt-in leaves it off
+    for kernel in split:
+        node = step.graph[kernel.node]
+        assert dispatch_counted(step.graph, node, np.prod(kernel.grid), H200) == node_workgroups(step.graph, node, H200)
