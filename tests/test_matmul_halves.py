@@ -22,6 +22,13 @@ from meganeura.target import GENERIC
 BOUND = 2e-5  # of |A|·|B|, as tests/test_matmul_tensor.py's
 
 
+@pytest.fixture(autouse=True)
+def every_size(monkeypatch):
+    """Products of any size run from split operands here (the step's policy, MIN_DIM, keeps small
+    ones on the f32 kernels: test_the_policy_keeps_narrow_products_on_the_f32_kernels)."""
+    monkeypatch.setattr(matmul_halves, "MIN_DIM", 1)
+
+
 def spread(*shape: int, binades: float = 12.0) -> np.ndarray:
     """Normal values times magnitudes spread over `binades` powers of two."""
     return (RNG.normal(size=shape) * np.exp2(RNG.uniform(-binades, 0, size=shape))).astype(np.float32)
@@ -107,21 +114,29 @@ def test_an_operand_is_split_once_for_every_product_that_reads_it_the_same_way()
     step = compile_step(tracer.graph, H200)
     graph = step.graph
     names = {node.id: node.attr("name") or "y" for node in graph if node.op in ("input", "split_matmul")}
-    splits = sorted(
-        (names[graph[n.inputs[0]].id], n.attr("transpose"), "a" if n.attr("rows_to") == 128 else "b")
-        for n in graph
-        if n.op == "split_halves"
-    )
-    assert splits == [
-        ("v", False, "b"), ("w", False, "b"), ("w", True, "b"), ("x", False, "a"), ("x", True, "a"),
-        ("y", False, "a"), ("y", False, "b"),
-    ]  # fmt: skip
+    splits = sorted((names[graph[n.inputs[0]].id], n.attr("transpose")) for n in graph if n.op == "split_halves")
+    # y is A of h and B of g: one split serves both
+    assert splits == [("v", False), ("w", False), ("w", True), ("x", False), ("x", True), ("y", False)]
     assert sum(node.op == "fused_reduce" for node in graph) == 4  # one top per tensor
     inputs = {"x": spread(64, 48), "w": spread(48, 32), "v": spread(48, 16)}
     got = interpret(graph, inputs, dtype=np.float64).outputs
     exact = interpret(tracer.graph, inputs, dtype=np.float64).outputs
     for name in ("z", "g", "h"):
         np.testing.assert_allclose(got[name], exact[name], rtol=1e-4, atol=1e-5)
+
+
+def test_a_transposed_weight_is_split_from_the_weight():
+    tracer = Tracer()
+    x = tracer.leaf("input", "x", TensorType((40, 24)))
+    w = tracer.leaf("input", "w", TensorType((36, 24)))
+    tracer.graph.outputs["out"] = tracer.emit("matmul", [x, tracer.emit("permute", [w], perm=(1, 0))])
+    step = compile_step(tracer.graph, H200)
+    (split_w,) = [n for n in step.graph if n.op == "split_halves" and step.graph[n.inputs[0]].attr("name") == "w"]
+    assert split_w.attr("transpose")
+    assert not any(kernel.label.startswith("permute") for kernel in step.kernels)
+    inputs = {"x": spread(40, 24), "w": spread(36, 24)}
+    got = interpret(step.graph, inputs, dtype=np.float64).outputs["out"]
+    assert error_of(tracer.graph, inputs, got) < BOUND
 
 
 def test_products_the_pass_leaves_alone():
@@ -192,12 +207,22 @@ def test_each_tile_of_the_ladder_and_an_epilogue(monkeypatch, tiling):
     from meganeura.codegen import matmul_tensor
 
     monkeypatch.setattr(matmul_tensor, "LADDER", (matmul_tensor.TensorTiling(*tiling),))
-    graph = product_graph(150, 100, 260, batch=(2,), epilogue="add(mul($acc,$0),$1)")
+    graph = product_graph(100, 100, 250, batch=(2,), epilogue="add(mul($acc,$0),$1)")  # halves 256x128, 128x256
     inputs = inputs_of(graph)
     executable = run_gpu(graph, inputs, target=H200)
+    (kernel,) = [kernel for kernel in executable.kernels if kernel.entry_point == "matmul_halves"]
+    assert kernel.grid[0] == -(-250 // (32 * tiling[1]))
     got = executable.run(inputs, read=("out",))["out"]
     exact = interpret(graph, inputs, dtype=np.float64).outputs["out"]
     np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-5)
+
+
+def test_the_policy_keeps_narrow_products_on_the_f32_kernels(monkeypatch):
+    monkeypatch.setattr(matmul_halves, "MIN_DIM", 256)
+    ops = [node.op for node in compile_step(product_graph(300, 192, 260), H200).graph]
+    assert "split_matmul" not in ops and "matmul" in ops
+    ops = [node.op for node in compile_step(product_graph(300, 256, 260), H200).graph]
+    assert "split_matmul" in ops and "matmul" not in ops
 
 
 def test_the_hook_can_keep_every_product_on_its_kernel(monkeypatch):

@@ -10,10 +10,12 @@ folded into its rows where B is 2-D —, `halves_take` by shape) by
     halves = split_halves(x, top, transpose)                   (once per operand and layout)
     split_matmul(halves_a, top_a, halves_b, top_b, extras…)    (the product, its epilogue, its parts)
 
-so that an activation, a weight or a gradient is split once for every product that reads it the
-same way (A's rows along K, B's rows along N), into the layout whose tiles load row-major.
-A's halves are padded to BM_MAX rows and B's to BN_MAX columns, both to K_PAD along K, so that
-every tiling of the ladder reads whole tiles. The other products keep their kernels.
+so that an activation, a weight or a gradient is split once for every product that reads it as
+the same matrix (a gradient G is A of G·Wᵀ and B of Xᵀ·G), into the layout whose tiles load
+row-major; a transposed weight (a `permute` the plan made for the f32 kernels) is split from the
+weight itself, transposed by the split. The halves are padded to SPLIT_PAD both ways, so that a
+tiling of the ladder that divides them (`halves_tiling`) reads whole tiles and K is whole tiles
+of BK. The other products keep their kernels.
 
 Why after extraction, like codegen/attention_scores.py: a split is shared by several products
 and changes their operands' type; extraction moves one e-class at a time.
@@ -38,11 +40,12 @@ from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.gemm_operands import OperandTile, store4_function
 from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.matmul_tensor import (
+    FILL,
     PAD,
     TensorTiling,
+    fitting_tilings,
     multiply_code,
     output_code,
-    tensor_tiling,
 )
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
@@ -53,10 +56,14 @@ from meganeura.ir.ops.halves import halves_shape, split_part
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
 from meganeura.target import Target
 
-BM_MAX = 128  # the ladder's largest tile (matmul_tensor.LADDER)
-BN_MAX = 128
-K_PAD = 64  # K padded to whole tiles of BK (32), and of 64 for a later BK
-TOP_PARTS = 1024  # at most this many partial maxima of |x| (each workgroup of a split or a product reduces them)
+SPLIT_PAD = 64  # the halves padded to multiples of this both ways: whole K tiles, and M/N tiles up to it
+SPLIT_UNITS = 4  # units of four elements a thread of an untransposed split takes (TOP_PARTS)
+# At most this many partial maxima of |x| a tensor (each workgroup of a split or a product reduces
+# them). On the H200 (as MIN_DIM's runs, every product split): SmolLM2 78.19 ms at 1,024, 73.29 at
+# 256; GPT-2 49.85, 48.87; in a second run 128 against 256, SmolLM2 73.38 and 73.20, GPT-2 49.20
+# and 48.80. Units a thread of an untransposed split: 4 against 1, SmolLM2 78.19 and 78.27, GPT-2
+# 49.85 and 50.61 (at 1,024 maxima).
+TOP_PARTS = 256
 BLOCK = 64  # split_halves.wgsl's block of the operand
 
 
@@ -77,10 +84,18 @@ class HalvesProduct:
     splits: int
 
 
+# The smallest dim of a product that runs from split operands. Below, the f32 kernel: on the H200
+# (2026-12-04, benchmarks/plan_ab.py on Dawn, GPU time of a step as one pass) SmolLM2's step took
+# 73.20 ms with every product split, 71.07 with those ≥ 256 (its 192-wide K/V projections and
+# their gradients keep the f32 kernels, and their operands no splits), 71.04 with those ≥ 512;
+# GPT-2's 48.80, 48.86 and 48.83 (the f32 kernels: 67.74 and 56.73).
+MIN_DIM = 256
+
+
 def halves_take(m: int, k: int, n: int) -> bool:
-    """Whether a product that can run from split operands does: every one (the hook where a policy
-    by shape would go, and what `benchmarks/plan_ab.py` replaces to A/B the kernels)."""
-    return True
+    """Whether a product that can run from split operands does: where its every dim is at least
+    MIN_DIM (the hook `benchmarks/plan_ab.py` replaces to A/B a policy)."""
+    return min(m, k, n) >= MIN_DIM
 
 
 def halves_product(graph: Graph, node: Node) -> HalvesProduct | None:
@@ -116,6 +131,15 @@ def top_parts(numel: int) -> int:
     return max(d for d in range(1, TOP_PARTS + 1) if numel % d == 0)
 
 
+def unpermuted(graph: Graph, x: int, transpose: bool) -> tuple[int, bool]:
+    """(the tensor, transposed or not) a split of op(x) reads: through a 2-D transpose, its input
+    the other way round (a weight the plan transposed for the f32 kernels)."""
+    node = graph[x]
+    if node.op == "permute" and node.attr("perm") == (1, 0):
+        return node.inputs[0], not transpose
+    return x, transpose
+
+
 def split_operands(graph: Graph, target: Target) -> Graph:
     """`graph` with the products `halves_product` finds and `halves_take` takes on split operands
     (module docstring); the graph itself on a target without tensor cores."""
@@ -130,7 +154,7 @@ def split_operands(graph: Graph, target: Target) -> Graph:
     if not chosen:
         return graph
     tops: dict[int, int] = {}
-    splits: dict[tuple[int, bool, str], int] = {}
+    splits: dict[tuple[int, bool], int] = {}
 
     def top_of(x: int, new: Graph, new_id: dict[int, int], sources) -> int:
         if x not in tops:
@@ -141,21 +165,22 @@ def split_operands(graph: Graph, target: Target) -> Graph:
             tops[x] = add_checked(new, "fused_reduce", (flat,), {**attrs, "prologue": "abs($0)"}, sources)
         return tops[x]
 
-    def halves_of(x: int, transpose: bool, role: str, new: Graph, new_id: dict[int, int], sources) -> int:
-        key = (x, transpose, role)
-        if key not in splits:
-            pads = {"rows_to": BM_MAX, "cols_to": K_PAD} if role == "a" else {"rows_to": K_PAD, "cols_to": BN_MAX}
+    def halves_of(x: int, transpose: bool, new: Graph, new_id: dict[int, int], sources) -> tuple[int, int]:
+        """(the halves of op(x), the top they were scaled by)."""
+        x, transpose = unpermuted(graph, x, transpose)
+        if (x, transpose) not in splits:
             top = top_of(x, new, new_id, sources)
-            splits[key] = add_checked(new, "split_halves", (new_id[x], top), {"transpose": transpose, **pads}, sources)
-        return splits[key]
+            attrs = {"transpose": transpose, "rows_to": SPLIT_PAD, "cols_to": SPLIT_PAD}
+            splits[x, transpose] = add_checked(new, "split_halves", (new_id[x], top), attrs, sources)
+        return splits[x, transpose], tops[x]
 
     def replace(node: Node, new: Graph, new_id: dict[int, int]) -> int | None:
         product = chosen.get(node.id)
         if product is None:
             return None
-        halves_a = halves_of(product.a, product.transpose_a, "a", new, new_id, node.sources)
-        halves_b = halves_of(product.b, product.transpose_b, "b", new, new_id, node.sources)
-        operands = (halves_a, tops[product.a], halves_b, tops[product.b], *(new_id[e] for e in product.extras))
+        halves_a, top_a = halves_of(product.a, product.transpose_a, new, new_id, node.sources)
+        halves_b, top_b = halves_of(product.b, product.transpose_b, new, new_id, node.sources)
+        operands = (halves_a, top_a, halves_b, top_b, *(new_id[e] for e in product.extras))
         shape = node.shape[1:] if product.splits > 1 else node.shape
         attrs = {"m": product.m, "k": product.k, "n": product.n, "shape": shape}
         attrs |= {"epilogue": product.epilogue, "splits": product.splits}
@@ -170,10 +195,11 @@ def split_operands(graph: Graph, target: Target) -> Graph:
 
 def split_blocks(attrs: dict, x: TensorType) -> tuple[int, int, int, int, int, int]:
     """(rows, cols, padded rows, padded cols, blocks along a row, workgroups) of a split's operand:
-    transposed, a workgroup per 64×64 block; else per 256 units of four."""
+    transposed, a workgroup per 64×64 block; else per 256 threads of SPLIT_UNITS units of four."""
     rows, cols, rows_p, cols_p = halves_shape(x, attrs["transpose"], attrs["rows_to"], attrs["cols_to"])
     tiles_c = -(-cols_p // BLOCK)
-    workgroups = -(-rows_p // BLOCK) * tiles_c if attrs["transpose"] else -(-rows_p * cols_p // 1024)
+    units = 256 * SPLIT_UNITS
+    workgroups = -(-rows_p // BLOCK) * tiles_c if attrs["transpose"] else -(-rows_p * cols_p // 4 // units)
     return rows, cols, rows_p, cols_p, tiles_c, workgroups
 
 
@@ -199,6 +225,7 @@ def lower_split_halves(graph: Graph, node: Node) -> KernelSpec:
         "TILES_C": tiles_c,
         "GRID_X": grid[0],
         "TOPS": graph[top].type.numel,
+        "UNITS": SPLIT_UNITS,
         "TRANSPOSE": bool(attrs["transpose"]),
     }
     bindings = (Binding("x", x, "read"), Binding("top", top, "read"), output_binding(node))
@@ -210,13 +237,21 @@ def lower_split_halves(graph: Graph, node: Node) -> KernelSpec:
 # split_matmul
 
 
-def halves_tiling(attrs: dict, target: Target) -> TensorTiling:
-    """The ladder's tiling of a split product on `target` (matmul_tensor's choice by fill)."""
-    return tensor_tiling(attrs["m"], attrs["n"], attrs["splits"], target)
+def halves_tiling(attrs: dict, a: TensorType, b: TensorType, target: Target) -> TensorTiling:
+    """The tiling of a split product on `target`: of the ladder's tilings that fit the target and
+    divide the padded halves (A's rows, B's columns), the first that gives every compute unit
+    FILL workgroups, else the smallest (matmul_tensor's choice by fill)."""
+    rows, cols = a.shape[1], 2 * b.shape[2]
+    fitting = [t for t in fitting_tilings(target) if rows % t.bm == 0 and cols % t.bn == 0]
+    fitting = fitting or fitting_tilings(target)[-1:]  # (only a ladder without SPLIT_PAD's tiles lacks one)
+    for tiling in fitting:
+        if tiling.tiles(attrs["m"], attrs["n"], attrs["splits"]) >= FILL * target.compute_units:
+            return tiling
+    return fitting[-1]
 
 
 def split_matmul_workgroups(attrs: dict, operands, results, target: Target) -> int:
-    tiling = halves_tiling(attrs, target)
+    tiling = halves_tiling(attrs, operands[0], operands[2], target)
     return tiling.tiles(attrs["m"], attrs["n"], attrs["splits"])
 
 
@@ -262,7 +297,7 @@ def lower_split_matmul(graph: Graph, node: Node, target: Target) -> KernelSpec:
     m, k, n, splits = attrs["m"], attrs["k"], attrs["n"], attrs["splits"]
     shape = tuple(attrs["shape"])
     kp, np_ = 2 * graph[a].shape[2], 2 * graph[b].shape[2]
-    tiling = halves_tiling(attrs, target)
+    tiling = halves_tiling(attrs, graph[a].type, graph[b].type, target)
     if graph[a].shape[1] % tiling.bm or np_ % tiling.bn or kp % tiling.bk:
         raise ValueError(
             f"split_matmul %{node.id}: halves {graph[a].type}, {graph[b].type} are not whole tiles of {tiling}"
