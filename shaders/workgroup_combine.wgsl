@@ -1,6 +1,6 @@
 // workgroup_combine.wgsl: a snippet, not a kernel. Included (`//#include workgroup_combine`) by
-// the row kernels (cross_entropy.wgsl, softmax.wgsl), which define the constant WG (threads per
-// workgroup, a power of two).
+// the row kernels (cross_entropy.wgsl, softmax.wgsl) and the operands' splits (split_halves.wgsl,
+// multi_top.wgsl), which define the constant WG (threads per workgroup, a power of two).
 //
 // combine(value, lid, take_max): every thread passes its partial `value`; the workgroup reduces
 // them as a tree in workgroup memory (max when take_max, else sum) and every thread gets the result.

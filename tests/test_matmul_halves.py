@@ -6,6 +6,8 @@ product kernel where the device has f16 subgroup matrices (the H200 through Dawn
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import RNG, run_gpu
@@ -243,3 +245,71 @@ def test_the_split_kernels_dispatch_the_workgroups_the_cost_model_counts():
     for kernel in split:
         node = step.graph[kernel.node]
         assert dispatch_counted(step.graph, node, np.prod(kernel.grid), H200) == node_workgroups(step.graph, node, H200)
+
+
+def layer_graph():
+    """Two Linear-like products of param weights (one read through a transpose, as the plan
+    writes a weight for the f32 kernels) and their gradients' products."""
+    tracer = Tracer()
+    x = tracer.leaf("input", "x", TensorType((3, 40, 24)))
+    g = tracer.leaf("input", "g", TensorType((3, 40, 20)))
+    w1 = tracer.leaf("param", "w1", TensorType((36, 24)))  # nn.Linear's [out, in]
+    w2 = tracer.leaf("param", "w2", TensorType((36, 20)))
+    h = tracer.emit("matmul", [x, tracer.emit("permute", [w1], perm=(1, 0))])  # x·w1ᵀ
+    tracer.graph.outputs["y"] = tracer.emit("matmul", [h, w2])  # h·w2
+    tracer.graph.outputs["dh"] = tracer.emit("matmul", [g, w2], transpose_b=True)  # g·w2ᵀ
+    tracer.graph.outputs["dx"] = tracer.emit("matmul", [tracer.emit("reshape", [h], shape=(120, 36)), w1])
+    return tracer.graph
+
+
+def test_the_weights_are_split_by_multi_tensor_kernels_before_the_first_product(monkeypatch):
+    graph = layer_graph()
+    step = compile_step(graph, H200)
+    ops = [node.op for node in step.graph if node.id in step.graph.live_ids()]
+    assert ops.count("multi_top") == 1 and ops.count("multi_split_halves") == 1
+    (split,) = [node for node in step.graph if node.op == "multi_split_halves"]
+    members = sorted(
+        (step.graph[x].attr("name"), t) for x, t in zip(split.inputs[::2], split.attr("transposes"), strict=True)
+    )
+    assert members == [("w1", 0), ("w1", 1), ("w2", 0), ("w2", 1)]
+    first_product = min(node.id for node in step.graph if node.op == "split_matmul")
+    assert split.id < first_product
+    inputs = {"x": spread(3, 40, 24), "g": spread(3, 40, 20)}
+    params = {"w1": spread(36, 24), "w2": spread(36, 20)}
+    got = interpret(step.graph, inputs, params, dtype=np.float64).outputs
+    exact = interpret(graph, inputs, params, dtype=np.float64).outputs
+    for name in ("y", "dh", "dx"):
+        np.testing.assert_allclose(got[name], exact[name], rtol=1e-4, atol=1e-5)
+    # grouped by the target's bindings: at 6 a kernel, each multi-tensor kernel takes fewer weights
+    narrow = dataclasses.replace(H200, max_storage_buffers=6)
+    narrow_step = compile_step(graph, narrow)
+    narrow_ops = [node.op for node in narrow_step.graph]
+    assert narrow_ops.count("multi_top") == 1 and narrow_ops.count("multi_split_halves") == 2
+    assert max(len(kernel.bindings) for kernel in narrow_step.kernels if "multi" in kernel.label) <= 6
+    monkeypatch.setattr(matmul_halves, "GROUP_WEIGHTS", False)
+    single = [node.op for node in compile_step(graph, H200).graph]
+    assert "multi_top" not in single and single.count("split_halves") >= 4
+
+
+def test_the_multi_tensor_maxima_and_splits_match_the_interpreter():
+    """On this device (lavapipe in CI): members of both layouts, ragged, a tensor split both ways."""
+    tracer = Tracer()
+    a = tracer.leaf("input", "a", TensorType((37, 29)))
+    b = tracer.leaf("input", "b", TensorType((3, 70, 66)))
+    tops = tracer.emit("multi_top", [a, b], parts=(37, 30))
+    top_a, top_b = (tracer.emit("result", [tops], index=i) for i in range(2))
+    split = tracer.emit(
+        "multi_split_halves", [a, top_a, b, top_b, a, top_a], transposes=(0, 1, 1), rows_to=64, cols_to=64
+    )
+    for i in range(3):
+        tracer.graph.outputs[f"s{i}"] = tracer.emit("result", [split], index=i)
+    tracer.graph.outputs["top_b"] = top_b
+    inputs = {"a": spread(37, 29, binades=30.0), "b": spread(3, 70, 66, binades=30.0)}
+    got = run_gpu(tracer.graph, inputs).run(inputs, read=tuple(tracer.graph.outputs))
+    expected = interpret(tracer.graph, inputs).outputs
+    np.testing.assert_array_equal(got["top_b"], expected["top_b"])
+    for i in range(3):
+        got_hi, got_lo = unpacked(got[f"s{i}"].astype(np.int32))
+        hi, lo = unpacked(expected[f"s{i}"])
+        np.testing.assert_array_equal(got_hi, hi)
+        assert np.all(np.abs(got_lo - lo) <= np.abs(lo) * 2.0**-10 + 2.0**-24)

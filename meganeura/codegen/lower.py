@@ -1,8 +1,8 @@
 """Lowering a graph: one KernelSpec per node that launches a kernel, by the registered lowerings.
 
 The kernel families register their lowerings in `codegen/registry.py`; this module imports them
-all (elementwise, shape, matmul, matmul_halves, reduce, rows, indexing, optimizer, transformer, image, conv),
-so `lower_node`, `lower_graph` and `workgroups` see every op.
+all (elementwise, shape, matmul, matmul_halves, halves_split, reduce, rows, indexing, optimizer,
+transformer, image, conv), so `lower_node`, `lower_graph` and `workgroups` see every op.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from meganeura.codegen import (  # noqa: F401  (imported for their registered lowerings)
     conv,
     elementwise,
+    halves_split,
     image,
     indexing,
     matmul,

@@ -47,24 +47,26 @@ from meganeura.codegen.matmul_tensor import (
     multiply_code,
     output_code,
 )
+from meganeura.codegen.multi_tensor import binding_limit
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node, TensorType
 from meganeura.ir.op import add_checked
-from meganeura.ir.ops.halves import halves_shape, split_part
+from meganeura.ir.ops.halves import split_part
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
 from meganeura.target import Target
 
 SPLIT_PAD = 64  # the halves padded to multiples of this both ways: whole K tiles, and M/N tiles up to it
-SPLIT_UNITS = 4  # units of four elements a thread of an untransposed split takes (TOP_PARTS)
 # At most this many partial maxima of |x| a tensor (each workgroup of a split or a product reduces
 # them). On the H200 (as MIN_DIM's runs, every product split): SmolLM2 78.19 ms at 1,024, 73.29 at
 # 256; GPT-2 49.85, 48.87; in a second run 128 against 256, SmolLM2 73.38 and 73.20, GPT-2 49.20
 # and 48.80. Units a thread of an untransposed split: 4 against 1, SmolLM2 78.19 and 78.27, GPT-2
-# 49.85 and 50.61 (at 1,024 maxima).
+# 49.85 and 50.61 (at 1,024 maxima; halves_split.SPLIT_UNITS).
 TOP_PARTS = 256
-BLOCK = 64  # split_halves.wgsl's block of the operand
+# Whether the weights' maxima and splits run as multi-tensor kernels (codegen/halves_split.py),
+# as many weights a kernel as its bindings allow, before the step's first product.
+GROUP_WEIGHTS = True
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,32 @@ def unpermuted(graph: Graph, x: int, transpose: bool) -> tuple[int, bool]:
     return x, transpose
 
 
+def weight_splits(graph: Graph, chosen: dict[int, HalvesProduct]) -> list[tuple[int, bool]]:
+    """The (param leaf, transposed) splits the chosen products read, in order of first use."""
+    keys = []
+    for product in chosen.values():
+        for x, transpose in ((product.a, product.transpose_a), (product.b, product.transpose_b)):
+            key = unpermuted(graph, x, transpose)
+            if graph[key[0]].op == "param":
+                keys.append(key)
+    return list(dict.fromkeys(keys))
+
+
+def bound_groups(members: list[list], limit: int) -> list[list]:
+    """`members` (each the list of what it binds, distinct items bound once; its last item names
+    it) in consecutive groups whose bindings — the distinct items of their members — fit `limit`:
+    the names of each group's members."""
+    groups: list[list] = []
+    bound: set = set()
+    for member in members:
+        if not groups or len(bound | set(member)) > limit:
+            groups.append([])
+            bound = set()
+        groups[-1].append(member[-1])
+        bound |= set(member)
+    return groups
+
+
 def split_operands(graph: Graph, target: Target) -> Graph:
     """`graph` with the products `halves_product` finds and `halves_take` takes on split operands
     (module docstring); the graph itself on a target without tensor cores."""
@@ -155,6 +183,9 @@ def split_operands(graph: Graph, target: Target) -> Graph:
         return graph
     tops: dict[int, int] = {}
     splits: dict[tuple[int, bool], int] = {}
+    weights = weight_splits(graph, chosen) if GROUP_WEIGHTS else []
+    first_after_weights = next((n.id for n in graph if n.id > max((x for x, _ in weights), default=-1)), None)
+    limit = binding_limit(target)
 
     def top_of(x: int, new: Graph, new_id: dict[int, int], sources) -> int:
         if x not in tops:
@@ -174,7 +205,25 @@ def split_operands(graph: Graph, target: Target) -> Graph:
             splits[x, transpose] = add_checked(new, "split_halves", (new_id[x], top), attrs, sources)
         return splits[x, transpose], tops[x]
 
+    def split_weights(new: Graph, new_id: dict[int, int]) -> None:
+        """The weights' maxima, then their splits, as multi-tensor nodes (`tops`, `splits` map
+        each to its projection)."""
+        tensors = list(dict.fromkeys(x for x, _ in weights))
+        for group in bound_groups([[("maxima", x), x] for x in tensors], limit):  # binds x and its maxima
+            parts = [top_parts(graph[x].type.numel) for x in group]
+            multi = add_checked(new, "multi_top", [new_id[x] for x in group], {"parts": parts})
+            for index, x in enumerate(group):
+                tops[x] = new.add("result", (multi,), new[multi].types[index], {"index": index})
+        for group in bound_groups([[x, tops[x], (x, t)] for x, t in weights], limit):
+            operands = [i for x, t in group for i in (new_id[x], tops[x])]
+            attrs = {"transposes": [int(t) for _, t in group], "rows_to": SPLIT_PAD, "cols_to": SPLIT_PAD}
+            multi = add_checked(new, "multi_split_halves", operands, attrs)
+            for index, key in enumerate(group):
+                splits[key] = new.add("result", (multi,), new[multi].types[index], {"index": index})
+
     def replace(node: Node, new: Graph, new_id: dict[int, int]) -> int | None:
+        if node.id == first_after_weights:
+            split_weights(new, new_id)
         product = chosen.get(node.id)
         if product is None:
             return None
@@ -187,50 +236,6 @@ def split_operands(graph: Graph, target: Target) -> Graph:
         return add_checked(new, "split_matmul", operands, attrs, node.sources)
 
     return graph.rebuilt(replace)
-
-
-# ---------------------------------------------------------------------------------------------
-# split_halves
-
-
-def split_blocks(attrs: dict, x: TensorType) -> tuple[int, int, int, int, int, int]:
-    """(rows, cols, padded rows, padded cols, blocks along a row, workgroups) of a split's operand:
-    transposed, a workgroup per 64×64 block; else per 256 threads of SPLIT_UNITS units of four."""
-    rows, cols, rows_p, cols_p = halves_shape(x, attrs["transpose"], attrs["rows_to"], attrs["cols_to"])
-    tiles_c = -(-cols_p // BLOCK)
-    units = 256 * SPLIT_UNITS
-    workgroups = -(-rows_p // BLOCK) * tiles_c if attrs["transpose"] else -(-rows_p * cols_p // 4 // units)
-    return rows, cols, rows_p, cols_p, tiles_c, workgroups
-
-
-def split_workgroups(attrs: dict, operands, results) -> int:
-    return split_blocks(attrs, operands[0])[-1]
-
-
-@lowering("split_halves", workgroups=split_workgroups)
-def lower_split_halves(graph: Graph, node: Node) -> KernelSpec:
-    """The split of x (or xᵀ) into packed f16 halves (shaders/split_halves.wgsl)."""
-    x, top = node.inputs
-    attrs = node.attr_dict
-    rows, cols, rows_p, cols_p, tiles_c, blocks = split_blocks(attrs, graph[x].type)
-    if rows_p % BLOCK or cols_p % BLOCK:
-        raise ValueError(f"split_halves %{node.id}: padded to {rows_p}x{cols_p}, not whole blocks of {BLOCK}")
-    grid = grid_for(blocks)
-    values = {
-        "ROWS": rows,
-        "COLS": cols,
-        "ROWS_P": rows_p,
-        "COLS_P": cols_p,
-        "X_COLS": graph[x].shape[-1],
-        "TILES_C": tiles_c,
-        "GRID_X": grid[0],
-        "TOPS": graph[top].type.numel,
-        "UNITS": SPLIT_UNITS,
-        "TRANSPOSE": bool(attrs["transpose"]),
-    }
-    bindings = (Binding("x", x, "read"), Binding("top", top, "read"), output_binding(node))
-    label = f"split_halves {rows}x{cols}{' (transposed)' if attrs['transpose'] else ''} to {rows_p}x{cols_p}"
-    return KernelSpec(node.id, label, render("split_halves", values), "split_halves", bindings, grid, (256, 1, 1))
 
 
 # ---------------------------------------------------------------------------------------------

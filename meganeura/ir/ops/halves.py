@@ -22,8 +22,12 @@ A [m, k] · B [k, n] of split operands (A's halves [Mp, Kp], B's [Kp, Np], the t
 `shape`, the result's); with `splits` S > 1 the partial products over S consecutive parts of K
 of whole tiles (SPLIT_ALIGN), [S, *shape], which a sum completes (no epilogue then).
 
-Both are made after extraction by codegen/matmul_halves.py, only for a target with tensor cores,
-so they have no VJP and no e-graph form.
+`multi_top(tensors…, parts)` and `multi_split_halves(x, top, x, top…, transposes, rows_to,
+cols_to)` are the maxima and the splits of several tensors in one kernel each, a result per member
+(the weights' splits, all ready when the step starts, in a few dispatches instead of three a weight).
+
+All are made after extraction by codegen/matmul_halves.py, only for a target with tensor cores, so
+they have no VJP and no e-graph form.
 """
 
 from __future__ import annotations
@@ -179,4 +183,65 @@ SPLIT_MATMUL = Op(
     flops=split_matmul_flops,
     describe=lambda node: f"{node.attr('m')}x{node.attr('k')}x{node.attr('n')} epilogue {node.attr('epilogue')}",
     doc="A·B on the tensor cores from split_halves operands (three f16 products, f32 accumulation)",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The same for many tensors in one kernel: the weights, all ready when the step starts
+
+
+def infer_multi_top(types, attrs) -> tuple[TensorType, ...]:
+    parts = attrs["parts"]
+    require_float(list(types), "multi_top")
+    if len(parts) != len(types) or any(p < 1 or t.numel % p for t, p in zip(types, parts, strict=False)):
+        raise ShapeError(f"multi_top: parts {list(parts)} do not divide the tensors {[str(t) for t in types]}")
+    return tuple(TensorType((p,), "f32") for p in parts)
+
+
+def evaluate_multi_top(*tensors, parts):
+    """Each tensor's partial maxima of |x|: the largest of each of its `parts` rows."""
+    return tuple(
+        np.abs(np.asarray(x, np.float32)).reshape(p, -1).max(axis=1) for x, p in zip(tensors, parts, strict=True)
+    )
+
+
+def infer_multi_split_halves(types, attrs) -> tuple[TensorType, ...]:
+    transposes = attrs["transposes"]
+    if len(types) != 2 * len(transposes):
+        raise ShapeError(f"multi_split_halves: expected a tensor and its maxima per member, got {len(types)} operands")
+    one = {"rows_to": attrs["rows_to"], "cols_to": attrs["cols_to"]}
+    return tuple(
+        infer_split_halves(types[2 * i : 2 * i + 2], {**one, "transpose": bool(t)}) for i, t in enumerate(transposes)
+    )
+
+
+def evaluate_multi_split_halves(*operands, transposes, rows_to, cols_to):
+    return tuple(
+        evaluate_split_halves(operands[2 * i], operands[2 * i + 1], bool(t), rows_to, cols_to)
+        for i, t in enumerate(transposes)
+    )
+
+
+MULTI_TOP = Op(
+    "multi_top",
+    family=FAMILY,
+    infer=infer_multi_top,
+    evaluate=evaluate_multi_top,
+    operands=("*tensors",),
+    attrs=(Attr("parts", INTS),),
+    egraph=None,
+    describe=lambda node: f"{len(node.inputs)} tensors",
+    doc="each tensor's partial maxima of |x| (the tops `split_halves` reads), in one kernel",
+)
+
+MULTI_SPLIT_HALVES = Op(
+    "multi_split_halves",
+    family=FAMILY,
+    infer=infer_multi_split_halves,
+    evaluate=evaluate_multi_split_halves,
+    operands=("*inputs",),
+    attrs=(Attr("transposes", INTS), Attr("rows_to", INT, 1), Attr("cols_to", INT, 2)),
+    egraph=None,
+    describe=lambda node: f"{len(node.attr('transposes'))} splits",
+    doc="`split_halves` of several (tensor, maxima) pairs, in one kernel",
 )
