@@ -93,7 +93,7 @@ def split_member(member: SplitMember, first: int, x: str, top: str, out: str) ->
             f"                    if (c + q < {cols}u) {{ o[q] = {x}[r * {x_cols}u + c + q]; }}",
             "                }",
             "            }",
-            "            let at = (r * {cols_p}u + c) / 4u;".replace("{cols_p}", str(cols_p)),
+            f"            let at = (r * {cols_p}u + c) / 4u;",
             f"            {store}",
             "        }",
             "    }",
@@ -101,23 +101,16 @@ def split_member(member: SplitMember, first: int, x: str, top: str, out: str) ->
     return "\n    ".join([*lines, "}"])
 
 
-def split_members(graph: Graph, node: Node) -> list[tuple[SplitMember, int, int]]:
-    """(member, its tensor's node, its maxima's node) of a split_halves or multi_split_halves node."""
-    attrs = node.attr_dict
+def members_of(attrs: dict, operands: list[TensorType]) -> list[SplitMember]:
+    """The members of a split_halves (attribute `transpose`) or multi_split_halves (`transposes`)
+    node, from its operands' types: (tensor, maxima) pairs."""
+    transposes = [attrs["transpose"]] if "transpose" in attrs else [bool(t) for t in attrs["transposes"]]
     pads = {"rows_to": attrs["rows_to"], "cols_to": attrs["cols_to"]}
-    transposes = [attrs["transpose"]] if node.op == "split_halves" else [bool(t) for t in attrs["transposes"]]
-    pairs = list(zip(node.inputs[::2], node.inputs[1::2], strict=True))
-    return [
-        (SplitMember(graph[x].type, graph[top].type.numel, t, **pads), x, top)
-        for t, (x, top) in zip(transposes, pairs, strict=True)
-    ]
+    return [SplitMember(operands[2 * i], operands[2 * i + 1].numel, t, **pads) for i, t in enumerate(transposes)]
 
 
 def split_workgroups(attrs: dict, operands, results) -> int:
-    transposes = [attrs["transpose"]] if "transpose" in attrs else [bool(t) for t in attrs["transposes"]]
-    pads = {"rows_to": attrs["rows_to"], "cols_to": attrs["cols_to"]}
-    members = [SplitMember(operands[2 * i], operands[2 * i + 1].numel, t, **pads) for i, t in enumerate(transposes)]
-    return sum(member.workgroups for member in members)
+    return sum(member.workgroups for member in members_of(attrs, list(operands)))
 
 
 def read_bindings(nodes: list[int], prefix: str) -> tuple[list[Binding], dict[int, str]]:
@@ -140,7 +133,9 @@ def declarations(bindings: list[Binding], outputs: str) -> str:
 @lowering("split_halves", "multi_split_halves", workgroups=split_workgroups)
 def lower_split_halves(graph: Graph, node: Node) -> KernelSpec:
     """The splits of one node's members in one dispatch (shaders/split_halves.wgsl)."""
-    members = split_members(graph, node)
+    pairs = zip(node.inputs[::2], node.inputs[1::2], strict=True)
+    kinds = members_of(node.attr_dict, [graph[i].type for i in node.inputs])
+    members = [(member, x, top) for member, (x, top) in zip(kinds, pairs, strict=True)]
     data, data_names = read_bindings([x for _, x, _ in members], "x")
     tops, top_names = read_bindings([top for _, _, top in members], "top")
     outputs = [Binding(f"out{i}", node.id, "read_write", i) for i in range(len(members))]

@@ -49,7 +49,7 @@ from meganeura.codegen.matmul_tensor import (
     multiply_code,
     output_code,
 )
-from meganeura.codegen.multi_tensor import binding_limit
+from meganeura.codegen.multi_tensor import binding_limit, merged_sources
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
@@ -215,15 +215,17 @@ def split_operands(graph: Graph, target: Target) -> Graph:
         tensors = list(dict.fromkeys(x for x, _ in weights))
         for group in bound_groups([[("maxima", x), x] for x in tensors], limit):  # binds x and its maxima
             parts = [top_parts(graph[x].type.numel) for x in group]
-            multi = add_checked(new, "multi_top", [new_id[x] for x in group], {"parts": parts})
+            sources = merged_sources(graph[x].sources for x in group)
+            multi = add_checked(new, "multi_top", [new_id[x] for x in group], {"parts": parts}, sources)
             for index, x in enumerate(group):
-                tops[x] = new.add("result", (multi,), new[multi].types[index], {"index": index})
+                tops[x] = new.add("result", (multi,), new[multi].types[index], {"index": index}, graph[x].sources)
         for group in bound_groups([[x, tops[x], (x, t)] for x, t in weights], limit):
             operands = [i for x, t in group for i in (new_id[x], tops[x])]
             attrs = {"transposes": [int(t) for _, t in group], "rows_to": SPLIT_PAD, "cols_to": SPLIT_PAD}
-            multi = add_checked(new, "multi_split_halves", operands, attrs)
-            for index, key in enumerate(group):
-                splits[key] = new.add("result", (multi,), new[multi].types[index], {"index": index})
+            sources = merged_sources(graph[x].sources for x, _ in group)
+            multi = add_checked(new, "multi_split_halves", operands, attrs, sources)
+            for index, (x, t) in enumerate(group):
+                splits[x, t] = new.add("result", (multi,), new[multi].types[index], {"index": index}, graph[x].sources)
 
     def replace(node: Node, new: Graph, new_id: dict[int, int]) -> int | None:
         if node.id == first_after_weights:
