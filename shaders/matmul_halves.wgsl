@@ -33,25 +33,13 @@ diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
 const KP: u32 = {{KP}}u;
 const A_PLANE: u32 = {{A_PLANE}}u;
 const B_PLANE: u32 = {{B_PLANE}}u;
-const TOP_EXPONENT: i32 = 13;  // as split_halves.wgsl's
+//#include split_scale
 
 var<workgroup> a_hi: array<f16, {{A_SIZE}}>;
 var<workgroup> a_lo: array<f16, {{A_SIZE}}>;
 var<workgroup> b_hi: array<f16, {{B_SIZE}}>;
 var<workgroup> b_lo: array<f16, {{B_SIZE}}>;
 var<workgroup> result: array<f32, {{SUBGROUPS}} * 256>;  // per subgroup: one 16×16 result matrix on its way out
-
-fn power_of_two(e: i32) -> f32 {
-    return bitcast<f32>(u32(clamp(e, -126, 127) + 127) << 23u);
-}
-
-// The exponent e of the scale 2^e split_halves applied: the largest |x| into [2^13, 2^14).
-fn scale_exponent(largest: f32) -> i32 {
-    if (largest > 0.0) {
-        return clamp(TOP_EXPONENT + 1 - frexp(largest).exp, -126, 126);
-    }
-    return 0;
-}
 
 @compute @workgroup_size({{THREADS}}, 1, 1)
 fn matmul_halves(

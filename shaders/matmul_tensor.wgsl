@@ -33,8 +33,7 @@ diagnostic(off, chromium_experimental.subgroup_matrix_uniformity);
 
 //#include matmul_common
 
-// A tile's largest |x| is scaled to [2^13, 2^14): twice that still fits f16 (its largest 65504).
-const TOP_EXPONENT: i32 = 13;
+//#include split_scale
 
 var<workgroup> a_hi: array<f16, {{A_SIZE}}>;
 var<workgroup> a_lo: array<f16, {{A_SIZE}}>;
@@ -42,16 +41,6 @@ var<workgroup> b_hi: array<f16, {{B_SIZE}}>;
 var<workgroup> b_lo: array<f16, {{B_SIZE}}>;
 var<workgroup> largest: array<vec2<f32>, {{SUBGROUPS}}>;  // per subgroup: its largest |a|, |b| of the K tile
 var<workgroup> result: array<f32, {{SUBGROUPS}} * 256>;  // per subgroup: one 16×16 result matrix on its way out
-
-// The exponent e of the scale 2^e that puts x's largest |x| (`top`, > 0) in [2^TOP_EXPONENT, 2^(TOP_EXPONENT + 1)),
-// within what an f32 power of two holds.
-fn scale_exponent(top: f32) -> i32 {
-    return clamp(TOP_EXPONENT + 1 - frexp(top).exp, -126, 126);
-}
-
-fn power_of_two(e: i32) -> f32 {
-    return bitcast<f32>(u32(clamp(e, -126, 127) + 127) << 23u);
-}
 
 fn max4(v: vec4<f32>) -> f32 {
     let w = abs(v);

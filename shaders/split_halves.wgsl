@@ -17,28 +17,13 @@
 // Flag: BLOCKS (a member is transposed).
 {{BINDINGS}}
 
-// The largest |x| is scaled into [2^13, 2^14): twice that still fits f16 (its largest 65504).
-const TOP_EXPONENT: i32 = 13;
+//#include split_scale
 
 const WG: u32 = 256u;
 //#include workgroup_combine
 //#if BLOCKS
 var<workgroup> block: array<f32, 64 * 65>;  // X's block, a row of 64 and one of padding
 //#endif
-
-fn power_of_two(e: i32) -> f32 {
-    return bitcast<f32>(u32(clamp(e, -126, 127) + 127) << 23u);
-}
-
-
-// The scale 2^e that puts `largest` into [2^13, 2^14) (1 where it is 0).
-fn scale_of(largest: f32) -> f32 {
-    var e = 0;
-    if (largest > 0.0) {
-        e = clamp(TOP_EXPONENT + 1 - frexp(largest).exp, -126, 126);
-    }
-    return power_of_two(e);
-}
 
 // v's hi and lo halves as the words of two units of packed f16: hi v with its mantissa cut to
 // f16's 10 bits (exact in f16), lo the rest, rounded.

@@ -56,7 +56,7 @@ def split_member(member: SplitMember, first: int, x: str, top: str, out: str) ->
         f"    let b = w - {first}u;",
         "    var m = 0.0;",
         f"    for (var i = t; i < {member.tops}u; i += {THREADS}u) {{ m = max(m, abs({top}[i])); }}",
-        "    let s = scale_of(combine(m, t, true));",
+        "    let s = power_of_two(scale_exponent(combine(m, t, true)));",
     ]
     store = f"let h = halves_of(o * s); {out}[at] = h[0]; {out}[{plane}u + at] = h[1];"
     if member.transpose:  # X [cols, rows]: O[r, c] = X[c, r], staged through a block read along X's rows

@@ -46,8 +46,7 @@ from meganeura.codegen.matmul_tensor import (
     PAD,
     TensorTiling,
     fitting_tilings,
-    multiply_code,
-    output_code,
+    subgroup_blocks,
 )
 from meganeura.codegen.multi_tensor import binding_limit, merged_sources
 from meganeura.codegen.registry import lowering
@@ -342,7 +341,6 @@ def lower_split_matmul(graph: Graph, node: Node, target: Target) -> KernelSpec:
     op_a = OperandTile("a", "m", m, tiling.bm, False, True)
     op_b = OperandTile("b", "n", n, tiling.bn, True, True)
     loads, stores = halves_loads(tiling, kp, np_)
-    accumulators = [f"c{i}_{j}" for i in range(tiling.sm) for j in range(tiling.sn)]
     values = {
         "BINDINGS": declared,
         "M": m,
@@ -377,14 +375,7 @@ def lower_split_matmul(graph: Graph, node: Node, target: Target) -> KernelSpec:
         "B_SIZE": tiling.staged_halves("b"),
         "LOADS": "\n        ".join(loads),
         "STAGE": "\n        ".join(stores),
-        "MULTIPLY": "\n        ".join(multiply_code(op_a, op_b, tiling)),
-        "RESULTS": "\n    ".join(f"var {c} = subgroup_matrix_result<f32, 16, 16>();" for c in accumulators),
-        "OUTPUT": "\n    ".join(output_code(tiling)),
-        "THREADS": tiling.threads,
-        "SUBGROUPS": tiling.subgroups,
-        "GN": tiling.gn,
-        "SUB_M": 16 * tiling.sm,
-        "SUB_N": 16 * tiling.sn,
+        **subgroup_blocks(op_a, op_b, tiling),
     }
     label = f"split_matmul {m}x{k}x{n}" + ("" if attrs["epilogue"] == "$acc" else f" {attrs['epilogue']}")
     label += f" in {splits} parts of K" if splits > 1 else ""

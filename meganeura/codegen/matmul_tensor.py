@@ -244,14 +244,23 @@ def tensor_blocks(
         "UNITS": "\n        ".join(units),
         "LARGEST": "\n        ".join(largest),
         "STAGE": "\n        ".join(stage),
+        "RESCALE": "\n            ".join(f"{c} = subgroupMatrixScalarMultiply({c}, f);" for c in accumulators),
+        "TILE_LARGEST": largest_of(tiling.subgroups),
+        **subgroup_blocks(op_a, op_b, tiling),
+    }
+
+
+def subgroup_blocks(op_a: OperandTile, op_b: OperandTile, tiling: TensorTiling) -> dict[str, object]:
+    """The generated parts both tensor-core kernels share (matmul_tensor.wgsl, matmul_halves.wgsl):
+    a K tile's products, the accumulators and their way out, and the subgroups' layout."""
+    accumulators = [f"c{i}_{j}" for i in range(tiling.sm) for j in range(tiling.sn)]
+    return {
         "MULTIPLY": "\n        ".join(multiply_code(op_a, op_b, tiling)),
         "RESULTS": "\n    ".join(f"var {c} = subgroup_matrix_result<f32, 16, 16>();" for c in accumulators),
-        "RESCALE": "\n            ".join(f"{c} = subgroupMatrixScalarMultiply({c}, f);" for c in accumulators),
         "OUTPUT": "\n    ".join(output_code(tiling)),
         "THREADS": tiling.threads,
         "SUBGROUPS": tiling.subgroups,
         "GN": tiling.gn,
         "SUB_M": 16 * tiling.sm,
         "SUB_N": 16 * tiling.sn,
-        "TILE_LARGEST": largest_of(tiling.subgroups),
     }
