@@ -53,17 +53,26 @@ def kernel_rows(graph: Graph) -> list[KernelRow]:
 @dataclass(frozen=True)
 class Dispatches:
     """The dispatches one step runs (the compiled step's kernels), and how many of them update the
-    parameters (ops of the optimizer family), of which `multi_tensor` update several at once."""
+    parameters (ops of the optimizer family), of which `multi_tensor` update several at once; on
+    tensor cores, the products from split operands and the kernels that split them and find their
+    scales (codegen/matmul_halves.py)."""
 
     total: int
     optimizer: int
     multi_tensor: int
     parameters: int  # the parameters the optimizer's dispatches update
+    split_products: int = 0
+    splitting: int = 0
 
     def __str__(self) -> str:
         text = f"{self.total} dispatches per step, {self.optimizer} of them the optimizer's"
         if self.multi_tensor:
             text += f" ({self.multi_tensor} multi-tensor kernels; {self.parameters} parameters in all)"
+        if self.split_products:
+            text += (
+                f"; {self.split_products} products on the tensor cores from split operands, "
+                f"{self.splitting} dispatches splitting their operands"
+            )
         return text
 
 
@@ -75,7 +84,12 @@ def step_dispatches(compiled) -> Dispatches:
     params = graph.leaves("param")
     updated = [storage(graph, graph.updates[name])[0] for name in params if name in graph.updates]
     parameters = sum(1 for n in updated if op_def(graph[n].op).family == "optimizer")
-    return Dispatches(len(compiled.kernels), len(optimizer), len(multi), parameters)
+    ops = [graph[k.node].op for k in compiled.kernels]
+    maxima = {n.inputs[1] for n in graph if n.op == "split_halves" and graph[n.inputs[1]].op == "fused_reduce"}
+    splitting = sum(op in ("split_halves", "multi_split_halves", "multi_top") for op in ops) + len(maxima)
+    return Dispatches(
+        len(compiled.kernels), len(optimizer), len(multi), parameters, ops.count("split_matmul"), splitting
+    )
 
 
 @dataclass

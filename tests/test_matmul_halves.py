@@ -313,3 +313,17 @@ def test_the_multi_tensor_maxima_and_splits_match_the_interpreter():
         hi, lo = unpacked(expected[f"s{i}"])
         np.testing.assert_array_equal(got_hi, hi)
         assert np.all(np.abs(got_lo - lo) <= np.abs(lo) * 2.0**-10 + 2.0**-24)
+
+
+def test_the_report_counts_the_split_products_and_the_dispatches_that_split_them():
+    from meganeura.explain import step_dispatches
+
+    step = compile_step(layer_graph(), H200)
+    counts = step_dispatches(step)
+    # 4 products; the weights' maxima and splits one kernel each; x, h (also read through a
+    # reshape) and g a maximum and a split each
+    assert (counts.split_products, counts.splitting) == (4, 2 + 3 + 3)
+    assert "4 products on the tensor cores from split operands, 8 dispatches splitting" in str(counts)
+    assert counts.total == len(step.kernels) == 4 + 8
+    plain = step_dispatches(compile_step(layer_graph(), GENERIC))
+    assert plain.split_products == plain.splitting == 0 and "tensor cores" not in str(plain)

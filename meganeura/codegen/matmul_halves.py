@@ -137,12 +137,18 @@ def top_parts(numel: int) -> int:
 
 
 def unpermuted(graph: Graph, x: int, transpose: bool) -> tuple[int, bool]:
-    """(the tensor, transposed or not) a split of op(x) reads: through a 2-D transpose, its input
-    the other way round (a weight the plan transposed for the f32 kernels)."""
-    node = graph[x]
-    if node.op == "permute" and node.attr("perm") == (1, 0):
-        return node.inputs[0], not transpose
-    return x, transpose
+    """(the tensor, transposed or not) a split of op(x) reads: through a reshape that keeps the
+    last dim (the same matrix of rows: a split flattens the leading dims), and through a 2-D
+    transpose, its input the other way round (a weight the plan transposed for the f32 kernels);
+    so that a tensor is split, and its maxima found, once however the products view it."""
+    while True:
+        node = graph[x]
+        if node.op == "reshape" and node.shape[-1:] == graph[node.inputs[0]].shape[-1:]:
+            x = node.inputs[0]
+        elif node.op == "permute" and node.attr("perm") == (1, 0):
+            x, transpose = node.inputs[0], not transpose
+        else:
+            return x, transpose
 
 
 def weight_splits(graph: Graph, chosen: dict[int, HalvesProduct]) -> list[tuple[int, bool]]:
