@@ -327,3 +327,29 @@ def test_the_report_counts_the_split_products_and_the_dispatches_that_split_them
     assert counts.total == len(step.kernels) == 4 + 8
     plain = step_dispatches(compile_step(layer_graph(), GENERIC))
     assert plain.split_products == plain.splitting == 0 and "tensor cores" not in str(plain)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "smollm2"])
+def test_a_whole_lm_step_keeps_its_results_with_split_products(name):
+    """The bench's LM steps (small) with their products split, against the same plan compiled
+    without tensor cores, through the interpreter: the loss, every output and every update."""
+    from conftest import random_values
+
+    from meganeura.bench.workloads import STEPS
+    from meganeura.compiler import compile_plan
+
+    workload = STEPS[name].build(small=True)
+    plan = compile_plan(workload.model, workload.loss, workload.inputs, workload.optimizer, target=H200)
+    split = plan.compiled.graph
+    assert sum(node.op == "split_matmul" for node in split) >= 10
+    plain = compile_step(plan.fused_graph, dataclasses.replace(H200, tensor_cores=False)).graph
+    assert not any(node.op == "split_matmul" for node in plain)
+    inputs = random_values(plain)[0]  # token ids 0…2
+    params = {key: parameter.numpy() for key, parameter in plan.traced.parameters.items()}
+    states = {**plan.traced.initial_states, **plan.traced.step_states, **params}  # module buffers are states
+    expected = interpret(plain, inputs, params, states)
+    actual = interpret(split, inputs, params, states)
+    assert expected.outputs.keys() == actual.outputs.keys() and expected.updates.keys() == actual.updates.keys()
+    for kind in ("outputs", "updates"):
+        for key, value in getattr(expected, kind).items():
+            np.testing.assert_allclose(getattr(actual, kind)[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
