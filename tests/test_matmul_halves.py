@@ -13,6 +13,7 @@ import pytest
 from conftest import RNG, run_gpu
 from test_matmul_tensor import H200, needs_tensor_cores
 
+import meganeura as mn
 from meganeura.codegen import matmul_halves
 from meganeura.codegen.compiled import compile_step
 from meganeura.ir.graph import TensorType
@@ -338,6 +339,7 @@ def test_a_whole_lm_step_keeps_its_results_with_split_products(name):
     from meganeura.bench.workloads import STEPS
     from meganeura.compiler import compile_plan
 
+    mn.manual_seed(0)
     workload = STEPS[name].build(small=True)
     plan = compile_plan(workload.model, workload.loss, workload.inputs, workload.optimizer, target=H200)
     split = plan.compiled.graph
@@ -350,6 +352,9 @@ def test_a_whole_lm_step_keeps_its_results_with_split_products(name):
     expected = interpret(plain, inputs, params, states)
     actual = interpret(split, inputs, params, states)
     assert expected.outputs.keys() == actual.outputs.keys() and expected.updates.keys() == actual.updates.keys()
-    for kind in ("outputs", "updates"):
-        for key, value in getattr(expected, kind).items():
-            np.testing.assert_allclose(getattr(actual, kind)[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+    for key, value in expected.outputs.items():
+        np.testing.assert_allclose(actual.outputs[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+    # AdamW's first step moves a weight by lr·g/(|g| + eps): where |g| is near eps the ratio moves
+    # with the gradient's last bits, so the updates are held to a tenth of a step (lr 1e-3).
+    for key, value in expected.updates.items():
+        np.testing.assert_allclose(actual.updates[key], value, rtol=1e-4, atol=1e-4, err_msg=key)
