@@ -41,13 +41,7 @@ from meganeura.codegen.common import (
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.gemm_operands import OperandTile, store4_function
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.matmul_tensor import (
-    FILL,
-    PAD,
-    TensorTiling,
-    fitting_tilings,
-    subgroup_blocks,
-)
+from meganeura.codegen.matmul_tensor import PAD, TensorTiling, subgroup_blocks, tensor_tiling
 from meganeura.codegen.multi_tensor import binding_limit, merged_sources
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
@@ -193,7 +187,8 @@ def split_operands(graph: Graph, target: Target) -> Graph:
     tops: dict[int, int] = {}
     splits: dict[tuple[int, bool], int] = {}
     weights = weight_splits(graph, chosen) if GROUP_WEIGHTS else []
-    first_after_weights = next((n.id for n in graph if n.id > max((x for x, _ in weights), default=-1)), None)
+    last_weight = max((x for x, _ in weights), default=None)
+    first_after_weights = None if last_weight is None else next(n.id for n in graph if n.id > last_weight)
     limit = binding_limit(target)
 
     def top_of(x: int, new: Graph, new_id: dict[int, int], sources) -> int:
@@ -254,16 +249,9 @@ def split_operands(graph: Graph, target: Target) -> Graph:
 
 
 def halves_tiling(attrs: dict, a: TensorType, b: TensorType, target: Target) -> TensorTiling:
-    """The tiling of a split product on `target`: of the ladder's tilings that fit the target and
-    divide the padded halves (A's rows, B's columns), the first that gives every compute unit
-    FILL workgroups, else the smallest (matmul_tensor's choice by fill)."""
-    rows, cols = a.shape[1], 2 * b.shape[2]
-    fitting = [t for t in fitting_tilings(target) if rows % t.bm == 0 and cols % t.bn == 0]
-    fitting = fitting or fitting_tilings(target)[-1:]  # (only a ladder without SPLIT_PAD's tiles lacks one)
-    for tiling in fitting:
-        if tiling.tiles(attrs["m"], attrs["n"], attrs["splits"]) >= FILL * target.compute_units:
-            return tiling
-    return fitting[-1]
+    """The tiling of a split product on `target`: matmul_tensor's choice by fill among the tilings
+    that divide the padded halves (A's rows, B's columns)."""
+    return tensor_tiling(attrs["m"], attrs["n"], attrs["splits"], target, padded=(a.shape[1], 2 * b.shape[2]))
 
 
 def split_matmul_workgroups(attrs: dict, operands, results, target: Target) -> int:

@@ -40,6 +40,7 @@ from meganeura.ir.expr import check_expr
 from meganeura.ir.expr import evaluate as evaluate_expr
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import BOOL, EXPR, INT, INTS, Attr, Op, ShapeError, broadcasts_to, require_float
+from meganeura.ir.ops.reduce import split_length
 
 FAMILY = "matmul"
 TOP_EXPONENT = 13  # a tensor's largest |x| is scaled into [2^13, 2^14): twice that still fits f16
@@ -103,7 +104,7 @@ def unpacked(halves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def split_part(k: int, splits: int) -> int:
     """The elements of K in each part of a split product: ⌈K/S⌉ in whole tiles of SPLIT_ALIGN."""
-    return ceil_to(-(-k // splits), SPLIT_ALIGN)
+    return ceil_to(split_length(k, splits), SPLIT_ALIGN)
 
 
 def infer_split_matmul(types, attrs) -> TensorType:
