@@ -385,7 +385,7 @@ def test_matmul_kernels_run_without_bounds_checks_when_the_user_opts_in(monkeypa
 def test_a_checked_tiling_keeps_its_bounds_checks_when_the_user_opts_in(monkeypatch):
     """On the H200 a product with B stored [N, K] and a large output takes the 128x128 tile, which
     ran slower without bounds checks (gemm_table.py `checked`): under MEGANEURA_UNCHECKED_KERNELS=1
-    its kernel is not trusted and gets a checked module; shrunk to a ragged output it stays
+    its kernel, trusted, keeps its checks and gets a checked module; shrunk to a ragged output it stays
     checked; its kernel at a ragged size computes what the interpreter does; the same product with
     B stored [K, N] takes the 64x128 tile, trusted."""
     from meganeura.codegen.matmul import lower_matmul
@@ -399,12 +399,13 @@ def test_a_checked_tiling_keeps_its_bounds_checks_when_the_user_opts_in(monkeypa
     shapes = operand_shapes(2050, 7, 2090, False, True)  # 17 × 17 ragged tiles of 128x128
     graph = one_op("matmul", shapes, transpose_b=True)
     spec = lower_matmul(graph, graph[graph.outputs["out"]], h200)
-    assert spec.workgroup_memory == tiling.workgroup_bytes and not spec.trusted
+    assert spec.workgroup_memory == tiling.workgroup_bytes and spec.trusted and spec.keeps_checks
     unshared = one_op("matmul", operand_shapes(2050, 7, 2090, False, False))
-    assert lower_matmul(unshared, unshared[unshared.outputs["out"]], h200).trusted
+    unshared_spec = lower_matmul(unshared, unshared[unshared.outputs["out"]], h200)
+    assert unshared_spec.trusted and not unshared_spec.keeps_checks
     inputs = {f"x{i}": normal(*shape) for i, shape in enumerate(shapes)}
     kernels = check(graph, inputs, rtol=1e-4, atol=1e-4, target=h200).kernels
-    assert [k.trusted for k in kernels] == [False] and (kernels[0].wgsl, False) in default_device()._modules
+    assert [k.keeps_checks for k in kernels] == [True] and (kernels[0].wgsl, False) in default_device()._modules
 
 
 def test_every_gemm_table_entry_is_a_valid_tiling_and_bad_ones_say_why():

@@ -28,7 +28,8 @@ class GemmTiling:
     (BM / RM apart) × RN vec4s of columns (BN / RN apart); `prefetch` loads the next K tile into
     registers while multiplying the current one. A `checked` tiling keeps the shader compiler's
     runtime bounds checks when the user opts out of them (`MEGANEURA_UNCHECKED_KERNELS=1`,
-    runtime/device.py): the family's measurements found it slower without them."""
+    runtime/device.py) on wgpu-native, whose switch is per module (Dawn's is per device): the
+    family's measurements found it slower without them."""
 
     bm: int
     bn: int

@@ -38,7 +38,8 @@ class KernelSpec:
     input it replaces, or None): a multi-tensor optimizer update replaces many leaves at once.
     `trusted` marks a kernel whose indexing the suite tests at ragged shapes, so that it may run
     without the shader compiler's runtime bounds checks when the user opts in
-    (`MEGANEURA_UNCHECKED_KERNELS=1`, runtime/device.py).
+    (`MEGANEURA_UNCHECKED_KERNELS=1`, runtime/device.py); `keeps_checks` one measured faster with
+    them, which keeps them where the backend decides per module (wgpu-native; not Dawn).
     `workgroup_memory` is the bytes of its workgroup arrays where they grow with a tile
     configuration picked for the target (attention, matmul, conv), so that the runtime refuses a
     step planned for more than its device offers (wgpu does not check it: lavapipe ran a
@@ -56,6 +57,7 @@ class KernelSpec:
     inplace_input: int | None = None
     results: int = 1
     trusted: bool = False
+    keeps_checks: bool = False
     inplace_inputs: tuple[int | None, ...] = ()
     workgroup_memory: int = 0
 

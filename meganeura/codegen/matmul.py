@@ -500,7 +500,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     else:
         wgsl = render("matmul", {**values, **gemm_blocks(op_a, op_b, tiling, ragged_k, prologue_text != "$a")})
         entry, workgroup = "matmul", (tiling.threads_x, tiling.threads_y, 1)
-        memory, trusted = tiling.workgroup_bytes, not tiling.checked
+        memory, trusted = tiling.workgroup_bytes, True
     label = f"{node.op} {shape_text(batch) + '×' if batch else ''}{m}x{k}x{n}"
     label += " Aᵀ" * transpose_a + " Bᵀ" * transpose_b + ("" if epilogue_text == "$acc" else f" {epilogue_text}")
     label += "" if prologue_text == "$a" else f" A={prologue_text}"
@@ -515,5 +515,6 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
         grid,
         workgroup,
         trusted=trusted,  # indexing tested at ragged shapes (tests/test_kernels.py)
+        keeps_checks=tiling.checked,
         workgroup_memory=memory,
     )

@@ -7,10 +7,14 @@ of the adapter's name, or "gpu" / "cpu" for the adapter type.
 
 MEGANEURA_UNCHECKED_KERNELS=1 opts in to shader modules without the shader compiler's runtime
 bounds checks (index clamping, loop bounding) for the kernels marked `trusted` — those whose
-indexing the suite tests at ragged shapes (codegen/kernel.py). wgpu-native's
-`wgpuDeviceCreateShaderModuleTrusted` makes them; wgpu-py does not wrap it, so it is called
-through cffi. On the H200 the probe (shared/notes/gemm-probe.md) measured 29 → 35 TFLOP/s for
-one GEMM kernel without the checks.
+indexing the suite tests at ragged shapes (codegen/kernel.py). On wgpu-native the switch is per
+module: `wgpuDeviceCreateShaderModuleTrusted` makes them (wgpu-py does not wrap it, so it is
+called through cffi), and a kernel measured faster with its checks (`keeps_checks`) keeps them.
+On the H200 the probe (shared/notes/gemm-probe.md) measured 29 → 35 TFLOP/s for one GEMM kernel
+without the checks. Dawn has one switch for the whole device (its toggle `disable_robustness`),
+so there the opt-in turns the checks off for every kernel, and a kernel not marked trusted is an
+error when its pipeline is made, naming the kernel, rather than a kernel run unchecked that the
+suite does not vouch for.
 
 MEGANEURA_TENSOR_CORES=1 (with MEGANEURA_BACKEND=dawn) asks Dawn for f16 subgroup matrices and,
 where the adapter offers them, runs the products on the tensor cores from operands split once into
@@ -24,6 +28,7 @@ import dataclasses
 import os
 import warnings
 
+from meganeura.codegen.kernel import KernelSpec
 from meganeura.runtime.backend import NAME as BACKEND
 from meganeura.runtime.backend import wgpu
 from meganeura.runtime.native import wgpu_native
@@ -136,6 +141,17 @@ def select_adapter() -> wgpu.GPUAdapter:
 # browser's guard against timing attacks, which would blur the profiler's per-kernel times).
 DAWN_ENABLE: tuple[str, ...] = ()
 DAWN_DISABLE = ("timestamp_quantization",)
+# Under MEGANEURA_UNCHECKED_KERNELS=1 on Dawn: no index clamping in any module of the device.
+# On the H200, 2026-12-04, with MEGANEURA_TENSOR_CORES=1 (benchmarks/plan_ab.py, a process with
+# the toggle and one without): GPT-2's step 48.61 → 42.87 ms of GPU time as one pass (wall 51.9
+# → 45.9), SmolLM2's 69.93 → 61.24 (78.4 → 70.0). Dawn's `skip_validation` saved SmolLM2 a
+# further 3 ms of host time but is not taken: it changed a loss once (README, Dawn).
+DAWN_UNCHECKED = ("disable_robustness",)
+
+
+def unchecked_wanted() -> bool:
+    """Whether the user opted in to kernels without runtime bounds checks (module docstring)."""
+    return os.environ.get(UNCHECKED_ENV, "") == "1"
 
 
 def request_device(adapter: wgpu.GPUAdapter, limits: dict, features: list) -> wgpu.GPUDevice:
@@ -149,7 +165,7 @@ def request_device(adapter: wgpu.GPUAdapter, limits: dict, features: list) -> wg
         label="meganeura",
         required_limits=limits,
         required_features=features,
-        enable_toggles=DAWN_ENABLE,
+        enable_toggles=DAWN_ENABLE + (DAWN_UNCHECKED if unchecked_wanted() else ()),
         disable_toggles=DAWN_DISABLE,
     )
 
@@ -177,6 +193,8 @@ class Device:
             tensor_cores = not missing
         self.tensor_cores = tensor_cores
         self.device = request_device(adapter, limits, features)
+        # Dawn's checks are off for every module of this device, or for none (module docstring)
+        self.unchecked_everywhere = BACKEND == "dawn" and unchecked_wanted()
         self.has_timestamps = "timestamp-query" in features
         self.queue = self.device.queue
         self.limits = dict(self.device.limits)
@@ -199,23 +217,37 @@ class Device:
         target = target_for(adapter_name(self.adapter), self.adapter.info.get("adapter_type", ""), self.limits)
         return dataclasses.replace(target, tensor_cores=self.tensor_cores)
 
-    def shader_module(self, wgsl: str, trusted: bool = False) -> wgpu.GPUShaderModule:
+    def shader_module(self, wgsl: str, unchecked: bool = False) -> wgpu.GPUShaderModule:
         """The compiled module of `wgsl`, compiled once per device; without runtime bounds checks
-        when `trusted` and the user opted in (module docstring)."""
-        unchecked = runs_unchecked(trusted)
+        when `unchecked` (wgpu-native's per-module switch: module docstring)."""
         module = self._modules.get((wgsl, unchecked))
         if module is None:
             make = unchecked_module if unchecked else lambda device, code: device.create_shader_module(code=code)
             module = self._modules[(wgsl, unchecked)] = make(self.device, wgsl)
         return module
 
-    def pipeline(
-        self, wgsl: str, entry_point: str, accesses: tuple[str, ...], trusted: bool = False
-    ) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
-        """A compute pipeline for one entry point whose group 0 holds storage bindings of `accesses`."""
+    def runs_unchecked(self, spec: KernelSpec) -> bool:
+        """Whether `spec` gets a module of its own without runtime bounds checks: trusted, not
+        faster with them, and the user opted in; on Dawn never (the device decides, for all), and
+        an untrusted kernel is an error there under the opt-in."""
+        if self.unchecked_everywhere:
+            if not spec.trusted:
+                raise RuntimeError(
+                    f"{UNCHECKED_ENV}=1 on Dawn turns the runtime bounds checks off for every kernel of the "
+                    f"device (Dawn has no per-module switch), and kernel {spec.label!r} ({spec.entry_point}) "
+                    "is not one whose indexing the suite checks at ragged shapes (KernelSpec.trusted); "
+                    f"unset {UNCHECKED_ENV} or run on wgpu-native, where only trusted kernels go unchecked"
+                )
+            return False
+        return spec.trusted and not spec.keeps_checks and unchecked_wanted()
+
+    def pipeline(self, spec: KernelSpec) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroupLayout]:
+        """A compute pipeline for `spec`'s entry point; its group 0 holds its storage bindings."""
+        accesses = tuple(b.access for b in spec.bindings)
         # keyed by the module it gets: a trusted kernel's pipeline built before the opt-in was set
         # holds a checked module, and must not be handed out once it is
-        key = (wgsl, entry_point, accesses, runs_unchecked(trusted))
+        unchecked = self.runs_unchecked(spec)
+        key = (spec.wgsl, spec.entry_point, accesses, unchecked)
         cached = self._pipelines.get(key)
         if cached is None:
             layout = self.device.create_bind_group_layout(
@@ -230,15 +262,10 @@ class Device:
             )
             pipeline = self.device.create_compute_pipeline(
                 layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
-                compute={"module": self.shader_module(wgsl, trusted), "entry_point": entry_point},
+                compute={"module": self.shader_module(spec.wgsl, unchecked), "entry_point": spec.entry_point},
             )
             cached = self._pipelines[key] = (pipeline, layout)
         return cached
-
-
-def runs_unchecked(trusted: bool) -> bool:
-    """Whether a kernel gets a module without runtime bounds checks: trusted, and the user opted in."""
-    return trusted and os.environ.get(UNCHECKED_ENV, "") == "1"
 
 
 def unchecked_module(device: wgpu.GPUDevice, wgsl: str) -> wgpu.GPUShaderModule:

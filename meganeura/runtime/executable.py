@@ -226,8 +226,7 @@ class Executable:
 
     def prepare_dispatch(self, spec: KernelSpec) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple]:
         """(pipeline, bind group, grid) for one kernel, bound by its spec's binding table."""
-        accesses = tuple(b.access for b in spec.bindings)
-        pipeline, layout = self.device.pipeline(spec.wgsl, spec.entry_point, accesses, spec.trusted)
+        pipeline, layout = self.device.pipeline(spec)
         slots = [self.plan.slot(b) for b in spec.bindings]
         for binding, slot in zip(spec.bindings, slots, strict=True):
             if binding.access == "read_write" and slots.count(slot) > 1:
