@@ -128,7 +128,7 @@ def test_the_step_recorded_ahead_sees_new_inputs_state_writes_and_reads():
     program = executable(graph, states={"t": np.float32(3.0)})
     recordings = []
     record = program.step_commands
-    program.step_commands = lambda copies: recordings.append(len(copies)) or record(copies)
+    program.step_commands = lambda copies, **kw: recordings.append(len(copies)) or record(copies, **kw)
     both = ("a", "t_next")
     xs = [normal(5) for _ in range(5)]
     got = program.run({"x": xs[0]}, read=both)
@@ -148,6 +148,45 @@ def test_the_step_recorded_ahead_sees_new_inputs_state_writes_and_reads():
     assert program.run({"x": xs[0]}, read=both)["t_next"] == 14.0 and len(recordings) == 8
     assert program.run({"x": xs[0]}, read=both)["t_next"] == 15.0 and len(recordings) == 9
     assert program.recorded is None
+
+
+def test_a_step_submitted_in_parts_computes_what_one_submit_does(monkeypatch):
+    """On Dawn a step goes to the queue in parts (executable.SUBMIT_PARTS): a chain of dependent
+    kernels cut across parts, with an input, a state update and a readback, gives the same values
+    step after step as one part; the part count follows the backend and the dispatch count."""
+    from meganeura.runtime import executable as runtime_executable
+
+    graph = Graph()
+    t = typed_leaf(graph, "state", "t", ())
+    x = typed_leaf(graph, "input", "x", (37,))
+    value = x
+    for i in range(7):  # seven kernels, each reading the last
+        value = emit(graph, "add", [emit(graph, "exp" if i % 2 else "neg", [value]), const(graph, 0.25)])
+    graph.updates["t"] = emit(graph, "add", [t, const(graph, 1.0)])
+    graph.outputs["t_next"] = graph.updates["t"]
+    graph.outputs["y"] = value
+    xs = [normal(37) * 0.1 for _ in range(3)]
+    runs = {}
+    for parts in (1, 3, 7):
+        monkeypatch.setattr(runtime_executable, "submit_parts", lambda dispatches, parts=parts: parts)
+        program = executable(graph, states={"t": np.float32(0.0)})
+        assert program.parts == parts and len(program.dispatches) >= 7
+        runs[parts] = [program.run({"x": x}, read=("y", "t_next")) for x in xs]
+        assert len(program.recorded[1]) == parts  # the next step's buffers, recorded ahead
+    for parts in (3, 7):
+        for one, split in zip(runs[1], runs[parts], strict=True):
+            np.testing.assert_array_equal(split["y"], one["y"])
+            assert split["t_next"] == one["t_next"]
+    assert [r["t_next"] for r in runs[7]] == [1.0, 2.0, 3.0]
+    expected = xs[-1].astype(np.float64)
+    for i in range(7):
+        expected = (np.exp(expected) if i % 2 else -expected) + 0.25
+    np.testing.assert_allclose(runs[7][-1]["y"], expected, rtol=1e-5)
+    monkeypatch.undo()
+    monkeypatch.setattr(runtime_executable, "BACKEND", "dawn")
+    assert [runtime_executable.submit_parts(n) for n in (20, 64, 200, 2894)] == [1, 1, 3, 8]
+    monkeypatch.setattr(runtime_executable, "BACKEND", "wgpu")
+    assert runtime_executable.submit_parts(2894) == 1
 
 
 def staged_graph() -> Graph:

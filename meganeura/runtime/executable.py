@@ -1,7 +1,8 @@
 """A compiled step on a device: every buffer, pipeline and bind group made once from a
 `CompiledStep` (codegen/compiled.py: the kernels and the buffer plan, plain data); `run` submits
 one command buffer (the inputs' copies from their staging buffer, runtime/uploads.py, one compute
-pass, readback copies, end-of-step state copies) and records the next step's while the GPU runs.
+pass, readback copies, end-of-step state copies; on Dawn the pass cut into a few command buffers,
+SUBMIT_PARTS) and records the next step's while the GPU runs.
 
 Parameters live in device buffers: the Executable points each `nn.Parameter.storage` at its
 buffer, and an Executable compiled later from the same model on the same device binds that same
@@ -22,6 +23,7 @@ from meganeura.codegen.compiled import CompiledStep
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.ir.graph import TensorType
 from meganeura.rewrite.cost import node_cost
+from meganeura.runtime.backend import NAME as BACKEND
 from meganeura.runtime.backend import wgpu
 from meganeura.runtime.device import Device
 from meganeura.runtime.encoding import recorder
@@ -32,6 +34,27 @@ from meganeura.runtime.uploads import input_staging, numpy_dtype, staged_array
 BUFFER_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 MAP_ALIGN = 8  # WebGPU's alignment of mapAsync offsets
 record = recorder()
+
+# On Dawn a step goes to the queue as up to SUBMIT_PARTS command buffers of at least PART_DISPATCHES
+# dispatches each, one submit each, so that the GPU starts on the first part while Dawn prepares
+# the next: it turns a command buffer into Vulkan commands when it is submitted (about 3 µs a
+# dispatch on the H200), not when it is recorded. wgpu-native does that work while recording,
+# which runs ahead (`record_next`): one part. On the H200, 2026-12-04 (benchmarks/plan_ab.py,
+# Dawn without robustness, MEGANEURA_TENSOR_CORES=1, wall ms a step with 1 / 4 / 8 / 16 equal
+# parts): GPT-2 47.1 / 44.5 / 44.3 / 44.2 against 43.1 of GPU time as one pass; SmolLM2 71.1 /
+# 64.6 / 63.5 / 63.4 against 61.8; with the f32 kernels 58.2 → 55.9 and 72.2 → 68.0 (1 → 8).
+# wgpu-native, 1 → 8: GPT-2 57.7 → 57.5, SmolLM2 71.2 → 71.7.
+SUBMIT_PARTS = 8
+PART_DISPATCHES = 64
+
+
+def submit_parts(dispatches: int) -> int:
+    """How many command buffers a step of `dispatches` goes to the queue in (above)."""
+    if BACKEND != "dawn":
+        return 1
+    return max(1, min(SUBMIT_PARTS, dispatches // PART_DISPATCHES))
+
+
 CANARY = 0x7F7FDEAD  # 3.4e38, near f32's largest: read past a value's end, it shows as huge or inf results
 
 
@@ -66,8 +89,9 @@ class DeviceStorage:
 class Executable:
     """One compiled step with all its device objects made once.
 
-    `run(inputs, read)` uploads the inputs, runs every kernel in one compute pass and returns the
-    outputs named in `read`; parameters and optimizer states are updated on the device.
+    `run(inputs, read)` uploads the inputs, runs every kernel in one compute pass (`parts` of it
+    on Dawn) and returns the outputs named in `read`; parameters and optimizer states are updated
+    on the device.
 
     With `canary_words` (for tests), every buffer gets that many extra words after its data,
     filled with CANARY, and every binding spans its whole buffer, so that a kernel writing past the
@@ -109,10 +133,11 @@ class Executable:
         staged = {name: (buffer, self.leaf_types[name]) for name, buffer in self.inputs.items()}
         self.staging = input_staging(device.device, staged, device.limits.get("max-buffer-size"))
         self.dispatches = [self.prepare_dispatch(spec) for spec in self.plan.schedule]
+        self.parts = submit_parts(len(self.dispatches))
         self.copies = [(self.buffers[c.source], self.buffers[c.target], c.nbytes) for c in self.plan.copies]
         self.outputs, self.readback = self.prepare_readback()
         self.readback_plans: dict[tuple[str, ...], tuple] = {}
-        self.recorded: tuple[tuple[str, ...], wgpu.GPUCommandBuffer] | None = None  # the next step's, by `read`
+        self.recorded: tuple[tuple[str, ...], list[wgpu.GPUCommandBuffer]] | None = None  # the next step's, by `read`
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -277,34 +302,49 @@ class Executable:
     # -- running --------------------------------------------------------------------------------
 
     def run(self, inputs: dict[str, np.ndarray], read: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-        """Upload `inputs`, run the step with one submit, and return the outputs named in `read`.
+        """Upload `inputs`, run the step (one submit, or `parts` on Dawn: SUBMIT_PARTS), and return
+        the outputs named in `read`.
 
-        While the GPU runs the step, the host records the next step's command buffer (for the same
+        While the GPU runs the step, the host records the next step's command buffers (for the same
         `read`), so a loop of steps pays the recording once, hidden behind the GPU's work."""
         read, copies, start, size = self.upload(inputs, read)
-        commands = self.take_recorded(read) or self.step_commands(copies)
-        self.submit([commands])
+        commands = self.take_recorded(read) or self.step_commands(copies, parts=self.parts)
+        self.submit(commands)
         if self.record_ahead:
             self.record_next(read, copies)
         return self.read_outputs(read, start, size)
 
     def submit(self, commands: list[wgpu.GPUCommandBuffer]) -> None:
-        """Submit a step's command buffers; then ask for the inputs' staging buffer mapped again."""
-        self.device.queue.submit(commands)
+        """Submit a step's command buffers, one submit each (SUBMIT_PARTS); then ask for the
+        inputs' staging buffer mapped again."""
+        for buffer in commands:
+            self.device.queue.submit([buffer])
         if self.staging is not None:
             self.staging.request()
 
-    def step_commands(self, copies: list[tuple], timestamps: dict | None = None) -> wgpu.GPUCommandBuffer:
-        """One step's command buffer: the inputs' copies from their staging buffer, every dispatch
-        in one compute pass (writing `timestamps`, a pass's timestamp_writes, where given), then
-        `copies` and the end-of-step state copies."""
-        encoder = self.device.device.create_command_encoder()
-        self.encode_uploads(encoder)
-        compute = encoder.begin_compute_pass(timestamp_writes=timestamps)
-        self.encode_dispatches(compute, self.dispatches)
-        compute.end()
-        self.encode_copies(encoder, copies)
-        return encoder.finish()
+    def step_commands(
+        self, copies: list[tuple], timestamps: dict | None = None, parts: int = 1
+    ) -> list[wgpu.GPUCommandBuffer]:
+        """One step's command buffers: the inputs' copies from their staging buffer, every dispatch
+        in `parts` compute passes of about equal counts, a command buffer each (one pass, writing
+        `timestamps`, a pass's timestamp_writes, where given), then `copies` and the end-of-step
+        state copies."""
+        if timestamps is not None and parts != 1:
+            raise ValueError("a step's timestamps are one pass's: parts must be 1")
+        count = len(self.dispatches)
+        bounds = [count * i // parts for i in range(parts + 1)]
+        buffers = []
+        for i in range(parts):
+            encoder = self.device.device.create_command_encoder()
+            if i == 0:
+                self.encode_uploads(encoder)
+            compute = encoder.begin_compute_pass(timestamp_writes=timestamps)
+            self.encode_dispatches(compute, self.dispatches[bounds[i] : bounds[i + 1]])
+            compute.end()
+            if i == parts - 1:
+                self.encode_copies(encoder, copies)
+            buffers.append(encoder.finish())
+        return buffers
 
     def timed_run(self, inputs: dict[str, np.ndarray], read: tuple[str, ...] = ()) -> tuple[dict, int]:
         """`run`, with the step's one compute pass writing GPU timestamps at its start and end:
@@ -320,7 +360,7 @@ class Executable:
         commands = self.step_commands(copies, writes)
         encoder = device.create_command_encoder()
         stamps = resolve_stamps(device, encoder, queries, 2)
-        self.submit([commands, encoder.finish()])
+        self.submit([*commands, encoder.finish()])
         outputs = self.read_outputs(read, start, size)
         begin, end = read_stamps(device, stamps)
         return outputs, max(0, end - begin)
@@ -330,11 +370,11 @@ class Executable:
         contents, so the next call's uploads and any state written in between still reach it
         (queue writes run before the submit that follows them)."""
         try:
-            self.recorded = (read, self.step_commands(copies))
+            self.recorded = (read, self.step_commands(copies, parts=self.parts))
         except Exception:  # recorded again in the next call, which raises it there, for that step
             self.recorded = None
 
-    def take_recorded(self, read: tuple[str, ...]) -> wgpu.GPUCommandBuffer | None:
+    def take_recorded(self, read: tuple[str, ...]) -> list[wgpu.GPUCommandBuffer] | None:
         """The command buffer recorded ahead for `read`, once (a command buffer is submitted once)."""
         recorded, self.recorded = self.recorded, None
         return recorded[1] if recorded is not None and recorded[0] == read else None
