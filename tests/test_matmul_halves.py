@@ -95,6 +95,48 @@ def test_the_split_products_stay_within_their_bound(case):
     assert error_of(graph, inputs, interpret(step.graph, inputs).outputs["out"]) < BOUND
 
 
+def test_parts_of_k_follow_the_tensor_core_tiles():
+    """A product that extraction split into parts of K for the f32 kernels gets the parts that fill
+    the H200 with the tensor-core tiles (`halves_splits`): a 512x512 output over K = 2,048, whose
+    16 tiles of 128x128 would need more parts than K has of PART_MIN, in 5 parts of 64 tiles of
+    64x64, its sum made again for them; a
+    2048x576 output (288 tiles of 64x64, two a compute unit) in one part, and the fused_reduce that
+    summed its parts and added two extras becomes the product's epilogue, no kernel summing one
+    part; both within the bound of the exact product."""
+    graph = product_graph(512, 2048, 512, splits=8)
+    step = compile_step(graph, H200)
+    (product,) = [node for node in step.graph if node.op == "split_matmul"]
+    (total,) = [node for node in step.graph if node.op == "sum"]
+    assert product.attr("splits") == 5 and step.graph[total.inputs[0]].shape == (5, 512, 512)
+    assert [k.label for k in step.kernels if k.entry_point == "matmul_halves"] == [
+        "split_matmul 512x2048x512 in 5 parts of K"
+    ]
+    inputs = inputs_of(graph)
+    assert error_of(graph, inputs, interpret(step.graph, inputs).outputs["out"]) < BOUND
+
+    tracer = Tracer()
+    a = tracer.leaf("input", "a", TensorType((2048, 200)))
+    b = tracer.leaf("input", "b", TensorType((200, 576)))
+    r = tracer.leaf("input", "r", TensorType((2048, 576)))
+    c = tracer.leaf("input", "c", TensorType((576,)))
+    parts = tracer.emit("fused_matmul", [a, b], splits=3)
+    reduce = {"kind": "sum", "axes": (0,), "keepdim": False, "in_shape": (3, 2048, 576), "prologue": "$0"}
+    out = tracer.emit("fused_reduce", [parts, r, c], **reduce, epilogue="add(mul($1,$2),$r)")
+    tracer.graph.outputs["out"] = out
+    step = compile_step(tracer.graph, H200)
+    live = step.graph.live_ids()
+    (product,) = [node for node in step.graph if node.op == "split_matmul"]
+    assert product.attr("splits") == 1 and product.attr("epilogue") == "add(mul($0,$1),$acc)"
+    summed = [node for node in step.graph if node.id in live and node.op in ("sum", "fused_reduce")]
+    assert [node.attr("kind") for node in summed] == ["max"] * 2  # the two operands' maxima only
+    inputs = {"a": spread(2048, 200), "b": spread(200, 576), "r": spread(2048, 576), "c": spread(576)}
+    got = interpret(step.graph, inputs, dtype=np.float64).outputs["out"]
+    exact = interpret(tracer.graph, inputs, dtype=np.float64).outputs["out"]
+    np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-5)
+    plain = compile_step(tracer.graph, dataclasses.replace(H200, tensor_cores=False)).graph
+    assert any(node.op == "fused_reduce" for node in plain)  # the f32 plan keeps its parts
+
+
 def test_an_epilogue_reads_its_extras_at_the_folded_rows():
     graph = product_graph(40, 24, 36, batch=(3,), epilogue="add(mul($acc,$0),$1)")
     step = compile_step(graph, H200)

@@ -41,12 +41,14 @@ from meganeura.codegen.common import (
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.gemm_operands import OperandTile, store4_function
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.matmul_tensor import PAD, TensorTiling, subgroup_blocks, tensor_tiling
+from meganeura.codegen.matmul_tensor import FILL as TENSOR_FILL
+from meganeura.codegen.matmul_tensor import PAD, TensorTiling, fitting_tilings, subgroup_blocks, tensor_tiling
 from meganeura.codegen.multi_tensor import binding_limit, merged_sources
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
+from meganeura.ir.expr import format_expr, renamed
 from meganeura.ir.expr import parse as parse_expr
-from meganeura.ir.graph import Graph, Node, TensorType
+from meganeura.ir.graph import SKIP, Graph, Node, TensorType
 from meganeura.ir.op import add_checked
 from meganeura.ir.ops.halves import split_part
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
@@ -123,6 +125,50 @@ def halves_product(graph: Graph, node: Node) -> HalvesProduct | None:
         node.attr("epilogue", "$acc"),
         splits,
     )
+
+
+# Whether a product split into parts of K for the f32 kernels (extraction's choice) gets the parts
+# that fill the GPU with the tensor-core kernel's tiles instead (`halves_splits`).
+REPART = True
+
+
+def halves_splits(product: HalvesProduct, target: Target) -> int:
+    """Parts of K for `product` on the tensor cores: with the largest tiling that divides its
+    padded halves, the fewest parts whose tiles give every compute unit FILL workgroups
+    (matmul_tensor.tensor_tiling's rule, which then picks that tiling), each part at least
+    PART_MIN of K; the smallest tiling's count where none does."""
+    rows, cols = -(-product.m // SPLIT_PAD) * SPLIT_PAD, -(-product.n // SPLIT_PAD) * SPLIT_PAD
+    dividing = [t for t in fitting_tilings(target) if rows % t.bm == 0 and cols % t.bn == 0]
+    most = max(1, product.k // PART_MIN)
+    for tiling in dividing or fitting_tilings(target)[-1:]:
+        parts = max(1, -(-TENSOR_FILL * target.compute_units // tiling.tiles(product.m, product.n, 1)))
+        if parts <= most:
+            break
+    parts = min(parts, most)
+    while parts > 1 and (parts - 1) * split_part(product.k, parts) >= product.k:
+        parts -= 1
+    return parts
+
+
+PART_MIN = 256
+
+
+def repartable(graph: Graph, node: Node) -> bool:
+    """Whether the parts of K of product `node` can change: one reader sums them over axis 0 (a
+    `sum`, or a `fused_reduce` whose prologue reads them alone), so it can be made again for the
+    new count, or become the product's epilogue where one part is left (`split_operands`)."""
+    if len(graph.users()[node.id]) != 1 or node.id in graph.roots():
+        return False
+    for user in graph.users()[node.id]:
+        reader = graph[user]
+        if tuple(reader.attr("axes", ())) != (0,) or reader.attr("keepdim", False) or reader.inputs[0] != node.id:
+            return False
+        if reader.op == "fused_reduce":
+            if reader.attr("prologue") != "$0" or node.id in reader.inputs[1:]:
+                return False
+        elif reader.op != "sum":
+            return False
+    return True
 
 
 def top_parts(numel: int) -> int:
@@ -227,9 +273,18 @@ def split_operands(graph: Graph, target: Target) -> Graph:
             for index, (x, t) in enumerate(group):
                 splits[x, t] = new.add("result", (multi,), new[multi].types[index], {"index": index}, graph[x].sources)
 
+    reparted: set[int] = set()  # products whose parts of K changed: their readers are made again
+    completes: dict[int, tuple] = {}  # reader -> the product in one part it completes, made there
+
     def replace(node: Node, new: Graph, new_id: dict[int, int]) -> int | None:
         if node.id == first_after_weights:
             split_weights(new, new_id)
+        if node.id in completes:
+            return completed(node, *completes.pop(node.id), new, new_id)
+        if reparted.intersection(node.inputs):  # a reader of parts whose count changed
+            parts = new[new_id[node.inputs[0]]].shape
+            attrs = node.attr_dict | ({"in_shape": parts} if node.op == "fused_reduce" else {})
+            return add_checked(new, node.op, tuple(new_id[i] for i in node.inputs), attrs, node.sources)
         product = chosen.get(node.id)
         if product is None:
             return None
@@ -237,11 +292,33 @@ def split_operands(graph: Graph, target: Target) -> Graph:
         halves_b, top_b = halves_of(product.b, product.transpose_b, new, new_id, node.sources)
         operands = (halves_a, top_a, halves_b, top_b, *(new_id[e] for e in product.extras))
         shape = node.shape[1:] if product.splits > 1 else node.shape
+        splits = product.splits
+        if REPART and splits > 1 and repartable(graph, node):
+            splits = halves_splits(product, target)
+            reparted.update([node.id] if splits != product.splits else [])
         attrs = {"m": product.m, "k": product.k, "n": product.n, "shape": shape}
-        attrs |= {"epilogue": product.epilogue, "splits": product.splits}
+        attrs |= {"epilogue": product.epilogue, "splits": splits}
+        if splits == 1 and product.splits > 1:
+            (reader,) = graph.users()[node.id]  # repartable: the sum of its parts, which it now is
+            completes[reader] = (operands, attrs, node.sources)
+            return SKIP
         return add_checked(new, "split_matmul", operands, attrs, node.sources)
 
     return graph.rebuilt(replace)
+
+
+def completed(reader: Node, operands: tuple, attrs: dict, sources, new: Graph, new_id: dict[int, int]) -> int:
+    """The product in one part that `reader` summed the parts of, made in its place: with the
+    reader's epilogue and extras where it is a fused_reduce (`$r` read as `$acc`, extra `$i` as
+    `$(i-1)`), so that no kernel sums a single part."""
+    extras, epilogue = (), "$acc"
+    if reader.op == "fused_reduce":
+        extras = tuple(new_id[i] for i in reader.inputs[1:])
+        names = {"r": "acc", **{str(i + 1): str(i) for i in range(len(extras))}}
+        epilogue = format_expr(renamed(parse_expr(reader.attr("epilogue")), names))
+    attrs = attrs | {"epilogue": epilogue, "shape": reader.shape}
+    merged = merged_sources([sources, reader.sources])
+    return add_checked(new, "split_matmul", (*operands, *extras), attrs, merged)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -87,6 +87,19 @@ def format_expr(tree: Expr) -> str:
     return f"{tree[0]}({','.join(format_expr(arg) for arg in tree[1:])})"
 
 
+def renamed(tree: Expr, names: dict[str, str]) -> Expr:
+    """`tree` with each `$` value named in `names` read under its new name.
+
+    >>> format_expr(renamed(parse("add($1,$r)"), {"1": "0", "r": "acc"}))
+    'add($0,$acc)'
+    """
+    if isinstance(tree, float):
+        return tree
+    if tree[0] == "$":
+        return ("$", names.get(tree[1], tree[1]))
+    return (tree[0], *(renamed(arg, names) for arg in tree[1:]))
+
+
 def variables(tree: Expr) -> set[str]:
     """The names of the `$` values an expression reads."""
     if isinstance(tree, float):
