@@ -120,6 +120,51 @@ def test_the_tensor_core_probe_compiles_through_tint():
     assert compiled == ["lm-up 2048x576x1536", "lm-up-dW 576x2048x1536", "lm-kv 2048x576x192"]
 
 
+DAWN_UNCHECKED = """
+import dataclasses
+import numpy as np
+import meganeura as mn
+from meganeura import functional as F, nn, optim
+from meganeura.runtime import device
+from wgpudawn.backends.dawn import extras
+
+dev = device.default_device()
+assert dev.unchecked_everywhere and "disable_robustness" in extras.get_toggles(dev.device)
+model = nn.Sequential(nn.Linear(13, 21), nn.GELU(), nn.LayerNorm(21), nn.Linear(21, 5))
+program = mn.compile(
+    model,
+    loss=lambda m, x, y: F.cross_entropy(m(x), y),
+    inputs={"x": mn.f32[7, 13], "y": mn.i32[7]},
+    optimizer=optim.AdamW(lr=1e-3),
+)
+rng = np.random.default_rng(0)
+program.train_step(x=rng.standard_normal((7, 13), dtype=np.float32), y=rng.integers(0, 5, 7).astype(np.int32))
+kernels = program.executable.kernels
+print("trusted", sum(k.trusted for k in kernels), "of", len(kernels))
+try:
+    dev.pipeline(dataclasses.replace(kernels[0], trusted=False, wgsl=kernels[0].wgsl + "// untrusted"))
+except RuntimeError as error:
+    print("refused:", error)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wgpudawn") is None, reason="wgpudawn is not installed")
+def test_unchecked_kernels_on_dawn_turn_the_checks_off_for_the_device_and_refuse_untrusted_kernels():
+    """MEGANEURA_UNCHECKED_KERNELS=1 under Dawn (runtime/device.py): the device gets Dawn's
+    `disable_robustness` toggle, a step whose kernels are all trusted builds and runs, and a kernel
+    not marked trusted is refused by name when its pipeline is made (Dawn's Null backend)."""
+    env = {**os.environ, backend.BACKEND_ENV: "dawn", "WGPU_BACKEND_TYPE": "Null", "MEGANEURA_UNCHECKED_KERNELS": "1"}
+    env.pop("MEGANEURA_ADAPTER", None)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(DAWN_UNCHECKED)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    trusted, _, total = done.stdout.split("trusted ")[1].split("\n")[0].split()
+    assert int(trusted) == int(total) >= 5, done.stdout
+    assert "refused: MEGANEURA_UNCHECKED_KERNELS=1 on Dawn turns the runtime bounds checks off" in done.stdout
+    assert "is not one whose indexing the suite checks at ragged shapes" in done.stdout
+
+
 def test_tensor_cores_are_asked_for_only_on_dawn(monkeypatch):
     """MEGANEURA_TENSOR_CORES=1 (codegen/matmul_tensor.py) on a backend without subgroup matrices
     says what it needs, rather than running the f32 kernels the user did not ask for."""

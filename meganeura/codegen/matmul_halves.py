@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from meganeura.codegen import matmul_tensor
 from meganeura.codegen.common import (
     Operands,
     bindings_wgsl,
@@ -41,7 +42,6 @@ from meganeura.codegen.common import (
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.gemm_operands import OperandTile, store4_function
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.matmul_tensor import FILL as TENSOR_FILL
 from meganeura.codegen.matmul_tensor import PAD, TensorTiling, fitting_tilings, subgroup_blocks, tensor_tiling
 from meganeura.codegen.multi_tensor import binding_limit, merged_sources
 from meganeura.codegen.registry import lowering
@@ -141,7 +141,7 @@ def halves_splits(product: HalvesProduct, target: Target) -> int:
     dividing = [t for t in fitting_tilings(target) if rows % t.bm == 0 and cols % t.bn == 0]
     most = max(1, product.k // PART_MIN)
     for tiling in dividing or fitting_tilings(target)[-1:]:
-        parts = max(1, -(-TENSOR_FILL * target.compute_units // tiling.tiles(product.m, product.n, 1)))
+        parts = max(1, -(-matmul_tensor.FILL * target.compute_units // tiling.tiles(product.m, product.n, 1)))
         if parts <= most:
             break
     parts = min(parts, most)
