@@ -14,7 +14,7 @@ from conftest import RNG, run_gpu
 from test_matmul_tensor import H200, needs_tensor_cores
 
 import meganeura as mn
-from meganeura.codegen import matmul_halves
+from meganeura.codegen import matmul_halves, matmul_tensor
 from meganeura.codegen.compiled import compile_step
 from meganeura.ir.graph import TensorType
 from meganeura.ir.interpret import interpret
@@ -95,14 +95,16 @@ def test_the_split_products_stay_within_their_bound(case):
     assert error_of(graph, inputs, interpret(step.graph, inputs).outputs["out"]) < BOUND
 
 
-def test_parts_of_k_follow_the_tensor_core_tiles():
+def test_parts_of_k_follow_the_tensor_core_tiles(monkeypatch):
     """A product that extraction split into parts of K for the f32 kernels gets the parts that fill
-    the H200 with the tensor-core tiles (`halves_splits`): a 512x512 output over K = 2,048, whose
+    the H200 with the tensor-core tiles (`halves_splits`), here two workgroups a compute unit
+    (matmul_tensor.FILL = 2): a 512x512 output over K = 2,048, whose
     16 tiles of 128x128 would need more parts than K has of PART_MIN, in 5 parts of 64 tiles of
     64x64, its sum made again for them; a
     2048x576 output (288 tiles of 64x64, two a compute unit) in one part, and the fused_reduce that
     summed its parts and added two extras becomes the product's epilogue, no kernel summing one
     part; both within the bound of the exact product."""
+    monkeypatch.setattr(matmul_tensor, "FILL", 2)
     graph = product_graph(512, 2048, 512, splits=8)
     step = compile_step(graph, H200)
     (product,) = [node for node in step.graph if node.op == "split_matmul"]

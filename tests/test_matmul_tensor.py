@@ -188,7 +188,9 @@ def test_each_tile_of_the_ladder(monkeypatch, tiling):
         assert executable.kernels[0].grid[0] == -(-140 // tiling.bn)
 
 
-def test_the_ladder_fills_the_target_and_fits_its_workgroup_memory():
+def test_the_ladder_fills_the_target_and_fits_its_workgroup_memory(monkeypatch):
+    """The first tiling of the ladder that gives every compute unit FILL workgroups (here 2)."""
+    monkeypatch.setattr(matmul_tensor, "FILL", 2)
     assert tensor_tiling(4096, 4096, 1, H200) == TensorTiling(4, 4)
     assert tensor_tiling(2048, 576, 1, H200) == TensorTiling(2, 2)  # 72 tiles of 128x128 for 132 units
     assert tensor_tiling(64, 64, 1, H200) == TensorTiling(1, 1)
@@ -200,10 +202,11 @@ def test_the_ladder_fills_the_target_and_fits_its_workgroup_memory():
     assert tensor_tiling(4096, 4096, 1, dataclasses.replace(H200, workgroup_memory=16384)) == LADDER[-1]
 
 
-def test_the_cost_model_counts_the_tensor_kernels_it_plans():
+def test_the_cost_model_counts_the_tensor_kernels_it_plans(monkeypatch):
     """On a target with tensor cores every product of a planned step dispatches the workgroups the
     cost model counts for it (the tensor ladder's, in its largest tile's units), as the f32
-    kernels do (tests/test_target.py)."""
+    kernels do (tests/test_target.py); the ladder filling at FILL 2."""
+    monkeypatch.setattr(matmul_tensor, "FILL", 2)
     workload = STEPS["smollm2"].build(small=True)
     plan = compile_plan(workload.model, workload.loss, workload.inputs, workload.optimizer, target=H200)
     step = plan.compiled

@@ -128,7 +128,10 @@ def halves_product(graph: Graph, node: Node) -> HalvesProduct | None:
 
 
 # Whether a product split into parts of K for the f32 kernels (extraction's choice) gets the parts
-# that fill the GPU with the tensor-core kernel's tiles instead (`halves_splits`).
+# that fill the GPU with the tensor-core kernel's tiles instead (`halves_splits`). On the H200
+# (as matmul_tensor.FILL's runs, FILL 3; GPU ms as one pass, with / without): GPT-2 41.90 /
+# 42.68, SmolLM2 59.87 / 61.19; each part at least 128 of K instead of PART_MIN's 256: 42.21 and
+# 60.15. At FILL 2 re-parting lost (GPT-2 43.20 / 42.76, SmolLM2 61.93 / 61.32).
 REPART = True
 
 

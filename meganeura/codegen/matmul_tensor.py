@@ -92,9 +92,13 @@ class TensorTiling:
         return -(-m // self.bm) * -(-n // self.bn) * batches
 
 
-# Largest first; a product takes the first that gives every compute unit FILL workgroups.
+# Largest first; a product takes the first that gives every compute unit FILL workgroups (and
+# a split product the parts of K that do: matmul_halves.halves_splits). On the H200, 2026-12-04
+# (benchmarks/plan_ab.py, Dawn without robustness, MEGANEURA_TENSOR_CORES=1, one process; GPU ms
+# of a step as one pass at FILL 2 / 3 / 4 / 6): GPT-2 43.15 / 41.90 / 42.66 / 45.93, SmolLM2
+# 61.88 / 59.87 / 60.08 / 66.89. BK 16 instead of 32: GPT-2 49.13 against 43.01 (FILL 2).
 LADDER = (TensorTiling(4, 4), TensorTiling(2, 2), TensorTiling(1, 1))
-FILL = 2
+FILL = 3
 
 
 def tensor_takes(m: int, n: int, k: int, batches: int) -> bool:
