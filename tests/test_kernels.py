@@ -16,6 +16,7 @@ from conftest import check, const, emit, normal, one_op, run_gpu, typed_leaf
 
 from meganeura import nn
 from meganeura.codegen import common, expressions
+from meganeura.codegen import kernel as codegen_kernel
 from meganeura.codegen import matmul as codegen_matmul
 from meganeura.codegen import shape as codegen_shape
 from meganeura.codegen.compiled import compile_step
@@ -365,9 +366,10 @@ def test_split_k_partials_sum_to_the_product_and_bad_splits_say_why():
         infer_type("fused_matmul", types, {"splits": 2, "epilogue": "relu($acc)"})
 
 
-def test_matmul_kernels_run_without_bounds_checks_when_the_user_opts_in(monkeypatch):
-    """MEGANEURA_UNCHECKED_KERNELS=1: the matmul kernels (indexing tested at ragged shapes above) get
-    modules without runtime bounds checks and compute the same; kernels not marked trusted keep them."""
+def test_trusted_kernels_run_without_bounds_checks_when_the_user_opts_in(monkeypatch):
+    """MEGANEURA_UNCHECKED_KERNELS=1: the matmul kernels (indexing tested at ragged shapes above) and
+    the elementwise ones get modules without runtime bounds checks and compute the same; a kernel
+    whose entry point is not trusted (codegen/kernel.py TRUSTED_ENTRY_POINTS) keeps them."""
     monkeypatch.setenv("MEGANEURA_UNCHECKED_KERNELS", "1")
     shapes = operand_shapes(37, 28, 44, True, False)
     graph = one_op("fused_matmul", shapes + [(44,)], transpose_a=True, epilogue="relu(add($acc,$0))")
@@ -377,8 +379,11 @@ def test_matmul_kernels_run_without_bounds_checks_when_the_user_opts_in(monkeypa
     modules = default_device()._modules
     assert all(spec.trusted for spec in executable.kernels)
     assert all((spec.wgsl, True) in modules for spec in executable.kernels)
-    relu = one_op("relu", [(5, 7)])
-    relu_kernels = check(relu, {"x0": normal(5, 7)}).kernels
+    relu_kernels = check(one_op("relu", [(5, 7)]), {"x0": normal(5, 7)}).kernels
+    assert all(spec.trusted for spec in relu_kernels) and (relu_kernels[0].wgsl, True) in modules
+    # an entry point not in TRUSTED_ENTRY_POINTS keeps its checks
+    monkeypatch.setattr(codegen_kernel, "TRUSTED_ENTRY_POINTS", codegen_kernel.TRUSTED_ENTRY_POINTS - {"elementwise"})
+    relu_kernels = check(one_op("relu", [(6, 7)]), {"x0": normal(6, 7)}).kernels
     assert not any(spec.trusted for spec in relu_kernels) and (relu_kernels[0].wgsl, False) in modules
 
 

@@ -415,6 +415,5 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
         grid,
         workgroup,
         workgroup_memory=tiling.workgroup_bytes,
-        trusted=True,  # every mode at ragged shapes and forced tilings: tests/test_conv_gemm.py
         keeps_checks=tiling.checked,
     )

@@ -27,6 +27,22 @@ class Binding:
     index: int = 0
 
 
+# The kernels that may run without runtime bounds checks, by entry point: tests/test_bounds.py runs
+# each in whole training steps at ragged shapes with every array index checked against its
+# array's length, and finds none out of bounds. The split products (`matmul_halves`) read halves
+# padded to whole tiles (ir/ops/halves.py), so no load needs a check, and run at ragged shapes on
+# the H200 (tests/test_matmul_halves.py); their subgroup-matrix loads are beyond that checker.
+# Not here: `matmul_tensor`, the tensor-core kernel that splits as it loads (off by default).
+TRUSTED_ENTRY_POINTS = frozenset(
+    {
+        "attention", "attention_grad_kv", "attention_grad_q", "conv_gemm", "cross_entropy_rows",
+        "cross_entropy_rows_grad", "elementwise", "log_softmax", "log_softmax_grad", "matmul", "matmul_halves",
+        "multi_top", "optimizer_update", "reduce_columns", "reduce_rows", "reduce_serial", "reduce_tree",
+        "scatter_add", "softmax", "softmax_grad", "sort_ids", "split_halves", "transpose", "winograd",
+    }
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """One dispatch: computes IR node `node` into the buffers of its results.
@@ -36,10 +52,11 @@ class KernelSpec:
     because WebGPU forbids binding one buffer both read-only and read-write in a dispatch).
     A kernel of several results says it per result in `inplace_inputs` (result index → the
     input it replaces, or None): a multi-tensor optimizer update replaces many leaves at once.
-    `trusted` marks a kernel whose indexing the suite tests at ragged shapes, so that it may run
-    without the shader compiler's runtime bounds checks when the user opts in
-    (`MEGANEURA_UNCHECKED_KERNELS=1`, runtime/device.py); `keeps_checks` one measured faster with
-    them, which keeps them where the backend decides per module (wgpu-native; not Dawn).
+    `trusted` (its entry point is one of TRUSTED_ENTRY_POINTS) marks a kernel whose indexing the
+    suite checks at ragged shapes, so that it may run without the shader compiler's runtime bounds
+    checks when the user opts in (`MEGANEURA_UNCHECKED_KERNELS=1`, runtime/device.py);
+    `keeps_checks` one measured faster with them, which keeps them where the backend decides per
+    module (wgpu-native; not Dawn).
     `workgroup_memory` is the bytes of its workgroup arrays where they grow with a tile
     configuration picked for the target (attention, matmul, conv), so that the runtime refuses a
     step planned for more than its device offers (wgpu does not check it: lavapipe ran a
@@ -56,10 +73,13 @@ class KernelSpec:
     workgroup_size: tuple[int, int, int]
     inplace_input: int | None = None
     results: int = 1
-    trusted: bool = False
     keeps_checks: bool = False
     inplace_inputs: tuple[int | None, ...] = ()
     workgroup_memory: int = 0
+
+    @property
+    def trusted(self) -> bool:
+        return self.entry_point in TRUSTED_ENTRY_POINTS
 
     def inplace_of(self, index: int) -> int | None:
         """The input whose buffer result `index` is written into in place (None: a buffer of its own)."""

@@ -491,17 +491,11 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "matmul_tensor",
             {**values, **matmul_tensor.tensor_blocks(op_a, op_b, tiling, ragged_k, prologue_text != "$a")},
         )
-        entry, workgroup, memory, trusted, keeps_checks = (
-            "matmul_tensor",
-            (tiling.threads, 1, 1),
-            tiling.workgroup_bytes,
-            False,
-            False,
-        )
+        entry, workgroup, memory, keeps_checks = "matmul_tensor", (tiling.threads, 1, 1), tiling.workgroup_bytes, False
     else:
         wgsl = render("matmul", {**values, **gemm_blocks(op_a, op_b, tiling, ragged_k, prologue_text != "$a")})
         entry, workgroup = "matmul", (tiling.threads_x, tiling.threads_y, 1)
-        memory, trusted, keeps_checks = tiling.workgroup_bytes, True, tiling.checked
+        memory, keeps_checks = tiling.workgroup_bytes, tiling.checked
     label = f"{node.op} {shape_text(batch) + '×' if batch else ''}{m}x{k}x{n}"
     label += " Aᵀ" * transpose_a + " Bᵀ" * transpose_b + ("" if epilogue_text == "$acc" else f" {epilogue_text}")
     label += "" if prologue_text == "$a" else f" A={prologue_text}"
@@ -515,7 +509,6 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
         tuple(bindings),
         grid,
         workgroup,
-        trusted=trusted,  # indexing tested at ragged shapes (tests/test_kernels.py)
         keeps_checks=keeps_checks,
         workgroup_memory=memory,
     )

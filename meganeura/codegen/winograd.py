@@ -62,7 +62,7 @@ def transform_kernel(
             "BODY": "\n    ".join(body),
         },
     )
-    return KernelSpec(node.id, label, wgsl, "winograd", tuple(bindings), grid, (WORKGROUP, 1, 1), trusted=True)
+    return KernelSpec(node.id, label, wgsl, "winograd", tuple(bindings), grid, (WORKGROUP, 1, 1))
 
 
 def tile_origin(count: int, tiles_hw: tuple[int, int], tile: int, planes: int, size: tuple[int, int]) -> list[str]:
