@@ -15,13 +15,17 @@ from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.lower import lower_graph
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
-from meganeura.runtime import Executable, default_device, device, mapping
+from meganeura.runtime import Executable, backend, default_device, device, mapping
 
 RNG = np.random.default_rng(1)
 
 
 def normal(*shape: int) -> np.ndarray:
     return RNG.normal(size=shape).astype(np.float32)
+
+
+# Tests of wgpu-native's C fast paths (runtime/native.py), which Dawn's backend does not have.
+wgpu_native_only = pytest.mark.skipif(backend.NAME != "wgpu", reason="wgpu-native's C paths (MEGANEURA_BACKEND=wgpu)")
 
 
 def executable(graph: Graph, params: dict | None = None, states: dict | None = None) -> Executable:
@@ -465,6 +469,7 @@ def test_dispatches_recorded_through_wgpu_natives_c_calls_train_exactly_like_the
     assert encoding.recorder(native=False) is encoding.record_public
 
 
+@wgpu_native_only
 def test_a_bad_dispatch_recorded_natively_fails_when_the_encoder_finishes(monkeypatch):
     """Errors are not lost on the C path: WebGPU reports a pass's errors at finish, both ways."""
     import wgpu
@@ -489,6 +494,7 @@ def test_a_bad_dispatch_recorded_natively_fails_when_the_encoder_finishes(monkey
             encoder.finish()
 
 
+@wgpu_native_only
 def test_without_a_name_of_wgpu_natives_module_every_fast_path_falls_back_or_refuses(monkeypatch):
     """runtime/native.py: a wgpu build whose wgpu-native module lacks a name the fast paths use (what
     an upgrade that moves it looks like) gives None, and then recording and readback take wgpu-py's

@@ -109,12 +109,17 @@ def matches(adapter: wgpu.GPUAdapter, wanted: str) -> bool:
     return wanted in adapter_name(adapter).lower()
 
 
+_instance_toggles_set = False  # Dawn takes instance toggles once, before its instance is made
+
+
 def select_adapter() -> wgpu.GPUAdapter:
     """The adapter MEGANEURA_ADAPTER names, else the system's high-performance adapter."""
-    if tensor_cores_wanted():
+    global _instance_toggles_set
+    if tensor_cores_wanted() and not _instance_toggles_set:
         from wgpudawn.backends.dawn import extras
 
-        extras.set_instance_extras(enable_toggles=list(DAWN_INSTANCE_TOGGLES))
+        extras.set_instance_extras(enable_toggles=list(DAWN_INSTANCE_TOGGLES))  # once: before the instance exists
+        _instance_toggles_set = True
     wanted = os.environ.get(ADAPTER_ENV, "").strip().lower()
     if not wanted:
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
