@@ -18,6 +18,7 @@ from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.lower import lower_graph
 from meganeura.codegen.matmul_halves import split_operands
 from meganeura.codegen.multi_tensor import group_updates
+from meganeura.codegen.optimizer import updates_reading_parts
 from meganeura.ir.graph import PERSISTENT, Graph, TensorType
 from meganeura.target import GENERIC, Target
 
@@ -52,18 +53,20 @@ def compile_step(
     """`graph` lowered to kernels for `target`, with its buffers planned (no device needed): first
     attention's dQ made a matmul of the dS that the dK/dV kernel writes (codegen/attention_scores.py)
     and, with `per_query_head`, the grouped dK/dV split per query head (codegen/attention_heads.py),
-    each where that costs less; with `multi_tensor`, the fused optimizer updates grouped into
-    multi-tensor kernels (codegen/multi_tensor.py); on a target with tensor cores, the products
-    that can take them made products of operands split once into f16 halves
-    (codegen/matmul_halves.py). The step's graph is then the rewritten one.
+    each where that costs less; on a target with tensor cores, the products that can take them
+    made products of operands split once into f16 halves (codegen/matmul_halves.py); each
+    optimizer update whose gradient is a sum of parts made to read the parts (codegen/
+    optimizer.py); with `multi_tensor`, the fused optimizer updates grouped into multi-tensor
+    kernels (codegen/multi_tensor.py). The step's graph is then the rewritten one.
     (Both options are there for the benchmarks and tests that time or check the kernels without
     those passes.)"""
     graph = dq_from_scores(graph, target)
     if per_query_head:
         graph = split_attention_heads(graph, target)
+    graph = split_operands(graph, target)  # before the updates take their gradients' parts: it re-parts products
+    graph = updates_reading_parts(graph)
     if multi_tensor:
         graph = group_updates(graph, target)
-    graph = split_operands(graph, target)
     kernels = lower_graph(graph, target)
     for spec in kernels:
         if len(spec.bindings) > target.max_storage_buffers:

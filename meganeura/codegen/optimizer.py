@@ -11,11 +11,13 @@ nothing needs its old value afterwards.
 
 from __future__ import annotations
 
+import math
+
 from meganeura.codegen.common import Operands, alias_root, bindings_wgsl, grid_for, output_binding, shape_text
 from meganeura.codegen.kernel import KernelSpec, Value
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
-from meganeura.ir.graph import Graph, Node, TensorType
+from meganeura.ir.graph import SKIP, Graph, Node, TensorType
 from meganeura.ir.ops.optimizer import (
     MULTI_OF,
     UPDATED_OPERANDS,
@@ -165,8 +167,61 @@ def member_operands(node: Node) -> list[list[int]]:
 
 def member_reads(operands: Operands, inputs: list[int], shape, replaced: dict[int, str]) -> list[str]:
     """The WGSL arguments of `update` for one member: an operand that the member replaces in
-    place is read from its result's binding (`replaced`: operand position → binding name)."""
-    return [f"{replaced[p]}[i]" if p in replaced else operands.read(i, shape) for p, i in enumerate(inputs)]
+    place is read from its result's binding (`replaced`: operand position → binding name), a
+    gradient given as its parts [P, *shape] as their sum, in order (as `sum` over axis 0 adds)."""
+    gradient = operands.graph[inputs[GRADIENT]]
+    numel, parts = math.prod(shape), len(gradient.shape) == len(shape) + 1
+
+    def read(position: int, value: int) -> str:
+        if position in replaced:
+            return f"{replaced[position]}[i]"
+        if position == GRADIENT and parts:
+            terms = [operands.read_at(value, f"{k * numel}u + i" if k else "i") for k in range(gradient.shape[0])]
+            return f"({' + '.join(terms)})"
+        return operands.read(value, shape)
+
+    return [read(position, value) for position, value in enumerate(inputs)]
+
+
+GRADIENT = 1  # the gradient's operand position in sgd_update and adam_update
+# A gradient summed from at most this many parts is read as its parts by the update
+# (`updates_reading_parts`): its kernel unrolls one read a part.
+MAX_PARTS = 32
+
+
+def updates_reading_parts(graph: Graph) -> Graph:
+    """`graph` with each fused update (sgd_update, adam_update) whose gradient is a `sum` over the
+    first axis of at most MAX_PARTS parts, read by nothing else, reading the parts instead: the
+    update adds them as it reads its gradient (ir/ops/optimizer.py), and the sum's dispatch goes.
+    Those sums complete split products' partials (a weight's gradient in parts of K) and
+    two-level column reductions (a bias's or a norm weight's gradient in 32 partial rows)."""
+    users, roots = graph.users(), set(graph.roots())
+    parts_of: dict[int, int] = {}  # the sum → its parts
+    for node in graph:
+        if node.op not in UPDATE_FIELDS:
+            continue
+        total = graph[node.inputs[GRADIENT]]
+        parts = graph[total.inputs[0]] if total.op == "sum" else None
+        if (
+            parts is not None
+            and tuple(total.attr("axes")) == (0,)
+            and not total.attr("keepdim", False)
+            and len(parts.shape) == len(total.shape) + 1
+            and parts.shape[0] <= MAX_PARTS
+            and users[total.id] == [node.id]
+            and total.id not in roots
+        ):
+            parts_of[total.id] = parts.id
+    if not parts_of:
+        return graph
+
+    def replace(node: Node, new: Graph, new_id: dict[int, int]) -> int | None:
+        if node.id in parts_of:  # read by its update alone, which now reads the parts
+            new_id[node.id] = new_id[parts_of[node.id]]
+            return SKIP
+        return None
+
+    return graph.rebuilt(replace)
 
 
 @lowering(*UPDATE_FIELDS, *MEMBER_OP, workgroups=update_workgroups)

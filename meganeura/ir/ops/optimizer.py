@@ -28,6 +28,10 @@ The fused ops, the whole update of one parameter as one node with a result per v
 - adam_update(p, g, m, v, t, lr, beta1, beta2, eps, wd) → (p′, m′, v′): both moments and the step;
   `decoupled_weight_decay` picks AdamW's decay (on p) over Adam's L2 term (on the gradient)
 
+A fused update's gradient may come as its parts: g of shape [P, *p.shape], summed over the first
+axis as it is read (split products' partial sums, a two-level column reduction's partials), so
+that no kernel of its own sums them (`codegen/optimizer.py` `updates_reading_parts`).
+
 `UPDATED_OPERANDS[op]` says which operand each result replaces (in place, when nothing else
 needs the old value). `multi_sgd_update` and `multi_adam_update` are the same updates of several
 parameters in one node: their operands are the members' operands one member after another (each
@@ -149,8 +153,19 @@ ADAM_STEP = Op(
 # The fused updates: one node per parameter, one result per value it replaces
 
 
+def summed_gradient(g: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """The gradient of a fused update: `g`, or the sum of its parts over the first axis."""
+    return g if g.ndim == p.ndim else np.sum(g, axis=0, dtype=g.dtype)
+
+
+def gradient_fits(g: TensorType, p: TensorType) -> bool:
+    """Whether `g` is the gradient of `p` (its shape) or its parts ([P, *p.shape])."""
+    return g.shape == p.shape or (g.rank == p.rank + 1 and g.shape[1:] == p.shape and g.shape[0] >= 1)
+
+
 def evaluate_sgd_update(p, g, lr, weight_decay, momentum=None, buf=None):
     """sgd_step(p, momentum_buffer(buf, g, p)) with momentum, else sgd_step(p, g): optim.SGD's graph."""
+    g = summed_gradient(g, p)
     if buf is None:
         return evaluate_sgd_step(p, g, lr, weight_decay)
     new_buf = evaluate_momentum_buffer(buf, g, p, momentum, weight_decay)
@@ -159,6 +174,7 @@ def evaluate_sgd_update(p, g, lr, weight_decay, momentum=None, buf=None):
 
 def evaluate_adam_update(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay, *, decoupled_weight_decay):
     """The two adam_moment updates and adam_step, as optim.Adam/AdamW's single-tensor graph has them."""
+    g = summed_gradient(g, p)
     zero = np.float32(0.0)
     l2 = zero if decoupled_weight_decay else weight_decay
     new_m = evaluate_adam_moment(m, g, p, beta1, l2, order=1)
@@ -171,10 +187,10 @@ def infer_sgd_update(types, attrs):
     require_float(types, "sgd_update")
     if len(types) not in (4, 6):
         raise ShapeError(f"sgd_update: (p, g, lr, weight_decay[, momentum, buf]), got {len(types)} operands")
-    tensors = [types[1]] + ([types[5]] if len(types) == 6 else [])
-    for t in tensors:
-        if t.shape != types[0].shape:
-            raise ShapeError(f"sgd_update: {t} does not match the parameter {types[0]}")
+    if not gradient_fits(types[1], types[0]):
+        raise ShapeError(f"sgd_update: the gradient {types[1]} does not match the parameter {types[0]}")
+    if len(types) == 6 and types[5].shape != types[0].shape:
+        raise ShapeError(f"sgd_update: {types[5]} does not match the parameter {types[0]}")
     for t in types[2:5]:
         if t.shape != ():
             raise ShapeError(f"sgd_update: a hyper-parameter operand must be a scalar, got {t}")
@@ -184,7 +200,9 @@ def infer_sgd_update(types, attrs):
 def infer_adam_update(types, attrs):
     require_float(types, "adam_update")
     p, g, m, v, t, *hypers = types
-    for what, other in (("gradient", g), ("exp_avg", m), ("exp_avg_sq", v)):
+    if not gradient_fits(g, p):
+        raise ShapeError(f"adam_update: the gradient {g} does not match the parameter {p}")
+    for what, other in (("exp_avg", m), ("exp_avg_sq", v)):
         if other.shape != p.shape:
             raise ShapeError(f"adam_update: the {what} {other} does not match the parameter {p}")
     if t.shape != ():
