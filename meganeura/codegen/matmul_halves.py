@@ -17,7 +17,11 @@ weight itself, transposed by the split. The weights, all ready when the step sta
 maxima and splits made by multi-tensor nodes (multi_top, multi_split_halves) before the first
 product, as many weights a kernel as its bindings allow (GROUP_WEIGHTS). The halves are padded
 to SPLIT_PAD both ways, so that a tiling of the ladder that divides them (`halves_tiling`) reads
-whole tiles and K is whole tiles of BK. The other products keep their kernels.
+whole tiles and K is whole tiles of BK. A product that extraction split into parts of K for the
+f32 kernels takes the parts that fill the GPU with the tensor tiles instead (`halves_splits`,
+REPART): the sum of its parts is made again for the new count, or, where one part is left, the
+product takes over that sum's epilogue and extras (`completed`). The other products keep their
+kernels.
 
 Why after extraction, like codegen/attention_scores.py: a split is shared by several products
 and changes their operands' type; extraction moves one e-class at a time.
@@ -133,6 +137,7 @@ def halves_product(graph: Graph, node: Node) -> HalvesProduct | None:
 # 42.68, SmolLM2 59.87 / 61.19; each part at least 128 of K instead of PART_MIN's 256: 42.21 and
 # 60.15. At FILL 2 re-parting lost (GPT-2 43.20 / 42.76, SmolLM2 61.93 / 61.32).
 REPART = True
+PART_MIN = 256  # the fewest elements of K a part gets
 
 
 def halves_splits(product: HalvesProduct, target: Target) -> int:
@@ -151,9 +156,6 @@ def halves_splits(product: HalvesProduct, target: Target) -> int:
     while parts > 1 and (parts - 1) * split_part(product.k, parts) >= product.k:
         parts -= 1
     return parts
-
-
-PART_MIN = 256
 
 
 def repartable(graph: Graph, node: Node) -> bool:
