@@ -99,6 +99,22 @@ def test_a_mirror_that_disagrees_gets_no_ratios():
     assert row.split(" | ")[3] == "–" and row.split(" | ")[5] == "–"  # the ratio columns
 
 
+def test_a_result_names_the_settings_it_ran_under(monkeypatch):
+    """The opt-ins change what our step runs: the record and the table's line name those set."""
+    from meganeura.bench import report
+
+    for name in report.SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    assert report.header("a", 20, 5, False)["settings"] == {}
+    monkeypatch.setenv("MEGANEURA_BACKEND", "dawn")
+    monkeypatch.setenv("MEGANEURA_TENSOR_CORES", " 1")
+    record = report.header("a", 20, 5, False)
+    assert record["settings"] == {"MEGANEURA_BACKEND": "dawn", "MEGANEURA_TENSOR_CORES": "1"}
+    first = markdown([], [], ("fp32",), record).splitlines()[0]
+    assert first.endswith("MEGANEURA_BACKEND=dawn MEGANEURA_TENSOR_CORES=1; medians of 20 steps after 5 warm-up")
+    assert "default settings;" in markdown([], [], ("fp32",), {**record, "settings": {}}).splitlines()[0]
+
+
 def test_the_source_digest_names_the_code_and_the_templates(tmp_path, capsys):
     """A record names the source that ran by a digest of the package's .py files and the WGSL
     templates: a copy of the tree has the same one, a changed template or module another; the

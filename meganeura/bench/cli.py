@@ -21,7 +21,7 @@ import traceback
 
 from meganeura.bench import gemm as gemm_bench
 from meganeura.bench.harness import preload_torch, run_step_workload
-from meganeura.bench.report import gemm_text, header, label_share, markdown, source_digest, step_text
+from meganeura.bench.report import gemm_text, header, label_share, markdown, settings_text, source_digest, step_text
 from meganeura.bench.workloads import STEPS
 
 GEMM = "gemm"
@@ -104,7 +104,8 @@ def run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     adapter = default_device().describe()
     record = header(adapter, options.steps, max(options.warmup, 2), options.small)
     source = record["source_digest"][:12]
-    print(f"adapter: {adapter}\n{record['torch']}; commit {record['git_commit']}, source {source}")
+    print(f"adapter: {adapter} ({settings_text(record['settings'])})")
+    print(f"{record['torch']}; commit {record['git_commit']}, source {source}")
     if options.steps < 20:
         print(f"(only {options.steps} timed steps: fewer than the 20 a quoted result takes)")
     modes = ("fp32", "bf16", "compile") if options.torch_compile else ("fp32", "bf16")

@@ -98,7 +98,7 @@ def markdown(steps: list[StepResult], gemms: list[GemmResult], modes: tuple[str,
     """The results as Markdown tables: the training steps, then the GEMMs."""
     out = [
         f"Measured {header['date']} on {header['adapter']} ({header['torch']}), commit {header['git_commit'][:12]}"
-        f" (source {header.get('source_digest', 'unknown')[:12]}); "
+        f" (source {header.get('source_digest', 'unknown')[:12]}), {settings_text(header.get('settings', {}))}; "
         f"medians of {header['steps']} steps after {header['warmup']} warm-up"
         + (" — small sizes (--small)" if header["small"] else ""),
         "",
@@ -183,6 +183,21 @@ def torch_version() -> str:
     return f"torch {torch.__version__} ({where})"
 
 
+# The environment settings that change what our step runs (runtime/backend.py, runtime/device.py):
+# a result names those in effect, so that a run with the opt-ins is not read as the default's.
+SETTINGS = ("MEGANEURA_BACKEND", "MEGANEURA_TENSOR_CORES", "MEGANEURA_UNCHECKED_KERNELS", "MEGANEURA_ADAPTER")
+
+
+def settings() -> dict[str, str]:
+    """The SETTINGS set in the environment (none: the defaults)."""
+    return {name: os.environ[name].strip() for name in SETTINGS if os.environ.get(name, "").strip()}
+
+
+def settings_text(values: dict[str, str]) -> str:
+    """`NAME=value …`, or "default settings"."""
+    return " ".join(f"{name}={value}" for name, value in values.items()) or "default settings"
+
+
 def header(adapter: str, steps: int, warmup: int, small: bool) -> dict:
     """When, where and on what: the JSON record's first fields."""
     return {
@@ -190,6 +205,7 @@ def header(adapter: str, steps: int, warmup: int, small: bool) -> dict:
         "git_commit": git_commit(),
         "source_digest": source_digest(),
         "adapter": adapter,
+        "settings": settings(),
         "torch": torch_version(),
         "python": platform.python_version(),
         "host": platform.node(),
