@@ -23,7 +23,9 @@ such an access a test failure.
 The rewriter is a bracket-matching pass over the style meganeura generates (codegen/*.py,
 shaders/*.wgsl), with just enough of WGSL's types to know what is indexed and how long it is
 (declared types, `alias`, structs, function return types, and `let`s initialised from a typed
-expression). Whatever it does not understand it refuses with SanitizerError rather than leave
+expression). A subgroupMatrixLoad or subgroupMatrixStore indexes its array through an offset: the
+offset is checked with the matrix's extent, its last element against the array's length.
+Whatever it does not understand it refuses with SanitizerError rather than leave
 an access unchecked: an identifier of unknown type indexed (a pointer, a `let` of a computed
 value), the result of a builtin or of a parenthesised expression indexed, a `[` outside any
 function or constant, bindings outside group 0, an `override` that indexes, a name of its own
@@ -45,6 +47,7 @@ from meganeura.runtime.backend import wgpu
 
 FLAGS = "oob_flags"
 CHECK = "oob_index"
+SPAN = "oob_span"
 FLUSH = "oob_flush"
 PREFIX = "oob_"
 FIRST_WORDS = 3  # per site, after the bits: invocations whose first bad index was here, its largest, the length
@@ -72,6 +75,12 @@ fn {CHECK}(index: u32, length: u32, site: u32) -> u32 {{
     oob_seen[site / 32u] |= select(0u, 1u << (site % 32u), bad);
     oob_first = select(oob_first, vec3<u32>(site + 1u, index, length), bad && oob_first.x == 0u);
     return min(index, max(length, 1u) - 1u);
+}}
+
+// A subgroup matrix's load or store at `offset`: its last element, `span` − 1 past it, checked.
+fn {SPAN}(offset: u32, span: u32, length: u32, site: u32) -> u32 {{
+    _ = {CHECK}(offset + span - 1u, length, site);
+    return min(offset, max(length, span) - span);
 }}
 
 fn {FLUSH}() {{
@@ -124,8 +133,10 @@ TOKEN = re.compile(
     r"|(?P<op>->|[-+*/%&|^!~<>=()\[\]{}.,;:@])"
 )
 OPENERS = {"(": ")", "[": "]", "{": "}"}
-# Builtins that index an array without brackets (a pointer to it and an offset): refused.
+# Builtins that index an array without brackets, through a pointer to it and an offset: the offset
+# is checked with the matrix's extent (`Rewriter.matrix_site`).
 OFFSET_BUILTINS = ("subgroupMatrixLoad", "subgroupMatrixStore")
+SUBGROUP_MATRICES = ("subgroup_matrix_left", "subgroup_matrix_right", "subgroup_matrix_result")
 
 
 def masked_comments(text: str) -> str:
@@ -201,7 +212,7 @@ class Type:
     """What a value is for indexing: an array (its `length` text; None where runtime-sized), a
     vector or matrix (`length` its components or columns), or something not indexable."""
 
-    kind: str  # "array", "vec", "mat", "struct", "ptr", "scalar", "atomic" or "other"
+    kind: str  # "array", "vec", "mat", "struct", "ptr", "scalar", "atomic", "submatrix" or "other"
     element: Type | None = None
     length: str | None = None
     name: str = ""
@@ -225,6 +236,12 @@ def vector(count: str, scalar: str) -> Type:
 
 def matrix(columns: str, rows: str, scalar: str) -> Type:
     return Type("mat", vector(rows, scalar), columns)
+
+
+def subgroup_matrix(columns: str, rows: str, scalar: str) -> Type:
+    """A subgroup matrix (`subgroup_matrix_left<T, K, M>`: K columns, M rows; right<T, N, K> and
+    result<T, N, M> likewise, columns first): `length` its columns, `name` its rows."""
+    return Type("submatrix", Type("scalar", name=scalar), columns, rows)
 
 
 Span = tuple[int, int]  # tokens [start, end)
@@ -531,6 +548,11 @@ class Rewriter:
             return vector(long.group(1), self.text_of(args[0][0], args[0][1] - 1) if args else "f32")
         if long := LONG_MATRIX.match(name):
             return matrix(long.group(1), long.group(2), self.text_of(args[0][0], args[0][1] - 1) if args else "f32")
+        if name in SUBGROUP_MATRICES:
+            if len(args) != 3:
+                raise SanitizerError(f"{self.where(start)}: {name} without its element type, columns and rows")
+            scalar, columns, rows = (self.text_of(a, b - 1) for a, b in args)
+            return subgroup_matrix(columns, rows, scalar)
         if name == "atomic":
             return Type("atomic", self.type_at(args[0], seen) if args else None)
         if name == "ptr":
@@ -616,10 +638,7 @@ class Rewriter:
             elif text == "[":
                 self.site(index, checked=index > skip_until)
             elif text in OFFSET_BUILTINS and token.kind == "id":
-                raise SanitizerError(
-                    f"{self.where(index)}: {text} indexes its array through an offset argument, which "
-                    "the rewriter does not check"
-                )
+                self.matrix_site(index, checked=index > skip_until)
             elif text == "return" and function.entry:  # a statement of a block: WGSL's if bodies are braced
                 self.edits.append((token.start, 1, f"{FLUSH}(); "))
             index += 1
@@ -720,7 +739,7 @@ class Rewriter:
             return None
         start = at - 1
         name = self.tokens[start].text
-        known = ("array", "atomic", "bitcast") + SCALARS
+        known = ("array", "atomic", "bitcast") + SCALARS + SUBGROUP_MATRICES
         if name not in known and not LONG_VECTOR.match(name) and not LONG_MATRIX.match(name):
             return None
         return start if self.template_close(at) == close else None
@@ -746,6 +765,55 @@ class Rewriter:
         self.sites.append(Site(array, index_text, base.length or length, self.function, line))
         self.edits.append((self.tokens[open_].end, 1, f"{CHECK}(u32("))
         self.edits.append((self.tokens[close].start, 0, f"), {length}, {number}u)"))
+
+    def matrix_site(self, at: int, checked: bool) -> None:
+        """A subgroupMatrixLoad<M>(&array, offset, column_major, stride) or subgroupMatrixStore(
+        &array, offset, value, column_major, stride) at token `at`: its offset goes through SPAN,
+        which checks the matrix's last element, (rows − 1)·stride + columns − 1 past the offset
+        (columns and rows swapped where column-major), against the array's length."""
+        name = self.tokens[at].text
+        open_ = at + 1
+        matrix = None
+        if name == "subgroupMatrixLoad":
+            if self.tokens[open_].text != "<":
+                raise SanitizerError(f"{self.where(at)}: {name} without its matrix type")
+            close = self.template_close(open_)
+            (written,) = self.template_args(open_, close)
+            matrix = self.type_at(written)
+            open_ = close + 1
+        if self.tokens[open_].text != "(":
+            raise SanitizerError(f"{self.where(at)}: {name} not called")
+        args = self.template_args(open_, self.pairs[open_])  # split at the call's top-level commas
+        if len(args) != (4 if name == "subgroupMatrixLoad" else 5):
+            raise SanitizerError(f"{self.where(at)}: {name} with {len(args)} arguments")
+        (pointer, pointer_end), (first, end) = args[0], args[1]
+        if self.tokens[pointer].text != "&":
+            raise SanitizerError(f"{self.where(pointer)}: {name} of something other than &array")
+        base, start = self.postfix_type(pointer_end - 1)
+        if start != pointer + 1 or base is None or base.kind != "array":
+            raise SanitizerError(f"{self.where(pointer)}: {name} of {self.text_of(pointer, pointer_end - 1)!r}")
+        if name == "subgroupMatrixStore":
+            value_first, value_end = args[2]
+            matrix, value_start = self.postfix_type(value_end - 1)
+            if value_start != value_first:
+                raise SanitizerError(f"{self.where(value_first)}: {name} of a value it cannot type")
+        if matrix is None or matrix.kind != "submatrix":
+            raise SanitizerError(f"{self.where(at)}: {name} of a matrix whose shape it cannot tell")
+        major = self.text_of(args[-2][0], args[-2][1] - 1)
+        if major not in ("true", "false"):
+            raise SanitizerError(f"{self.where(args[-2][0])}: {name} whose column_major is not a literal")
+        stride = self.text_of(args[-1][0], args[-1][1] - 1)
+        across, along = (matrix.length, matrix.name) if major == "true" else (matrix.name, matrix.length)
+        span = f"(u32({across}) - 1u) * u32({stride}) + u32({along})"
+        if not checked:
+            return
+        length = self.length_of(base, pointer + 1, pointer_end - 1)
+        number = len(self.sites)
+        array, offset = self.text_of(pointer + 1, pointer_end - 1), self.text_of(first, end - 1)
+        line = line_of(self.masked, self.tokens[at].start)
+        self.sites.append(Site(array, f"{offset} … + {span}", base.length or length, self.function, line))
+        self.edits.append((self.tokens[first].start, 0, f"{SPAN}(u32("))
+        self.edits.append((self.tokens[end - 1].end, 0, f"), {span}, {length}, {number}u)"))
 
     def length_of(self, base: Type, first: int, last: int) -> str:
         """The WGSL expression of the length of `base` (written at tokens first..last)."""

@@ -10,7 +10,10 @@ undefined behaviour, and only a check of the indices themselves shows it.
 Also: the sanitizer catches an injected out-of-bounds read and write (a hand-written kernel, and a
 generated one with its indices shifted), refuses what it cannot check, leaves a step's results
 unchanged, and the entry points of the code generator that ran sanitized are listed
-(`test_the_entry_points_that_ran_sanitized`; `pytest -rP` prints which case ran each).
+(`test_the_entry_points_that_ran_sanitized`; `pytest -rP` prints which case ran each). The split
+products' subgroup-matrix loads and stores are checked with their matrices' extent; their
+kernels compile sanitized through Tint here and run sanitized only on a device with f16
+subgroup matrices (the H200 through Dawn).
 
 Time: about 18 s on lavapipe with Mesa's shader cache warm (~/.cache/mesa_shader_cache). The
 first run on a machine compiles some 600 sanitized kernels: about two minutes, the bench's
@@ -22,7 +25,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import importlib.util
+import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -37,6 +46,7 @@ from bounds_check import (
 from conftest import MLP, ce_loss, emit, one_op, typed_leaf
 from test_conv_gemm import RAGGED_GEOMETRIES, conv_graph
 from test_kernels import operand_shapes
+from test_matmul_tensor import needs_tensor_cores
 
 import meganeura as mn
 import meganeura.functional as F
@@ -49,6 +59,7 @@ from meganeura.codegen import matmul_halves
 from meganeura.codegen import shape as codegen_shape
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import GemmTiling
+from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.render import SHADER_DIRS
 from meganeura.compiler import Program, compile_plan
 from meganeura.ir.graph import Graph, TensorType
@@ -152,7 +163,12 @@ REFUSED = {
     "a binding outside group 0": ("@group(1) @binding(0) var<storage, read> a: array<f32>;", "group"),
     "its own prefix": ("fn oob_index() {}", "prefix"),
     "a texture": ("@group(0) @binding(0) var t: texture_2d<f32>;", "var<> it does not know (t)"),
-    "a builtin indexing through an offset": ("fn f() { subgroupMatrixLoad(); }", "subgroupMatrixLoad"),
+    "a subgroup matrix of no shape": ("fn f() { subgroupMatrixLoad(); }", "subgroupMatrixLoad without its matrix"),
+    "a subgroup matrix of another pointer": (
+        "fn f(p: ptr<function, array<f16, 64>>) { let m = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>"
+        "(p, 0u, false, 16u); }",
+        "of something other than &array",
+    ),
 }
 
 
@@ -164,18 +180,89 @@ def test_the_rewriter_refuses_what_it_cannot_check(name):
         sanitize(source)
 
 
-def test_the_tensor_core_products_are_refused():
-    """The split products' kernel (matmul_halves, Dawn's subgroup matrices: it cannot run on
-    lavapipe) loads its tiles through subgroupMatrixLoad's offsets, indices without brackets."""
+def split_product_graph(m: int, k: int, n: int, **flags) -> tuple[Graph, dict[str, tuple[int, ...]]]:
+    """out = op(a)·op(b), a ragged m×k by k×n product, and its inputs' shapes."""
+    shapes = {
+        "a": (k, m) if flags.get("transpose_a") else (m, k),
+        "b": (n, k) if flags.get("transpose_b") else (k, n),
+    }
     tracer = Tracer()
-    a = tracer.leaf("input", "a", TensorType((37, 70)))
-    b = tracer.leaf("input", "b", TensorType((70, 45)))
-    tracer.graph.outputs["out"] = tracer.emit("matmul", [a, b])
-    with patched(matmul_halves, "MIN_DIM", 1):  # products of any size split (test_matmul_halves.py)
-        kernels = compile_step(tracer.graph, dataclasses.replace(H200, tensor_cores=True)).kernels
+    a, b = (tracer.leaf("input", name, TensorType(shape)) for name, shape in shapes.items())
+    tracer.graph.outputs["out"] = tracer.emit("matmul", [a, b], **flags)
+    return tracer.graph, shapes
+
+
+def split_product_kernel(m: int, k: int, n: int, **flags) -> KernelSpec:
+    """The split product (matmul_halves) of a ragged m×k by k×n, as planned for the H200 with
+    tensor cores (products of any size split: tests/test_matmul_halves.py)."""
+    graph, _ = split_product_graph(m, k, n, **flags)
+    with patched(matmul_halves, "MIN_DIM", 1):
+        kernels = compile_step(graph, dataclasses.replace(H200, tensor_cores=True)).kernels
     (product,) = [k for k in kernels if k.entry_point == "matmul_halves"]
-    with pytest.raises(SanitizerError, match="subgroupMatrixLoad indexes its array through an offset"):
-        sanitize(product.wgsl)
+    return product
+
+
+def test_the_tensor_core_products_subgroup_matrix_loads_and_stores_are_checked():
+    """The split products' kernel (matmul_halves, on Dawn's subgroup matrices: it cannot run on
+    lavapipe) loads its tiles with subgroupMatrixLoad and stores its results with
+    subgroupMatrixStore, through an offset into a workgroup array: each offset is checked with
+    the matrix's extent, (rows − 1)·stride + columns elements, against the array's length."""
+    product = split_product_kernel(37, 70, 45)
+    sanitized = sanitize(product.wgsl)
+    calls = len(re.findall(r"subgroupMatrix(?:Load|Store)\b", product.wgsl))
+    spans = [site for site in sanitized.sites if "…" in site.index]
+    assert calls >= 5 and len(spans) == calls
+    assert {site.array for site in spans} == {"a_hi", "a_lo", "b_hi", "b_lo", "result"}
+    assert all(site.index.endswith("+ (u32(16) - 1u) * u32(40u) + u32(16)") for site in spans if site.array != "result")
+    assert sanitized.wgsl.count("oob_span(u32(") == calls
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wgpudawn") is None, reason="wgpudawn is not installed")
+def test_the_sanitized_tensor_core_products_compile_through_tint():
+    """Every transpose of a ragged split product, sanitized, goes through Tint (Dawn's Null adapter,
+    with subgroup matrices): the checks are valid WGSL where the kernel runs."""
+    sources = [
+        sanitize(split_product_kernel(37, 70, 45, transpose_a=ta, transpose_b=tb).wgsl).wgsl
+        for ta in (False, True)
+        for tb in (False, True)
+    ]
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from wgpudawn.backends.dawn import extras
+        extras.set_instance_extras(enable_toggles=["allow_unsafe_apis"])
+        import wgpudawn
+        adapter = wgpudawn.gpu.request_adapter_sync(power_preference="high-performance")
+        wanted = ("subgroups", "shader-f16", "chromium-experimental-subgroup-matrix")
+        device = extras.request_device_sync(adapter, required_features=[f for f in wanted if f in adapter.features])
+        for source in json.load(sys.stdin):
+            info = device.create_shader_module(code=source).get_compilation_info_sync()
+            errors = [m for m in (getattr(info, "messages", None) or []) if "error" in str(getattr(m, "type", ""))]
+            print("errors" if errors else "compiled", [str(getattr(m, "message", m))[:300] for m in errors])
+        """
+    )
+    env = {**os.environ, "WGPU_BACKEND_TYPE": "Null"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], input=json.dumps(sources), env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [line.split()[0] for line in done.stdout.splitlines()] == ["compiled"] * 4, done.stdout
+
+
+@needs_tensor_cores
+@pytest.mark.parametrize("flags", [{}, {"transpose_a": True}, {"transpose_b": True}], ids=["ab", "Ab", "aB"])
+def test_the_split_products_index_in_bounds_on_the_tensor_cores(flags):
+    """Where the device has f16 subgroup matrices (the H200 through Dawn): a ragged split product,
+    its splits and maxima, run sanitized on the device's own plan, index nothing out of bounds."""
+    graph, shapes = split_product_graph(130, 257, 70, **flags)
+    with patched(matmul_halves, "MIN_DIM", 1):
+        step = compile_step(graph, sanitizer_target(default_device().target))
+    assert any(spec.entry_point == "matmul_halves" for spec in step.kernels)
+    rng = np.random.default_rng(6)
+    inputs = {name: spread(rng, *shape) for name, shape in shapes.items()}
+    executable = step_run(step, inputs)
+    assert "matmul_halves" in executable.entry_points
+    assert not executable.out_of_bounds(), "\n".join(map(str, executable.out_of_bounds()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,8 +533,9 @@ def test_a_sanitized_step_computes_what_the_step_does():
 
 
 # The code generator's entry points (the @compute functions of shaders/*.wgsl) that a case above
-# runs, and those none can: the tensor-core products need Dawn's f16 subgroup matrices (and
-# their subgroupMatrixLoad offsets are refused anyway: test_the_tensor_core_products_are_refused).
+# runs, and those none can here: the tensor-core products need Dawn's f16 subgroup matrices (the
+# split products run sanitized where the device has them:
+# test_the_split_products_index_in_bounds_on_the_tensor_cores).
 EXERCISED = {
     "attention", "attention_grad_kv", "attention_grad_q", "conv_gemm", "cross_entropy_rows",
     "cross_entropy_rows_grad", "elementwise", "log_softmax", "log_softmax_grad", "matmul", "multi_top",
@@ -483,7 +571,9 @@ def test_the_kernels_trusted_to_run_unchecked_are_the_ones_checked_here():
     """codegen/kernel.py's TRUSTED_ENTRY_POINTS (the kernels MEGANEURA_UNCHECKED_KERNELS=1 runs
     without the shader compiler's bounds checks) are the entry points this file runs clean, and
     the split products, trusted on their padding (their halves are whole tiles: ir/ops/halves.py)
-    and their ragged-shape tests on the H200 (tests/test_matmul_halves.py), not on this checker."""
+    and their ragged-shape tests on the H200 (tests/test_matmul_halves.py); this checker runs them
+    only where the device has f16 subgroup matrices
+    (test_the_split_products_index_in_bounds_on_the_tensor_cores)."""
     from meganeura.codegen.kernel import TRUSTED_ENTRY_POINTS
 
     assert TRUSTED_ENTRY_POINTS == EXERCISED | {"matmul_halves"}

@@ -31,7 +31,8 @@ class Binding:
 # each in whole training steps at ragged shapes with every array index checked against its
 # array's length, and finds none out of bounds. The split products (`matmul_halves`) read halves
 # padded to whole tiles (ir/ops/halves.py), so no load needs a check, and run at ragged shapes on
-# the H200 (tests/test_matmul_halves.py); their subgroup-matrix loads are beyond that checker.
+# the H200 (tests/test_matmul_halves.py); the checker covers their subgroup-matrix loads too, but
+# runs them only on a device with f16 subgroup matrices (not yet run there).
 # Not here: `matmul_tensor`, the tensor-core kernel that splits as it loads (off by default).
 TRUSTED_ENTRY_POINTS = frozenset(
     {
