@@ -976,22 +976,8 @@ class SanitizedExecutable(Executable):
     def prepare_dispatch(self, spec: KernelSpec) -> tuple:
         sanitized = sanitized_of(spec)
         pipeline, layout = sanitized_pipeline(self.device, spec, sanitized)
-        slots = [self.plan.slot(b) for b in spec.bindings]
-        for binding, slot in zip(spec.bindings, slots, strict=True):
-            if binding.access == "read_write" and slots.count(slot) > 1:
-                raise ValueError(f"{spec.label}: buffer #{slot} is bound twice, once read_write (plan error)")
         flags = flags_buffer(self.device, spec, sanitized)
-        entries = [
-            {
-                "binding": index,
-                "resource": {
-                    "buffer": self.buffers[slot],
-                    "offset": 0,
-                    "size": self.buffers[slot].size if self.canary_words else max(4, self.value_nbytes(binding)),
-                },
-            }
-            for index, (binding, slot) in enumerate(zip(spec.bindings, slots, strict=True))
-        ]
+        entries = self.binding_entries(spec)
         entries.append({"binding": sanitized.binding, "resource": {"buffer": flags, "offset": 0, "size": flags.size}})
         self.checks.append(Check(spec, sanitized, flags))
         group = self.device.device.create_bind_group(layout=layout, entries=entries)

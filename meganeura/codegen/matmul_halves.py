@@ -46,7 +46,7 @@ from meganeura.codegen.common import (
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.gemm_operands import OperandTile, store4_function
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.matmul_tensor import PAD, TensorTiling, fitting_tilings, subgroup_blocks, tensor_tiling
+from meganeura.codegen.matmul_tensor import PAD, TensorTiling, dividing_tilings, subgroup_blocks, tensor_tiling
 from meganeura.codegen.multi_tensor import binding_limit, merged_sources
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
@@ -146,9 +146,8 @@ def halves_splits(product: HalvesProduct, target: Target) -> int:
     (matmul_tensor.tensor_tiling's rule, which then picks that tiling), each part at least
     PART_MIN of K; the smallest tiling's count where none does."""
     rows, cols = -(-product.m // SPLIT_PAD) * SPLIT_PAD, -(-product.n // SPLIT_PAD) * SPLIT_PAD
-    dividing = [t for t in fitting_tilings(target) if rows % t.bm == 0 and cols % t.bn == 0]
     most = max(1, product.k // PART_MIN)
-    for tiling in dividing or fitting_tilings(target)[-1:]:
+    for tiling in dividing_tilings(target, rows, cols):
         parts = max(1, -(-matmul_tensor.FILL * target.compute_units // tiling.tiles(product.m, product.n, 1)))
         if parts <= most:
             break

@@ -121,15 +121,19 @@ def fitting_tilings(target: Target) -> list[TensorTiling]:
     return [tiling for tiling in LADDER if tiling.workgroup_bytes <= target.workgroup_memory] or [LADDER[-1]]
 
 
+def dividing_tilings(target: Target, rows: int, cols: int) -> list[TensorTiling]:
+    """`fitting_tilings` whose tiles divide rows × cols (operands padded for whole tiles,
+    codegen/matmul_halves.py), largest first; the smallest fitting one where none does."""
+    fitting = fitting_tilings(target)
+    return [t for t in fitting if rows % t.bm == 0 and cols % t.bn == 0] or fitting[-1:]
+
+
 def tensor_tiling(m: int, n: int, batches: int, target: Target, padded: tuple[int, int] | None = None) -> TensorTiling:
     """The tiling of an M × N product (times `batches`, parts of K included) on `target`: the
     first of `fitting_tilings` that fills it, else the smallest of them. With `padded` (rows,
     columns of operands padded for whole tiles, codegen/matmul_halves.py), only the tilings that
     divide them (the smallest fitting one where none does: a ladder without the padding's tile)."""
-    fitting = fitting_tilings(target)
-    if padded is not None:
-        rows, cols = padded
-        fitting = [t for t in fitting if rows % t.bm == 0 and cols % t.bn == 0] or fitting[-1:]
+    fitting = fitting_tilings(target) if padded is None else dividing_tilings(target, *padded)
     for tiling in fitting:
         if tiling.tiles(m, n, batches) >= FILL * target.compute_units:
             return tiling

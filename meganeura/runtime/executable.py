@@ -252,11 +252,17 @@ class Executable:
     def prepare_dispatch(self, spec: KernelSpec) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple]:
         """(pipeline, bind group, grid) for one kernel, bound by its spec's binding table."""
         pipeline, layout = self.device.pipeline(spec)
+        group = self.device.device.create_bind_group(layout=layout, entries=self.binding_entries(spec))
+        return pipeline, group, spec.grid
+
+    def binding_entries(self, spec: KernelSpec) -> list[dict]:
+        """The bind group entries of `spec`'s binding table, in its order (a buffer bound
+        read_write and again in the same dispatch is a plan error)."""
         slots = [self.plan.slot(b) for b in spec.bindings]
         for binding, slot in zip(spec.bindings, slots, strict=True):
             if binding.access == "read_write" and slots.count(slot) > 1:
                 raise ValueError(f"{spec.label}: buffer #{slot} is bound twice, once read_write (plan error)")
-        entries = [
+        return [
             {
                 "binding": index,
                 "resource": {
@@ -267,8 +273,6 @@ class Executable:
             }
             for index, (b, slot) in enumerate(zip(spec.bindings, slots, strict=True))
         ]
-        group = self.device.device.create_bind_group(layout=layout, entries=entries)
-        return pipeline, group, spec.grid
 
     def value_nbytes(self, binding) -> int:
         return self.graph[binding.value].types[binding.index].nbytes
