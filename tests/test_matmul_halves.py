@@ -27,9 +27,10 @@ BOUND = 2e-5  # of |A|·|B|, as tests/test_matmul_tensor.py's
 
 @pytest.fixture(autouse=True)
 def every_size(monkeypatch):
-    """Products of any size run from split operands here (the step's policy, MIN_DIM, keeps small
-    ones on the f32 kernels: test_the_policy_keeps_narrow_products_on_the_f32_kernels)."""
+    """Products of any size run from split operands here (the step's policy, MIN_DIM and MIN_MACS,
+    keeps narrow and small ones on the f32 kernels: test_the_policy_keeps_narrow_products_…)."""
     monkeypatch.setattr(matmul_halves, "MIN_DIM", 1)
+    monkeypatch.setattr(matmul_halves, "MIN_MACS", 0)
 
 
 def spread(*shape: int, binades: float = 12.0) -> np.ndarray:
@@ -269,6 +270,17 @@ def test_the_policy_keeps_narrow_products_on_the_f32_kernels(monkeypatch):
     ops = [node.op for node in compile_step(product_graph(300, 192, 260), H200).graph]
     assert "split_matmul" not in ops and "matmul" in ops
     ops = [node.op for node in compile_step(product_graph(300, 256, 260), H200).graph]
+    assert "split_matmul" in ops and "matmul" not in ops
+
+
+def test_the_policy_keeps_small_products_on_the_f32_kernels(monkeypatch):
+    """The digits MLP's widest product (256·1024·1024 = 2^28 multiply-adds) is under MIN_MACS; one
+    of 2^29 is not."""
+    monkeypatch.setattr(matmul_halves, "MIN_DIM", 256)
+    monkeypatch.setattr(matmul_halves, "MIN_MACS", 2**29)
+    ops = [node.op for node in compile_step(product_graph(256, 1024, 1024), H200).graph]
+    assert "split_matmul" not in ops and "matmul" in ops
+    ops = [node.op for node in compile_step(product_graph(512, 1024, 1024), H200).graph]
     assert "split_matmul" in ops and "matmul" not in ops
 
 

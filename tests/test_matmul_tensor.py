@@ -232,7 +232,7 @@ from meganeura.target import WEBGPU_WORKGROUP_MEMORY, Target
 
 from meganeura.codegen import matmul_halves, matmul_tensor
 
-matmul_halves.MIN_DIM = 1  # the small steps' products split too
+matmul_halves.MIN_DIM, matmul_halves.MIN_MACS = 1, 0  # the small steps' products split too
 dev = device.default_device()
 # Dawn's Null adapter offers the features under the toggles (so Tint takes the kernels), but
 # reports no matrix configuration: the device plans f32 products, the H200 target below does not.

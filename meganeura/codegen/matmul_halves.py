@@ -95,12 +95,20 @@ class HalvesProduct:
 # their gradients keep the f32 kernels, and their operands no splits), 71.04 with those ≥ 512;
 # GPT-2's 48.80, 48.86 and 48.83 (the f32 kernels: 67.74 and 56.73).
 MIN_DIM = 256
+# The fewest multiply-adds (m·k·n) of a product that runs from split operands. A small product's
+# splits and maxima (a dispatch or two an operand) cost more than the tensor cores save: on the
+# H200 (2026-12-04, benchmarks/plan_ab.py on Dawn with the opt-ins, GPU time of a step as one pass)
+# the digits MLP's step, whose products are 2^28 multiply-adds at most, took 0.31 ms with them split
+# and 0.24 on the f32 kernels (34 and 25 dispatches; wall 0.7 and 0.6 ms). The LMs' products are
+# 1.3·2^29 and more: their plans are the same either way.
+MIN_MACS = 2**29
 
 
 def halves_take(m: int, k: int, n: int) -> bool:
     """Whether a product that can run from split operands does: where its every dim is at least
-    MIN_DIM (the hook `benchmarks/plan_ab.py` replaces to A/B a policy)."""
-    return min(m, k, n) >= MIN_DIM
+    MIN_DIM and it has MIN_MACS multiply-adds (the hook `benchmarks/plan_ab.py` replaces to A/B a
+    policy)."""
+    return min(m, k, n) >= MIN_DIM and m * k * n >= MIN_MACS
 
 
 def halves_product(graph: Graph, node: Node) -> HalvesProduct | None:
