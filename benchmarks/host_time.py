@@ -39,7 +39,7 @@ def step_parts(program, batch: dict, steps: int) -> dict[str, float]:
         clock.append(time.perf_counter())
         read, copies, start, size = executable.upload(values, program.step_reads)
         clock.append(time.perf_counter())
-        executable.submit([executable.take_recorded(read) or executable.step_commands(copies)])
+        executable.submit(executable.commands_for(read, copies))
         clock.append(time.perf_counter())
         executable.record_next(read, copies)
         clock.append(time.perf_counter())

@@ -312,8 +312,7 @@ class Executable:
         While the GPU runs the step, the host records the next step's command buffers (for the same
         `read`), so a loop of steps pays the recording once, hidden behind the GPU's work."""
         read, copies, start, size = self.upload(inputs, read)
-        commands = self.take_recorded(read) or self.step_commands(copies, parts=self.parts)
-        self.submit(commands)
+        self.submit(self.commands_for(read, copies))
         if self.record_ahead:
             self.record_next(read, copies)
         return self.read_outputs(read, start, size)
@@ -379,9 +378,13 @@ class Executable:
             self.recorded = None
 
     def take_recorded(self, read: tuple[str, ...]) -> list[wgpu.GPUCommandBuffer] | None:
-        """The command buffer recorded ahead for `read`, once (a command buffer is submitted once)."""
+        """The command buffers recorded ahead for `read`, once (a command buffer is submitted once)."""
         recorded, self.recorded = self.recorded, None
         return recorded[1] if recorded is not None and recorded[0] == read else None
+
+    def commands_for(self, read: tuple[str, ...], copies: list[tuple]) -> list[wgpu.GPUCommandBuffer]:
+        """This step's command buffers: those recorded ahead for `read`, else recorded now."""
+        return self.take_recorded(read) or self.step_commands(copies, parts=self.parts)
 
     def heat(self, inputs: dict[str, np.ndarray], seconds: float = 0.1) -> None:
         """Run the step back to back for at least `seconds` of wall time, waiting for the GPU: its
