@@ -79,6 +79,15 @@ def test_the_gemm_products_are_the_forward_and_its_gradients():
     assert {p.flops for p in (forward, grad_a, grad_b)} == {2 * 5 * 3 * 4}
 
 
+HEADER = {"date": "d", "adapter": "a", "torch": "t", "git_commit": "c", "steps": 20, "warmup": 5, "small": False}
+
+
+def table_row(result: StepResult) -> str:
+    """`result`'s line of the Markdown table."""
+    table = markdown([result], [], ("fp32", "bf16"), HEADER)
+    return next(line for line in table.splitlines() if line.startswith("| toy"))
+
+
 def result_with_losses(ours: list[float], theirs: list[float]) -> StepResult:
     result = StepResult("toy", "toy", 20, 5, 1.0, 10, 50.0, ours, [50.0] * 20, torch_note="torch (test)")
     result.torch["fp32"] = TorchRun("fp32", ms=25.0, losses=theirs)
@@ -94,9 +103,18 @@ def test_a_mirror_that_disagrees_gets_no_ratios():
     assert off.ratio("fp32") is None and off.ratio("bf16") is None
     text = step_text(off, ("fp32", "bf16"))
     assert "MIRROR MISMATCH" in text and "ours/torch" not in text
-    header = {"date": "d", "adapter": "a", "torch": "t", "git_commit": "c", "steps": 20, "warmup": 5, "small": False}
-    row = next(line for line in markdown([off], [], ("fp32", "bf16"), header).splitlines() if line.startswith("| toy"))
+    row = table_row(off)
     assert row.split(" | ")[3] == "–" and row.split(" | ")[5] == "–"  # the ratio columns
+
+
+def test_the_table_keeps_three_digits_of_a_short_step():
+    """A sub-millisecond step keeps its digits in the table (0.508 ms read 0.5); long ones a tenth."""
+    result = result_with_losses([2.0, 1.9], [2.0, 1.9])
+    result.ours_ms, result.torch["fp32"].ms, result.torch["bf16"].ms = 0.5083, 1.3344, 114.84
+    row = next(
+        line for line in markdown([result], [], ("fp32", "bf16"), HEADER).splitlines() if line.startswith("| toy")
+    )
+    assert row.split(" | ")[1:6] == ["0.508", "1.33", "0.38", "114.8", "0.00"]
 
 
 def test_a_result_names_the_settings_it_ran_under(monkeypatch):

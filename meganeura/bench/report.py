@@ -94,6 +94,12 @@ def cell(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def ms_cell(value: float | None) -> str:
+    """A step's milliseconds: a tenth where that is under 1% of it, else three significant digits
+    (the MLP's 0.508 ms step would read 0.5)."""
+    return "–" if value is None else f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
 def markdown(steps: list[StepResult], gemms: list[GemmResult], modes: tuple[str, ...], header: dict) -> str:
     """The results as Markdown tables: the training steps, then the GEMMs."""
     out = [
@@ -111,13 +117,13 @@ def markdown(steps: list[StepResult], gemms: list[GemmResult], modes: tuple[str,
         head += ["dispatches", "compile s", "first-loss diff", "top kernels (share, TFLOP/s)"]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in steps:
-            row = [r.name, cell(r.ours_ms, 1)]
+            row = [r.name, ms_cell(r.ours_ms)]
             for mode in modes:
                 run = r.torch.get(mode)
                 if run is None and not r.torch:  # no torch at all: say why in its columns
                     row += [r.torch_note, "–"]
                 else:
-                    row += [cell(run.ms if run else None, 1), cell(r.ratio(mode))]
+                    row += [ms_cell(run.ms if run else None), cell(r.ratio(mode))]
             diff = r.loss_difference
             kinds = ", ".join(f"{k.kind} {100 * k.share:.0f}% {k.tflops:.3g}" for k in r.top_kinds[:3])
             row += [str(r.dispatches), cell(r.compile_s), "–" if diff is None else f"{diff:.0e}", kinds or "–"]
