@@ -24,7 +24,8 @@
 // LOAD_FIRST / LOAD / LOAD_NEXT (global loads of the K tile at kbegin, k0, k0 + BK into the
 // registers), STAGE (registers → workgroup tiles), MULTIPLY (the unrolled K tile), STORE. Flag:
 // PREFETCH (load the next tile while multiplying this one), A_SCALAR / B_SCALAR (the operand is
-// loaded by element).
+// loaded by element), CAUSAL with CAUSAL_ROWS (a causal product: a row tile stops its K loop after
+// its last nonzero column of op(A), matmul_common.wgsl `visible_k`).
 
 {{BINDINGS}}
 
@@ -46,11 +47,12 @@ fn matmul(
     let part = tk / TILES;
     let t = tk % TILES;
     let kbegin = part * K_PART;
-    let klimit = min(K, kbegin + K_PART);  // a let from workgroup_id: uniform, for the barriers' loop
+    let m0 = (t % TILES_M) * BM;
+    // a let from workgroup_id: uniform, for the barriers' loop
+    let klimit = min(min(K, kbegin + K_PART), visible_k(m0));
     kend = klimit;
     let bat = t / TILES_M;
     let obat = part * (TILES / TILES_M) + bat;  // the output matrix: part s's come after s - 1's
-    let m0 = (t % TILES_M) * BM;
     let n0 = wid.x * BN;
     let a_base = bat * {{A_BATCH_STRIDE}};
     let b_base = bat * {{B_BATCH_STRIDE}};

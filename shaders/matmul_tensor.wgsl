@@ -15,7 +15,8 @@
 //
 // Bindings, grid and the tile numbering as in matmul.wgsl. Placeholders: BINDINGS, M, N, K, BM,
 // BN, BK, TILES_M, TILES, GRID_Y, SPLITS, K_PART, A_BATCH_STRIDE, B_BATCH_STRIDE, A_INDEX,
-// B_INDEX, FUNCTIONS, A_READS, PROLOGUE, READS, EPILOGUE, STORE4 (as matmul.wgsl); A_SIZE /
+// B_INDEX, FUNCTIONS, A_READS, PROLOGUE, READS, EPILOGUE, STORE4, CAUSAL_ROWS and the flag CAUSAL
+// (as matmul.wgsl); A_SIZE /
 // B_SIZE (halves of one staged tile), UNITS (the thread's loads of a K tile into its registers),
 // LARGEST (the largest |x| of its units, into `ma` and `mb`), STAGE (its units scaled, split and
 // stored), MULTIPLY (the subgroup's products of one K tile), RESULTS (the accumulators), RESCALE
@@ -67,11 +68,11 @@ fn matmul_tensor(
     let part = tk / TILES;
     let t = tk % TILES;
     let kbegin = part * K_PART;
-    let klimit = min(K, kbegin + K_PART);
+    let m0 = (t % TILES_M) * BM;
+    let klimit = min(min(K, kbegin + K_PART), visible_k(m0));
     kend = klimit;
     let bat = t / TILES_M;
     let obat = part * (TILES / TILES_M) + bat;
-    let m0 = (t % TILES_M) * BM;
     let n0 = wid.x * BN;
     let a_base = bat * {{A_BATCH_STRIDE}};
     let b_base = bat * {{B_BATCH_STRIDE}};

@@ -266,12 +266,12 @@ def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, til
     planned = attention_heads.grouped_heads(routed, kv) is not None and attention_heads.split_pays(routed, kv, GENERIC)
     assert split == (not grouped and planned)
     ops = sorted(step[spec.node].op for spec in executable.kernels if step[spec.node].op != "sum")
-    dq = ["matmul"] if scores else ["attention_grad_q"]
+    dq = ["fused_matmul"] if scores else ["attention_grad_q"]
     assert ops == sorted(["attention", "attention_grad_kv", "fused_reduce", *dq])  # fused_reduce: the rows' D
     assert [n.attr("scores") for n in step if n.op == "attention_grad_kv"] == [scores]
     for spec in executable.kernels:
         node = step[spec.node]
-        if node.op in ("sum", "matmul", "fused_reduce"):
+        if node.op in ("sum", "fused_matmul", "fused_reduce"):
             continue
         wanted = attention_tiles.tiles_for(node.op, d, GENERIC)
         assert f"tiles {wanted} " in spec.label and spec.workgroup_size == (wanted.threads, 1, 1)
@@ -444,14 +444,14 @@ def test_a_hopper_target_with_48_kib_takes_32x32_backward_tiles_at_head_dim_64()
     assert sorted(step.graph[spec.node].op for spec in step.kernels) == [
         "attention",
         "attention_grad_kv",
+        "fused_matmul",  # dQ from the dS that dK/dV writes (codegen/attention_scores.py)
         "fused_reduce",  # the rows' D = Σ dO∘O
-        "matmul",  # dQ from the dS that dK/dV writes (codegen/attention_scores.py)
         "sum",  # of dK's and dV's per-head parts
         "sum",
     ]
     for spec in step.kernels:
         node = step.graph[spec.node]
-        if node.op in ("sum", "matmul", "fused_reduce"):
+        if node.op in ("sum", "fused_matmul", "fused_reduce"):
             continue
         tiles = attention_tiles.tiles_for(node.op, 64, HOPPER)
         assert f"tiles {tiles} " in spec.label and spec.workgroup_size == (tiles.threads, 1, 1)
@@ -631,7 +631,8 @@ def test_dq_comes_from_the_scores_on_a_gpu_where_the_cost_model_says_so():
     dq = routed[routed.outputs["dq"]]
     product = routed[dq.inputs[0]]
     assert dq.op == "reshape" and dq.shape == (8, 9, 256, 64)
-    assert product.op == "matmul" and product.attr("transpose_a") and product.shape == (8, 3, 768, 64)
+    assert product.op == "fused_matmul" and product.attr("transpose_a") and product.shape == (8, 3, 768, 64)
+    assert product.attr("causal_rows") == 256  # row r of (dSᵀ)ᵀ is query r mod 256: zero past that key
     assert routed[product.inputs[0]].op == "result" and routed[product.inputs[0]].attr("index") == 2
     split = attention_heads.split_attention_heads(routed, HOPPER)
     (kv,) = [n for n in split if n.op == "attention_grad_kv"]

@@ -332,6 +332,80 @@ def test_split_k_partials_on_ragged_shapes(monkeypatch, tiling):
         assert executable.kernels[0].label.endswith(f"in {parts} parts of K")
 
 
+# (M, K, N), transposes, batch, the rows' period P, parts: dQ's product in small (3 query heads of
+# 20 rows over 23 keys, A stored transposed as codegen/attention_scores.py has it), a period that
+# row tiles cross, more keys than a period's rows (the last ones zero in every row), and split
+# into parts of K (a part past a tile's last key multiplies nothing and writes zeros).
+CAUSAL_CASES = [
+    ((60, 23, 12), (True, False), (2,), 20, 1),
+    ((37, 29, 45), (False, False), (), 13, 1),
+    ((36, 40, 8), (False, True), (), 36, 1),
+    ((48, 64, 20), (True, False), (3,), 16, 3),
+]
+
+
+def causal_operands(m: int, k: int, n: int, transposes: tuple[bool, bool], batch: tuple, period: int):
+    """A (zero where the causal promise says, stored as `transposes` say) and B, as inputs."""
+    from meganeura.ir.ops.matmul import causal_mask
+
+    a_shape, b_shape = operand_shapes(m, k, n, *transposes, batch)
+    op_a = normal(*batch, m, k) * causal_mask(m, k, period)
+    a = np.ascontiguousarray(np.swapaxes(op_a, -1, -2) if transposes[0] else op_a)
+    return {"x0": a, "x1": normal(*b_shape)}, [a_shape, b_shape]
+
+
+@pytest.mark.parametrize(
+    "tiling",
+    [
+        None,
+        GemmTiling(32, 32, 16, 1, 1, prefetch=True),  # the H200's batched products' (dQ's)
+        GemmTiling(128, 128, 16, 4, 4),  # the CPU's
+        GemmTiling(4, 64, 16, 1, 1),
+        GemmTiling(64, 64, 32, 2, 2, prefetch=True),
+    ],
+    ids=str,
+)
+def test_causal_products_match_the_interpreter_on_ragged_shapes(monkeypatch, tiling):
+    """fused_matmul(causal_rows=P): each row tile stops at its last row's K tile (shaders/
+    matmul_common.wgsl `visible_k`), every transpose, batched, split into parts of K."""
+    if tiling is not None:
+        monkeypatch.setattr(codegen_matmul, "gemm_tiling", lambda *_: tiling)
+    for (m, k, n), transposes, batch, period, parts in CAUSAL_CASES:
+        inputs, shapes = causal_operands(m, k, n, transposes, batch, period)
+        graph = one_op("fused_matmul", shapes, transpose_a=transposes[0], transpose_b=transposes[1],
+                       causal_rows=period, splits=parts)  # fmt: skip
+        executable = check(graph, inputs, rtol=1e-4, atol=1e-4)
+        assert f"causal rows of {period}" in executable.kernels[0].label
+
+
+def test_a_causal_product_skips_the_keys_past_its_row_tiles(monkeypatch):
+    """The kernel does not read past a row tile's last K tile: a NaN planted there (row 0's last
+    key, with tiles of 32 rows and 16 keys, 64 rows a period) leaves the product finite, equal to
+    the product without it; the interpreter refuses the A that breaks the promise, and a negative
+    period is refused by name. The flops count only the nonzero terms."""
+    from meganeura.ir.ops.matmul import causal_terms, matmul_flops
+
+    monkeypatch.setattr(codegen_matmul, "gemm_tiling", lambda *_: GemmTiling(32, 32, 16, 1, 1))
+    inputs, shapes = causal_operands(128, 64, 8, (False, False), (), 64)
+    graph = one_op("fused_matmul", shapes, causal_rows=64)
+    want = inputs["x0"].astype(np.float64) @ inputs["x1"]
+    planted = inputs["x0"].copy()
+    planted[0, 63] = np.nan
+    got = run_gpu(graph, inputs).run({**inputs, "x0": planted}, read=("out",))["out"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    planted[0, 63] = 1.0
+    with pytest.raises(ValueError, match="not zero past column r mod 64"):
+        interpret(graph, {**inputs, "x0": planted})
+    with pytest.raises(ShapeError, match="causal_rows"):
+        infer_type("fused_matmul", [TensorType(s) for s in shapes], {"causal_rows": -1})
+    assert causal_terms(128, 64, 64) == 2 * (64 * 65 // 2)
+    assert causal_terms(5, 3, 4) == 1 + 2 + 3 + 3 + 1  # rows 0-3 see 1, 2, 3, 3 keys; row 4 one
+    types = [TensorType(s) for s in shapes]
+    out = [TensorType((128, 8))]
+    assert matmul_flops(types, out, {"causal_rows": 64}) == 2 * 8 * 64 * 65
+    assert matmul_flops(types, out, {}) == 2 * 128 * 8 * 64
+
+
 def test_split_parts_of_k_are_whole_k_tiles_where_no_part_is_left_empty():
     """A split product's parts of K are ⌈K/S⌉ rounded up to 16 (the kernels' K tile), except where
     that would leave the last part empty; they always cover K exactly once."""

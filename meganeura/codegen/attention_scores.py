@@ -9,13 +9,14 @@ target)` makes the dK/dV node of each such pair write dS·scale as a third resul
 and grouped by KV head, dSᵀ [B, H_kv, Skv, G·Sq] with G = H / H_kv, which the kernel writes
 from its registers in coalesced rows) and replaces dQ by
 
-    dQ = reshape(matmul(dSᵀ·scale, k, transpose_a=True), [B, H, Sq, D])
+    dQ = reshape(fused_matmul(dSᵀ·scale, k, transpose_a=True, causal_rows=Sq), [B, H, Sq, D])
 
 the G query heads of a group reading one KV head, so that each group is one [G·Sq, Skv] ·
-[Skv, D] product of the batch (the matmul kernel's, tiled by codegen/gemm_table.py). The
-matmul multiplies the causal zeros too — twice dQ's useful multiply-adds for the last product
-alone, a third fewer than the dQ kernel's three — at the matmul kernel's rate, where the flash
-kernels run at a fraction of it (their small register tiles; the module docstring of
+[Skv, D] product of the batch (the matmul kernel's, tiled by codegen/gemm_table.py). Under a
+causal mask, `causal_rows` tells the kernel that row r of (dSᵀ)ᵀ is zero past key r mod Sq, so a
+tile of query rows stops at its last query's K tile: about half the multiply-adds of the whole
+product at Sq = Skv. The product runs at the matmul kernel's rate, where the flash kernels run at
+a fraction of it (their small register tiles; the module docstring of
 codegen/attention_tiles.py); and dS costs its bytes twice, written and read.
 
 The scores are quadratic in the sequence: a flash kernel exists so that no [Sq, Skv] tensor is
@@ -67,6 +68,13 @@ def matmul_types(graph: Graph, grad_q: Node) -> tuple[TensorType, TensorType]:
     return TensorType((b, hkv, skv, group * sq)), TensorType((b, hkv, group * sq, d))
 
 
+def product_attrs(graph: Graph, grad_q: Node) -> dict:
+    """The attributes of dQ's fused_matmul: A transposed, and under a causal mask its rows' period
+    (Sq: row r of the group's [G·Sq, Skv] is query r mod Sq, zero past that key)."""
+    sq = graph[grad_q.inputs[0]].shape[2]
+    return {"transpose_a": True, "causal_rows": sq if grad_q.attr("causal") else 0}
+
+
 def route_pays(graph: Graph, grad_q: Node, grad_kv: Node, target: Target) -> bool:
     """Whether dK/dV writing dS and the matmul cost less than dK/dV and the dQ kernel, with dS
     within SCORES_LIMIT and the writing kernel's bindings (one more than dK/dV's) within the
@@ -77,7 +85,9 @@ def route_pays(graph: Graph, grad_q: Node, grad_kv: Node, target: Target) -> boo
     before = node_cost(graph, grad_kv.id, target) + node_cost(graph, grad_q.id, target)
     writing = node_cost(graph, grad_kv.id, target, {**grad_kv.attr_dict, "scores": True}, (*grad_kv.types, scores))
     k = graph[grad_q.inputs[1]].type
-    matmul = price("matmul", {"transpose_a": True}, [scores, k], (product,), scores.nbytes + k.nbytes, target)
+    matmul = price(
+        "fused_matmul", product_attrs(graph, grad_q), [scores, k], (product,), scores.nbytes + k.nbytes, target
+    )
     return (writing + matmul).units < before.units
 
 
@@ -101,7 +111,9 @@ def dq_from_scores(graph: Graph, target: Target) -> Graph:
         if node.id in chosen:  # dQ: the matmul of the dS its dK/dV node writes
             kv = grad_kv_writing_scores(graph[chosen[node.id]], new, new_id)
             ds = add_checked(new, "result", (kv,), {"index": 2}, node.sources)
-            dq = add_checked(new, "matmul", (ds, new_id[node.inputs[1]]), {"transpose_a": True}, node.sources)
+            dq = add_checked(
+                new, "fused_matmul", (ds, new_id[node.inputs[1]]), product_attrs(graph, node), node.sources
+            )
             return add_checked(new, "reshape", (dq,), {"shape": node.shape}, node.sources)
         if node.id in chosen.values():
             return grad_kv_writing_scores(node, new, new_id)

@@ -404,6 +404,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     batch, m, k, n = matmul_dims([a_view, graph[b].type], node.attr_dict, node.op)
     batches = math.prod(batch)
     splits = node.attr("splits", 1) if node.op == "fused_matmul" else 1
+    causal_rows = node.attr("causal_rows", 0) if node.op == "fused_matmul" else 0
     k_part = part_length(k, splits)
     epilogue_text = node.attr("epilogue", "$acc") if node.op == "fused_matmul" else "$acc"
     prologue_text = node.attr("prologue", "$a") if node.op == "fused_matmul" else "$a"
@@ -471,6 +472,8 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
         "TILES": tiles_m * batches,
         "SPLITS": splits,
         "K_PART": k_part,
+        "CAUSAL": bool(causal_rows),
+        "CAUSAL_ROWS": causal_rows,
         "GRID_Y": max(rows_grid[0], 1),
         "A_SCALAR": not op_a.vector,
         "B_SCALAR": not op_b.vector,
@@ -500,6 +503,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
     label += " Aᵀ" * transpose_a + " Bᵀ" * transpose_b + ("" if epilogue_text == "$acc" else f" {epilogue_text}")
     label += "" if prologue_text == "$a" else f" A={prologue_text}"
     label += f" in {splits} parts of K" if splits > 1 else ""
+    label += f" causal rows of {causal_rows}" if causal_rows else ""
     grid = (-(-n // tiling.bn), rows_grid[0], rows_grid[1])
     return KernelSpec(
         node.id,

@@ -19,9 +19,17 @@ cut into S consecutive parts of ⌈K/S⌉ (the last may be shorter, none empty) 
 the S partial products [S, *batch, M, N], which a sum over axis 0 completes (rewrite/matmul.py
 `matmul_split_k`: a small output over a long reduction launches too few workgroups to fill the
 GPU; S times as many do). A split product has no epilogue: it applies to the sum, not to a part.
+
+`fused_matmul(…, causal_rows=P)` with P > 0 promises that op(A)[r, k] is zero for k > r mod P (the
+rows of A are queries, P of them a period, its columns keys, under a top-left causal mask: the
+scores' gradient that dQ is computed from, codegen/attention_scores.py). The product is the same;
+the kernel skips the K tiles past a row tile's last nonzero column, and the numpy semantics check
+the promise (an A that breaks it raises).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -96,9 +104,29 @@ def evaluate_matmul(a, b, transpose_a=False, transpose_b=False):
 
 def matmul_flops(operands, results, attrs) -> int:
     """2·K per element of the product: 2·(batch·M·N)·K, also where a 2-D operand is shared by a
-    batch, and where the product is split into partials (the same work in S parts)."""
-    _, _, k, _ = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs)
+    batch, and where the product is split into partials (the same work in S parts); for a causal
+    product (`causal_rows`), 2 per nonzero element of op(A) and column of the result."""
+    batch, m, k, n = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs)
+    period = attrs.get("causal_rows", 0)
+    if period:
+        return 2 * math.prod(batch) * n * causal_terms(m, k, period)
     return 2 * results[0].numel // attrs.get("splits", 1) * k
+
+
+def causal_terms(m: int, k: int, period: int) -> int:
+    """The elements of an [m, k] matrix whose row r is zero past column r mod `period`:
+    Σ_r min(k, r mod period + 1)."""
+
+    def first(rows: int) -> int:  # Σ_{q < rows} min(k, q + 1)
+        under = min(rows, k)
+        return under * (under + 1) // 2 + (rows - under) * k
+
+    return m // period * first(period) + first(m % period)
+
+
+def causal_mask(m: int, k: int, period: int) -> np.ndarray:
+    """[m, k]: True where a causal product's op(A) may be nonzero (k ≤ r mod period)."""
+    return np.arange(k)[None, :] <= (np.arange(m) % period)[:, None]
 
 
 def describe_matmul(node) -> str:
@@ -179,17 +207,26 @@ def infer_fused_matmul(types, attrs) -> TensorType:
             raise ShapeError(f"fused_matmul: prologue input ${index} {extra} does not broadcast to A {types[0]}")
         if (name in in_epilogue or name not in in_prologue) and not broadcasts_to(extra.shape, out.shape):
             raise ShapeError(f"fused_matmul: epilogue input ${index} {extra} does not broadcast to {out}")
+    if attrs.get("causal_rows", 0) < 0:
+        raise ShapeError(f"fused_matmul: causal_rows is a period of rows, got {attrs['causal_rows']}")
     return TensorType((splits, *out.shape), "f32") if splits > 1 else out
 
 
-def evaluate_fused_matmul(a, b, *extras, transpose_a, transpose_b, epilogue, prologue, flatten_a, splits=1):
+def evaluate_fused_matmul(
+    a, b, *extras, transpose_a, transpose_b, epilogue, prologue, flatten_a, splits=1, causal_rows=0
+):
     """epilogue(prologue(A, extras…) · B, extras…), as one kernel computes it (module docstring);
-    with `splits`, the partial products over consecutive parts of K, stacked."""
+    with `splits`, the partial products over consecutive parts of K, stacked; with `causal_rows`,
+    the same after checking that A keeps the promise."""
     if prologue != "$a":
         values = {"a": a, **{str(i): x for i, x in enumerate(extras)}}
         a = np.broadcast_to(evaluate_expr(prologue, values, a.dtype), a.shape)
     if flatten_a:
         a = a.reshape(-1, a.shape[-1])
+    if causal_rows:
+        op_a = np.swapaxes(a, -1, -2) if transpose_a else a
+        if np.any(op_a[..., ~causal_mask(*op_a.shape[-2:], causal_rows)]):
+            raise ValueError(f"fused_matmul: op(A) is not zero past column r mod {causal_rows} of each row r")
     if splits > 1:
         a = np.swapaxes(a, -1, -2) if transpose_a else a
         b = np.swapaxes(b, -1, -2) if transpose_b else b
@@ -207,7 +244,8 @@ def describe_fused_matmul(node) -> str:
     prologue = f"prologue {node.attr('prologue')}, " if node.attr("prologue") != "$a" else ""
     flags = describe_matmul(node)
     splits = f" in {node.attr('splits')} parts of K" if node.attr("splits") != 1 else ""
-    return f"{prologue}epilogue {node.attr('epilogue')}" + (f" {flags}" if flags else "") + splits
+    causal = f" causal rows of {node.attr('causal_rows')}" if node.attr("causal_rows") else ""
+    return f"{prologue}epilogue {node.attr('epilogue')}" + (f" {flags}" if flags else "") + splits + causal
 
 
 FUSED_MATMUL = Op(
@@ -222,6 +260,7 @@ FUSED_MATMUL = Op(
         Attr("prologue", EXPR, "$a"),
         Attr("flatten_a", BOOL, False),
         Attr("splits", INT, 1),
+        Attr("causal_rows", INT, 0),
     ),
     egraph=None,
     flops=matmul_flops,
