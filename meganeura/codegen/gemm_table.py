@@ -277,8 +277,11 @@ HOPPER_SPLIT_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(64, 64, 16, 2, 2, pre
 # 30 layers, dQ's product 8x3×768x256x64 Aᵀ): the matmul ladder's 64x64 8x8 prefetch (288
 # workgroups) 1.233 ms; 32x64 4x8 prefetch 0.995; 32x32 4x4 prefetch (1152) 0.936; the same
 # products stopping each row tile's walk at its diagonal (the causal zeros of dS skipped) ran no
-# faster at any of these tiles (1.397, 1.016, 0.963): each workgroup's walk, not the GPU's
-# multiply-adds, is what they wait for.
+# faster at any of these tiles then (1.397, 1.016, 0.963): each workgroup's walk, not the GPU's
+# multiply-adds, is what they wait for. On 2026-12-04, the kernels' loads since made vec4, the
+# stop at the diagonal (fused_matmul `causal_rows`) did pay at 32x32: 0.927 → 0.879 ms on
+# wgpu-native, 0.943 → 0.826 on Dawn with the opt-ins (docs/performance-log.md); the plan stops
+# there since.
 HOPPER_BATCHED_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(32, 32, 16, 1, 1, prefetch=True),))
 
 TABLES = {"generic": GENERIC_TABLE, "hopper": HOPPER_TABLE, "cpu": CPU_TABLE}
