@@ -518,3 +518,27 @@ def test_without_a_name_of_wgpu_natives_module_every_fast_path_falls_back_or_ref
         monkeypatch.undo()
         native.webgpu_c.cache_clear()
     assert native.wgpu_native() is _api and encoding.native_functions() is not None
+
+
+def test_host_time_takes_the_step_apart_as_run_does():
+    """benchmarks/host_time.py spells out `Executable.run` with a clock between its parts (it broke
+    unnoticed once, when a step went to the queue in parts): on the small MLP step every part is
+    timed, and the steps it runs so still train (the loss read back falls)."""
+    import importlib.util
+    import pathlib
+
+    import meganeura as mn
+    from meganeura.bench.workloads import STEPS
+
+    path = pathlib.Path(__file__).parent.parent / "benchmarks" / "host_time.py"
+    spec = importlib.util.spec_from_file_location("host_time", path)
+    host_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host_time)
+    workload = STEPS["digits-mlp"].build(small=True)
+    program = mn.compile(workload.model, loss=workload.loss, inputs=workload.inputs, optimizer=workload.optimizer)
+    batch = workload.batch(np.random.default_rng(0))
+    first = program.train_step(**batch)
+    parts = host_time.step_parts(program, batch, 20)
+    assert list(parts) == ["check inputs", "hypers", "upload", "submit", "record next", "wait for the loss"]
+    assert all(us > 0 for us in parts.values())
+    assert program.train_step(**batch) < first
