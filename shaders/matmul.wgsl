@@ -40,22 +40,7 @@ fn matmul(
     @builtin(local_invocation_id) local: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let tk = wid.y + wid.z * GRID_Y;
-    if (tk >= TILES * SPLITS) {
-        return;  // uniform: the whole workgroup leaves
-    }
-    let part = tk / TILES;
-    let t = tk % TILES;
-    let kbegin = part * K_PART;
-    let m0 = (t % TILES_M) * BM;
-    // a let from workgroup_id: uniform, for the barriers' loop
-    let klimit = min(min(K, kbegin + K_PART), visible_k(m0));
-    kend = klimit;
-    let bat = t / TILES_M;
-    let obat = part * (TILES / TILES_M) + bat;  // the output matrix: part s's come after s - 1's
-    let n0 = wid.x * BN;
-    let a_base = bat * {{A_BATCH_STRIDE}};
-    let b_base = bat * {{B_BATCH_STRIDE}};
+//#include gemm_tile
     let tx = local.x;
     let ty = local.y;
 //#include gemm_loop

@@ -61,21 +61,7 @@ fn matmul_tensor(
     @builtin(subgroup_id) sg: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
-    let tk = wid.y + wid.z * GRID_Y;
-    if (tk >= TILES * SPLITS) {
-        return;
-    }
-    let part = tk / TILES;
-    let t = tk % TILES;
-    let kbegin = part * K_PART;
-    let m0 = (t % TILES_M) * BM;
-    let klimit = min(min(K, kbegin + K_PART), visible_k(m0));
-    kend = klimit;
-    let bat = t / TILES_M;
-    let obat = part * (TILES / TILES_M) + bat;
-    let n0 = wid.x * BN;
-    let a_base = bat * {{A_BATCH_STRIDE}};
-    let b_base = bat * {{B_BATCH_STRIDE}};
+//#include gemm_tile
     let sm0 = (sg / {{GN}}u) * {{SUB_M}}u;  // the subgroup's rows and columns within the tile
     let sn0 = (sg % {{GN}}u) * {{SUB_N}}u;
     {{RESULTS}}

@@ -46,6 +46,7 @@ from bounds_check import (
 from conftest import MLP, ce_loss, emit, one_op, typed_leaf
 from test_conv_gemm import RAGGED_GEOMETRIES, conv_graph
 from test_kernels import operand_shapes
+from test_matmul_halves import multi_split_graph
 from test_matmul_tensor import needs_tensor_cores
 
 import meganeura as mn
@@ -361,17 +362,8 @@ def spread(rng: np.random.Generator, *shape: int) -> np.ndarray:
 def split_kernels() -> SanitizedExecutable:
     """split_halves (both layouts), multi_top and multi_split_halves at ragged shapes, as
     tests/test_matmul_halves.py runs them on this device."""
-    tracer = Tracer()
-    a = tracer.leaf("input", "a", TensorType((37, 29)))
-    b = tracer.leaf("input", "b", TensorType((3, 70, 66)))
+    tracer, a, _ = multi_split_graph()
     top = tracer.leaf("input", "top", TensorType((5,)))
-    tops = tracer.emit("multi_top", [a, b], parts=(37, 30))
-    top_a, top_b = (tracer.emit("result", [tops], index=i) for i in range(2))
-    split = tracer.emit(
-        "multi_split_halves", [a, top_a, b, top_b, a, top_a], transposes=(0, 1, 1), rows_to=64, cols_to=64
-    )
-    for i in range(3):
-        tracer.graph.outputs[f"s{i}"] = tracer.emit("result", [split], index=i)
     for transpose in (False, True):
         single = tracer.emit("split_halves", [a, top], transpose=transpose, rows_to=64, cols_to=128)
         tracer.graph.outputs[f"single{int(transpose)}"] = single

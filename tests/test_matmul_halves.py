@@ -348,8 +348,10 @@ def test_the_weights_are_split_by_multi_tensor_kernels_before_the_first_product(
     assert "multi_top" not in single and single.count("split_halves") >= 4
 
 
-def test_the_multi_tensor_maxima_and_splits_match_the_interpreter():
-    """On this device (lavapipe in CI): members of both layouts, ragged, a tensor split both ways."""
+def multi_split_graph():
+    """Inputs a [37, 29] and b [3, 70, 66], their maxima by one multi_top (37 and 30 parts) and
+    three splits by one multi_split_halves (a, bᵀ, aᵀ: both layouts, ragged, a tensor split both
+    ways) as outputs s0-s2. Returns the tracer, a and b's maxima (also run by tests/test_bounds.py)."""
     tracer = Tracer()
     a = tracer.leaf("input", "a", TensorType((37, 29)))
     b = tracer.leaf("input", "b", TensorType((3, 70, 66)))
@@ -360,6 +362,12 @@ def test_the_multi_tensor_maxima_and_splits_match_the_interpreter():
     )
     for i in range(3):
         tracer.graph.outputs[f"s{i}"] = tracer.emit("result", [split], index=i)
+    return tracer, a, top_b
+
+
+def test_the_multi_tensor_maxima_and_splits_match_the_interpreter():
+    """On this device (lavapipe in CI): members of both layouts, ragged, a tensor split both ways."""
+    tracer, _, top_b = multi_split_graph()
     tracer.graph.outputs["top_b"] = top_b
     inputs = {"a": spread(37, 29, binades=30.0), "b": spread(3, 70, 66, binades=30.0)}
     got = run_gpu(tracer.graph, inputs).run(inputs, read=tuple(tracer.graph.outputs))
