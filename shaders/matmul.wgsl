@@ -25,7 +25,7 @@
 // registers), STAGE (registers → workgroup tiles), MULTIPLY (the unrolled K tile), STORE. Flag:
 // PREFETCH (load the next tile while multiplying this one), A_SCALAR / B_SCALAR (the operand is
 // loaded by element), CAUSAL with CAUSAL_ROWS (a causal product: a row tile stops its K loop after
-// its last nonzero column of op(A), matmul_common.wgsl `visible_k`).
+// its last nonzero column of op(A), gemm_tile.wgsl).
 
 {{BINDINGS}}
 

@@ -2,9 +2,9 @@
 // kernels of matmul and fused_matmul (matmul.wgsl, f32; matmul_tensor.wgsl, the tensor cores):
 // the product's sizes, the end of this workgroup's part of K, the prologue and epilogue, the
 // scalar loads and `store4`. Placeholders and flags: those of matmul.wgsl's header that these
-// lines name (M, N, K, BM, BN, BK, TILES_M, TILES, GRID_Y, SPLITS, K_PART, CAUSAL_ROWS, FUNCTIONS,
-// A_READS, PROLOGUE, READS, EPILOGUE, A_BATCH_STRIDE, A_INDEX, B_BATCH_STRIDE, B_INDEX, STORE4;
-// A_SCALAR, B_SCALAR, CAUSAL).
+// lines name (M, N, K, BM, BN, BK, TILES_M, TILES, GRID_Y, SPLITS, K_PART, FUNCTIONS, A_READS,
+// PROLOGUE, READS, EPILOGUE, A_BATCH_STRIDE, A_INDEX, B_BATCH_STRIDE, B_INDEX, STORE4; A_SCALAR,
+// B_SCALAR).
 //#include gemm_sizes
 const GRID_Y: u32 = {{GRID_Y}}u;
 const SPLITS: u32 = {{SPLITS}}u;
@@ -12,22 +12,6 @@ const K_PART: u32 = {{K_PART}}u;
 
 // The end of this workgroup's part of K (K unless the product is split): loads stop there.
 var<private> kend: u32;
-
-// The end of the K that rows m0 … m0 + BM - 1 of op(A) read: K, or for a causal product
-// (CAUSAL_ROWS = P, fused_matmul's `causal_rows`: op(A)[r, k] is zero for k > r mod P) the last
-// row's nonzero columns rounded up to a whole K tile, and all of K for a tile of rows that crosses
-// the end of a period. From the workgroup's id alone: uniform, as the K loop's bound.
-fn visible_k(m0: u32) -> u32 {
-//#if CAUSAL
-    let last = min(m0 + BM, M) - 1u;
-    if (m0 / {{CAUSAL_ROWS}}u != last / {{CAUSAL_ROWS}}u) {
-        return K;
-    }
-    return min(K, (last % {{CAUSAL_ROWS}}u / BK + 1u) * BK);
-//#else
-    return K;
-//#endif
-}
 
 {{FUNCTIONS}}
 

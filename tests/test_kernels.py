@@ -367,7 +367,7 @@ def causal_operands(m: int, k: int, n: int, transposes: tuple[bool, bool], batch
 )
 def test_causal_products_match_the_interpreter_on_ragged_shapes(monkeypatch, tiling):
     """fused_matmul(causal_rows=P): each row tile stops at its last row's K tile (shaders/
-    matmul_common.wgsl `visible_k`), every transpose, batched, split into parts of K."""
+    gemm_tile.wgsl), every transpose, batched, split into parts of K."""
     if tiling is not None:
         monkeypatch.setattr(codegen_matmul, "gemm_tiling", lambda *_: tiling)
     for (m, k, n), transposes, batch, period, parts in CAUSAL_CASES:

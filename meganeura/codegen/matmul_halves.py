@@ -436,8 +436,6 @@ def lower_split_matmul(graph: Graph, node: Node, target: Target) -> KernelSpec:
         "TILES": tiles_m,
         "SPLITS": splits,
         "K_PART": split_part(k, splits),
-        "CAUSAL": False,  # matmul_common.wgsl's `visible_k`, which this kernel does not call
-        "CAUSAL_ROWS": 0,
         "GRID_Y": max(rows_grid[0], 1),
         "A_SCALAR": False,
         "B_SCALAR": False,
