@@ -132,6 +132,59 @@ def test_a_step_of_more_dispatches_than_a_query_set_holds():
     assert starts == sorted(starts) and starts[2048] > starts[2047]
 
 
+def product_executable() -> Executable:
+    graph = Graph()
+    a, b = typed_leaf(graph, "input", "a", (7, 5)), typed_leaf(graph, "input", "b", (5, 3))
+    graph.outputs["c"] = emit(graph, "matmul", [a, b])
+    return Executable(compile_step(graph, default_device().target), default_device(), {}, {})
+
+
+def test_repeated_runs_time_the_kernels_back_to_back_after_one_upload(monkeypatch):
+    """Executable.repeated_ns (how `bench gemm` times our products): one upload, then the step's
+    dispatches `count` times in one pass; its figure is a run's mean GPU time, within the call's
+    wall time; the outputs stay the product; a count below 1 is refused."""
+    executable = product_executable()
+    inputs = {"a": RNG.normal(size=(7, 5)).astype(np.float32), "b": RNG.normal(size=(5, 3)).astype(np.float32)}
+    uploads, encoded = [], []
+    upload, record = Executable.upload, Executable.encode_dispatches
+    monkeypatch.setattr(Executable, "upload", lambda self, *args: uploads.append(1) or upload(self, *args))
+    counted = staticmethod(lambda compute, dispatches: encoded.append(len(dispatches)) or record(compute, dispatches))
+    monkeypatch.setattr(Executable, "encode_dispatches", counted)
+    commands = executable.repeated_commands(4)
+    assert encoded == [len(executable.dispatches)] * 4 and uploads == []
+    executable.device.queue.submit([commands])
+    started = time.perf_counter_ns()
+    ns = executable.repeated_ns(inputs, 6)
+    wall = time.perf_counter_ns() - started
+    assert uploads == [1] and 0 < 6 * ns <= wall
+    np.testing.assert_allclose(executable.run(inputs, ("c",))["c"], inputs["a"] @ inputs["b"], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="count of at least 1, got 0"):
+        executable.repeated_ns(inputs, 0)
+
+
+def test_heat_uploads_once_then_doubles_its_command_buffers_until_each_is_long(monkeypatch):
+    """Executable.heat keeps the GPU busy without waiting on the host: GPU clocks fall while it waits
+    (an H200 ran a 4096³ product at a third of its speed after a heat of whole runs, each behind its
+    upload). One `run`, then command buffers of the dispatches repeated 1, 2, 4, … times, doubling
+    while a buffer takes under HEAT_BUFFER_SECONDS; the results stay right."""
+    from meganeura.runtime import executable as runtime
+
+    program = product_executable()
+    inputs = {"a": RNG.normal(size=(7, 5)).astype(np.float32), "b": RNG.normal(size=(5, 3)).astype(np.float32)}
+    runs, counts = [], []
+    run, repeated = Executable.run, Executable.repeated_commands
+    monkeypatch.setattr(Executable, "run", lambda self, *args: runs.append(1) or run(self, *args))
+    monkeypatch.setattr(Executable, "repeated_commands", lambda self, n, *a: counts.append(n) or repeated(self, n, *a))
+    monkeypatch.setattr(runtime, "HEAT_BUFFER_SECONDS", 10.0)  # always short: it doubles every time
+    program.heat(inputs, 0.2)
+    assert runs == [1] and len(counts) >= 2 and counts == [2**i for i in range(len(counts))]
+    counts.clear()
+    monkeypatch.setattr(runtime, "HEAT_BUFFER_SECONDS", 0.0)  # always long enough: it stays at 1
+    program.heat(inputs, 0.05)
+    assert set(counts) == {1}
+    np.testing.assert_allclose(program.run(inputs, ("c",))["c"], inputs["a"] @ inputs["b"], rtol=1e-5, atol=1e-6)
+
+
 def test_without_timestamps_profiling_says_why(monkeypatch):
     program = mlp_program()
     monkeypatch.setattr(program.executable.device, "has_timestamps", False)

@@ -56,7 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", metavar="FILE", help="write every number to FILE")
     parser.add_argument("--markdown", action="store_true", help="also print Markdown tables (for the README)")
-    parser.add_argument("--repeat", type=int, default=10, help="GEMM: dispatches per product timed in one step")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=10,
+        help="GEMM: products back to back in one timed pass (ours), between two CUDA events (torch)",
+    )
     parser.add_argument("--gemm-shapes", metavar="MxKxN,...", help="GEMM: these shapes instead of the defaults")
     parser.add_argument(
         "--source-digest", action="store_true", help="print the digest of this source tree (a JSON record's) and exit"

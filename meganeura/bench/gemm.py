@@ -8,10 +8,11 @@ matmul, as autodiff emits them (ir/ops/matmul.py), and strided views on PyTorch'
 reads them transposed). All three do 2·M·N·K flops.
 
 Ours: the product as the compiler plans it for the adapter (the e-graph may split a narrow output
-over a long K into partials and their sum: both kernels count), timed with GPU timestamps
-(Executable.profile) `repeat` times: the median. Its result is checked against numpy. PyTorch:
-`repeat` products between two CUDA events (the mean), after warm-up; on a machine without CUDA,
-torch on the CPU timed by the wall clock (not a GPU-vs-GPU ratio).
+over a long K into partials and their sum: both kernels count), after HEAT_SECONDS of it back to
+back, timed as `repeat` products back to back in one compute pass between two GPU timestamps
+(Executable.repeated_ns): the mean, and the median of TIMINGS such passes. Its result is checked
+against numpy. PyTorch: `repeat` products between two CUDA events (the mean), after warm-up; on a
+machine without CUDA, torch on the CPU timed by the wall clock (not a GPU-vs-GPU ratio).
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ SHAPES: tuple[tuple[int, int, int], ...] = (
 SMALL_SHAPES: tuple[tuple[int, int, int], ...] = ((128, 96, 80), (64, 72, 200), (64, 200, 72))  # ragged
 PRODUCTS = ("A·B", "G·Bᵀ", "Aᵀ·G")  # forward, dA, dB
 CHECK_RTOL = 1e-3  # of the largest |value|: a wrong kernel is off by far more, fp32 rounding by far less
+# Ours is timed after this long of its kernels back to back (Executable.heat): GPU clocks idle
+# low and fall while the GPU waits on uploads. Timed the old way — a 0.05 s heat of whole runs, each
+# behind its 128 MB upload, then a product per submit — the 4096³ product read 7-17 TFLOP/s
+# instead of 38 from the third fresh executable of a process on, the H200 at 435-945 MHz.
+HEAT_SECONDS = 0.3
+TIMINGS = 3  # of `repeat` products back to back in one pass each: their median
 
 
 @dataclass(frozen=True)
@@ -127,8 +134,8 @@ def ours_seconds(product: Product, repeat: int, values=None) -> tuple[float, flo
     got = executable.run(inputs, ("c",))["c"]
     expected = product.reference(left, right)
     error = float(np.abs(got - expected).max() / max(float(np.abs(expected).max()), 1e-30))
-    executable.heat(inputs, 0.05)  # GPU clocks idle low
-    times = sorted(executable.profile(inputs)[1].total_ns for _ in range(repeat))
+    executable.heat(inputs, HEAT_SECONDS)
+    times = sorted(executable.repeated_ns(inputs, repeat) for _ in range(TIMINGS))
     return times[len(times) // 2] / 1e9, error
 
 

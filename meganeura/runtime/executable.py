@@ -86,6 +86,11 @@ class DeviceStorage:
         write_buffer(self.device, self.buffer, self.type, value, "parameter")
 
 
+# `heat` doubles its command buffers until each keeps the GPU busy this long: long enough that the
+# host's submits leave no gaps for the clocks to fall in, short enough to stop near `seconds`.
+HEAT_BUFFER_SECONDS = 0.02
+
+
 class Executable:
     """One compiled step with all its device objects made once.
 
@@ -387,15 +392,54 @@ class Executable:
         return self.take_recorded(read) or self.step_commands(copies, parts=self.parts)
 
     def heat(self, inputs: dict[str, np.ndarray], seconds: float = 0.1) -> None:
-        """Run the step back to back for at least `seconds` of wall time, waiting for the GPU: its
-        clocks idle low (an H200 at 345 MHz) and a kernel timed cold, after a pipeline compile,
-        measures the clock ramp instead of the kernel."""
-        start = time.perf_counter()
+        """Keep the GPU busy with the step's kernels for at least `seconds` of wall time, then wait
+        for it. Its clocks idle low (an H200 at 345 MHz), and fall again while it waits on the
+        host: fresh 4096³ products in one process, each run behind its 128 MB upload, had an H200
+        at 435-945 MHz after two or three of them, running the product at 7-17 TFLOP/s instead of
+        38 (docs/performance-log.md, 2026-12-04). So the inputs are uploaded once, then only the
+        step's dispatches are submitted, in command buffers doubled in length until each keeps
+        the GPU busy HEAT_BUFFER_SECONDS. For timing only: the state it leaves is not that of
+        whole steps (no end-of-step state copies)."""
+        self.run(inputs)
+        repeats, start = 1, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            for _ in range(4):
-                self.run(inputs)
-            # A 4-byte read waits for the GPU (wgpu-py 0.32's on_submitted_work_done_sync fails in cffi).
-            self.device.queue.read_buffer(self.buffers[0], 0, 4)
+            began = time.perf_counter()
+            self.submit_and_wait([self.repeated_commands(repeats)])
+            if time.perf_counter() - began < HEAT_BUFFER_SECONDS:
+                repeats *= 2
+
+    def repeated_ns(self, inputs: dict[str, np.ndarray], count: int) -> float:
+        """The GPU time in ns of the step's dispatches, each run `count` times back to back in one
+        compute pass after one upload of `inputs`, by the pass's timestamps: the mean of a run.
+        How a kernel is timed warm (after `heat`), like PyTorch's `count` products between two
+        CUDA events; only for steps whose kernels give the same result run again (no state)."""
+        self.require_timestamps("timing")
+        if count < 1:
+            raise ValueError(f"repeated_ns needs a count of at least 1, got {count}")
+        self.run(inputs)
+        device = self.device.device
+        queries = device.create_query_set(label="repeated timestamps", type="timestamp", count=2)
+        writes = {"query_set": queries, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
+        encoder = device.create_command_encoder()
+        stamps = resolve_stamps(device, encoder, queries, 2)
+        self.submit_and_wait([self.repeated_commands(count, writes), encoder.finish()])
+        begin, end = read_stamps(device, stamps)
+        return max(0, end - begin) / count
+
+    def repeated_commands(self, count: int, timestamps: dict | None = None) -> wgpu.GPUCommandBuffer:
+        """A command buffer of one compute pass that runs the step's dispatches `count` times (no
+        uploads, no copies), writing `timestamps` (a pass's timestamp_writes) where given."""
+        encoder = self.device.device.create_command_encoder()
+        compute = encoder.begin_compute_pass(timestamp_writes=timestamps)
+        for _ in range(count):
+            self.encode_dispatches(compute, self.dispatches)
+        compute.end()
+        return encoder.finish()
+
+    def submit_and_wait(self, commands: list[wgpu.GPUCommandBuffer]) -> None:
+        self.device.queue.submit(commands)
+        # A 4-byte read waits for the GPU (wgpu-py 0.32's on_submitted_work_done_sync fails in cffi).
+        self.device.queue.read_buffer(self.buffers[0], 0, 4)
 
     def profile(self, inputs: dict[str, np.ndarray], read: tuple[str, ...] = ()) -> tuple[dict, Profile]:
         """`run`, with every dispatch in a compute pass of its own that writes GPU timestamps at its
