@@ -27,8 +27,8 @@ of the largest |value| aborts the sweep). For each case it prints the fastest pa
 the planner picks today (rewrite.optimize for this adapter: its split count, and the tiling
 `split_tiling` gives it). "M×K×N@4/8" sweeps that product over its own counts of parts;
 `--tilings` times only the tilings named (and the table's); `--runs N` times each pair as bench
-gemm times a planned product (one product a graph, N profiled runs, the median of their totals)
-instead of `repeat` copies in one run.
+gemm times a planned product (one product a graph, N of it back to back in one pass, the median of
+bench gemm's TIMINGS such passes) instead of `repeat` copies in one profiled run.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from meganeura.bench.gemm import TIMINGS
 from meganeura.codegen import matmul as codegen_matmul
 from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling
@@ -257,8 +258,9 @@ MATMUL_KINDS = ("matmul", "fused_matmul")
 def split_seconds(case: Case, tiling: GemmTiling, splits: int, repeat: int, device, runs: int = 0) -> dict:
     """{product_s, sum_s, seconds, error} of `case` in `splits` parts of K with `tiling`: the median
     split kernel and sum kernel (0 for 1 part) of `repeat` copies in one profiled run, `seconds`
-    their total; with `runs`, as bench gemm times a product instead: one copy, `runs` profiled
-    runs, `seconds` the median of each run's total. `error`: the first result's against numpy,
+    their total; with `runs`, as bench gemm times a product instead: one copy, `seconds` the median
+    of TIMINGS passes of `runs` of it back to back (Executable.repeated_ns), `product_s` and
+    `sum_s` its parts in the proportions of one profiled run. `error`: the first result's against numpy,
     relative to its largest |value|."""
     executable = forced_executable(split_graph(case, splits, 1 if runs else repeat), codegen_matmul, tiling, device)
     inputs = operand_values(case.operands)
@@ -268,11 +270,9 @@ def split_seconds(case: Case, tiling: GemmTiling, splits: int, repeat: int, devi
         expected = reference(case)
         error = float(np.abs(outputs["c0"] - expected).max() / max(float(np.abs(expected).max()), 1e-30))
         if runs:
-            profiles = [profile] + [executable.profile(inputs)[1] for _ in range(runs - 1)]
-            products = [sum(k.ns for k in p.kernels if k.kind in MATMUL_KINDS) for p in profiles]
-            sums = [sum(k.ns for k in p.kernels if k.kind not in MATMUL_KINDS) for p in profiles]
-            total = median(p.total_ns for p in profiles) / 1e9
-            return {"product_s": median(products) / 1e9, "sum_s": median(sums) / 1e9, "seconds": total, "error": error}
+            share = sum(k.ns for k in profile.kernels if k.kind in MATMUL_KINDS) / max(profile.total_ns, 1)
+            total = median(executable.repeated_ns(inputs, runs) for _ in range(TIMINGS)) / 1e9
+            return {"product_s": share * total, "sum_s": (1 - share) * total, "seconds": total, "error": error}
         products = [k.ns for k in profile.kernels if k.kind in MATMUL_KINDS]
         per_copy: dict[int, int] = {}  # the sum's kernels (all of them, were it lowered to several) per copy
         for kernel in profile.kernels:
@@ -384,7 +384,7 @@ def main() -> None:
         "--runs",
         type=int,
         default=0,
-        help="with --splits: time each pair as bench gemm does (one product, this many profiled runs, the median)",
+        help="with --splits: time each pair as bench gemm does (one product, this many back to back in a pass)",
     )
     parser.add_argument("--repeat", type=int, default=8)
     parser.add_argument("--candidates", choices=("gpu", "cpu"), default=None, help="default: by adapter type")

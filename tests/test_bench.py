@@ -263,6 +263,26 @@ def test_without_torch_our_side_runs_and_the_torch_columns_say_so(bench_run):
     assert all(p["torch"] == "torch not installed" and p["torch_ms"] is None for p in record["gemm"])
 
 
+@pytest.mark.gpu
+def test_gemm_tune_times_split_pairs_as_bench_gemm_does(tmp_path):
+    """benchmarks/gemm_tune.py --splits … --runs N: every (tiling, parts) pair of a ragged product
+    timed, checked against numpy, its time the sum of the product's and the sum's parts."""
+    out = tmp_path / "tune.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, os.path.join("benchmarks", "gemm_tune.py"), "--steps", "", "--extra", "96x200x72"]
+    command += ["--splits", "1,2", "--runs", "2", "--tilings", "64x64/k16 8x8", "--json", str(out)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["split_rows"]
+    assert row["product"] == "96x200x72" and row["flops"] == 2 * 96 * 200 * 72
+    assert {pair["splits"] for pair in row["pairs"].values()} == {1, 2}
+    for key, pair in row["pairs"].items():
+        assert key.startswith("64x64/k16 8x8") and finite_positive(pair["seconds"]) and pair["error"] < 1e-5, key
+        assert pair["product_s"] + pair["sum_s"] == pytest.approx(pair["seconds"]), key
+        assert (pair["sum_s"] == 0) == (pair["splits"] == 1), key
+    assert row["best"] in row["pairs"] and f"planner      {row['planned']}" in done.stdout
+
+
 def test_plan_ab_variants_set_module_attributes_and_undo_them():
     """benchmarks/plan_ab.py: a variant's assignments (an attribute, a dict entry, new or
     replaced) take effect, and undoing them restores every original value."""
