@@ -275,9 +275,9 @@ def test_gemm_tune_times_split_pairs_as_bench_gemm_does(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (row,) = json.loads(out.read_text())["split_rows"]
     assert row["product"] == "96x200x72" and row["flops"] == 2 * 96 * 200 * 72
-    assert {pair["splits"] for pair in row["pairs"].values()} == {1, 2}
+    assert {"64x64/k16 8x8 S1", "64x64/k16 8x8 S2"} <= row["pairs"].keys()  # the tiling named, and the table's
     for key, pair in row["pairs"].items():
-        assert key.startswith("64x64/k16 8x8") and finite_positive(pair["seconds"]) and pair["error"] < 1e-5, key
+        assert finite_positive(pair["seconds"]) and pair["error"] < 1e-5 and pair["splits"] in (1, 2), key
         assert pair["product_s"] + pair["sum_s"] == pytest.approx(pair["seconds"]), key
         assert (pair["sum_s"] == 0) == (pair["splits"] == 1), key
     assert row["best"] in row["pairs"] and f"planner      {row['planned']}" in done.stdout
