@@ -402,18 +402,8 @@ class Rewriter:
     def read_struct(self, index: int) -> int:
         name = self.name_at(index + 1)
         open_ = self.expect(index + 2, "{") - 1
-        close = self.pairs[open_]
-        fields: dict[str, tuple[int, int]] = {}
-        at = open_ + 1
-        while at < close:
-            _, at = self.attributes(at)
-            field = self.name_at(at)
-            at = self.expect(at + 1, ":")
-            end = self.type_end(at)
-            fields[field] = (at, end)
-            at = end + (1 if self.tokens[end].text == "," else 0)
-        self.structs[name] = fields
-        return close + 1
+        self.structs[name] = dict(self.typed_names(open_))
+        return self.pairs[open_] + 1
 
     def read_constant(self, index: int, word: str) -> int:
         name = self.name_at(index + 1)
@@ -456,20 +446,25 @@ class Rewriter:
             raise SanitizerError(f"{self.where(end)}: a module-scope initializer that indexes ({name})")
         return statement + 1
 
+    def typed_names(self, open_: int) -> list[tuple[str, tuple[int, int]]]:
+        """The `name: type` entries (each after its attributes, comma-separated) between the bracket
+        at token `open_` and its pair: a struct's fields, a function's parameters; each name with
+        the token range of its type."""
+        close, at, entries = self.pairs[open_], open_ + 1, []
+        while at < close:
+            _, at = self.attributes(at)
+            name = self.name_at(at)
+            at = self.expect(at + 1, ":")
+            end = self.type_end(at)
+            entries.append((name, (at, end)))
+            at = end + (1 if self.tokens[end].text == "," else 0)
+        return entries
+
     def read_function(self, index: int, attributes: dict[str, str]) -> int:
         name = self.name_at(index + 1)
         open_ = self.expect(index + 2, "(") - 1
-        close = self.pairs[open_]
-        params = []
-        at = open_ + 1
-        while at < close:
-            _, at = self.attributes(at)
-            param = self.name_at(at)
-            at = self.expect(at + 1, ":")
-            end = self.type_end(at)
-            params.append((param, (at, end)))
-            at = end + (1 if self.tokens[end].text == "," else 0)
-        at = close + 1
+        params = self.typed_names(open_)
+        at = self.pairs[open_] + 1
         returns = None
         if self.tokens[at].text == "->":
             _, at = self.attributes(at + 1)
