@@ -362,16 +362,10 @@ class Executable:
         self.require_timestamps("timing")
         read, copies, start, size = self.upload(inputs, read)
         self.recorded = None
-        device = self.device.device
-        queries = device.create_query_set(label="step timestamps", type="timestamp", count=2)
-        writes = {"query_set": queries, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
-        commands = self.step_commands(copies, writes)
-        encoder = device.create_command_encoder()
-        stamps = resolve_stamps(device, encoder, queries, 2)
-        self.submit([*commands, encoder.finish()])
+        writes, resolve, stamps = pass_timestamps(self.device.device, "step timestamps")
+        self.submit([*self.step_commands(copies, writes), resolve])
         outputs = self.read_outputs(read, start, size)
-        begin, end = read_stamps(device, stamps)
-        return outputs, max(0, end - begin)
+        return outputs, pass_ns(self.device.device, stamps)
 
     def record_next(self, read: tuple[str, ...], copies: list[tuple]) -> None:
         """Record the next step's commands now. A command buffer names buffers, not their
@@ -417,14 +411,9 @@ class Executable:
         if count < 1:
             raise ValueError(f"repeated_ns needs a count of at least 1, got {count}")
         self.run(inputs)
-        device = self.device.device
-        queries = device.create_query_set(label="repeated timestamps", type="timestamp", count=2)
-        writes = {"query_set": queries, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
-        encoder = device.create_command_encoder()
-        stamps = resolve_stamps(device, encoder, queries, 2)
-        self.submit_and_wait([self.repeated_commands(count, writes), encoder.finish()])
-        begin, end = read_stamps(device, stamps)
-        return max(0, end - begin) / count
+        writes, resolve, stamps = pass_timestamps(self.device.device, "repeated timestamps")
+        self.device.queue.submit([self.repeated_commands(count, writes), resolve])
+        return pass_ns(self.device.device, stamps) / count
 
     def repeated_commands(self, count: int, timestamps: dict | None = None) -> wgpu.GPUCommandBuffer:
         """A command buffer of one compute pass that runs the step's dispatches `count` times (no
@@ -543,6 +532,22 @@ class Executable:
         if name not in self.states:
             raise KeyError(f"no state or parameter {name!r}; this graph has {list(self.states)}")
         return self.states[name]
+
+
+def pass_timestamps(device: wgpu.GPUDevice, label: str) -> tuple[dict, wgpu.GPUCommandBuffer, wgpu.GPUBuffer]:
+    """For timing one compute pass: its `timestamp_writes` (at its start and end), the command
+    buffer that resolves them (submitted after the pass's) and the buffer `pass_ns` reads."""
+    queries = device.create_query_set(label=label, type="timestamp", count=2)
+    writes = {"query_set": queries, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
+    encoder = device.create_command_encoder()
+    stamps = resolve_stamps(device, encoder, queries, 2)
+    return writes, encoder.finish(), stamps
+
+
+def pass_ns(device: wgpu.GPUDevice, stamps: wgpu.GPUBuffer) -> int:
+    """The GPU time in ns of a pass timed by `pass_timestamps`, after its submit (waits for it)."""
+    begin, end = read_stamps(device, stamps)
+    return max(0, end - begin)
 
 
 def resolve_stamps(device: wgpu.GPUDevice, encoder: wgpu.GPUCommandEncoder, queries, count: int) -> wgpu.GPUBuffer:
