@@ -26,8 +26,13 @@ from meganeura.tensor import (  # the elementwise ones are generated from ir/fun
     greater_equal,
     less,
     less_equal,
+    bernoulli,
     log,
     not_equal,
+    rand,
+    rand_like,
+    randn,
+    randn_like,
     sigmoid,
     sqrt,
     tanh,
@@ -40,6 +45,6 @@ __all__ = [
     "load_safetensors", "IncompatibleKeys", "StateDictError", "load_onnx", "OnnxImportError",
     "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
     "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
-    "NonFiniteError",
+    "NonFiniteError", "rand", "randn", "rand_like", "randn_like", "bernoulli",
 ]  # fmt: skip
 __version__ = "0.1.0"

@@ -15,7 +15,10 @@ readable by PyTorch and HF tools):
   their PyTorch names, what `load` restores into the live optimizer, and `fused`; the device's
   layout of them is no part of the file, so it may change without a new format version),
   `scheduler` (JSON: the class and `state_dict()` of the optimizer's learning-rate scheduler,
-  `optimizer.scheduler`, the last one made on it; empty without one), `steps` (train steps run).
+  `optimizer.scheduler`, the last one made on it; empty without one), `steps` (train steps run),
+  `rng` (JSON `{"seed": …, "step": …}`: the seed and step counter of the random numbers the step
+  draws, ir/ops/random.py, so that a resumed run draws exactly what the uninterrupted one would;
+  empty for a program that draws none, and a file without it leaves the program's own).
 
 Writes are atomic: the file is written beside its destination under a temporary name, flushed to
 disk (fsync) and renamed over it, so a crash mid-write leaves the previous checkpoint whole.
@@ -123,7 +126,29 @@ def metadata(program: Program) -> dict[str, str]:
         "hyper": json.dumps(hyper_parameters(optimizer), sort_keys=True),
         "scheduler": scheduler_metadata(optimizer),
         "steps": str(program.steps),
+        "rng": rng_metadata(program),
     }
+
+
+def rng_metadata(program: Program) -> str:
+    """The program's RNG seed and step counter as JSON, or "" when it draws no random numbers."""
+    seed = getattr(program, "rng_seed", None)
+    return "" if seed is None else json.dumps({"seed": seed, "step": program.rng_step}, sort_keys=True)
+
+
+def saved_rng(meta: dict[str, str], program: Program) -> tuple[tuple[int, int] | None, list[str]]:
+    """((seed, step) to restore, or None; problems) from a checkpoint's `rng` metadata."""
+    text = meta.get("rng", "")
+    if not text or getattr(program, "rng_seed", None) is None:
+        return None, []
+    try:
+        saved = json.loads(text)
+        seed, step = int(saved["seed"]), int(saved["step"])
+    except (ValueError, KeyError, TypeError):
+        return None, [f"its random-number state is not readable: {text!r}"]
+    if not (0 <= seed < 2**64 and 0 <= step < 2**64):
+        return None, [f"its random-number state is out of range: {text!r}"]
+    return (seed, step), []
 
 
 def save(program: Program, path: str | os.PathLike) -> None:
@@ -207,6 +232,8 @@ def load(program: Program, path: str | os.PathLike) -> None:
     if optimizer is not None:
         groups, schedule, more = saved_schedule(meta, optimizer)
         problems += more
+    rng, more = saved_rng(meta, program)
+    problems += more
     if problems:
         raise CheckpointError(f"{path} does not fit this program: " + "; ".join(problems))
     program.load_state_dict(params)
@@ -217,6 +244,8 @@ def load(program: Program, path: str | os.PathLike) -> None:
     if schedule is not None:
         optimizer.scheduler.load_state_dict(schedule)
     program.steps = int(meta.get("steps", "0"))
+    if rng is not None:
+        program.rng_seed, program.rng_step = rng
 
 
 def load_step_state(program: Program, state: dict[str, np.ndarray]) -> None:

@@ -28,6 +28,7 @@ from meganeura.explain import StepReport
 from meganeura.ir.autodiff import GradBuilder, gradients
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import ShapeError
+from meganeura.ir.ops.random import RNG_STATE, rng_state
 from meganeura.ir.trace import Tracer, tracing, user_source_line
 from meganeura.optim import Optimizer, ParamGrad
 from meganeura.target import GENERIC, Target
@@ -407,7 +408,7 @@ def compilation_of(
 class Program:
     """A compiled step on the GPU: `train_step(**arrays)` for training, `program(**arrays)` for inference."""
 
-    def __init__(self, compilation: Compilation) -> None:
+    def __init__(self, compilation: Compilation, seed: int | None = None) -> None:
         from meganeura import runtime
 
         self.compilation = compilation
@@ -434,13 +435,24 @@ class Program:
         # The hyper-parameter values on the device, to write only those the optimizer changed.
         self.hypers_written: dict[str, Any] = dict(traced.initial_states)
         self.hypers_key: str | None = None  # the optimizer's hyper_key when they were last written
+        # The random numbers' seed and step counter (ir/ops/random.py), for a program that draws
+        # any: the host writes both into the RNG state leaf before each run (`draw_step`).
+        self.rng_seed: int | None = None
+        self.rng_step = 0
+        rng = {}
+        if RNG_STATE in self.compiled.leaf_types:
+            self.rng_seed = nn.next_program_seed() if seed is None else checked_seed(seed)
+            rng[RNG_STATE] = rng_state(self.rng_seed, 0)
         self.trace_path = os.environ.get("MEGANEURA_TRACE")
         if _EXPLAIN:
             _EXPLAIN[-1].append(self)
             self.executable = None
             return
         self.executable = runtime.Executable(
-            self.compiled, runtime.default_device(), traced.parameters, {**traced.initial_states, **traced.step_states}
+            self.compiled,
+            runtime.default_device(),
+            traced.parameters,
+            {**traced.initial_states, **traced.step_states, **rng},
         )
 
     def run(self, values: dict[str, np.ndarray], read: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -448,6 +460,7 @@ class Program:
         TRACE_AFTER + 1-th step profiles it and writes the trace there (once per process)."""
         executable = self.require_executable()
         self.write_hypers(executable)
+        self.draw_step(executable)
         self.runs += 1
         path = self.trace_path
         if path and self.runs == TRACE_AFTER + 1 and not _TRACED:
@@ -477,6 +490,15 @@ class Program:
                 written[name] = value
         self.hypers_key = key
 
+    def draw_step(self, executable) -> None:
+        """Write the RNG state of the run about to start — the seed and this run's step counter —
+        into its leaf (16 bytes, with the step's other writes: no readback, one submission), and
+        advance the counter, so that every run draws fresh numbers (ir/ops/random.py)."""
+        if self.rng_seed is None:
+            return
+        executable.write_state(RNG_STATE, rng_state(self.rng_seed, self.rng_step))
+        self.rng_step += 1
+
     def profile(self, warmup: int = 3, **arrays: np.ndarray):
         """Run `warmup` steps, then one more with every kernel timed on the GPU (runtime/profile.py):
         its Profile, to print (time by kernel kind, the slowest kernels with their source lines) or
@@ -492,6 +514,7 @@ class Program:
         for index in range(warmup):
             if index == warmup - 1 and executable.device.has_timestamps:
                 self.write_hypers(executable)
+                self.draw_step(executable)
                 self.runs += 1
                 out, step_ns = executable.timed_run(values, self.step_reads)
             else:
@@ -499,6 +522,7 @@ class Program:
             if self.is_training:
                 self.step_done(out)
         self.write_hypers(executable)
+        self.draw_step(executable)
         self.runs += 1
         out, profile = executable.profile(values, self.step_reads)
         if self.is_training:
@@ -670,6 +694,7 @@ def compile(
     keep_gradients: bool = False,
     accumulate: int = 1,
     check_finite: bool = False,
+    seed: int | None = None,
 ) -> Program:
     """Compile a training step (with `loss` and `optimizer`) or an inference program (without).
 
@@ -684,6 +709,9 @@ def compile(
     micro-batches averaged, as `(loss / k).backward()` k times and then `optimizer.step()`.
     `check_finite=True` checks the float inputs, the loss and every gradient for NaN/inf on the GPU;
     a step that finds one updates nothing and `train_step` raises `mn.NonFiniteError` naming it.
+    `seed` seeds the random numbers the step draws (mn.rand, F.dropout…: Philox4x32-10, a fresh
+    stream every step, the same numbers for the same seed); None takes the next seed of
+    `mn.manual_seed`'s sequence. The seed and the step counter are part of checkpoints.
     """
     from meganeura import runtime
 
@@ -696,4 +724,14 @@ def compile(
             "pass loss= and optimizer= too"
         )
     target = GENERIC if _EXPLAIN else runtime.default_device().target
-    return Program(compile_plan(model, loss, inputs, optimizer, rewrite, target, options))
+    checked_seed(seed)
+    return Program(compile_plan(model, loss, inputs, optimizer, rewrite, target, options), seed=seed)
+
+
+def checked_seed(seed: int | None) -> int | None:
+    """A program's seed modulo 2⁶⁴ (as torch.manual_seed takes negative ones), or a TypeError."""
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int or None, got {seed!r}")
+    return int(seed) % 2**64

@@ -12,6 +12,7 @@ lifted to constants.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -43,6 +44,7 @@ from meganeura.tensor import (  # noqa: F401  (re-exported: the primitive operat
     mean,
     permute,
     pow,
+    random_tensor,
     reshape,
     rsqrt,
     softmax,
@@ -62,6 +64,7 @@ COMPOSITES = [
     "gelu", "linear", "rms_norm", "layer_norm", "nll_loss", "cross_entropy", "mse_loss", "embedding", "causal_mask",
     "scaled_dot_product_attention", "rotary_embedding", "apply_rotary_pos_emb", "rotary_tables",
     "conv2d", "fold", "unfold", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "group_norm",
+    "dropout", "dropout1d", "dropout2d",
 ]  # fmt: skip
 PRIMITIVES = [
     "amax", "broadcast_to", "cat", "clamp", "clip", "expand", "flatten", "getitem", "leaky_relu", "log_softmax",
@@ -230,15 +233,16 @@ def scaled_dot_product_attention(
     One fused op (`attention`): the forward kernel runs an online softmax and never writes the
     scores; the backward recomputes them from the row log-sum-exp. scale=None means
     1/√head_dim; is_causal hides key j > query i (top-left aligned, as torch). With
-    enable_gqa=True, kv_heads may divide heads (grouped-query attention). Not supported:
-    attn_mask tensors and dropout_p > 0 (NotImplementedError).
+    enable_gqa=True, kv_heads may divide heads (grouped-query attention). With dropout_p > 0
+    (applied whatever the training mode, as PyTorch) it is traced unfused instead
+    (`attention_with_dropout`): the fused attention kernels draw no dropout. Not supported:
+    attn_mask tensors (NotImplementedError).
     """
     query, key, value = lift(query), lift(key), lift(value)
     at = user_source_line()
     if attn_mask is not None:
         raise NotImplementedError(f"{at}: scaled_dot_product_attention: attn_mask is not supported; use is_causal")
-    if dropout_p:
-        raise NotImplementedError(f"{at}: scaled_dot_product_attention: dropout_p > 0 is not supported")
+    dropout_p = dropout_probability(dropout_p, "scaled_dot_product_attention: dropout_p")
     if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
         raise ShapeError(
             f"{at}: scaled_dot_product_attention: expected 4-D query, key and value "
@@ -253,8 +257,104 @@ def scaled_dot_product_attention(
             "pass enable_gqa=True for grouped-query attention"
         )
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    if dropout_p > 0.0:
+        return attention_with_dropout(query, key, value, bool(is_causal), scale, dropout_p)
     out, _ = apply_results("attention", query, key, value, causal=bool(is_causal), scale=scale)
     return out
+
+
+def attention_with_dropout(query: Tensor, key: Tensor, value: Tensor, causal: bool, scale: float, p: float) -> Tensor:
+    """dropout(softmax(query·keyᵀ·scale [+ causal mask]), p)·value, traced unfused (PyTorch's
+    reference formula): the scores are materialised, the dropout mask fuses into the kernels around
+    them by the e-graph. Key and value heads are repeated for grouped-query attention (each kv
+    head serves heads // kv_heads consecutive query heads, as torch's enable_gqa)."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if heads != kv_heads:
+        if heads % kv_heads:
+            raise ShapeError(
+                f"{user_source_line()}: scaled_dot_product_attention: {heads} query heads do not divide into "
+                f"{kv_heads} key/value heads"
+            )
+        group = heads // kv_heads
+        batch, _, seq, dim = key.shape
+        key, value = (
+            reshape(broadcast_to(reshape(t, (batch, kv_heads, 1, seq, dim)), (batch, kv_heads, group, seq, dim)),
+                    (batch, heads, seq, dim))
+            for t in (key, value)
+        )  # fmt: skip
+    scores = matmul(query, transpose(key, -2, -1)) * scale
+    if causal:
+        scores = scores + causal_mask(query.shape[-2], key.shape[-2])
+    return matmul(dropout(softmax(scores, -1), p), value)
+
+
+def dropout_probability(p, name: str) -> float:
+    """`p` as a float in [0, 1], or PyTorch's ValueError."""
+    if not isinstance(p, (int, float, np.integer, np.floating)) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"{user_source_line()}: {name} probability has to be between 0 and 1, but got {p}")
+    return float(p)
+
+
+def dropout_mask(shape: tuple[int, ...], p: float) -> Tensor:
+    """1/(1−p) where a uniform draw is ≥ p (probability 1 − p), else 0, of `shape` (0 < p < 1): the
+    factor PyTorch multiplies by, its scale an f32 quotient as torch's `noise.div_(1 - p)`."""
+    keep = random_tensor(shape, normal=False) >= p
+    return keep * float(np.float32(1.0) / np.float32(1.0 - p))
+
+
+def dropped(input: Tensor, p: float, training: bool, mask_shape: tuple[int, ...] | None = None) -> Tensor:
+    """input with dropout's mask (of `mask_shape`, broadcast; input's shape by default) applied."""
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0  # as PyTorch: zeros, NaN where input is ±inf or NaN
+    return input * dropout_mask(input.shape if mask_shape is None else mask_shape, p)
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """torch.nn.functional.dropout: each element zeroed with probability p, the others scaled by
+    1/(1−p), a fresh mask every step; the identity when not training (or p = 0), zeros for p = 1.
+    The gradient is the same mask times the scale. inplace=True returns the result as a new
+    traced value (a traced input is never changed in place)."""
+    p = dropout_probability(p, "dropout")
+    return dropped(lift(input), p, bool(training))
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """torch.nn.functional.dropout1d: whole channels zeroed, input [N, C, L] or [C, L] (one draw
+    per channel, scaled by 1/(1−p)); see `dropout`."""
+    p = dropout_probability(p, "dropout")
+    input = lift(input)
+    if input.ndim not in (2, 3):
+        raise ShapeError(
+            f"{user_source_line()}: dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input"
+        )
+    return dropped(input, p, bool(training), input.shape[:-1] + (1,))
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """torch.nn.functional.dropout2d: whole channels zeroed, input [N, C, H, W] or [C, H, W]…, as
+    PyTorch reads them: a 3-D input as [N, C, L] (with its warning), a 2-D one elementwise (with
+    its deprecation warning); see `dropout`."""
+    p = dropout_probability(p, "dropout")
+    input = lift(input)
+    if input.ndim == 3:
+        warnings.warn(
+            "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout behavior is "
+            "desired - input is interpreted as shape (N, C, L), where C is the channel dim (as PyTorch)",
+            stacklevel=2,
+        )
+        return dropped(input, p, bool(training), input.shape[:2] + (1,))
+    if input.ndim == 4:
+        return dropped(input, p, bool(training), input.shape[:2] + (1, 1))
+    if input.ndim == 2:
+        warnings.warn(
+            "dropout2d: Received a 2-D input to dropout2d, which is deprecated (as in PyTorch, each element is "
+            "dropped on its own): use dropout instead",
+            stacklevel=2,
+        )
+        return dropped(input, p, bool(training))
+    raise ShapeError(f"{user_source_line()}: dropout2d: expected a 3-D or 4-D input, got {input.type}")
 
 
 def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

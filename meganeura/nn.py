@@ -26,12 +26,24 @@ from meganeura.tensor import Tensor
 from meganeura.weights import IncompatibleKeys, load_state
 
 _rng = np.random.default_rng(0)
+# The seeds of the programs compiled without seed= that draw random numbers: (base, how many drew one).
+_program_seeds = [0, 0]
 
 
 def manual_seed(seed: int) -> None:
-    """Seed the generator that initialises parameters (like torch.manual_seed)."""
+    """Seed the generator that initialises parameters (like torch.manual_seed), and the random
+    numbers of the programs compiled afterwards without seed=: the first draws with `seed`, the
+    next with seed + 1, and so on (meganeura/ir/ops/random.py)."""
     global _rng
     _rng = np.random.default_rng(seed)
+    _program_seeds[:] = [int(seed), 0]
+
+
+def next_program_seed() -> int:
+    """The seed of the next program compiled without seed= (see `manual_seed`), modulo 2⁶⁴."""
+    base, count = _program_seeds
+    _program_seeds[1] += 1
+    return (base + count) % 2**64
 
 
 def uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
@@ -267,6 +279,37 @@ class ReLU(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(x)
+
+
+class Dropout(Module):
+    """torch.nn.Dropout: F.dropout(x, p) in training, the identity in eval (the mode at compile time)."""
+
+    mode_dependent = True  # a mask in training, the identity in evaluation
+    functional = staticmethod(F.dropout)
+
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
+        super().__init__()
+        F.dropout_probability(p, "dropout")
+        self.p = float(p)
+        self.inplace = bool(inplace)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.functional(x, self.p, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout1d(Dropout):
+    """torch.nn.Dropout1d: whole channels of [N, C, L] (or [C, L]) zeroed (F.dropout1d)."""
+
+    functional = staticmethod(F.dropout1d)
+
+
+class Dropout2d(Dropout):
+    """torch.nn.Dropout2d: whole channels of [N, C, H, W] (or [C, H, W]) zeroed (F.dropout2d)."""
+
+    functional = staticmethod(F.dropout2d)
 
 
 class Sigmoid(Module):

@@ -1,5 +1,5 @@
 """The PyTorch names meganeura does not have, and what to use instead: the error a user who writes
-`nn.Dropout(0.1)` or `F.dropout(x)` gets, in place of a bare AttributeError.
+`nn.LSTM(...)` or `F.interpolate(x)` gets, in place of a bare AttributeError.
 
 Each of `meganeura.nn`, `meganeura.functional` and `meganeura.optim` ends with
 `__getattr__ = missing_names(__name__)`: a name the module lacks raises `MissingName` (an
@@ -14,9 +14,6 @@ import sys
 
 ANOTHER_WAY = {
     "meganeura.nn": {
-        "Dropout": "no dropout yet: train without it, or multiply by a mask input (mn.where)",
-        "Dropout1d": "no dropout yet",
-        "Dropout2d": "no dropout yet",
         "Identity": "return the input from forward",
         "SiLU": "F.silu in forward",
         "Softmax": "F.softmax(x, dim) in forward",
@@ -39,7 +36,6 @@ ANOTHER_WAY = {
         "NLLLoss": "F.nll_loss(log_probabilities, labels) in the loss function",
     },
     "meganeura.functional": {
-        "dropout": "no dropout yet: train without it, or multiply by a mask input (mn.where)",
         "binary_cross_entropy": "write it: -(y·log(p) + (1 − y)·log(1 − p)), mean()",
         "binary_cross_entropy_with_logits": "write it with F.softplus: softplus(x) − y·x, mean()",
         "l1_loss": "(prediction − target).abs().mean()",

@@ -581,3 +581,73 @@ def pow(x, exponent) -> Tensor:
     raise NotImplementedError(
         f"{user_source_line()}: pow: exponent {exponent!r} is not supported (1, 2, 3, 0.5, -0.5 or -1)"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Random tensors (ir/ops/random.py: Philox4x32-10, a fresh stream every step)
+
+
+def size_argument(size: tuple, name: str) -> tuple[int, ...]:
+    """`f(2, 3)`, `f((2, 3))` and `f([2, 3])` alike, as torch.rand takes them; sizes ≥ 0."""
+    shape = dims_argument(size)
+    if any(not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0 for d in shape):
+        raise ShapeError(f"{user_source_line()}: {name}: sizes must be non-negative ints, got {list(shape)}")
+    return tuple(int(d) for d in shape)
+
+
+def random_options(name: str, generator, dtype, requires_grad) -> None:
+    """Refuse the arguments of torch's random functions that a traced step does not take."""
+    if generator is not None:
+        raise NotImplementedError(
+            f"{user_source_line()}: {name}: generator= is not supported; seed the program "
+            "(mn.manual_seed, or mn.compile(..., seed=))"
+        )
+    if dtype is not None and str(dtype) not in ("f32", "mn.f32", "float32", "torch.float32"):
+        raise NotImplementedError(f"{user_source_line()}: {name}: only f32 random tensors are supported, got {dtype}")
+    if requires_grad:
+        raise NotImplementedError(f"{user_source_line()}: {name}: requires_grad=True is not supported")
+
+
+def random_tensor(shape: tuple[int, ...], normal: bool) -> Tensor:
+    """A `rand` node of the active trace: its own stream, read from the step's RNG state."""
+    tracer = active_tracer()
+    state = tracer.rng_state()
+    return Tensor(tracer, tracer.emit("rand", [state], shape=shape, stream=tracer.next_stream(), normal=normal))
+
+
+def rand(*size, generator=None, dtype=None, requires_grad: bool = False) -> Tensor:
+    """Uniform random numbers in [0, 1) of shape `size` (torch.rand), new every step; only inside
+    a traced forward. generator= is not supported (seed with mn.manual_seed or compile(seed=))."""
+    random_options("rand", generator, dtype, requires_grad)
+    return random_tensor(size_argument(size, "rand"), normal=False)
+
+
+def randn(*size, generator=None, dtype=None, requires_grad: bool = False) -> Tensor:
+    """Standard normal random numbers of shape `size` (torch.randn; Box–Muller from Philox), new
+    every step; only inside a traced forward. generator= is not supported."""
+    random_options("randn", generator, dtype, requires_grad)
+    return random_tensor(size_argument(size, "randn"), normal=True)
+
+
+def rand_like(input, *, dtype=None, requires_grad: bool = False) -> Tensor:
+    """torch.rand_like: uniform random numbers in [0, 1) of input's shape."""
+    random_options("rand_like", None, dtype, requires_grad)
+    return random_tensor(lift(input).shape, normal=False)
+
+
+def randn_like(input, *, dtype=None, requires_grad: bool = False) -> Tensor:
+    """torch.randn_like: standard normal random numbers of input's shape."""
+    random_options("randn_like", None, dtype, requires_grad)
+    return random_tensor(lift(input).shape, normal=True)
+
+
+def bernoulli(input, p: float | None = None, *, generator=None) -> Tensor:
+    """torch.bernoulli: 1.0 with probability input (elementwise, in [0, 1]), else 0.0; with `p`,
+    probability p for every element of input's shape. No gradient flows (as in PyTorch)."""
+    random_options("bernoulli", generator, None, False)
+    input = lift(input)
+    if p is not None:
+        if not is_number(p) or not 0.0 <= float(p) <= 1.0:
+            raise ValueError(f"{user_source_line()}: bernoulli: p must be a number in [0, 1], got {p!r}")
+        return apply("less", random_tensor(input.shape, normal=False), float(p))
+    return apply("less", random_tensor(input.shape, normal=False), input)

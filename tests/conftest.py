@@ -34,6 +34,7 @@ from meganeura.ir.autodiff import gradients
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.op import checked_type, launches_kernel, operand_types
+from meganeura.ir.ops.random import RNG_STATE, rng_state
 from meganeura.ir.trace import Tracer, tracing
 from meganeura.rewrite import optimize
 from meganeura.runtime import Executable, default_device
@@ -199,11 +200,14 @@ def check_rewrite(graph: Graph, rule: str | None = None, seed: int = 0, positive
 
 def interpreter_steps(program, feeds: list[dict[str, np.ndarray]]) -> tuple[list[float], dict[str, np.ndarray]]:
     """The program's training steps on the numpy interpreter (its traced, unfused graph), from its
-    current parameters and its initial optimizer state: the losses and the final parameters."""
+    current parameters and its initial optimizer state (and its RNG's next steps): the losses and
+    the final parameters."""
     params = program.state_dict()
     states = dict(program.traced.initial_states)
     losses = []
-    for feed in feeds:
+    for index, feed in enumerate(feeds):
+        if program.rng_seed is not None:  # the RNG state the device's step `index` will draw from
+            states[RNG_STATE] = rng_state(program.rng_seed, program.rng_step + index)
         result = interpret(program.graph, feed, params, {**states, **params})  # module buffers are states
         losses.append(float(result.outputs["loss"]))
         for name, value in result.updates.items():

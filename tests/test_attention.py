@@ -109,8 +109,8 @@ def test_sdpa_defaults_and_refusals():
         trace_sdpa((1, 4, 3, 8), (1, 3, 3, 8), enable_gqa=True)
     with pytest.raises(NotImplementedError, match="attn_mask"):
         trace_sdpa((1, 2, 3, 8), (1, 2, 3, 8), attn_mask=np.zeros((3, 3)))
-    with pytest.raises(NotImplementedError, match="dropout_p"):
-        trace_sdpa((1, 2, 3, 8), (1, 2, 3, 8), dropout_p=0.1)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        trace_sdpa((1, 2, 3, 8), (1, 2, 3, 8), dropout_p=1.5)
     with pytest.raises(ShapeError, match="4-D"):
         trace_sdpa((2, 3, 8), (2, 3, 8))
 

@@ -117,12 +117,12 @@ def test_pytorch_names_meganeura_lacks_say_what_to_use():
     import meganeura.functional as functional
 
     cases = [
-        (lambda: nn.Dropout(0.1), r"meganeura.nn has no 'Dropout' \(PyTorch's torch.nn.Dropout\): no dropout yet"),
-        (lambda: functional.dropout, r"torch.nn.functional.dropout"),
+        (lambda: nn.LSTM(4, 4), r"meganeura.nn has no 'LSTM' \(PyTorch's torch.nn.LSTM\): no recurrent layers"),
+        (lambda: functional.interpolate, r"torch.nn.functional.interpolate"),
         (lambda: optim.RMSprop, r"torch.optim.RMSprop"),
         (lambda: nn.Linearr, r"no 'Linearr'; names here that are close: Linear"),
     ]
     for attempt, message in cases:
         with pytest.raises(MissingName, match=message):
             attempt()
-    assert not hasattr(nn, "Dropout") and hasattr(nn, "Linear")  # still an AttributeError for hasattr
+    assert not hasattr(nn, "LSTM") and hasattr(nn, "Linear")  # still an AttributeError for hasattr

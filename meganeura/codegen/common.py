@@ -5,7 +5,9 @@ Scalar constants (a `const` node, or a reshape of one) are inlined as WGSL liter
 kernel reads them elementwise (`Operands`), so they need no buffer; anywhere else they are bound
 like any other value and the buffer plan gives them a buffer holding the constant. An `element`
 of a vector (a parameter group's hyper-parameters) is read from its vector's binding at a
-literal offset, so a kernel reading several elements of one vector binds it once.
+literal offset, so a kernel reading several elements of one vector binds it once. A random
+tensor drawn where it is read (`philox`) is computed at the index of the read, from the RNG state
+leaf it binds instead (codegen/random.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable
 
 from meganeura.codegen.expressions import expr_to_wgsl, literal
 from meganeura.codegen.kernel import Binding, KernelSpec, Value
+from meganeura.codegen.random import is_random, random_value
 from meganeura.codegen.render import render
 from meganeura.ir.expr import Expr, variables
 from meganeura.ir.graph import Graph, Node
@@ -140,6 +143,8 @@ class Operands:
         value = constant_value(self.graph, node_id)
         if value is not None:
             return literal(value, node.dtype)
+        if is_random(self.graph, node_id):  # drawn here, from the RNG state (codegen/random.py)
+            return random_value(node, self.binding_of(node.inputs[0])[0], index)
         name, offset = self.binding_of(node_id)
         return f"{name}[{sum_terms(f'{offset}u', index) if offset else index}]"
 
@@ -183,6 +188,13 @@ class Vec4Reads:
         constant = constant_value(self.graph, source)
         if constant is not None:
             return "", [literal(constant, "f32")] * 4
+        if is_random(self.graph, source):  # drawn here: four draws along the row, or one for all four
+            node = self.graph[source]
+            state = self.operands.binding_of(node.inputs[0])[0]
+            if vector is None:
+                return f"let v_{name} = {random_value(node, state, element)};", [f"v_{name}"] * 4
+            draws = ", ".join(random_value(node, state, f"({vector}) * 4u + {c}u") for c in range(4))
+            return f"let v_{name} = vec4<f32>({draws});", [f"v_{name}.{c}" for c in "xyzw"]
         binding, offset = self.operands.binding_of(source)
         if vector is not None:
             return f"let v_{name} = {binding}[{vector}];", [f"v_{name}.{c}" for c in "xyzw"]

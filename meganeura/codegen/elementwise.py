@@ -1,5 +1,5 @@
 """Lowering of the elementwise ops (one per function of ir/functions.py, and broadcast_to), the
-fused `pointwise` kernel and the causal mask: one thread per output element
+fused `pointwise` kernel, the causal mask and `rand`: one thread per output element
 (shaders/elementwise.wgsl), each input read at an index expression of the element through
 broadcasting; a thread per 4 neighbouring elements where the output's rows are whole vec4s of
 f32 (`runs_vec4s`): 16-byte loads and stores, a quarter of the threads and index arithmetic.
@@ -20,6 +20,7 @@ from meganeura.codegen.common import (
 )
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.kernel import KernelSpec
+from meganeura.codegen.random import random_value
 from meganeura.codegen.registry import ELEMENTWISE_WORKGROUP, lowering
 from meganeura.ir.expr import Expr, variables
 from meganeura.ir.expr import parse as parse_expr
@@ -108,6 +109,14 @@ def thread_per_vec4(graph: Graph, node: Node, tree: Expr, label: str) -> KernelS
         vec4=True,
         scalar_names=scalar_names,
     )
+
+
+@lowering("rand", workgroups=pointwise_workgroups)
+def lower_rand(graph: Graph, node: Node) -> KernelSpec:
+    """rand: each element drawn at its flat index (codegen/random.py) and written."""
+    operands = Operands(graph)
+    value = random_value(node, operands.binding_of(node.inputs[0])[0], "i")
+    return elementwise_kernel(graph, node, operands, "", value, "", f"rand {shape_text(node.shape)}")
 
 
 @lowering("causal_mask")

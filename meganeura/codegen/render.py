@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 from meganeura.codegen.expressions import F32_BITS, F32_BITS_HELPER
+from meganeura.codegen.random import RANDOM_CALL, RANDOM_HELPERS
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # Where the templates are, in order: inside the package, where a wheel or `pip install .` puts the
@@ -100,5 +101,10 @@ def render(template: str, values: dict[str, str | int | bool]) -> str:
 
 def with_special_values(wgsl: str) -> str:
     """`wgsl` with the definition of the helper that spells NaN and ±inf (codegen/expressions.py
-    `literal`) appended where it calls it."""
-    return wgsl + "\n" + F32_BITS_HELPER + "\n" if f"{F32_BITS}(" in wgsl else wgsl
+    `literal`) appended where it calls it, and the Philox helpers where it draws random values
+    (codegen/random.py)."""
+    if f"{F32_BITS}(" in wgsl:
+        wgsl += "\n" + F32_BITS_HELPER + "\n"
+    if RANDOM_CALL in wgsl:
+        wgsl += "\n" + load_template(RANDOM_HELPERS)
+    return wgsl

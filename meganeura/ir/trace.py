@@ -22,6 +22,7 @@ from typing import Any
 from meganeura.ir import ops  # noqa: F401  (registers every op)
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import ShapeError, checked_type, operand_types
+from meganeura.ir.ops.random import RNG_STATE, RNG_STATE_TYPE
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,6 +65,7 @@ class Tracer:
         self.const_cache: dict[float, int] = {}
         self._bound: dict[int, int] = {}  # id(Parameter or Buffer) -> the node it reads as now
         self._buffer_leaves: dict[int, int] = {}  # id(Buffer) -> its state leaf (which names its update)
+        self.streams = 0  # random nodes traced so far: the next one's stream number (ir/ops/random.py)
 
     def emit(self, op: str, inputs: list[int], **attrs: Any) -> int:
         """Append `op(inputs)` with checked attributes and type and the user's source line; its id."""
@@ -85,6 +87,16 @@ class Tracer:
         if value not in self.const_cache:
             self.const_cache[value] = self.graph.add("const", (), TensorType((), "f32"), {"value": value})
         return self.const_cache[value]
+
+    def rng_state(self) -> int:
+        """The node of the step's RNG state leaf (ir/ops/random.py), made on first use."""
+        leaf = self.graph.leaves("state").get(RNG_STATE)
+        return leaf.id if leaf is not None else self.leaf("state", RNG_STATE, RNG_STATE_TYPE)
+
+    def next_stream(self) -> int:
+        """The stream number of a new random node: 0, 1, 2… in trace order, one per node."""
+        self.streams += 1
+        return self.streams - 1
 
     # -- the model's persistent values ---------------------------------------------------------
 

@@ -49,6 +49,12 @@ an H200, 46 µs on lavapipe, see platform.md), the time to move tens of kilobyte
 is a moderate middle that makes removing a kernel worth more than a small tensor's traffic.
 The dispatch price does not scale with the fill: it is the launch, not the work.
 
+Why random draws: a random tensor read in place (`philox`, ir/ops/random.py) moves no bytes, but
+each kernel reading it runs Philox for each of its elements: DRAW_FLOPS a draw, priced as flops
+(not scaled by the kernel's layout), per element of the random tensor, as a read is priced at the
+tensor's own bytes. So a dropout mask is regenerated in the backward where that costs less than
+a kernel that stores it and the reads of it (small masks), and stored otherwise.
+
 Extraction compares integer `units` (eighths of a byte, the fill applied by integer division)
 so that sums and differences are exact.
 """
@@ -63,6 +69,7 @@ from meganeura.codegen.lower import read_scale as launched_read_scale
 from meganeura.codegen.lower import workgroups as launched_workgroups
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.op import op_def
+from meganeura.ir.ops.random import DRAW_FLOPS
 from meganeura.target import GENERIC, Target
 
 DISPATCH_COST_BYTES = 64 * 1024
@@ -127,19 +134,20 @@ class Pricing:
     read_scale: int = 1
     flop_scale: int = 100  # percent
 
-    def units(self, read_bytes: int) -> int:
-        """The kernel's `Cost.units` when it reads `read_bytes` (extraction's hot path)."""
+    def units(self, read_bytes: int, draws: int = 0) -> int:
+        """The kernel's `Cost.units` when it reads `read_bytes` and draws `draws` random elements
+        in place (extraction's hot path)."""
         if not self.launches:
             return 0
-        flops = self.flops * self.flop_scale * 8 // (FLOPS_PER_BYTE * 100)
+        flops = self.flops * self.flop_scale * 8 // (FLOPS_PER_BYTE * 100) + draws * DRAW_FLOPS * 8 // FLOPS_PER_BYTE
         work = 8 * (read_bytes * self.read_scale + self.written) + flops
         needed = min(self.compute_units, max(1, -(-work // (8 * WORK_PER_UNIT))))
         return work * needed // min(self.workgroups, needed) + 8 * DISPATCH_COST_BYTES
 
-    def cost(self, read_bytes: int) -> Cost:
+    def cost(self, read_bytes: int, draws: int = 0) -> Cost:
         if not self.launches:
             return FREE
-        return Cost(read_bytes + self.written, self.flops, 1, self.units(read_bytes))
+        return Cost(read_bytes + self.written, self.flops + draws * DRAW_FLOPS, 1, self.units(read_bytes, draws))
 
 
 def pricing(
@@ -166,11 +174,13 @@ def price(
     results: Sequence[TensorType],
     read_bytes: int,
     target: Target = GENERIC,
+    draws: int = 0,
 ) -> Cost:
-    """The cost of one kernel running `op`: it reads `read_bytes` (its distinct tensors), writes its
-    results, computes its flops, on `target` (see the module docstring); free for buffers and views."""
+    """The cost of one kernel running `op`: it reads `read_bytes` (its distinct tensors), draws
+    `draws` random elements in place, writes its results, computes its flops, on `target` (see the
+    module docstring); free for buffers and views."""
     flops = kernel_flops(op, attrs, operands, results)
-    return pricing(op, attrs, operands, results, flops, target).cost(read_bytes)
+    return pricing(op, attrs, operands, results, flops, target).cost(read_bytes, draws)
 
 
 def constant_node(graph: Graph, node_id: int) -> bool:
@@ -190,9 +200,12 @@ def node_cost(
     if not op_def(node.op).kernel:
         return FREE
     operands = [graph[i].type for i in node.inputs]
-    read_bytes = sum(graph[i].type.nbytes for i in dict.fromkeys(node.inputs) if not constant_node(graph, i))
+    distinct = dict.fromkeys(node.inputs)
+    drawn = [i for i in distinct if graph[i].op == "philox"]
+    read_bytes = sum(graph[i].type.nbytes for i in distinct if not constant_node(graph, i) and i not in drawn)
+    draws = sum(graph[i].type.numel for i in drawn)
     attrs = node.attr_dict if attrs is None else attrs
-    return price(node.op, attrs, operands, node.types if results is None else results, read_bytes, target)
+    return price(node.op, attrs, operands, node.types if results is None else results, read_bytes, target, draws)
 
 
 def graph_cost(graph: Graph, target: Target = GENERIC) -> Cost:

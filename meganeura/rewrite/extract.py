@@ -190,8 +190,13 @@ class Extractor:
         self.numel = [t.numel if t is not None else 0 for t in self.type]
         self.results = [len(ts) if ts is not None else 0 for ts in self.types]
         self.constant = self.constant_classes()
+        self.drawn = self.drawn_classes()
         self.bound_as = self.bound_classes()
-        self.read_bytes = [0 if self.constant[c] else self.nbytes[c] for c in range(count)]
+        self.read_bytes = [0 if self.constant[c] or self.drawn[c] else self.nbytes[c] for c in range(count)]
+        # A random tensor drawn in place costs its readers a draw per element, not bytes (cost.py).
+        self.draws = [self.numel[c] if self.drawn[c] else 0 for c in range(count)]
+        for eclass in range(count):
+            self.leafish[eclass] = self.leafish[eclass] or self.drawn[eclass]
         self.pw: dict[int, PwInfo] = {}
         self.options: dict[int, list[Option]] = {}
         self.read_pw_classes()
@@ -219,8 +224,9 @@ class Extractor:
     def derive_classes(self) -> None:
         """Rank and type the Term e-classes that rules made and no IR node is in (the tuple of an
         attention that recognition built, the partials of a split reduction, the transforms and
-        the product of a Winograd convolution): such a class ranks just before the earliest
-        ranked e-class with an e-node reading it (ranks of IR e-classes are even, twice their
+        the product of a Winograd convolution, a random tensor's draw): such a class ranks just
+        before the earliest ranked e-class with an e-node reading it, directly or by a load that is
+        one of its bodies (ranks of IR e-classes are even, twice their
         first IR node's id), and takes the type its op infers from its e-node's operands (a
         kernel form's, `kernels.form_type`). Ranks go down from the IR classes and types up
         from the leaves, each to a fixed point, since a made class may read made classes only (a
@@ -238,6 +244,11 @@ class Extractor:
                     for child in node.children:
                         if not view.is_pw[child] and self.rank[child] == NO_RANK:
                             readers[child] = min(readers.get(child, NO_RANK), self.rank[eclass])
+                        elif view.is_pw[child]:  # a made class loaded by a body (regenerate_random's draw)
+                            for load in view.nodes.get(child, ()):
+                                loaded = load.children[0] if load.op == "Load" else None
+                                if loaded is not None and self.rank[loaded] == NO_RANK:
+                                    readers[loaded] = min(readers.get(loaded, NO_RANK), self.rank[eclass])
             if not readers:
                 break
             for eclass, reader in readers.items():
@@ -343,14 +354,24 @@ class Extractor:
                     constant[eclass] = True
         return constant
 
+    def drawn_classes(self) -> list[bool]:
+        """Per e-class, whether it is a random tensor drawn where it is read (a `Philox`, made by
+        `regenerate_random`): reading it binds the RNG state and costs a draw per element."""
+        drawn = [False] * self.view.eclass_count
+        for eclass, nodes in self.view.nodes.items():
+            if any(node.op == "Philox" for node in nodes):
+                drawn[eclass] = True
+        return drawn
+
     def bound_classes(self) -> list[int]:
         """Per e-class, the e-class a kernel binds to read it: an `element`'s vector (a kernel
-        reading several elements of one vector binds it once: `codegen.common.bound_value`), else
+        reading several elements of one vector binds it once: `codegen.common.bound_value`), the
+        RNG state of a random tensor drawn in place (`codegen.common.Operands.read_at`), else
         itself."""
         bound = list(range(self.view.eclass_count))
         for eclass, nodes in self.view.nodes.items():
             for node in nodes:
-                if node.op == "Element":
+                if node.op in ("Element", "Philox"):
                     bound[eclass] = node.children[0]
         return bound
 
@@ -531,13 +552,15 @@ class Extractor:
             bound = len({bound_as[s] for s in reads if not constant[s]}) + written  # constants are literals
             if bound > self.target.max_storage_buffers:
                 return Evaluation(frozenset(), INVALID, 0, False)  # more buffers than a kernel may bind
-        units = option.pricing.units(sum([read_bytes[s] for s in reads]))
+        draws = self.draws
+        units = option.pricing.units(sum([read_bytes[s] for s in reads]), sum([draws[s] for s in reads]))
         leafish = self.leafish
         return Evaluation(reads, units, sum([1 for s in reads if not leafish[s]]), True, work)
 
     def prologue_operand(self, loads: Iterable[int], a_shape: tuple[int, ...]) -> int | None:
-        """The tensor a prologue reads as the matmul's A input (`$a`), see `kernels.prologue_operand`."""
-        return prologue_operand(loads, a_shape, self.types, self.rank)
+        """The tensor a prologue reads as the matmul's A input (`$a`), see `kernels.prologue_operand`
+        (never a random tensor drawn in place: A is read from a buffer)."""
+        return prologue_operand([s for s in loads if not self.drawn[s]], a_shape, self.types, self.rank)
 
     def prologue_expansion(self, node: ENode, parent: int) -> Expansion:
         """What the A operand of a `MatmulPrologue` reads: A's producer, recomputed when A is in
@@ -1047,7 +1070,7 @@ class Extractor:
                     f"extraction: the plan's entry for e-class {eclass} reads {reads}, its evaluation {evaluated}"
                 )
             read_bytes = sum(self.read_bytes[c] for c in reads)
-            cost = option.pricing.cost(read_bytes)
+            cost = option.pricing.cost(read_bytes, sum(self.draws[c] for c in reads))
             through = tuple(event[2] for event in events if event[0] == "node")
             literals = tuple(dict.fromkeys(event[1] for event in events if event[0] == "lit"))
             inlined = tuple(dict.fromkeys(event[1] for event in events if event[0] == "inline"))

@@ -216,7 +216,8 @@ def decode_matmul_prologue(entry: PlanEntry, plan: Plan):
     a_shape, ta, tb = entry.node.primitives
     b = entry.node.children[1]
     prologue, epilogue = entry.bodies
-    a = prologue_operand(tree_loads(prologue), a_shape, plan.types, plan.rank)
+    buffers = [s for s in tree_loads(prologue) if plan.entries[s].node.op != "Philox"]  # not drawn in place
+    a = prologue_operand(buffers, a_shape, plan.types, plan.rank)
     loads: list[int] = []
     attrs = {"transpose_a": ta, "transpose_b": tb}
     attrs["epilogue"] = format_expr(expression(epilogue, loads))

@@ -23,6 +23,10 @@ Matmul epilogues and reduction prologues are Pw bodies too, so they fuse by the 
   once), or literals where they are constants (`const_literal`).
   `adam_step` stays one op: its bias correction needs β^t for a step count t held in a tensor,
   which the expression language has no power function for (nor does the fused `adam_update`);
+- `regenerate_random`: rand(state) ≡ (Kernel (Load philox(state)) s), the same random values
+  drawn by whichever kernel reads them (ir/ops/random.py): stored, the kernel writes them; inline,
+  `fuse_pointwise` puts the draw into every consumer (a dropout mask into the activation's kernel
+  and into the gradient's), and extraction weighs those draws against a stored mask (cost.py);
 - `fuse_pointwise`: the inlining rule above;
 - `silu`: x·sigmoid(x) and sigmoid(x)·x → silu(x); `swiglu`: silu(g)·u and u·silu(g) → swiglu(g, u).
 """
@@ -132,6 +136,19 @@ LIFT_ADAM_MOMENT = Rule(
     ),
 )
 
+REGENERATE_RANDOM = Rule(
+    "regenerate_random",
+    FAMILY,
+    "a random tensor is a kernel that loads its draw, philox(state), which a kernel reading it computes at "
+    "each element's index: inlined, its consumers draw it again (the backward regenerates a dropout mask)",
+    (
+        rule(
+            f"(= t {term('rand', 'st', shape='s', stream='k', normal='n')})",
+            f"(union t (Kernel (Load {term('philox', 'st', shape='s', stream='k', normal='n')}) s))",
+        ),
+    ),
+)
+
 FUSE_POINTWISE = Rule(
     "fuse_pointwise",
     FAMILY,
@@ -168,6 +185,7 @@ RULES = [
     LIFT_SGD_STEP,
     LIFT_MOMENTUM_BUFFER,
     LIFT_ADAM_MOMENT,
+    REGENERATE_RANDOM,
     FUSE_POINTWISE,
     SILU,
     SWIGLU,
@@ -183,4 +201,5 @@ LIFTED = (
     "SgdStep",
     "MomentumBuffer",
     "AdamMoment",
+    "Rand",
 )

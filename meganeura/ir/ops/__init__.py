@@ -15,6 +15,7 @@ Importing this package registers every op in `meganeura.ir.op.OPS`; nothing else
 | optimizer | `optimizer.py` | sgd_step, momentum_buffer, adam_moment, adam_step; sgd_update, adam_update; multi_… |
 | transformer | `transformer.py` | rope, rope_grad, attention, attention_grad_q, attention_grad_kv |
 | image | `image.py` | unfold, fold, max/avg_pool2d and their gradients; conv_gemm (fused) |
+| random | `random.py` | rand, philox (Philox4x32-10 random tensors; philox is made by the e-graph) |
 | image | `winograd.py` | winograd_input/weight/output, winograd_gradient/weight_gradient (made by the e-graph) |
 """
 
@@ -26,6 +27,7 @@ from meganeura.ir.ops import (  # noqa: F401  (imported for their declarations)
     leaves,
     matmul,
     optimizer,
+    random,
     reduce,
     rows,
     shape,
