@@ -17,6 +17,7 @@ from meganeura.onnx_import import OnnxImportError, load_onnx
 from meganeura.tensor import (  # the elementwise ones are generated from ir/functions.py
     Tensor,
     abs,
+    bernoulli,
     cat,
     clamp,
     clip,
@@ -26,7 +27,6 @@ from meganeura.tensor import (  # the elementwise ones are generated from ir/fun
     greater_equal,
     less,
     less_equal,
-    bernoulli,
     log,
     not_equal,
     rand,
