@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 import wgpu
-from conftest import assert_steps_follow_interpreter
+from conftest import assert_steps_follow_interpreter, emit, run_gpu, typed_leaf
 
 import meganeura as mn
 import meganeura.functional as F
@@ -19,11 +19,12 @@ from meganeura import nn, optim
 from meganeura.codegen.render import load_template
 from meganeura.compiler import compile_plan, explain_only
 from meganeura.ir.autodiff import gradients
-from meganeura.ir.graph import TensorType
+from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.ops.random import RNG_STATE, draw, philox4x32, rng_state
 from meganeura.ir.trace import Tracer, tracing
 from meganeura.runtime import default_device
+from meganeura.target import GENERIC
 from meganeura.tensor import Tensor
 
 # Random123's known-answer vectors for philox4x32 with 10 rounds: DEShawResearch/random123,
@@ -140,6 +141,28 @@ def test_device_draws_equal_the_numpy_oracle_and_change_every_step():
     unfused(x=x)  # step 0
     for fused, stored in zip(got, unfused(x=x), strict=True):  # step 1: the rand kernels draw the same numbers
         np.testing.assert_allclose(stored, fused, rtol=1e-6, atol=3e-6)
+
+
+def test_the_vec4_kernels_of_a_gpu_draw_in_place_as_the_oracle():
+    """The reductions and elementwise kernels planned for a generic GPU read four values at a time
+    (vec4 items, vec4 rows, a broadcast scalar): drawn in place, each element at its own index."""
+    graph = Graph()
+    state = typed_leaf(graph, "state", RNG_STATE, (4,), "i32")
+    wide = emit(graph, "philox", [state], shape=(2, 65536), stream=0)
+    rows = emit(graph, "philox", [state], shape=(8, 64), stream=1, normal=True)
+    graph.outputs["columns"] = emit(graph, "sum", [wide], axes=(0,))
+    graph.outputs["rows"] = emit(graph, "sum", [rows], axes=(1,))
+    graph.outputs["scaled"] = emit(graph, "mul", [rows, emit(graph, "philox", [state], shape=(8, 1), stream=2)])
+    states = {RNG_STATE: rng_state(9, 4)}
+    executable = run_gpu(graph, {}, states=states, target=GENERIC)
+    assert [k.label.split(" (")[-1] for k in executable.step.kernels] == [
+        "reduce_serial, vec4)",
+        "reduce_rows, vec4 rows)",
+        "vec4)",
+    ]
+    got = executable.run({}, read=tuple(graph.outputs))
+    for name, want in interpret(graph, {}, states=states, dtype=np.float64).outputs.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=2e-6, err_msg=name)
 
 
 class Dropouts(nn.Module):
