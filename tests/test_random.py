@@ -11,7 +11,20 @@ import math
 import numpy as np
 import pytest
 import wgpu
-from conftest import assert_steps_follow_interpreter, emit, run_gpu, typed_leaf
+from conftest import (
+    PROPERTY,
+    assert_steps_follow_interpreter,
+    check_rewrite,
+    const,
+    dims,
+    emit,
+    leaf,
+    run_gpu,
+    seeds,
+    typed_leaf,
+)
+from hypothesis import given
+from hypothesis import strategies as st
 
 import meganeura as mn
 import meganeura.functional as F
@@ -163,6 +176,32 @@ def test_the_vec4_kernels_of_a_gpu_draw_in_place_as_the_oracle():
     got = executable.run({}, read=tuple(graph.outputs))
     for name, want in interpret(graph, {}, states=states, dtype=np.float64).outputs.items():
         np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=2e-6, err_msg=name)
+
+
+shapes = st.lists(dims, min_size=0, max_size=3).map(tuple)
+
+
+def broadcastable(shape: tuple[int, ...], pick: int) -> tuple[int, ...]:
+    """A shape that broadcasts into `shape`: a suffix of it with some dims set to 1."""
+    suffix = shape[len(shape) - pick % (len(shape) + 1) :] if shape else ()
+    return tuple(1 if (pick >> i) & 1 else d for i, d in enumerate(suffix))
+
+
+@PROPERTY
+@given(shape=shapes, pick=st.integers(0, 15), normal_=st.booleans(), seed=seeds)
+def test_regenerate_random_keeps_the_draws_of_a_broadcast_random_tensor(shape, pick, normal_, seed):
+    """A random tensor of its own (smaller) shape, used twice in kernels of a larger one: the rule
+    fires, the plan draws it in place (no kernel writes it) and the values are the same numbers."""
+    graph = Graph()
+    x = leaf(graph, "x", shape)
+    state = typed_leaf(graph, "state", RNG_STATE, (4,), "i32")
+    noise = emit(graph, "rand", [state], shape=broadcastable(shape, pick), stream=3, normal=normal_)
+    kept = emit(graph, "mul", [x, emit(graph, "greater_equal", [noise, const(graph, 0.5)])])
+    graph.outputs["kept"] = emit(graph, "exp", [kept])
+    graph.outputs["again"] = emit(graph, "add", [emit(graph, "tanh", [x]), noise])
+    fused, report = check_rewrite(graph, "regenerate_random", seed)
+    assert report.rule("regenerate_random").uses >= 1
+    assert not any(n.op == "rand" for n in fused) and any(n.op == "philox" for n in fused)
 
 
 class Dropouts(nn.Module):
