@@ -322,12 +322,16 @@ def explain_only() -> Iterator[list[Program]]:
         _EXPLAIN.pop()
 
 
+MAX_SHAPES = 8  # the input-shape plans a program keeps by default (compile(max_shapes=...))
+
+
 @dataclass
 class Compilation:
     """Everything `compile()` decides before a device is involved: the traced step, the graph the
     e-graph made of it with its report, the lowered kernels and buffer plan, and how long each
     stage took (seconds: trace, recognize, autodiff, encode, saturate, extract, decode, lower),
-    and the model and optimizer it was made from (a checkpoint names their classes)."""
+    and the model, loss and optimizer it was made from (a checkpoint names their classes; a program
+    compiles its other input shapes from them: shape_plans.py)."""
 
     inputs: dict[str, InputSpec]
     traced: TracedStep
@@ -339,6 +343,7 @@ class Compilation:
     model: nn.Module | None = None
     optimizer: Optimizer | None = None
     options: StepOptions = StepOptions()
+    loss: Callable[..., Tensor] | None = None
 
     @property
     def total_s(self) -> float:
@@ -402,14 +407,24 @@ def compilation_of(
         timings |= {"encode": report.encode_s, "saturate": report.saturate_s, "extract": report.extract_s}
         timings |= {"decode": report.decode_s, "report": report.report_s}
     timings["lower"] = time.perf_counter() - lowering
-    return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings, target, model, optimizer, options)
+    return Compilation(
+        dict(inputs), traced, fused_graph, report, compiled, timings, target, model, optimizer, options, loss=loss
+    )
 
 
 class Program:
-    """A compiled step on the GPU: `train_step(**arrays)` for training, `program(**arrays)` for inference."""
+    """A compiled step on the GPU: `train_step(**arrays)` for training, `program(**arrays)` for inference.
 
-    def __init__(self, compilation: Compilation, seed: int | None = None) -> None:
-        from meganeura import runtime
+    Inputs of shapes other than the declared ones (same ranks and dtypes) compile a plan for
+    those shapes once, sharing the parameters, module buffers, optimizer and gate states with the
+    declared plan (meganeura/shape_plans.py; `dynamic=False` refuses them). `compilation`,
+    `traced`, `graph`, `fused_graph`, `rewrite_report`, `compiled`, `executable` and `report()`
+    are the declared shapes' plan; `plans` holds them all."""
+
+    def __init__(
+        self, compilation: Compilation, dynamic: bool = True, max_shapes: int = MAX_SHAPES, seed: int | None = None
+    ) -> None:
+        from meganeura.shape_plans import ShapePlans
 
         self.compilation = compilation
         self.inputs = compilation.inputs
@@ -437,28 +452,49 @@ class Program:
         self.hypers_key: str | None = None  # the optimizer's hyper_key when they were last written
         # The random numbers' seed and step counter (ir/ops/random.py), for a program that draws
         # any: the host writes both into the RNG state leaf before each run (`draw_step`).
-        self.rng_seed: int | None = None
+        self.rng_seed: int | None = None if seed is None else checked_seed(seed)
         self.rng_step = 0
-        rng = {}
-        if RNG_STATE in self.compiled.leaf_types:
-            self.rng_seed = nn.next_program_seed() if seed is None else checked_seed(seed)
-            rng[RNG_STATE] = rng_state(self.rng_seed, 0)
         self.trace_path = os.environ.get("MEGANEURA_TRACE")
+        # The optimizer's and the gate's states on the device by name, which every plan binds.
+        self.shared_states: dict[str, Any] = {}
         if _EXPLAIN:
             _EXPLAIN[-1].append(self)
             self.executable = None
-            return
-        self.executable = runtime.Executable(
-            self.compiled,
-            runtime.default_device(),
-            traced.parameters,
-            {**traced.initial_states, **traced.step_states, **rng},
+        else:
+            self.executable = self.new_executable(compilation)
+        self.plans = ShapePlans(compilation, self.executable, self.new_executable, dynamic, max_shapes)
+        self.last_plan = self.plans.declared  # the plan of the last step run (gradients() reads it)
+
+    def new_executable(self, compilation: Compilation):
+        """The executable of one of this program's plans on the device: the model's parameters and
+        buffers shared with every program of it, the optimizer's and gate's states with this
+        program's other plans."""
+        from meganeura import runtime
+
+        traced = compilation.traced
+        states = {**traced.initial_states, **traced.step_states}
+        if RNG_STATE in compilation.compiled.leaf_types:
+            states[RNG_STATE] = rng_state(self.program_seed(), self.rng_step)
+        return runtime.Executable(
+            compilation.compiled, runtime.default_device(), traced.parameters, states, shared_states=self.shared_states
         )
+
+    def program_seed(self) -> int:
+        """The seed of this program's random numbers, chosen when a plan first draws any
+        (compile(seed=...), else the next of mn.manual_seed's program seeds)."""
+        if self.rng_seed is None:
+            self.rng_seed = nn.next_program_seed()
+        return self.rng_seed
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether inputs of new shapes compile a plan for them (compile(dynamic=...))."""
+        return self.plans.dynamic
 
     def run(self, values: dict[str, np.ndarray], read: tuple[str, ...]) -> dict[str, np.ndarray]:
         """One step on the device; with MEGANEURA_TRACE set, the first program to reach its
         TRACE_AFTER + 1-th step profiles it and writes the trace there (once per process)."""
-        executable = self.require_executable()
+        executable = self.executable_of(values)
         self.write_hypers(executable)
         self.draw_step(executable)
         self.runs += 1
@@ -494,7 +530,7 @@ class Program:
         """Write the RNG state of the run about to start — the seed and this run's step counter —
         into its leaf (16 bytes, with the step's other writes: no readback, one submission), and
         advance the counter, so that every run draws fresh numbers (ir/ops/random.py)."""
-        if self.rng_seed is None:
+        if self.rng_seed is None or RNG_STATE not in executable.states:
             return
         executable.write_state(RNG_STATE, rng_state(self.rng_seed, self.rng_step))
         self.rng_step += 1
@@ -509,7 +545,7 @@ class Program:
         >>> # print(program.profile(x=xb, y=yb))
         """
         values = self.check_inputs(arrays)
-        executable = self.require_executable()
+        executable = self.executable_of(values)
         step_ns = None
         for index in range(warmup):
             if index == warmup - 1 and executable.device.has_timestamps:
@@ -529,11 +565,18 @@ class Program:
             self.step_done(out)
         return dataclasses.replace(profile, step_ns=step_ns)
 
-    def require_executable(self):
-        """The GPU executable; in explain mode (none was built) stop the user's script instead."""
-        if self.executable is None:
+    def require_executable(self, plan=None):
+        """The GPU executable (the declared shapes' plan's, or `plan`'s: all bind the same state); in
+        explain mode (none was built) stop the user's script instead."""
+        executable = self.executable if plan is None else plan.executable
+        if executable is None:
             raise StopExplain()
-        return self.executable
+        return executable
+
+    def executable_of(self, values: dict[str, np.ndarray]):
+        """The executable of the plan for `values` (from check_inputs), now the last plan run."""
+        self.last_plan = self.plans.of(values)
+        return self.require_executable(self.last_plan)
 
     def train_step(self, **arrays: np.ndarray) -> float:
         """Run forward, backward and the optimizer update once; return the loss.
@@ -573,7 +616,8 @@ class Program:
         return results[0] if len(results) == 1 else results
 
     def check_inputs(self, arrays: dict[str, Any]) -> dict[str, np.ndarray]:
-        """Every declared input, with the declared shape and dtype; anything else is an error."""
+        """Every declared input, with the declared dtype and rank and the shapes of a plan (compiled
+        now for new shapes, when dynamic); anything else is an error."""
         missing = [name for name in self.inputs if name not in arrays]
         unknown = [name for name in arrays if name not in self.inputs]
         if missing or unknown:
@@ -581,11 +625,12 @@ class Program:
                 f"inputs do not match compile(inputs=...): missing {missing}, unknown {unknown}; "
                 f"expected {{{', '.join(f'{k}: {v}' for k, v in self.inputs.items())}}}"
             )
+        plan = self.plans.plan_for(arrays).compilation
         checked = {}
-        for name, spec in self.inputs.items():
+        for name, spec in plan.inputs.items():
             checked[name] = coerce_input(name, arrays[name], spec)
-            if name in self.traced.label_bounds:
-                bound, what = self.traced.label_bounds[name]
+            if name in plan.traced.label_bounds:
+                bound, what = plan.traced.label_bounds[name]
                 values = checked[name]
                 if values.size and (values.min() < 0 or values.max() >= bound):
                     raise ValueError(
@@ -617,7 +662,7 @@ class Program:
         names = [name for name in self.graph.outputs if name.startswith(GRAD_PREFIX)]
         if not names:
             raise RuntimeError("this program does not keep its gradients: compile it with keep_gradients=True")
-        executable = self.require_executable()
+        executable = self.require_executable(self.last_plan)
         if self.runs == 0:
             raise RuntimeError("gradients() reads the last step's gradients, and no step has run yet")
         gradients = {}
@@ -656,8 +701,13 @@ class Program:
         checkpoint.load_optimizer_state(self, state)
 
     def report(self) -> StepReport:
-        """The rewrites the e-graph chose, costs, e-graph figures and the kernels with their source lines."""
-        return StepReport(self.rewrite_report, self.graph, self.fused_graph, compiled=self.compiled)
+        """The rewrites the e-graph chose, costs, e-graph figures and the kernels with their source lines,
+        of the declared shapes' plan; the input shapes compiled (`shapes`)."""
+        plans = self.plans
+        shapes, limit = plans.shapes(), plans.max_shapes if plans.dynamic else None
+        return StepReport(
+            self.rewrite_report, self.graph, self.fused_graph, compiled=self.compiled, shapes=shapes, max_shapes=limit
+        )
 
 
 def coerce_input(name: str, value: Any, spec: InputSpec) -> np.ndarray:
@@ -695,6 +745,8 @@ def compile(
     accumulate: int = 1,
     check_finite: bool = False,
     seed: int | None = None,
+    dynamic: bool = True,
+    max_shapes: int = MAX_SHAPES,
 ) -> Program:
     """Compile a training step (with `loss` and `optimizer`) or an inference program (without).
 
@@ -712,6 +764,11 @@ def compile(
     `seed` seeds the random numbers the step draws (mn.rand, F.dropout…: Philox4x32-10, a fresh
     stream every step, the same numbers for the same seed); None takes the next seed of
     `mn.manual_seed`'s sequence. The seed and the step counter are part of checkpoints.
+    `dynamic=True`: inputs of other shapes than `inputs` declares (same ranks and dtypes) compile a
+    plan for their shapes once, which shares the parameters and the optimizer state (a run that
+    alternates shapes trains as PyTorch does); at most `max_shapes` plans are kept, the least
+    recently used other one evicted with a warning (meganeura/shape_plans.py). `dynamic=False`
+    refuses inputs of other shapes.
     """
     from meganeura import runtime
 
@@ -723,9 +780,13 @@ def compile(
             "clip_grad_norm, keep_gradients, accumulate and check_finite act on a training step's gradients: "
             "pass loss= and optimizer= too"
         )
+    from meganeura.shape_plans import check_max_shapes
+
+    check_max_shapes(dynamic, max_shapes)  # before compiling
     target = GENERIC if _EXPLAIN else runtime.default_device().target
     checked_seed(seed)
-    return Program(compile_plan(model, loss, inputs, optimizer, rewrite, target, options), seed=seed)
+    compilation = compile_plan(model, loss, inputs, optimizer, rewrite, target, options)
+    return Program(compilation, dynamic, max_shapes, seed=seed)
 
 
 def checked_seed(seed: int | None) -> int | None:
