@@ -452,8 +452,11 @@ class Program:
         self.hypers_key: str | None = None  # the optimizer's hyper_key when they were last written
         # The random numbers' seed and step counter (ir/ops/random.py), for a program that draws
         # any: the host writes both into the RNG state leaf before each run (`draw_step`).
-        self.rng_seed: int | None = None if seed is None else checked_seed(seed)
+        self.rng_seed: int | None = None
         self.rng_step = 0
+        self.requested_seed = checked_seed(seed)
+        if RNG_STATE in self.compiled.leaf_types:
+            self.program_seed()
         self.trace_path = os.environ.get("MEGANEURA_TRACE")
         # The optimizer's and the gate's states on the device by name, which every plan binds.
         self.shared_states: dict[str, Any] = {}
@@ -483,7 +486,7 @@ class Program:
         """The seed of this program's random numbers, chosen when a plan first draws any
         (compile(seed=...), else the next of mn.manual_seed's program seeds)."""
         if self.rng_seed is None:
-            self.rng_seed = nn.next_program_seed()
+            self.rng_seed = nn.next_program_seed() if self.requested_seed is None else self.requested_seed
         return self.rng_seed
 
     @property
