@@ -601,14 +601,15 @@ def dtype_name(dtype: Any) -> str:
         return "f32"
     if dtype is int:
         return "i32"
-    name = getattr(dtype, "dtype", dtype)  # mn.f32 and its aliases (compiler.DTypeSpec)
+    spec = getattr(dtype, "dtype", None)  # mn.f32 and its aliases (compiler.DTypeSpec) hold their name
+    name = spec if isinstance(spec, str) else dtype
     if isinstance(name, str) and name in F32_NAMES + I32_NAMES:
         return "f32" if name in F32_NAMES else "i32"
     try:
         kind = np.dtype(name).kind
     except TypeError:
         kind = ""
-    if kind in "iu" and kind:
+    if kind and kind in "iu":
         return "i32"
     if kind == "f" and np.dtype(name).itemsize <= 4:
         return "f32"
@@ -966,17 +967,19 @@ def scatter_add(input, dim: int, index, src) -> Tensor:
 
 
 def scatter(input, dim: int, index, src=None, *, value=None, reduce=None) -> Tensor:
-    """torch.scatter: input with src[q] (or `value`) written at q with q[dim] = index[q]. Where
-    index repeats a place, torch leaves which value lands unspecified; here they add up."""
+    """torch.scatter: input with src[q] (or the number `value`) written at q with q[dim] = index[q].
+    Where index repeats a place, torch leaves which src value lands unspecified; here they add up
+    (a `value` lands as it is)."""
     if reduce is not None:
         raise NotImplementedError(f"{user_source_line()}: scatter(reduce={reduce!r}): use scatter_add")
+    if is_number(src):  # torch's scatter(dim, index, value) overload
+        src, value = None, src
     if (src is None) == (value is None):
         raise TypeError(f"{user_source_line()}: scatter takes one of src and value")
     x, index = lift(input), index_tensor(index, "scatter")
-    source = lift(src) if src is not None else broadcast_to(lift(float(value)), index.shape)
     (axis,) = reduction_axes(x, int(dim), "scatter")
-    placed = apply("scatter_axis_add", source, index, axis=axis, shape=x.shape)
     hits = apply("scatter_axis_add", broadcast_to(lift(1.0), index.shape), index, axis=axis, shape=x.shape)
+    placed = float(value) if src is None else apply("scatter_axis_add", lift(src), index, axis=axis, shape=x.shape)
     return where(hits, placed, x)
 
 
@@ -1113,7 +1116,7 @@ def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
     return ValuesIndices(*apply_results("topk", x, k=int(k), axis=axis, largest=bool(largest)))
 
 
-def sort(input, dim: int = -1, descending: bool = False, stable: bool = False) -> ValuesIndices:
+def sort(input, dim: int = -1, descending: bool = False, *, stable: bool = False) -> ValuesIndices:
     """torch.sort: (values, indices) along `dim`, ascending (descending); NaN sorts as the largest;
     always stable (ties in order of index)."""
     x = lift(input)
@@ -1121,9 +1124,9 @@ def sort(input, dim: int = -1, descending: bool = False, stable: bool = False) -
     return topk(x, size, dim, largest=bool(descending))
 
 
-def argsort(input, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
+def argsort(input, dim: int = -1, descending: bool = False, *, stable: bool = False) -> Tensor:
     """torch.argsort: the i32 indices that sort `input` along `dim` (see sort)."""
-    return sort(input, dim, descending, stable).indices
+    return sort(input, dim, descending, stable=stable).indices
 
 
 # -- Tensor methods --------------------------------------------------------------------------
@@ -1236,11 +1239,11 @@ class SelectionMethods:
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:
         return topk(self, k, dim, largest, sorted)
 
-    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> ValuesIndices:
-        return sort(self, dim, descending, stable)
+    def sort(self, dim: int = -1, descending: bool = False, *, stable: bool = False) -> ValuesIndices:
+        return sort(self, dim, descending, stable=stable)
 
-    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
-        return argsort(self, dim, descending, stable)
+    def argsort(self, dim: int = -1, descending: bool = False, *, stable: bool = False) -> Tensor:
+        return argsort(self, dim, descending, stable=stable)
 
 
 for _name, _method in vars(SelectionMethods).items():

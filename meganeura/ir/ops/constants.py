@@ -5,14 +5,18 @@ the program is built (codegen/buffers.py, runtime/executable.py); the interprete
 
 - `arange(start, step, size, dtype)`: start + i·step for i in [0, size), computed in float64 and
   rounded once to f32 or i32. PyTorch's CPU kernel computes blocks of a vector width in float32,
-  so a fractional step can differ from it by an ulp; integer steps are exact. A step of 0 is a
+  so a fractional step can differ from it by an ulp (-3.5 + 5·0.7 is 0 here, -2.2e-16 there);
+  integer steps are exact. A step of 0 is a
   fill (`full` of i32: the f32 fills are a scalar `const` broadcast, which the e-graph folds into
   the literal of the kernel that reads it).
 - `constant(data, shape, dtype)`: the values themselves, their little-endian bytes in base64 text
   (an attribute must be a hashable value that the e-graph can carry as a string); at most
   MAX_CONSTANT_ELEMENTS, so that the IR stays printable.
 
-CONSTANT_LEAVES names every leaf whose value the graph knows, the scalar `const` included.
+Why leaves: a constant costs nothing per step this way (a kernel computing it would run every
+step), and it stays out of the parameters, the optimizer's state and state_dict (torch's
+constants are plain tensors too). CONSTANT_LEAVES names every leaf whose value the graph knows,
+the scalar `const` included.
 """
 
 from __future__ import annotations
