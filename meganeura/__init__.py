@@ -16,29 +16,65 @@ from meganeura.nn import manual_seed
 from meganeura.onnx_import import OnnxImportError, load_onnx
 from meganeura.tensor import (  # the elementwise ones are generated from ir/functions.py
     Tensor,
+    ValuesIndices,
     abs,
+    amin,
+    arange,
+    argmax,
+    argmin,
+    argsort,
+    as_tensor,
     bernoulli,
     cat,
     clamp,
     clip,
+    cumprod,
+    cumsum,
     equal,
     exp,
+    eye,
+    flip,
+    fliplr,
+    flipud,
+    full,
+    full_like,
+    gather,
     greater,
     greater_equal,
+    index_select,
     less,
     less_equal,
     log,
     not_equal,
+    ones,
+    ones_like,
     rand,
     rand_like,
     randn,
     randn_like,
+    roll,
+    scatter,
+    scatter_add,
     sigmoid,
+    sort,
     sqrt,
+    take,
     tanh,
+    tensor,
+    topk,
+    tril,
+    triu,
     where,
+    zeros,
+    zeros_like,
 )
+from meganeura.tensor import tensor_max as max  # noqa: A004  (torch.max; builtins.max is not used here)
+from meganeura.tensor import tensor_min as min  # noqa: A004
 from meganeura.weights import IncompatibleKeys, StateDictError, load_safetensors
+
+# torch's dtype names: f32 for floats, i32 for integers (torch's int64 and int32 alike).
+float32 = float = f32  # noqa: A001
+int64 = long = int32 = int = i32  # noqa: A001
 
 __all__ = [
     "compile", "Program", "InputSpec", "f32", "i32", "Tensor", "ShapeError", "manual_seed",
@@ -46,5 +82,10 @@ __all__ = [
     "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
     "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
     "NonFiniteError", "rand", "randn", "rand_like", "randn_like", "bernoulli",
+    "NonFiniteError",
+    "float32", "float", "int64", "long", "int32", "int", "ValuesIndices", "amin", "arange", "argmax", "argmin",
+    "argsort", "as_tensor", "cumprod", "cumsum", "eye", "flip", "fliplr", "flipud", "full", "full_like", "gather",
+    "index_select", "max", "min", "ones", "ones_like", "roll", "scatter", "scatter_add", "sort", "take", "tensor",
+    "topk", "tril", "triu", "zeros", "zeros_like",
 ]  # fmt: skip
 __version__ = "0.1.0"

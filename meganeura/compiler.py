@@ -67,6 +67,15 @@ class DTypeSpec:
     def __repr__(self) -> str:
         return f"mn.{self.dtype}"
 
+    def __eq__(self, other: object) -> bool:
+        """`x.dtype == mn.long`: a spec equals its dtype's name (Tensor.dtype is "f32" or "i32") and
+        its aliases (mn.int64 is mn.i32)."""
+        name = other.dtype if isinstance(other, DTypeSpec) else other
+        return isinstance(name, str) and name == self.dtype
+
+    def __hash__(self) -> int:
+        return hash(self.dtype)
+
 
 f32 = DTypeSpec("f32")
 i32 = DTypeSpec("i32")

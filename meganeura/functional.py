@@ -42,6 +42,7 @@ from meganeura.tensor import (  # noqa: F401  (re-exported: the primitive operat
     masked_fill,
     matmul,
     mean,
+    one_hot,
     permute,
     pow,
     random_tensor,
@@ -71,7 +72,8 @@ PRIMITIVES = [
     "masked_fill", "matmul", "mean", "permute", "pow", "reshape", "softmax", "softplus", "squeeze", "sum",
     "transpose", "transpose2d", "unsqueeze", "where",
 ]  # fmt: skip
-__all__ = sorted([*COMPOSITES, *PRIMITIVES, *ELEMENTWISE])
+SELECTION = ["one_hot"]
+__all__ = sorted([*COMPOSITES, *PRIMITIVES, *ELEMENTWISE, *SELECTION])
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:

@@ -42,7 +42,6 @@ ANOTHER_WAY = {
         "smooth_l1_loss": "write it with abs, where and mean",
         "interpolate": "no resampling op yet",
         "pad": "the padding= argument of F.conv2d / the pools",
-        "one_hot": "F.cross_entropy / F.nll_loss take integer labels directly",
         "normalize": "x / x.pow(2).sum(dim, keepdim=True).sqrt()",
         "hardtanh": "x.clamp(low, high)",
         "relu6": "x.clamp(0.0, 6.0)",

@@ -2,7 +2,7 @@
 
 The kernel families register their lowerings in `codegen/registry.py`; this module imports them
 all (elementwise, shape, matmul, matmul_halves, halves_split, reduce, rows, indexing, optimizer,
-transformer, image, conv), so `lower_node`, `lower_graph` and `workgroups` see every op.
+transformer, image, conv, select), so `lower_node`, `lower_graph` and `workgroups` see every op.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from meganeura.codegen import (  # noqa: F401  (imported for their registered lo
     optimizer,
     reduce,
     rows,
+    select,
     shape,
     transformer,
     winograd,

@@ -25,6 +25,7 @@ from meganeura.codegen.buffers import BufferPlan
 from meganeura.codegen.compiled import CompiledStep
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.ir.graph import TensorType
+from meganeura.ir.ops.constants import constant_array
 from meganeura.rewrite.cost import node_cost
 from meganeura.runtime.backend import NAME as BACKEND
 from meganeura.runtime.backend import wgpu
@@ -290,7 +291,7 @@ class Executable:
         for slot in self.plan.buffers:
             if slot.role == "const":
                 node = self.graph[slot.values[0][0]]
-                value = np.full(node.shape, node.attr("value"), numpy_dtype(node.dtype))
+                value = constant_array(node)
                 write_buffer(self.device, self.buffers[slot.index], node.type, value, f"constant %{node.id}")
 
     def prepare_dispatch(self, spec: KernelSpec) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple]:

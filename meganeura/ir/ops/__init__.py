@@ -17,9 +17,12 @@ Importing this package registers every op in `meganeura.ir.op.OPS`; nothing else
 | image | `image.py` | unfold, fold, max/avg_pool2d and their gradients; conv_gemm (fused) |
 | random | `random.py` | rand, philox (Philox4x32-10 random tensors; philox is made by the e-graph) |
 | image | `winograd.py` | winograd_input/weight/output, winograd_gradient/weight_gradient (made by the e-graph) |
+| constants | `constants.py` | arange, constant (arrays known at trace time: leaves uploaded once) |
+| select | `select.py` | cast, flip, cumsum/cumprod(_grad), gather_axis/scatter_axis_add, flat_index, arg_reduce, topk |
 """
 
 from meganeura.ir.ops import (  # noqa: F401  (imported for their declarations)
+    constants,
     elementwise,
     halves,
     image,
@@ -30,6 +33,7 @@ from meganeura.ir.ops import (  # noqa: F401  (imported for their declarations)
     random,
     reduce,
     rows,
+    select,
     shape,
     transformer,
     winograd,
