@@ -42,7 +42,16 @@ from meganeura import nn, optim
 
 REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "make_torch_references.py"
-SCENARIOS = sorted(path.stem for path in REFERENCE_DIR.glob("*.npz"))
+
+
+def is_scenario(path: Path) -> bool:
+    """Whether a reference file is a training scenario of this module (it has `meta` and `init/`
+    members); the folder also holds other modules' op references."""
+    with np.load(path) as data:
+        return "meta" in data.files and any(name.startswith("init/") for name in data.files)
+
+
+SCENARIOS = sorted(path.stem for path in REFERENCE_DIR.glob("*.npz") if is_scenario(path))
 
 LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-5
 # The bound on ‖Δours − Δtorch‖ / ‖Δtorch‖ of a tensor: UPDATE_RTOL, or NOISE_FACTOR times what
