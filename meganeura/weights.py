@@ -10,10 +10,10 @@ errors but are returned, as PyTorch's `load_state_dict` returns them (`Incompati
 parameter (one Parameter under several names) is given by any of its names, or by several
 holding equal values.
 
-`load_safetensors(path)` reads a `.safetensors` file, a sharded checkpoint's
-`model.safetensors.index.json`, or a folder holding either, into name → numpy array, with the
-`safetensors` package's numpy API. bfloat16 tensors (HF's usual dtype), which numpy lacks, are
-widened to float32 here from the file's own layout.
+`load_safetensors(path)` reads a `.safetensors` file (of a meganeura checkpoint, the model's
+weights), a sharded checkpoint's `model.safetensors.index.json`, or a folder holding either, into
+name → numpy array, with the `safetensors` package's numpy API. bfloat16 tensors (HF's usual
+dtype), which numpy lacks, are widened to float32 here from the file's own layout.
 
 >>> from meganeura import nn
 >>> nn.Linear(2, 3).load_state_dict({"weight": [[1.0, 2.0]] * 3}, strict=False)
@@ -188,7 +188,8 @@ def load_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """name → numpy array from a safetensors checkpoint: one `.safetensors` file, a sharded
     checkpoint's index (`model.safetensors.index.json`, whose `weight_map` names each tensor's
     shard), or a folder holding either (as `save_pretrained` writes it). Arrays keep the file's
-    dtype, except bfloat16, widened to float32; `load_state_dict` converts floats to float32.
+    dtype, except bfloat16, widened to float32; `load_state_dict` converts floats to float32. Of a
+    meganeura checkpoint (`Program.save`), the model's weights and buffers only.
 
     >>> # model.load_state_dict(mn.load_safetensors("smollm2/model.safetensors"))
     """
@@ -197,7 +198,12 @@ def load_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
         path = checkpoint_in_folder(path)
     if path.endswith(".json"):
         return load_sharded(path)
-    return load_shard(path)
+    arrays = load_shard(path)
+    if safetensors_metadata(path).get("format") == "meganeura-checkpoint":
+        from meganeura.checkpoint import model_tensors
+
+        return model_tensors(arrays)  # the weights, not the optimizer's state
+    return arrays
 
 
 def checkpoint_in_folder(folder: str) -> str:
@@ -261,9 +267,14 @@ def load_shard(path: str) -> dict[str, np.ndarray]:
     return {name: arrays[name] for name in order}
 
 
-def safetensors_header(path: str) -> dict[str, Any]:
+def safetensors_metadata(path: str) -> dict[str, str]:
+    """The file's `__metadata__` (strings by name; empty when it has none)."""
+    return safetensors_header(path, keep_metadata=True).get("__metadata__") or {}
+
+
+def safetensors_header(path: str, keep_metadata: bool = False) -> dict[str, Any]:
     """The file's header (name → dtype, shape, data_offsets), read from its first bytes: an
-    8-byte little-endian length, then that much JSON."""
+    8-byte little-endian length, then that much JSON; with `keep_metadata`, `__metadata__` too."""
     with open(path, "rb") as file:
         head = file.read(8)
         if len(head) < 8:
@@ -275,7 +286,8 @@ def safetensors_header(path: str) -> dict[str, Any]:
             header = json.loads(file.read(length))
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise ValueError(f"load_safetensors: {path} is not a safetensors file (its header is not JSON)") from None
-    header.pop("__metadata__", None)
+    if not keep_metadata:
+        header.pop("__metadata__", None)
     return header
 
 
