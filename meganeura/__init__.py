@@ -14,6 +14,7 @@ from meganeura.gate import NonFiniteError
 from meganeura.ir.op import ShapeError
 from meganeura.nn import manual_seed
 from meganeura.onnx_import import OnnxImportError, load_onnx
+from meganeura.summary import ModelSummary, summary
 from meganeura.tensor import (  # the elementwise ones are generated from ir/functions.py
     Tensor,
     abs,
@@ -40,6 +41,6 @@ __all__ = [
     "load_safetensors", "IncompatibleKeys", "StateDictError", "load_onnx", "OnnxImportError",
     "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
     "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
-    "NonFiniteError",
+    "NonFiniteError", "summary", "ModelSummary",
 ]  # fmt: skip
 __version__ = "0.1.0"

@@ -1,6 +1,7 @@
 """Write the PyTorch references of tests/test_init.py, tests/test_modules.py and tests/test_freeze.py:
-tests/reference/modules.json (formulas, printing, module trees) and tests/reference/modules.npz
-(values).
+tests/reference/nn/modules.json (formulas, printing, module trees) and
+tests/reference/nn/modules.npz (values), in a folder of their own: tests/reference/*.npz are the
+training scenarios of tests/test_torch_reference.py.
 
     /tmp/torch311/bin/python scripts/make_module_references.py
 
@@ -19,6 +20,8 @@ modules.json holds:
     reprs       [constructor, repr(module)]
     tree        the names a model with a shared submodule and tied weights gives to
                 named_modules, named_parameters, state_dict, … (see `module_tree`)
+    loss_cases, activation_cases, layer_cases
+                the constructors (and inputs' names or shapes) of the forward cases below
 modules.npz holds, by scenario prefix:
     freeze/     a 2-layer MLP whose first layer is frozen (requires_grad_(False)), 4 AdamW steps
                 with weight decay over model.parameters(): init/<name>, x<k>, y<k>, loss [4],
@@ -47,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-REFERENCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "reference"
+REFERENCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "reference" / "nn"
 torch.set_num_threads(1)
 
 # ---------------------------------------------------------------------------------------------
@@ -429,6 +432,9 @@ def main() -> None:
     references = init_references()
     references["reprs"] = [[expr, repr(eval(expr))] for expr in REPRS]
     references["tree"] = module_tree()
+    references["loss_cases"] = {case: list(spec) for case, spec in LOSS_CASES.items()}
+    references["activation_cases"] = ACTIVATION_CASES
+    references["layer_cases"] = {case: [expr, list(shape)] for case, (expr, shape) in LAYER_CASES.items()}
     references["torch"] = torch.__version__.split("+")[0]
     REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
     (REFERENCE_DIR / "modules.json").write_text(json.dumps(references, indent=1, sort_keys=True) + "\n")

@@ -1,6 +1,6 @@
 """Freezing parameters (requires_grad=False): a frozen parameter is read by the step but has no
 gradient work, no optimizer state and no update; the rest trains as PyTorch trains it (a torch run
-of a 2-layer MLP with its first layer frozen: tests/reference/modules.npz, `freeze/`, written by
+of a 2-layer MLP with its first layer frozen: tests/reference/nn/modules.npz, `freeze/`, written by
 scripts/make_module_references.py). A compiled step is fixed: changing the flag afterwards warns."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
+from conftest import interpreted_steps
 
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.compiler import compile_plan, trace_step
-from meganeura.ir.interpret import interpret
 
-REFERENCE = np.load(os.path.join(os.path.dirname(__file__), "reference", "modules.npz"))
+REFERENCE = np.load(os.path.join(os.path.dirname(__file__), "reference", "nn", "modules.npz"))
 STEPS = 4
 SPEC = {"x": mn.f32[8, 6], "y": mn.i32[8]}
 
@@ -44,19 +44,6 @@ def adamw(model: nn.Module) -> optim.AdamW:
 
 
 FEEDS = [{"x": REFERENCE[f"freeze/x{k}"], "y": REFERENCE[f"freeze/y{k}"]} for k in range(STEPS)]
-
-
-def interpreted_steps(traced, feeds, dtype=np.float64):
-    """Train the traced step on the numpy interpreter in `dtype`: the losses and the final values."""
-    params = {name: p.numpy().astype(dtype) for name, p in traced.parameters.items()}
-    states = {name: np.asarray(value, dtype) for name, value in traced.initial_states.items()}
-    losses = []
-    for feed in feeds:
-        result = interpret(traced.graph, feed, params, {**states, **params}, dtype=dtype)
-        losses.append(float(result.outputs["loss"]))
-        for name, value in result.updates.items():
-            (params if name in params else states)[name] = value
-    return losses, params
 
 
 def test_the_rest_trains_as_in_pytorch_and_the_frozen_layer_not_at_all():

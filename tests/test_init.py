@@ -1,5 +1,5 @@
 """nn.init (meganeura/nn/init.py) against PyTorch: the gains, fans and the bounds and scales every
-init function draws with, exactly (tests/reference/modules.json, written by
+init function draws with, exactly (tests/reference/nn/modules.json, written by
 scripts/make_module_references.py); the distributions' moments with fixed seeds; in-place
 filling of parameters, also of one a compiled program owns."""
 
@@ -16,7 +16,7 @@ import meganeura as mn
 from meganeura import nn
 from meganeura.nn import init
 
-REFERENCES = json.load(open(os.path.join(os.path.dirname(__file__), "reference", "modules.json")))
+REFERENCES = json.load(open(os.path.join(os.path.dirname(__file__), "reference", "nn", "modules.json")))
 
 
 def test_init_is_reachable_as_pytorch_spells_it():

@@ -15,8 +15,6 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-
 from meganeura.ir.trace import LAYER_CALLS, user_source_line
 from meganeura.parameter import Buffer, Parameter, requires_grad_changed
 from meganeura.weights import load_state
@@ -79,16 +77,21 @@ class Module:
     def __setattr__(self, name: str, value: Any) -> None:
         if "_parameters" not in self.__dict__:
             raise AttributeError("call super().__init__() at the start of your Module's __init__")
-        self._parameters.pop(name, None)
-        self._buffers.pop(name, None)
-        self._non_persistent_buffers_set.discard(name)
-        self._modules.pop(name, None)
         if isinstance(value, Buffer):  # before Parameter: a Buffer is a Parameter that is not trained
-            self._buffers[name] = value
+            kind = self._buffers
         elif isinstance(value, Parameter):
-            self._parameters[name] = value
+            kind = self._parameters
         elif isinstance(value, Module):
-            self._modules[name] = value
+            kind = self._modules
+        else:
+            kind = None
+        for members in (self._parameters, self._buffers, self._modules):
+            if members is not kind:
+                members.pop(name, None)
+        if kind is not self._buffers:
+            self._non_persistent_buffers_set.discard(name)
+        if kind is not None:
+            kind[name] = value  # a member replaced by one of its kind keeps its place, as in PyTorch
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
@@ -103,10 +106,10 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         if self._forward_pre_hooks:
-            args, kwargs = self.run_pre_hooks(args, kwargs)
+            args, kwargs = self._run_pre_hooks(args, kwargs)
         result = self.forward(*args, **kwargs)  # a frame user_source_line recognises (LAYER_CALLS)
         if self._forward_hooks:
-            result = self.run_hooks(args, kwargs, result)
+            result = self._run_hooks(args, kwargs, result)
         return result
 
     # -- forward hooks (torch's register_forward_pre_hook / register_forward_hook) --------------
@@ -114,7 +117,7 @@ class Module:
     def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False):
         """Call `hook(module, args)` (with_kwargs: `hook(module, args, kwargs)`) before each forward;
         a value it returns replaces the arguments. Returns a handle whose remove() unregisters it."""
-        return self.add_hook(self._forward_pre_hooks, hook, prepend, with_kwargs)
+        return self._add_hook(self._forward_pre_hooks, hook, prepend, with_kwargs)
 
     def register_forward_hook(
         self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False, always_call: bool = False
@@ -123,10 +126,10 @@ class Module:
         each forward; a value it returns replaces the output. always_call is not supported."""
         if always_call:
             raise NotImplementedError("register_forward_hook: always_call=True is not supported")
-        return self.add_hook(self._forward_hooks, hook, prepend, with_kwargs)
+        return self._add_hook(self._forward_hooks, hook, prepend, with_kwargs)
 
     @staticmethod
-    def add_hook(hooks: dict, hook: Callable, prepend: bool, with_kwargs: bool) -> RemovableHandle:
+    def _add_hook(hooks: dict, hook: Callable, prepend: bool, with_kwargs: bool) -> RemovableHandle:
         key = next(_hook_ids)
         entry = {key: (hook, with_kwargs)}
         if prepend:
@@ -135,7 +138,7 @@ class Module:
         hooks.update(entry)
         return RemovableHandle(hooks, key)
 
-    def run_pre_hooks(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def _run_pre_hooks(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         for hook, with_kwargs in list(self._forward_pre_hooks.values()):
             if with_kwargs:
                 result = hook(self, args, kwargs)
@@ -147,7 +150,7 @@ class Module:
                     args = result if isinstance(result, tuple) else (result,)
         return args, kwargs
 
-    def run_hooks(self, args: tuple, kwargs: dict, output: Any) -> Any:
+    def _run_hooks(self, args: tuple, kwargs: dict, output: Any) -> Any:
         for hook, with_kwargs in list(self._forward_hooks.values()):
             result = hook(self, args, kwargs, output) if with_kwargs else hook(self, args, output)
             if result is not None:
@@ -229,7 +232,7 @@ class Module:
         for _, module in self.named_children():
             yield module
 
-    def named_members(self, members: Callable, prefix: str, recurse: bool, remove_duplicate: bool):
+    def _named_members(self, members: Callable, prefix: str, recurse: bool, remove_duplicate: bool):
         """torch's _named_members: `members(module)` of each module, by dotted name, each once."""
         seen: set[int] = set()
         modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
@@ -246,7 +249,7 @@ class Module:
     ) -> Iterator[tuple[str, Parameter]]:
         """(dotted name, parameter) pairs in registration order, a shared (tied) parameter once,
         under its first name."""
-        return self.named_members(lambda m: m._parameters.items(), prefix, recurse, remove_duplicate)
+        return self._named_members(lambda m: m._parameters.items(), prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
         for _, param in self.named_parameters(recurse=recurse):
@@ -256,7 +259,7 @@ class Module:
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
     ) -> Iterator[tuple[str, Buffer]]:
         """(dotted name, buffer) pairs in registration order, each buffer once."""
-        return self.named_members(lambda m: m._buffers.items(), prefix, recurse, remove_duplicate)
+        return self._named_members(lambda m: m._buffers.items(), prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse: bool = True) -> Iterator[Buffer]:
         for _, buffer in self.named_buffers(recurse=recurse):
@@ -375,13 +378,13 @@ class Module:
 
         Programs already compiled from this model keep the mode they were compiled in (a compiled
         step is fixed): where that matters (a BatchNorm in the model), switching warns once."""
-        return self.set_training(mode, "train")
+        return self._set_training(mode, "train")
 
     def eval(self) -> Module:
         """Evaluation mode: `train(False)` (BatchNorm then normalises with its running statistics)."""
-        return self.set_training(False, "eval")
+        return self._set_training(False, "eval")
 
-    def set_training(self, mode: bool, called: str) -> Module:
+    def _set_training(self, mode: bool, called: str) -> Module:
         """train()/eval() (named by `called`), warning at the caller's line."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
@@ -423,8 +426,3 @@ class Module:
 
 
 LAYER_CALLS.add(Module.__call__.__code__)
-
-
-def parameter_count(module: Module) -> int:
-    """The number of parameter elements of `module` and its submodules, each parameter once."""
-    return sum(int(np.prod(p.shape)) for p in module.parameters())
