@@ -456,6 +456,15 @@ def test_embedding_padding_row_starts_at_zero_and_gets_no_gradient():
     assert not program.state_dict()["emb.weight"][2].any()
 
 
+@pytest.mark.parametrize("padding_idx", [0, 3, -1])
+def test_embedding_padding_at_either_end_looks_up_as_pytorch(padding_idx):
+    table = nn.Embedding(4, 2, padding_idx=padding_idx)
+    ids = np.array([[0, 1], [2, 3], [3, 3]], np.int32)
+    out = run_module(table, {"input": ids})["output"]
+    np.testing.assert_array_equal(out, table.weight.numpy()[ids])
+    assert repr(table) == f"Embedding(4, 2, padding_idx={padding_idx % 4})"
+
+
 def test_embedding_with_a_loaded_padding_row_warns_that_it_reads_zeros():
     model = EmbeddingNet()
     model.emb.weight.copy_(np.ones((7, 5)))

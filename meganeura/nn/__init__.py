@@ -246,16 +246,15 @@ class Embedding(Module):
 def padded_embedding(input: Tensor, weight: Parameter, padding_idx: int) -> Tensor:
     """F.embedding with the lookups of row `padding_idx` masked to zero, so that row's gradient is
     zero: the mask is the lookup of a [num, 1] table of ones with a zero at padding_idx."""
-    if np.any(weight.numpy()[padding_idx]):
+    row = weight._host[padding_idx] if weight.storage is None else weight.numpy()[padding_idx]
+    if np.any(row):
         warnings.warn(
             f"{user_source_line()}: nn.Embedding: row padding_idx={padding_idx} is not zero; meganeura gives "
             "zeros at the padding positions (PyTorch gives that row)",
             stacklevel=2,
         )
-    num = weight.shape[0]
-    parts = [F.broadcast_to(1.0, (padding_idx, 1)), F.broadcast_to(0.0, (1, 1))]
-    parts.append(F.broadcast_to(1.0, (num - padding_idx - 1, 1)))
-    mask = F.cat([part for part in parts if part.shape[0]], 0)
+    runs = ((1.0, padding_idx), (0.0, 1), (1.0, weight.shape[0] - padding_idx - 1))
+    mask = F.cat([F.broadcast_to(value, (rows, 1)) for value, rows in runs if rows], 0)
     return F.embedding(input, weight) * F.embedding(input, mask)
 
 
