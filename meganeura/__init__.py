@@ -14,6 +14,7 @@ from meganeura.gate import NonFiniteError
 from meganeura.ir.op import ShapeError
 from meganeura.nn import manual_seed
 from meganeura.onnx_import import OnnxImportError, load_onnx
+from meganeura.summary import ModelSummary, summary
 from meganeura.tensor import (  # the elementwise ones are generated from ir/functions.py
     Tensor,
     ValuesIndices,
@@ -81,8 +82,7 @@ __all__ = [
     "load_safetensors", "IncompatibleKeys", "StateDictError", "load_onnx", "OnnxImportError",
     "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
     "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
-    "NonFiniteError", "rand", "randn", "rand_like", "randn_like", "bernoulli",
-    "NonFiniteError",
+    "NonFiniteError", "rand", "randn", "rand_like", "randn_like", "bernoulli", "summary", "ModelSummary",
     "float32", "float", "int64", "long", "int32", "int", "ValuesIndices", "amin", "arange", "argmax", "argmin",
     "argsort", "as_tensor", "cumprod", "cumsum", "eye", "flip", "fliplr", "flipud", "full", "full_like", "gather",
     "index_select", "max", "min", "ones", "ones_like", "roll", "scatter", "scatter_add", "sort", "take", "tensor",

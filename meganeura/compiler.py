@@ -96,6 +96,10 @@ class TracedStep:
     step_states: dict[str, np.ndarray] = field(default_factory=dict)
     finite_checks: tuple[str, ...] = ()  # what each count of the `nonfinite` output is of
     optimizer: Any = None  # the live optimizer whose hyper-parameter vectors the step reads
+    # Every name the model's state_dict() writes (a tied parameter under each of its names), for
+    # Program.state_dict/load_state_dict; `parameters` holds each value once, under its first name.
+    state_names: dict[str, nn.Parameter] = field(default_factory=dict)
+    frozen: tuple[str, ...] = ()  # the parameters with requires_grad=False: no gradient, no update
 
 
 def clipped_gradients(builder: GradBuilder, params: list[ParamGrad], max_norm: float) -> tuple[list[ParamGrad], int]:
@@ -205,10 +209,16 @@ def trace_step(
         graph, recognition = recognize_forward(graph, target)
         tracer.replace_graph(graph, parameters)
     recognized = time.perf_counter()
+    frozen: tuple[str, ...] = ()
     if loss is not None:
         if optimizer is None:
             raise ValueError("compile(loss=...) trains the model: pass optimizer=, e.g. optim.Adam(lr=1e-3)")
-        param_nodes = {name: tracer.node_of(p) for name, p in parameters.items()}
+        # Frozen parameters (requires_grad=False) are read but not differentiated: autodiff emits
+        # only what the trainable ones' gradients need, and the optimizer sees only those.
+        frozen = tuple(name for name, p in parameters.items() if not p.requires_grad)
+        for p in parameters.values():
+            p.compiled_requires_grad.add(p.requires_grad)
+        param_nodes = {name: tracer.node_of(p) for name, p in parameters.items() if p.requires_grad}
         grads = gradients(graph, graph.outputs["loss"], list(param_nodes.values()))
         trainable = [
             ParamGrad(name, node, grads[node], parameters[name])
@@ -247,6 +257,8 @@ def trace_step(
     bounds = label_bounds(graph)
     step = TracedStep(graph, state, initial_states, bounds, recognition, timings, step_states, finite_checks)
     step.optimizer = optimizer if loss is not None else None
+    step.state_names = dict(model.state_items())
+    step.frozen = frozen
     return step
 
 
@@ -652,14 +664,19 @@ class Program:
         return checked
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the model's current parameters and buffers by PyTorch-style name."""
-        return {name: p.numpy() for name, p in self.traced.parameters.items()}
+        """Copies of the model's current parameters and buffers by PyTorch-style name, as the
+        model's state_dict() names them (a tied parameter under each of its names, one array)."""
+        values: dict[int, np.ndarray] = {}
+        for p in self.traced.state_names.values():
+            if id(p) not in values:
+                values[id(p)] = p.numpy()
+        return {name: values[id(p)] for name, p in self.traced.state_names.items()}
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Replace the parameters and buffers, as `nn.Module.load_state_dict` (numpy arrays or torch
         tensors; every mismatch reported at once, nothing written unless everything fits; with
-        `strict=False` the names skipped are returned)."""
-        return load_state(self.traced.parameters, state, strict)
+        `strict=False` the names skipped are returned; a tied parameter takes either name or both)."""
+        return load_state(self.traced.state_names, state, strict)
 
     def gradients(self) -> dict[str, np.ndarray]:
         """The gradient of the loss with respect to each trainable parameter in the last

@@ -14,26 +14,13 @@ import sys
 
 ANOTHER_WAY = {
     "meganeura.nn": {
-        "Identity": "return the input from forward",
-        "SiLU": "F.silu in forward",
-        "Softmax": "F.softmax(x, dim) in forward",
-        "LogSoftmax": "F.log_softmax(x, dim) in forward",
-        "LeakyReLU": "F.leaky_relu(x, negative_slope) in forward",
-        "Softplus": "F.softplus in forward",
         "MultiheadAttention": "F.scaled_dot_product_attention on your own q/k/v projections (nn.Linear)",
         "TransformerEncoderLayer": "write the block with nn.Linear, nn.LayerNorm and F.scaled_dot_product_attention",
-        "Conv1d": "nn.Conv2d with a height of 1",
-        "Conv3d": "no 3-D convolution: nn.Conv2d only",
-        "ConvTranspose2d": "no transposed convolution yet (F.fold of a matmul is its adjoint)",
-        "BatchNorm1d": "nn.BatchNorm2d on [N, C, 1, 1], or nn.LayerNorm",
+        "Conv3d": "no 3-D convolution: nn.Conv1d and nn.Conv2d",
         "InstanceNorm2d": "nn.GroupNorm(num_channels, num_channels)",
         "LSTM": "no recurrent layers: unroll one with nn.Linear",
         "GRU": "no recurrent layers: unroll one with nn.Linear",
         "RNN": "no recurrent layers: unroll one with nn.Linear",
-        "ModuleDict": "attributes on your Module, or nn.ModuleList",
-        "CrossEntropyLoss": "F.cross_entropy(logits, labels) in the loss function",
-        "MSELoss": "F.mse_loss(prediction, target) in the loss function",
-        "NLLLoss": "F.nll_loss(log_probabilities, labels) in the loss function",
     },
     "meganeura.functional": {
         "binary_cross_entropy": "write it: -(y·log(p) + (1 − y)·log(1 − p)), mean()",

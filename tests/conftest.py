@@ -215,6 +215,21 @@ def interpreter_steps(program, feeds: list[dict[str, np.ndarray]]) -> tuple[list
     return losses, params
 
 
+def interpreted_steps(traced, feeds: list[dict[str, np.ndarray]], dtype=np.float64):
+    """A traced training step (compiler.trace_step, no device) taken once per feed on the numpy
+    interpreter in `dtype`, from the model's values and the optimizer's initial state: the losses
+    and the final parameters and buffers (a float64 run to compare with PyTorch's float64 one)."""
+    params = {name: p.numpy().astype(dtype) for name, p in traced.parameters.items()}
+    states = {name: np.asarray(value, dtype) for name, value in traced.initial_states.items()}
+    losses = []
+    for feed in feeds:
+        result = interpret(traced.graph, feed, params, {**states, **params}, dtype=dtype)  # buffers are states
+        losses.append(float(result.outputs["loss"]))
+        for name, value in result.updates.items():
+            (params if name in params else states)[name] = value
+    return losses, params
+
+
 UPDATE_RTOL = 5e-4  # float32 against the interpreter: up to 5e-5 over this suite (measured 2026-12-01)
 
 

@@ -221,6 +221,8 @@ class Optimizer:
                 seen[key] = index
                 if key in by_id:
                     members.append(by_id[key])
+                elif getattr(parameter, "requires_grad", True) is False:
+                    continue  # frozen: no gradient, so no update (torch.optim skips it the same way)
                 elif not any(parameter is p.parameter for p in params):
                     known = getattr(parameter, "shape", None)
                     if not hasattr(parameter, "shape"):
