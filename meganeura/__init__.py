@@ -14,23 +14,41 @@ from meganeura.gate import NonFiniteError
 from meganeura.ir.op import ShapeError
 from meganeura.nn import manual_seed
 from meganeura.onnx_import import OnnxImportError, load_onnx
+from meganeura.pytorch_names import missing_names
 from meganeura.tensor import (  # the elementwise ones are generated from ir/functions.py
     Tensor,
     abs,
     cat,
+    ceil,
     clamp,
     clip,
+    cos,
     equal,
     exp,
+    expm1,
+    floor,
     greater,
     greater_equal,
+    isfinite,
+    isinf,
+    isnan,
     less,
     less_equal,
     log,
+    log1p,
+    maximum,
+    minimum,
     not_equal,
+    pow,
+    reciprocal,
+    round,
     sigmoid,
+    sign,
+    sin,
     sqrt,
+    square,
     tanh,
+    trunc,
     where,
 )
 from meganeura.weights import IncompatibleKeys, StateDictError, load_safetensors
@@ -41,5 +59,12 @@ __all__ = [
     "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
     "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
     "NonFiniteError",
+    "ceil", "cos", "expm1", "floor", "isfinite", "isinf", "isnan", "log1p", "maximum", "minimum", "pow",
+    "reciprocal", "round", "sign", "sin", "square", "trunc", "selu", "celu",
 ]  # fmt: skip
 __version__ = "0.1.0"
+
+selu, celu = functional.selu, functional.celu  # torch.selu and torch.celu
+
+
+__getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)
