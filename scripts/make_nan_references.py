@@ -1,4 +1,4 @@
-"""Write tests/reference/nan_semantics.npz: PyTorch's values and gradients at NaN, ±inf, ±0, kinks
+"""Write tests/reference/ops/nan_semantics.npz: PyTorch's values and gradients at NaN, ±inf, ±0, kinks
 and ties, for tests/test_nan_semantics.py.
 
     /tmp/torch311/bin/python scripts/make_nan_references.py
@@ -37,7 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-PATH = Path(__file__).resolve().parent.parent / "tests" / "reference" / "nan_semantics.npz"
+# A folder of its own: tests/test_torch_reference.py takes every .npz of tests/reference/ for a training scenario.
+PATH = Path(__file__).resolve().parent.parent / "tests" / "reference" / "ops" / "nan_semantics.npz"
 NAN, INF = float("nan"), float("inf")
 
 # NaN, the infinities, both zeros, and the kinks of the activations (0, ±1, ±3, 6, softplus's 20).

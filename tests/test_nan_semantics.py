@@ -1,7 +1,7 @@
 """NaN, ±inf, ±0, kinks and ties: values and gradients as PyTorch computes them, on the numpy
 interpreter and on the adapter (lavapipe in CI), one kernel per op and fused by the e-graph.
 
-The references are PyTorch's own numbers in float32 (tests/reference/nan_semantics.npz, written by
+The references are PyTorch's own numbers in float32 (tests/reference/ops/nan_semantics.npz, written by
 scripts/make_nan_references.py, which holds the inputs and the PyTorch calls). Each case here is the
 same call in meganeura; a case's graph outputs its value and the gradient of sum(out · g) with
 respect to each float operand, g being the stored upstream gradient (NaN in half of it for the
@@ -27,7 +27,7 @@ from meganeura.ir.trace import Tracer, tracing
 from meganeura.rewrite import optimize
 from meganeura.target import GENERIC, Target
 
-REFERENCE = np.load(Path(__file__).parent / "reference" / "nan_semantics.npz")
+REFERENCE = np.load(Path(__file__).parent / "reference" / "ops" / "nan_semantics.npz")
 STORED_CASES = json.loads(str(REFERENCE["meta"]))["cases"]
 EXPONENTS = [2.5, 2.0, 3.0, 0.5, -0.5, -1.0, 0.0, 1.0, -2.0, -1.5, 1.5, 0.3]
 
