@@ -199,11 +199,16 @@ def check_rewrite(graph: Graph, rule: str | None = None, seed: int = 0, positive
 
 def interpreter_steps(program, feeds: list[dict[str, np.ndarray]]) -> tuple[list[float], dict[str, np.ndarray]]:
     """The program's training steps on the numpy interpreter (its traced, unfused graph), from its
-    current parameters and its initial optimizer state: the losses and the final parameters."""
+    current parameters and its initial optimizer state: the losses and the final parameters. Before
+    step k the groups' hyper-parameter vectors get update k's values, as Program.write_hypers
+    writes them."""
     params = program.state_dict()
     states = dict(program.traced.initial_states)
+    optimizer = program.traced.optimizer
     losses = []
-    for feed in feeds:
+    for step, feed in enumerate(feeds, start=1):
+        if optimizer is not None:
+            states |= optimizer.hyper_values(step)
         result = interpret(program.graph, feed, params, {**states, **params})  # module buffers are states
         losses.append(float(result.outputs["loss"]))
         for name, value in result.updates.items():

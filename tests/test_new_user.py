@@ -119,7 +119,7 @@ def test_pytorch_names_meganeura_lacks_say_what_to_use():
     cases = [
         (lambda: nn.Dropout(0.1), r"meganeura.nn has no 'Dropout' \(PyTorch's torch.nn.Dropout\): no dropout yet"),
         (lambda: functional.dropout, r"torch.nn.functional.dropout"),
-        (lambda: optim.RMSprop, r"torch.optim.RMSprop"),
+        (lambda: optim.NAdam, r"torch.optim.NAdam"),
         (lambda: nn.Linearr, r"no 'Linearr'; names here that are close: Linear"),
     ]
     for attempt, message in cases:
