@@ -145,6 +145,19 @@ RUN_TIME_CHANGES = {
         lambda m: optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
         {"momentum": 0.5, "weight_decay": 0.1, "lr": 0.3},
     ),
+    "sgd dampening": (lambda m: optim.SGD(m.parameters(), lr=0.1, momentum=0.9), {"dampening": 0.4, "momentum": 0.7}),
+    "adamw amsgrad": (
+        lambda m: optim.AdamW(m.parameters(), lr=0.05, amsgrad=True),
+        {"betas": (0.5, 0.9), "weight_decay": 0.2, "lr": 0.02},
+    ),
+    "rmsprop": (
+        lambda m: optim.RMSprop(m.parameters(), lr=0.01, momentum=0.5, centered=True),
+        {"alpha": 0.9, "eps": 1e-3, "weight_decay": 0.1, "momentum": 0.8, "lr": 0.02},
+    ),
+    "adagrad": (
+        lambda m: optim.Adagrad(m.parameters(), lr=0.1),
+        {"lr_decay": 0.1, "eps": 1e-3, "weight_decay": 0.1, "lr": 0.05},
+    ),
 }
 
 
