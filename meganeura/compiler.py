@@ -480,8 +480,9 @@ class Program:
         key = (optimizer.hyper_key(), optimizer.step_key(step))
         if key == self.hypers_key:
             return
+        checked = self.hypers_key is not None and key[0] == self.hypers_key[0]  # only the step moved
         written = self.hypers_written
-        for name, value in optimizer.hyper_values(step).items():
+        for name, value in optimizer.hyper_values(step, checked).items():
             if name in executable.states and not np.array_equal(written.get(name), value):
                 executable.write_state(name, value)
                 written[name] = value

@@ -170,23 +170,26 @@ class Optimizer:
         compares it with the last step's, and checks and builds the vectors only on a change."""
         return repr([[(key, value) for key, value in group.items() if key != "params"] for group in self.param_groups])
 
-    def hyper_values(self, step: int = 1) -> dict[str, np.ndarray]:
+    def hyper_values(self, step: int = 1, checked: bool = False) -> dict[str, np.ndarray]:
         """The value of every hyper-parameter leaf of the compiled step (a group's vector) for the
         step that applies update number `step` (1 for the first: torch's state["step"] after its
-        increment), by leaf name."""
+        increment), by leaf name. `checked`: the groups are as they were when last checked (a
+        step whose hyper_key did not change), so only the values are computed."""
         if self.structure is None:
             return {}
-        self.check_groups()
-        if len(self.param_groups) != len(self.structure):
-            raise ValueError(
-                f"the step was compiled with {len(self.structure)} parameter groups, the optimizer now has "
-                f"{len(self.param_groups)}: adding groups after compile() needs a new compile()"
-            )
-        values = {}
-        for index, group in enumerate(self.param_groups):
-            self.check_structure(index, group)
-            values[hyper_leaf(index)] = hyper_vector(self.hyper_fields(group, step))
-        return values
+        if not checked:
+            self.check_groups()
+            if len(self.param_groups) != len(self.structure):
+                raise ValueError(
+                    f"the step was compiled with {len(self.structure)} parameter groups, the optimizer now has "
+                    f"{len(self.param_groups)}: adding groups after compile() needs a new compile()"
+                )
+            for index, group in enumerate(self.param_groups):
+                self.check_structure(index, group)
+        return {
+            hyper_leaf(index): hyper_vector(self.hyper_fields(group, step))
+            for index, group in enumerate(self.param_groups)
+        }
 
     def hyper_fields(self, group: dict[str, Any], step: int) -> dict[str, float]:
         """A group's values by their field in its vector, computed in double as torch computes
