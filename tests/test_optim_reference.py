@@ -356,4 +356,7 @@ def test_reference_file_is_current(name):
     fresh_meta.pop("torch"), meta.pop("torch")
     assert fresh_meta == meta and sorted(fresh) == sorted(stored)
     for key, value in stored.items():
-        np.testing.assert_array_equal(fresh[key], value, err_msg=key)
+        if key.startswith(("init/", "start/", "case")) or "/grad/" in key:  # numpy's, and Python's rates
+            np.testing.assert_array_equal(fresh[key], value, err_msg=key)
+        else:  # torch's float32 kernels round by the CPU (its vector width, MKL's √): to an ulp or two
+            np.testing.assert_allclose(fresh[key], value, rtol=1e-6, atol=1e-6 * np.abs(value).max(), err_msg=key)

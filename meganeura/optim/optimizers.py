@@ -518,18 +518,18 @@ class Adam(Optimizer):
         states = ["exp_avg", "exp_avg_sq", *(["max_exp_avg_sq"] if amsgrad else [])]
         leaves = self.state_leaves(builder, p, states)
         names = [p.name, *(f"{p.name}.{state}" for state in states)]
-        # Adam adds wd·p to the gradient and AdamW multiplies p by 1 − lr·wd: the other term is a
-        # constant (0 and 1), which kernels inline.
-        l2 = zero if self.decoupled else h["weight_decay"]
-        decay = h["decay"] if self.decoupled else one
         step = [h["step_size"], h["bias_correction2_sqrt"], h["eps"]]
-        if self.fused:
+        if self.fused:  # (adam_update reads weight_decay for Adam, decay for AdamW: its attribute says)
             m, v, *vmax = leaves
             operands = [p.node, p.grad, m, v, *(vmax or [zero]), h["one_minus_beta1"], h["beta2"]]
-            operands += [h["one_minus_beta2"], *step, l2, decay]
+            operands += [h["one_minus_beta2"], *step, h["weight_decay"], h["decay"]]
             update = builder.emit("adam_update", operands, decoupled_weight_decay=self.decoupled, amsgrad=amsgrad)
             self.record(builder, update, names)
         else:
+            # Adam adds wd·p to the gradient and AdamW multiplies p by 1 − lr·wd: the other term is a
+            # constant (0 and 1), which kernels inline.
+            l2 = zero if self.decoupled else h["weight_decay"]
+            decay = h["decay"] if self.decoupled else one
             decayed = zero if self.decoupled else p.node
             m = builder.emit("adam_moment", [leaves[0], p.grad, decayed, zero, h["one_minus_beta1"], l2], order=1)
             v = builder.emit("adam_moment", [leaves[1], p.grad, decayed, h["beta2"], h["one_minus_beta2"], l2], order=2)
@@ -555,8 +555,10 @@ class AdamW(Adam):
 
 class RMSprop(Optimizer):
     """RMSprop with optional momentum, centering and L2 weight decay (torch.optim.RMSprop). A
-    momentum buffer exists where a group's momentum is not 0 at compile(). torch's RMSprop has no
-    `fused` flag; here it picks the fused or single-tensor form, as for the others."""
+    momentum buffer exists where a group's momentum is not 0 at compile(); set to 0 later, the
+    step still goes through the buffer (p − lr·(g′/avg), where torch computes p − (lr·g′)/avg:
+    the same to an ulp). torch's RMSprop has no `fused` flag; here it picks the fused or
+    single-tensor form, as for the others."""
 
     FIELDS = ("lr", "weight_decay", "momentum", "alpha", "one_minus_alpha", "eps")
     STRUCTURE = ("centered",)

@@ -3,8 +3,8 @@ adagrad.py, single-tensor form), each float operation in the order torch's does 
 
 Two forms of the same updates. The hyper-parameters are operands, not attributes: scalars read
 from a buffer the runtime writes before a step, or constants where a term is absent by
-construction (Adam's decoupled decay of 1, AdamW's L2 term of 0). So a new learning rate needs no
-new kernel. A parameter group's run-time values are one vector, a `state` leaf
+construction (in the single-tensor form, Adam's decoupled decay of 1 and AdamW's L2 term of 0).
+So a new learning rate needs no new kernel. A parameter group's run-time values are one vector, a `state` leaf
 `param_groups.<g>.hyper` laid out as HYPER_FIELDS says, and each operand is an `element` view of
 it (ir/ops/shape.py): a kernel that reads several binds the group's vector once and indexes it at
 literal offsets, so a fused Adam update binds 5 buffers (p, m, v, the gradient and the vector),
@@ -46,7 +46,7 @@ The fused ops, the whole update of one parameter as one node with a result per v
 - adam_update(p, g, m, v, vmax, weight1, beta2, weight2, step_size, bias_correction2_sqrt, eps, wd,
   decay; decoupled_weight_decay, amsgrad) → (p′, m′, v′[, vmax′]): both moments, AMSGrad's running
   maximum of v (vmax: the constant 0 without amsgrad) and the step; `decoupled_weight_decay` picks
-  AdamW's decay (on p) over Adam's L2 term (on the gradient)
+  AdamW's decay (on p: it reads `decay`) over Adam's L2 term (on the gradient: `wd`)
 - rmsprop_update(p, g, s, a, buf, lr, alpha, weight, eps, wd, momentum; centered, momentum_buffer)
   → (p′, s′[, a′][, buf′]): a and buf are the constant 0 where absent
 - adagrad_update(p, g, s, step_size, eps, wd) → (p′, s′)
