@@ -7,7 +7,7 @@
 >>> #                      optimizer=optim.Adam(lr=1e-3))
 """
 
-from meganeura import functional, nn, optim
+from meganeura import functional, linalg, nn, optim
 from meganeura.compiler import InputSpec, Program, compile, f32, i32
 from meganeura.functional import causal_mask
 from meganeura.gate import NonFiniteError
@@ -17,9 +17,15 @@ from meganeura.onnx_import import OnnxImportError, load_onnx
 from meganeura.tensor import (  # the elementwise ones are generated from ir/functions.py
     Tensor,
     abs,
+    addmm,
+    amin,
+    baddbmm,
+    bmm,
     cat,
+    chunk,
     clamp,
     clip,
+    einsum,
     equal,
     exp,
     greater,
@@ -27,10 +33,25 @@ from meganeura.tensor import (  # the elementwise ones are generated from ir/fun
     less,
     less_equal,
     log,
+    logsumexp,
+    matmul,
+    mm,
+    narrow,
+    norm,
     not_equal,
+    outer,
+    repeat_interleave,
     sigmoid,
+    split,
     sqrt,
+    stack,
+    std,
+    std_mean,
     tanh,
+    tile,
+    unbind,
+    var,
+    var_mean,
     where,
 )
 from meganeura.weights import IncompatibleKeys, StateDictError, load_safetensors
@@ -41,5 +62,7 @@ __all__ = [
     "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
     "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
     "NonFiniteError",
+    "linalg", "split", "chunk", "unbind", "narrow", "stack", "tile", "repeat_interleave", "amin", "var", "std",
+    "var_mean", "std_mean", "norm", "logsumexp", "matmul", "mm", "bmm", "outer", "addmm", "baddbmm", "einsum",
 ]  # fmt: skip
 __version__ = "0.1.0"

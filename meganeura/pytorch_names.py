@@ -40,18 +40,10 @@ ANOTHER_WAY = {
     },
     "meganeura.functional": {
         "dropout": "no dropout yet: train without it, or multiply by a mask input (mn.where)",
-        "binary_cross_entropy": "write it: -(y·log(p) + (1 − y)·log(1 − p)), mean()",
-        "binary_cross_entropy_with_logits": "write it with F.softplus: softplus(x) − y·x, mean()",
-        "l1_loss": "(prediction − target).abs().mean()",
-        "smooth_l1_loss": "write it with abs, where and mean",
-        "interpolate": "no resampling op yet",
-        "pad": "the padding= argument of F.conv2d / the pools",
         "one_hot": "F.cross_entropy / F.nll_loss take integer labels directly",
-        "normalize": "x / x.pow(2).sum(dim, keepdim=True).sqrt()",
         "hardtanh": "x.clamp(low, high)",
         "relu6": "x.clamp(0.0, 6.0)",
         "elu": "write it with mn.where and exp",
-        "softmin": "F.softmax(-x, dim)",
     },
     "meganeura.optim": {
         "RMSprop": "optim.Adam with betas=(0.0, 0.99) is close; RMSprop itself is not here yet",
