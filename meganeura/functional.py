@@ -3,8 +3,8 @@
 The primitive operations on tensors (elementwise functions, reshape, sum, softmax, matmul,
 indexing, cat…) are defined once in `meganeura/tensor.py` and re-exported here; this module adds
 the composite functions PyTorch keeps in torch.nn.functional, built on them: normalisations,
-losses, embedding, attention, rotary embeddings, convolutions, pooling. Python numbers are
-lifted to constants.
+losses, embedding, attention, rotary embeddings, convolutions, pooling, distances, padding and
+resampling. Python numbers are lifted to constants.
 
 >>> # inside forward(): F.relu(F.linear(x, self.weight, self.bias))
 """
@@ -556,13 +556,12 @@ def nll_of_rows(name, log_probs, labels, shape, weight, ignore_index: int, reduc
     classes = log_probs.shape[1]
     table = class_weights(name, weight, classes)
     losses = -apply("pick", log_probs, labels, ignore_index=ignore_index)
+    weights = target_weights(table, labels, ignore_index) if table is not None or reduction == "mean" else None
     if table is not None:
-        losses = losses * target_weights(table, labels, ignore_index)
+        losses = losses * weights
     if reduction == "none":
         return reshape(losses, shape)
-    if reduction == "sum":
-        return sum(losses)
-    return sum(losses) / sum(target_weights(table, labels, ignore_index))
+    return sum(losses) if reduction == "sum" else sum(losses) / sum(weights)
 
 
 def nll_loss(

@@ -4,7 +4,9 @@ A `Tensor` is a handle on one IR node of the trace that `compile()` is recording
 and methods, PyTorch's, call the functions of this module, which apply one IR op each
 (`apply`) or a few (`getitem` is a slice and a reshape). The composite functions that PyTorch
 keeps in torch.nn.functional (layer_norm, conv2d, cross_entropy…) are in `functional.py`, built
-on these; `meganeura.functional` re-exports everything here too.
+on these; `meganeura.functional` re-exports everything here too. The composites PyTorch keeps on
+torch and Tensor (split, stack, var, norm, logsumexp, einsum…) close this module, in a section
+of their own, traced from the primitives.
 
 The elementwise functions come from `ir/functions.py`: each one with a plain signature becomes a
 function here (`exp(x)`, `greater(a, b)`) and, where it names one, a Tensor method (`x.exp()`);
@@ -537,7 +539,7 @@ def log_softmax(x, dim: int = -1) -> Tensor:
     return row_op("log_softmax", x, dim)
 
 
-def matmul(a, b) -> Tensor:
+def matmul(input, other) -> Tensor:
     """a @ b like torch.matmul: over the last two dims, the leading (batch) dims broadcast against
     each other ([2, 1, 4, 6] @ [3, 6, 5] → [2, 3, 4, 5]); a with more dims than a 2-D b (or than a
     b whose batch dims are all 1) is flattened to rows first; a 1-D operand is a vector (a row of
@@ -548,7 +550,7 @@ def matmul(a, b) -> Tensor:
     seq, features] @ W that way lets the matmul epilogue rules see whole residual streams, and
     the e-graph then grows past its budget on deep models; flattening keeps them apart for now.
     """
-    a, b = lift(a), lift(b)
+    a, b = lift(input), lift(other)
     if a.ndim == 1 or b.ndim == 1:  # torch: a vector operand is a one-row (or one-column) matrix, squeezed after
         if a.ndim == 0 or b.ndim == 0:
             raise ShapeError(f"{user_source_line()}: matmul: both operands need ≥ 1 dim, got {a.type} and {b.type}")
@@ -609,9 +611,9 @@ def dim_index(x: Tensor, dim: int, op: str) -> int:
     return axis
 
 
-def narrow(x, dim: int, start: int, length: int) -> Tensor:
-    """x[..., start:start + length, ...] along `dim` (torch.narrow)."""
-    x = lift(x)
+def narrow(input, dim: int, start: int, length: int) -> Tensor:
+    """input[..., start:start + length, ...] along `dim` (torch.narrow)."""
+    x = lift(input)
     axis = dim_index(x, dim, "narrow")
     size = x.shape[axis]
     start = int(start) + size if int(start) < 0 else int(start)
@@ -727,9 +729,9 @@ def repeat_interleave(input, repeats, dim: int | None = None, *, output_size: in
     return reshape(wide, x.shape[:axis] + (x.shape[axis] * count,) + x.shape[axis + 1 :])
 
 
-def amin(x, dim=None, keepdim: bool = False) -> Tensor:
+def amin(input, dim=None, keepdim: bool = False) -> Tensor:
     """The minimum over `dim` (torch.amin), as −amax(−x): the gradient is split evenly between ties."""
-    return -amax(-lift(x), dim, keepdim)
+    return -amax(-lift(input), dim, keepdim)
 
 
 def correction_of(unbiased, correction, op: str) -> float:
@@ -826,9 +828,11 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Ten
     return root(sum(powers, axes, keepdim), order)
 
 
-def norm(input, p="fro", dim=None, keepdim: bool = False, dtype=None) -> Tensor:
+def norm(input, p="fro", dim=None, keepdim: bool = False, out=None, dtype=None) -> Tensor:
     """torch.norm for vector norms: p="fro" (or 2) is √Σx² over `dim` (all dims by default), a
-    number p is vector_norm's ord. p="nuc" (the nuclear norm) is not supported."""
+    number p is vector_norm's ord. Not supported: p="nuc" (the nuclear norm), out, dtype."""
+    if out is not None:
+        raise NotImplementedError(f"{user_source_line()}: norm: out= is not supported")
     if p == "fro" or p is None:
         p = 2
     if isinstance(p, str):
