@@ -1,5 +1,6 @@
 """Write the PyTorch reference values of tests/test_composites.py and tests/test_losses.py:
-tests/reference/composites.npz and tests/reference/losses.npz.
+tests/reference/ops/composites.npz and tests/reference/ops/losses.npz (a folder of their own:
+tests/test_torch_reference.py reads every tests/reference/*.npz as a training scenario).
 
     /tmp/torch311/bin/python scripts/make_composite_references.py              # both files
     /tmp/torch311/bin/python scripts/make_composite_references.py losses       # one of them
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-REFERENCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "reference"
+REFERENCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "reference" / "ops"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""PyTorch's values for the composite ops and losses (tests/reference/<file>.npz, written by
+"""PyTorch's values for the composite ops and losses (tests/reference/ops/<file>.npz, written by
 scripts/make_composite_references.py), and the checks that test_composites.py and test_losses.py
 run on them.
 
@@ -35,12 +35,12 @@ from meganeura.ir.graph import TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.trace import Tracer, tracing
 
-REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
+REFERENCE_DIR = Path(__file__).resolve().parent / "reference" / "ops"
 
 
 @cache
 def load(file: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """(the cases' meta by name, every array) of tests/reference/<file>.npz."""
+    """(the cases' meta by name, every array) of tests/reference/ops/<file>.npz."""
     with np.load(REFERENCE_DIR / f"{file}.npz") as data:
         arrays = {key: data[key] for key in data.files}
     return json.loads(str(arrays.pop("meta")))["cases"], arrays

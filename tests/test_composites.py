@@ -1,7 +1,7 @@
 """The composites PyTorch keeps on torch and Tensor (split, chunk, stack, repeat, var, norm,
 logsumexp, amin, broadcasting matmul, einsum… in meganeura/tensor.py) and the functional ones
 (normalize, cosine_similarity, pad, interpolate… in meganeura/functional.py): PyTorch's values and
-gradients (tests/reference/composites.npz), gradients by finite differences mid-chain, every case
+gradients (tests/reference/ops/composites.npz), gradients by finite differences mid-chain, every case
 compiled and run on the device against the interpreter, and the errors for what is not supported."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The losses with PyTorch's signatures (meganeura/functional.py): values and gradients against
-PyTorch for every reduction (tests/reference/losses.npz), gradients by finite differences
+PyTorch for every reduction (tests/reference/ops/losses.npz), gradients by finite differences
 mid-chain, every case compiled and run on the device against the interpreter; nll_loss and
 cross_entropy's ignore_index (pick, scatter_rows and the fused cross-entropy kernels with that
 attribute, and the per-step label check that accepts it)."""

@@ -194,15 +194,15 @@ def ce_values(batch: int, classes: int, scale: float, seed: int, **shapes) -> di
 
 
 def ce_ops(graph: Graph) -> list[str]:
-    """The cross-entropy ops of the live nodes, leaving out picks from a [classes] table: the
-    target weights whose sum "mean" divides by (F.nll_loss, ignore_index)."""
+    """The cross-entropy ops of the live nodes, leaving out picks from a [classes] table or a
+    scalar: the target weights whose sum "mean" divides by (F.nll_loss, ignore_index)."""
     live = graph.live_ids()
     return [
         n.op
         for n in graph
         if n.id in live
         and n.op in CE_KERNELS + DECOMPOSED
-        and not (n.op == "pick" and len(graph[n.inputs[0]].shape) == 1)
+        and not (n.op == "pick" and len(graph[n.inputs[0]].shape) < 2)
     ]
 
 
