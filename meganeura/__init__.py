@@ -40,6 +40,7 @@ from meganeura.tensor import (  # the elementwise ones are generated from ir/fun
     norm,
     not_equal,
     outer,
+    prod,
     repeat_interleave,
     sigmoid,
     split,
@@ -62,7 +63,7 @@ __all__ = [
     "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
     "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
     "NonFiniteError",
-    "linalg", "split", "chunk", "unbind", "narrow", "stack", "tile", "repeat_interleave", "amin", "var", "std",
-    "var_mean", "std_mean", "norm", "logsumexp", "matmul", "mm", "bmm", "outer", "addmm", "baddbmm", "einsum",
+    "linalg", "split", "chunk", "unbind", "narrow", "stack", "tile", "repeat_interleave", "amin", "prod", "var",
+    "std", "var_mean", "std_mean", "norm", "logsumexp", "matmul", "mm", "bmm", "outer", "addmm", "baddbmm", "einsum",
 ]  # fmt: skip
 __version__ = "0.1.0"

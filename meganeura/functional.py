@@ -61,6 +61,7 @@ from meganeura.tensor import (  # noqa: F401  (re-exported: the primitive operat
     outer,
     permute,
     pow,
+    prod,
     relu,
     repeat_interleave,
     reshape,
@@ -100,8 +101,8 @@ LOSSES_AND_RESAMPLING = [
     "normalize", "cosine_similarity", "pairwise_distance", "softmin", "glu", "pad", "interpolate",
 ]  # fmt: skip
 TENSOR_COMPOSITES = [
-    "split", "chunk", "unbind", "narrow", "stack", "tile", "repeat_interleave", "amin", "var", "std", "var_mean",
-    "std_mean", "norm", "vector_norm", "logsumexp", "mm", "bmm", "outer", "addmm", "baddbmm", "einsum",
+    "split", "chunk", "unbind", "narrow", "stack", "tile", "repeat_interleave", "amin", "prod", "var", "std",
+    "var_mean", "std_mean", "norm", "vector_norm", "logsumexp", "mm", "bmm", "outer", "addmm", "baddbmm", "einsum",
 ]  # fmt: skip
 PRIMITIVES = [
     "amax", "broadcast_to", "cat", "clamp", "clip", "expand", "flatten", "getitem", "leaky_relu", "log_softmax",

@@ -734,6 +734,26 @@ def amin(input, dim=None, keepdim: bool = False) -> Tensor:
     return -amax(-lift(input), dim, keepdim)
 
 
+def prod(input, dim: int | None = None, keepdim: bool = False, *, dtype=None) -> Tensor:
+    """The product over `dim` (one int; all dims when None), like torch.prod: a tree of products
+    of the two halves (log₂ n slices and products), so that autodiff's gradient is exact where
+    elements are 0 too. dtype must be None."""
+    x = lift(input)
+    if dtype is not None:
+        raise NotImplementedError(f"{user_source_line()}: prod: dtype is not supported")
+    if dim is None:
+        whole = prod(reshape(x, (x.numel(),)), 0, keepdim=True)
+        return reshape(whole, (1,) * x.ndim if keepdim else ())
+    axis = dim_index(x, dim, "prod")
+    while x.shape[axis] > 1:
+        half = x.shape[axis] // 2
+        product = narrow(x, axis, 0, half) * narrow(x, axis, half, half)
+        x = cat([product, narrow(x, axis, 2 * half, 1)], axis) if x.shape[axis] % 2 else product
+    if x.shape[axis] == 0:  # the empty product
+        x = broadcast_to(1.0, x.shape[:axis] + (1,) + x.shape[axis + 1 :])
+    return x if keepdim else squeeze(x, axis)
+
+
 def correction_of(unbiased, correction, op: str) -> float:
     """The divisor's correction: PyTorch's `correction` (1 by default), or 1/0 from `unbiased`."""
     if unbiased is not None and correction is not None:
@@ -1028,7 +1048,7 @@ def einsum_pair(a: Tensor, la: str, b: Tensor, lb: str, keep: set[str], sizes: d
 # Tensor methods of the composites above (torch.Tensor's names; each takes the tensor first).
 for _name, _function in {
     "split": split, "chunk": chunk, "unbind": unbind, "narrow": narrow, "repeat": repeat, "tile": tile,
-    "repeat_interleave": repeat_interleave, "amin": amin, "var": var, "std": std, "norm": norm,
+    "repeat_interleave": repeat_interleave, "amin": amin, "prod": prod, "var": var, "std": std, "norm": norm,
     "logsumexp": logsumexp, "matmul": matmul, "mm": mm, "bmm": bmm, "outer": outer, "addmm": addmm,
     "baddbmm": baddbmm,
 }.items():  # fmt: skip

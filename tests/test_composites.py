@@ -109,3 +109,17 @@ def test_split_chunk_and_unbind_follow_torchs_sizes():
         assert [p.shape[1] for p in t["x"].chunk(4, 1)] == [2, 2, 2, 1]
         assert [p.shape[1] for p in mn.chunk(t["x"], 3, 1)] == [3, 3, 1]
         assert [p.shape for p in mn.unbind(t["x"], -1)] == [(2, 7)] * 3
+
+
+def test_the_reference_files_are_what_the_script_writes():
+    """Where torch is importable: scripts/make_composite_references.py rewrites both files byte for byte."""
+    pytest.importorskip("torch")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "make_composite_references.py"
+    spec = importlib.util.spec_from_file_location("make_composite_references", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for file in script.FILES:
+        assert script.npz_bytes(script.generate(file)) == (script.REFERENCE_DIR / f"{file}.npz").read_bytes(), file
