@@ -6,6 +6,8 @@ compiled and run on the device against the interpreter, and the errors for what 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from conftest import trace_leaf
 from reference_cases import check_against_torch, check_gradients_by_differences, check_on_device, load
@@ -123,3 +125,12 @@ def test_the_reference_files_are_what_the_script_writes():
     spec.loader.exec_module(script)
     for file in script.FILES:
         assert script.npz_bytes(script.generate(file)) == (script.REFERENCE_DIR / f"{file}.npz").read_bytes(), file
+
+
+def test_fused_expressions_read_signed_infinities():
+    """clamp(x, max=t) is clamp(x, -inf, t): a fused kernel's expression text must read -inf back."""
+    from meganeura.ir.expr import format_expr, parse
+
+    trees = [("clamp", ("$", "1"), -math.inf, ("$", "2")), ("add", ("$", "0"), math.inf), ("mul", -2.5, ("$", "r"))]
+    for tree in trees:
+        assert parse(format_expr(tree)) == tree
