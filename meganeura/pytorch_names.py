@@ -24,16 +24,7 @@ ANOTHER_WAY = {
         "GRU": "no recurrent layers: unroll one with nn.Linear",
         "RNN": "no recurrent layers: unroll one with nn.Linear",
     },
-    "meganeura.functional": {
-        "binary_cross_entropy": "write it: -(y·log(p) + (1 − y)·log(1 − p)), mean()",
-        "binary_cross_entropy_with_logits": "write it with F.softplus: softplus(x) − y·x, mean()",
-        "l1_loss": "(prediction − target).abs().mean()",
-        "smooth_l1_loss": "write it with abs, where and mean",
-        "interpolate": "no resampling op yet",
-        "pad": "the padding= argument of F.conv2d / the pools",
-        "normalize": "x / x.pow(2).sum(dim, keepdim=True).sqrt()",
-        "softmin": "F.softmax(-x, dim)",
-    },
+    "meganeura.functional": {},
     "meganeura": {
         "from_numpy": "pass arrays as inputs (compile(..., inputs={name: mn.f32[...]}), then program(name=array))",
         "no_grad": "a program compiled without an optimizer (mn.compile(model)) runs the forward only",
