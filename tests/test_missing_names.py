@@ -89,4 +89,3 @@ def test_the_hints_name_only_what_meganeura_lacks():
                 module = {"meganeura": mn, "meganeura.functional": F, "meganeura.nn": nn}.get(owner)
                 if module is not None:
                     assert name not in vars(module), f"{owner}.{name}"
-
