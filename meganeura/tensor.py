@@ -206,6 +206,38 @@ class Tensor:
         """The tensor itself: traced tensors are always laid out densely."""
         return self
 
+    # -- torch's method forms of the operators ---------------------------------------------------
+
+    def add(self, other, *, alpha=1) -> Tensor:
+        """self + alpha·other (torch.Tensor.add)."""
+        return self + (other if alpha == 1 else other * alpha)
+
+    def sub(self, other, *, alpha=1) -> Tensor:
+        """self − alpha·other (torch.Tensor.sub)."""
+        return self - (other if alpha == 1 else other * alpha)
+
+    def mul(self, other) -> Tensor:
+        return self * other
+
+    def div(self, other, *, rounding_mode=None) -> Tensor:
+        """self / other (torch.Tensor.div); rounding_mode "trunc" or "floor" rounds the quotient."""
+        if rounding_mode not in (None, "trunc", "floor"):
+            raise ValueError(f"{user_source_line()}: div: rounding_mode must be None, 'trunc' or 'floor'")
+        quotient = self / other
+        return quotient if rounding_mode is None else apply(rounding_mode, quotient)
+
+    def neg(self) -> Tensor:
+        return -self
+
+    def view_as(self, other) -> Tensor:
+        return reshape(self, other.shape)
+
+    def reshape_as(self, other) -> Tensor:
+        return reshape(self, other.shape)
+
+    def expand_as(self, other) -> Tensor:
+        return broadcast_to(self, other.shape)
+
     def pow(self, exponent) -> Tensor:
         return pow(self, exponent)
 
