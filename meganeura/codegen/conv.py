@@ -12,10 +12,12 @@ neighbouring words), and where an output element is stored (`conv_store4`: NCHW 
 grad_input, the weight matrix for grad_weight). The images are folded into the GEMM's columns
 (forward, grad_input) or its reduction (grad_weight), so there is no batch dimension in the grid;
 independent GEMMs of one dispatch ("groups") are the stride phases of grad_input (each pixel only
-meets the taps of its phase: no multiplications by the zeros between strided positions) and the
+meets the taps of its phase: no multiplications by the zeros between strided positions), the
 parts of the reduction (split-K: `chunks`; grad_weight's, see `weight_splits`, and a stride-1
-grad_input's, `reduction_splits`); the tiling counts them as the batch of matrices a matmul would
-have.
+grad_input's, `reduction_splits`) and the groups of a grouped convolution (`groups`: one GEMM per
+group, M its filters or channels, so a depthwise convolution's GEMMs are one row high and take
+the ladder's tile shrunk to 4·RM rows); the tiling counts them as the batch of matrices a matmul
+would have.
 
 The epilogue reads `$acc` and the extras `$0…`, each broadcast to the node's output shape and
 indexed by the output element's row-major index.
@@ -35,7 +37,7 @@ from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
-from meganeura.ir.ops.image import conv_gemm_geometry, conv_output_size
+from meganeura.ir.ops.image import conv_dilation, conv_gemm_geometry, conv_groups_of, conv_output_size
 from meganeura.ir.ops.matmul import part_length
 from meganeura.ir.ops.reduce import split_length
 from meganeura.target import GENERIC, Target
@@ -48,13 +50,14 @@ def conv_gemm_dims(attrs: dict, a: tuple[int, ...], b: tuple[int, ...], out: tup
     taps = kernel[0] * kernel[1]
     chunks = attrs.get("chunks", 1)
     image = out[-4:]  # forward, grad_input: [S,] N, C or O, H, W
+    # (per group: a is the weight [O, C·taps] or [G, Og, Cg·taps], or the gradient [N, O, L] or [N, G, Og, L])
     if mode == "forward":  # [O, C·taps] · [C·taps, N·L]
-        return a[0], image[0] * math.prod(image[2:]), part_length(a[1], chunks)
+        return a[-2], image[0] * math.prod(image[2:]), part_length(a[-1], chunks)
     if mode == "grad_input":  # per stride phase: [C, O·ti·tj] · [O·ti·tj, N·HP·WP], ti·tj ≤ TI·TJ
         (ti, tj), (hp, wp) = phase_sizes(attrs)
-        return a[1] // taps, image[0] * hp * wp, part_length(a[0] * ti * tj, chunks)
+        return a[-1] // taps, image[0] * hp * wp, part_length(a[-2] * ti * tj, chunks)
     # grad_weight: [O, N·L] · [N·L, C·taps], per part of N·L
-    return a[1], out[-1], split_length(a[0] * a[2], chunks)
+    return a[-2], out[-1], split_length(a[0] * a[-1], chunks)
 
 
 def conv_reduction(attrs: dict, a: tuple[int, ...]) -> int:
@@ -62,19 +65,33 @@ def conv_reduction(attrs: dict, a: tuple[int, ...]) -> int:
     the largest stride phase (grad_input), N·L (grad_weight)."""
     mode, kernel, _, _, _ = conv_gemm_geometry(attrs)
     if mode == "forward":
-        return a[1]
+        return a[-1]
     if mode == "grad_input":
         (ti, tj), _ = phase_sizes(attrs)
-        return a[0] * ti * tj
-    return a[0] * a[2]
+        return a[-2] * ti * tj
+    return a[0] * a[-1]
+
+
+def phase_steps(attrs: dict) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((STEP_H, STEP_W), (DGH, DGW)) of a grad_input: the taps of one stride phase are
+    s / gcd(d, s) apart along an axis (every s-th tap without dilation), and d / gcd(d, s) output
+    positions apart (shaders/conv_gemm.wgsl `phase_taps`)."""
+    _, _, stride, _, _ = conv_gemm_geometry(attrs)
+    dilation = conv_dilation(attrs)
+    common = [math.gcd(d, s) for d, s in zip(dilation, stride, strict=True)]
+    steps = tuple(s // c for s, c in zip(stride, common, strict=True))
+    spans = tuple(d // c for d, c in zip(dilation, common, strict=True))
+    return steps, spans
 
 
 def phase_sizes(attrs: dict) -> tuple[tuple[int, int], tuple[int, int]]:
     """((TI, TJ), (HP, WP)) of a grad_input: the most taps of a stride phase per kernel row and column
-    (⌈KH/SH⌉, ⌈KW/SW⌉; the kernel bounds its reduction per phase), and the rows and columns of
-    pixels of a phase (the largest phase: ⌈H/SH⌉, ⌈W/SW⌉)."""
+    (⌈KH/STEP_H⌉, ⌈KW/STEP_W⌉, `phase_steps`: ⌈KH/SH⌉ without dilation; the kernel bounds its
+    reduction per phase), and the rows and columns of pixels of a phase (the largest phase:
+    ⌈H/SH⌉, ⌈W/SW⌉)."""
     _, kernel, stride, _, image = conv_gemm_geometry(attrs)
-    taps = tuple(-(-k // s) for k, s in zip(kernel, stride, strict=True))
+    steps, _ = phase_steps(attrs)
+    taps = tuple(-(-k // s) for k, s in zip(kernel, steps, strict=True))
     pixels = tuple(-(-extent // s) for extent, s in zip(image, stride, strict=True))
     return taps, pixels
 
@@ -87,8 +104,8 @@ def conv_phases(attrs: dict) -> int:
 
 def conv_groups(attrs: dict) -> int:
     """The independent GEMMs of one dispatch: the stride phases of grad_input, times the parts of
-    the reduction where it is split (`chunks`)."""
-    return conv_phases(attrs) * attrs.get("chunks", 1)
+    the reduction where it is split (`chunks`), times the convolution's groups (`groups`)."""
+    return conv_phases(attrs) * attrs.get("chunks", 1) * conv_groups_of(attrs)
 
 
 def b_along_k(mode: str) -> bool:
@@ -177,16 +194,17 @@ def largest_tiling(m: int, n: int, target: Target, transpose_b: bool) -> GemmTil
     return shrunk(table_for(target, "conv").largest(transpose_b, target), m, n, target.workgroup_memory)
 
 
-def weight_splits(filters: int, columns: int, reduction: int, target: Target) -> int:
-    """The parts to split a weight gradient's reduction (N·L long, output [filters, columns]) into
-    on `target`: 1 where the one GEMM's tiles already fill the compute units FILL_WAVES times,
+def weight_splits(filters: int, columns: int, reduction: int, target: Target, groups: int = 1) -> int:
+    """The parts to split a weight gradient's reduction (N·L long, output [filters, columns] per
+    group, `groups` of them) into on `target`: 1 where the GEMMs' tiles already fill the compute
+    units FILL_WAVES times,
     else as many as give SPLIT_WAVES workgroups per unit (at most MAX_SPLITS), each part at
     least MIN_SPLIT_K long, none empty. Tiles are counted in the table's largest for the output
     (as `matmul.matmul_splits` does): the tile the ladder gives the split GEMM once its parts
     fill the units, where the whole-batch GEMM alone would take the smallest rung. The
     cost model decides whether the split is used (rewrite/conv.py `conv_split_k`)."""
     tiling = largest_tiling(filters, columns, target, b_along_k("grad_weight"))
-    tiles = -(-filters // tiling.bm) * -(-columns // tiling.bn)
+    tiles = groups * -(-filters // tiling.bm) * -(-columns // tiling.bn)
     if target.compute_units == 1 or tiles >= FILL_WAVES * target.compute_units or reduction < 2 * MIN_SPLIT_K:
         return 1  # (one unit: nothing to fill)
     return parts_to_fill(tiles, reduction, SPLIT_WAVES * target.compute_units, MIN_SPLIT_K, MAX_SPLITS)
@@ -315,12 +333,15 @@ def conv_store4(mode: str, m: int, n: int, tiling: GemmTiling, vector: bool) -> 
 def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
     """One conv_gemm node as a tiled implicit GEMM (see the module docstring)."""
     mode, kernel, stride, padding, image = conv_gemm_geometry(node.attr_dict)
+    dilation, conv_group_count = conv_dilation(node.attr_dict), conv_groups_of(node.attr_dict)
     a, b, *extras = node.inputs
     m, n, k = conv_gemm_dims(node.attr_dict, graph[a].shape, graph[b].shape, node.shape)
-    ho, wo = conv_output_size(image, kernel, stride, padding, "conv_gemm")
+    ho, wo = conv_output_size(image, kernel, stride, padding, "conv_gemm", dilation)
     taps = kernel[0] * kernel[1]
-    channels = graph[a].shape[1] // taps if mode != "grad_weight" else graph[b].shape[1]
-    filters = graph[a].shape[0] if mode != "grad_weight" else graph[a].shape[1]
+    # per convolution group: C its channels, O its filters
+    channels = graph[a].shape[-1] // taps if mode != "grad_weight" else graph[b].shape[1] // conv_group_count
+    filters = graph[a].shape[-2]
+    (step_h, step_w), (span_h, span_w) = phase_steps(node.attr_dict)
     epilogue_text = node.attr("epilogue", "$acc")
     tree = parse_expr(epilogue_text)
     operands = Operands(graph)
@@ -375,6 +396,14 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
             "GRID_X": grid[0],
             "C": channels,
             "O": filters,
+            "CG": conv_group_count,
+            "PARTS": chunks,
+            "DH": dilation[0],
+            "DW": dilation[1],
+            "STEP_H": step_h,
+            "STEP_W": step_w,
+            "DGH": span_h,
+            "DGW": span_w,
             "H": image[0],
             "W": image[1],
             "HO": ho,
@@ -401,6 +430,8 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
         },
     )
     geometry = f"{kernel[0]}x{kernel[1]}{pair_text('s', stride, 1)}{pair_text('p', padding, 0)}"
+    geometry += pair_text("d", dilation, 1)
+    geometry += f" in {conv_group_count} groups" if conv_group_count > 1 else ""
     geometry += f" in {chunks} parts" if chunks > 1 else ""
     label = f"conv_gemm {mode} {geometry} {shape_text(graph[a].shape)},{shape_text(graph[b].shape)}"
     label += f" -> {shape_text(node.shape)} ({m}x{k}x{n})"

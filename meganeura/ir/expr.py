@@ -29,7 +29,8 @@ from meganeura.ir.op import ShapeError
 
 Expr = tuple | float  # ("fn", arg...) | ("$", name) | a float literal
 
-_TOKEN = re.compile(r"\s*(?:(\$[A-Za-z0-9_]+)|([A-Za-z_][A-Za-z0-9_]*)|([-+0-9.eE]+|nan|inf)|(.))")
+# "-inf" is one token (format_expr writes a negative infinity so: a masked softmax's literal).
+_TOKEN = re.compile(r"\s*(?:(\$[A-Za-z0-9_]+)|([A-Za-z_][A-Za-z0-9_]*)|(-inf|[-+0-9.eE]+|nan|inf)|(.))")
 
 
 class ExprError(ValueError):
