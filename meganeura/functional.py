@@ -428,7 +428,7 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
     return apply("fold", cols, output_size=size, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
 
 
-def group_count(op: str, groups, filters: int, channels: int, at: str) -> int:
+def group_count(op: str, groups, filters: int, at: str) -> int:
     """`groups` checked as torch checks it: a positive int dividing the weight's filters."""
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise ValueError(f"{at}: {op}: non-positive groups is not supported, got {groups!r}")
@@ -515,7 +515,7 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
             f"{at}: conv2d: expected a weight [out_channels, in_channels/groups, kh, kw], got {weight.type}"
         )
     filters, group_channels, kh, kw = weight.shape
-    groups = group_count("conv2d", groups, filters, group_channels, at)
+    groups = group_count("conv2d", groups, filters, at)
     channels = group_channels * groups
     x, unbatched = batched(x, 4, "conv2d", f"[N, {channels}, H, W] (or [{channels}, H, W])", at)
     if x.shape[1] != channels:
@@ -572,7 +572,7 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     if weight.ndim != 3:
         raise ShapeError(f"{at}: conv1d: expected a weight [out_channels, in_channels/groups, k], got {weight.type}")
     filters, group_channels, _ = weight.shape
-    groups = group_count("conv1d", groups, filters, group_channels, at)
+    groups = group_count("conv1d", groups, filters, at)
     channels = group_channels * groups
     x, unbatched = batched(x, 3, "conv1d", f"[N, {channels}, L] (or [{channels}, L])", at)
     if x.shape[1] != channels:
@@ -642,7 +642,7 @@ def conv_transpose2d(
             f"{at}: conv_transpose2d: expected a weight [in_channels, out_channels/groups, kh, kw], got {weight.type}"
         )
     channels, group_filters, kh, kw = weight.shape
-    groups = group_count("conv_transpose2d", groups, channels, group_filters, at)
+    groups = group_count("conv_transpose2d", groups, channels, at)
     x, unbatched = batched(x, 4, "conv_transpose2d", f"[N, {channels}, H, W] (or [{channels}, H, W])", at)
     if x.shape[1] != channels:
         raise ShapeError(
@@ -685,7 +685,7 @@ def conv_transpose1d(
             f"{at}: conv_transpose1d: expected a weight [in_channels, out_channels/groups, k], got {weight.type}"
         )
     channels, group_filters, k = weight.shape
-    groups = group_count("conv_transpose1d", groups, channels, group_filters, at)
+    groups = group_count("conv_transpose1d", groups, channels, at)
     x, unbatched = batched(x, 3, "conv_transpose1d", f"[N, {channels}, L] (or [{channels}, L])", at)
     if x.shape[1] != channels:
         raise ShapeError(

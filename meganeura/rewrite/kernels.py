@@ -244,7 +244,9 @@ def decode_matmul_split(entry: PlanEntry, plan: Plan):
 def decode_reduce_kernel(entry: PlanEntry, plan: Plan):
     kind, axes, keepdim, in_shape = entry.node.primitives
     prologue, epilogue = entry.bodies
-    if prologue[0] == "load" and epilogue == ("r",):
+    # The plain reduction of a load, where the load is of the reduced shape (a load broadcast to
+    # in_shape, a bias's gradient through a mean, is summed over its copies: a fused_reduce).
+    if prologue[0] == "load" and epilogue == ("r",) and plan.types[prologue[1]][0].shape == tuple(in_shape):
         return kind, [prologue[1]], {"axes": axes, "keepdim": keepdim}
     loads: list[int] = []
     attrs = {
