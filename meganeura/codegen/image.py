@@ -264,6 +264,7 @@ def lower_pool_grad(graph: Graph, node: Node) -> KernelSpec:
 
 # The scan of one adaptive window (oh, ow) of the plane at `base`, torch's arg-max rule: a NaN
 # replaces the best so far, a number only a smaller one (`best`, `arg` its index in the plane).
+# NaN is told from the bits: a compiler may fold v != v to false (WGSL lets it assume no NaN).
 ADAPTIVE_SCAN = """let hs = (u32(oh) * {h}u) / {oh}u;
     let he = ((u32(oh) + 1u) * {h}u + {oh}u - 1u) / {oh}u;
     let ws = (u32(ow) * {w}u) / {ow}u;
@@ -274,7 +275,7 @@ ADAPTIVE_SCAN = """let hs = (u32(oh) * {h}u) / {oh}u;
         for (var xx = ws; xx < we; xx++) {{
             let p = yy * {w}u + xx;
             let v = {x_at};
-            if (v > best || v != v) {{ best = v; arg = p; }}
+            if (v > best || (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u) {{ best = v; arg = p; }}
         }}
     }}"""
 
