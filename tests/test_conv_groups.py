@@ -296,9 +296,12 @@ def grouped_graph(mode: str, geometry, chunks: int = 1, epilogue: str | None = N
 @pytest.mark.parametrize("mode", ["forward", "grad_input", "grad_weight"])
 @pytest.mark.parametrize("geometry", GROUPED_GEOMETRIES, ids=geometry_id)
 def test_grouped_and_dilated_kernels_match_the_interpreter(mode, geometry):
+    """An implicit GEMM per group, or where a group has one channel, the direct convolution."""
     graph, feeds = grouped_graph(mode, geometry)
     executable = check(graph, feeds, rtol=1e-4, atol=1e-4)
-    assert executable.kernels[0].entry_point == "conv_gemm"
+    depthwise = geometry[1] == geometry[-1]
+    assert executable.kernels[0].entry_point == ("elementwise" if depthwise else "conv_gemm")
+    assert executable.kernels[0].label.startswith("conv_direct" if depthwise else "conv_gemm")
 
 
 def test_grouped_numpy_semantics_are_the_loops_and_their_adjoints():
@@ -319,7 +322,7 @@ def test_grouped_numpy_semantics_are_the_loops_and_their_adjoints():
         assert np.vdot(y, g) == pytest.approx(np.vdot(a, dw.outputs["out"]), rel=1e-10)
 
 
-@pytest.mark.parametrize("geometry", [GROUPED_GEOMETRIES[i] for i in (0, 1, 5)], ids=geometry_id)
+@pytest.mark.parametrize("geometry", [GROUPED_GEOMETRIES[i] for i in (0, 1, 2, 5)], ids=geometry_id)
 def test_grouped_kernels_split_their_reduction_and_take_epilogues(geometry):
     """chunks with groups: grad_weight's partials [S, G, O/G, C/G·kh·kw], a stride-1 forward's
     [S, N, O, Ho, Wo]; and an epilogue on the grouped forward."""
@@ -332,12 +335,34 @@ def test_grouped_kernels_split_their_reduction_and_take_epilogues(geometry):
     check(*grouped_graph("forward", geometry, epilogue="relu(add($acc,$0))"), rtol=1e-4, atol=1e-4)
 
 
+def test_depthwise_kernels_are_direct_convolutions_at_any_split():
+    """One channel a group: a thread per output element (no GEMM tile of padding rows), the weight
+    gradient in parts of N·L that do not fall on image boundaries, an input gradient with a mask
+    epilogue; `direct_weight_splits` gives a GPU parts enough for its threads, a CPU none."""
+    geometry = GROUPED_GEOMETRIES[2]  # 3 channels, 2 filters each, dilation 2, padding (1, 2)
+    for parts in (1, 5):
+        graph, feeds = grouped_graph("grad_weight", geometry, chunks=parts)
+        spec = lower_node(graph, graph.outputs["out"])
+        assert spec.entry_point == "elementwise"
+        assert spec.label.startswith("conv_direct grad_weight 3x3/p1,2/d2 in 3 groups")
+        check(graph, feeds, rtol=1e-4, atol=1e-4)
+    graph, feeds = grouped_graph("grad_input", GROUPED_GEOMETRIES[1])
+    node = graph[graph.outputs["out"]]
+    mask = typed_leaf(graph, "input", "mask", node.shape)
+    attrs = {**node.attr_dict, "epilogue": "mul($acc,$0)"}
+    graph.outputs["out"] = emit(graph, "conv_gemm", [*node.inputs, mask], **attrs)
+    feeds["mask"] = (RNG.random(node.shape) < 0.5).astype(np.float32)
+    check(graph, feeds, rtol=1e-4, atol=1e-4)
+    assert codegen_conv.direct_weight_splits(128 * 9, 64 * 28 * 28, H100) == 118
+    assert codegen_conv.direct_weight_splits(128 * 9, 64 * 28 * 28, Target("lavapipe", 2, 32, cpu=True)) == 1
+
+
 @pytest.mark.parametrize("tiling", [GemmTiling(32, 64, 16, 1, 1), GemmTiling(4, 64, 16, 1, 1)], ids=str)
 def test_grouped_kernels_at_forced_tilings(monkeypatch, tiling):
-    """A depthwise GEMM (one row a group) and a grouped one with rows of 4 (the gathers' units)
-    under a tile of many rows and one of 4 rows."""
+    """Grouped GEMMs (of rows of 4: the gathers' units; and ragged) under a tile of many rows and one
+    of 4 rows."""
     monkeypatch.setattr(codegen_conv, "gemm_tiling", lambda *_, **__: tiling)
-    for geometry in (GROUPED_GEOMETRIES[1], GROUPED_GEOMETRIES[5]):
+    for geometry in (GROUPED_GEOMETRIES[0], GROUPED_GEOMETRIES[5]):
         for mode in ("forward", "grad_input", "grad_weight"):
             graph, feeds = grouped_graph(mode, geometry)
             assert lower_node(graph, graph.outputs["out"]).workgroup_size == (tiling.threads_x, tiling.threads_y, 1)
@@ -471,11 +496,12 @@ class Depthwise(nn.Module):
         return F.conv2d(h, self.pointwise)
 
 
-def test_a_depthwise_convolution_on_an_h100_is_three_grouped_kernels_its_weight_gradient_split():
-    """At MobileNet's 28×28 stage (batch 64, 128 channels) on the H100: the depthwise forward and
-    input gradient are one conv_gemm each, 128 one-row GEMMs in one dispatch; its weight gradient,
-    128 GEMMs of a 1×9 output over N·L = 50176, is split along that reduction (its partials
-    summed after), so that its workgroups fill the GPU instead of walking 50176 positions each."""
+def test_a_depthwise_convolution_on_an_h100_is_three_direct_kernels_its_weight_gradient_split():
+    """At MobileNet's 28×28 stage (batch 64, 128 channels) on the H100: the depthwise forward,
+    input gradient and weight gradient are one conv_gemm each (the relus fused in), run as direct
+    convolutions; the weight gradient, 128·9 sums over N·L = 50176, is split along that reduction
+    into parts for enough threads (its partials summed after), not 1152 threads walking 50176
+    positions each."""
     spec = {"x": mn.f32[64, 3, 28, 28]}
     traced = trace_step(Depthwise(128), lambda m, x: F.mean(m(x) ** 2), spec, optim.SGD(lr=0.1))
     fused, _ = optimize(traced.graph, target=H100)
@@ -484,10 +510,8 @@ def test_a_depthwise_convolution_on_an_h100_is_three_grouped_kernels_its_weight_
     (weight_gradient,) = [n for n in depthwise if n.attr("mode") == "grad_weight"]
     assert weight_gradient.attr("chunks") > 1 and weight_gradient.shape[1:] == (128, 1, 9)
     step = compile_step(fused, H100)
-    labels = [
-        spec.label for spec in step.kernels if spec.label.startswith("conv_gemm") and "in 128 groups" in spec.label
-    ]
-    assert len(labels) == 3 and all("(1x9x" in label or "x1x9 (1x" in label for label in labels), labels
+    labels = [spec.label for spec in step.kernels if "in 128 groups" in spec.label]
+    assert len(labels) == 3 and all(label.startswith("conv_direct") for label in labels), labels
 
 
 def test_a_grouped_net_trains_on_the_gpu_like_the_interpreter():

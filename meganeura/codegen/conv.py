@@ -19,6 +19,14 @@ group, M its filters or channels, so a depthwise convolution's GEMMs are one row
 the ladder's tile shrunk to 4·RM rows); the tiling counts them as the batch of matrices a matmul
 would have.
 
+A convolution of one channel a group (depthwise, any filters a channel) is no GEMM worth tiling:
+its per-group GEMMs are one row high (grad_input's), or a few rows over 9 taps (forward's), or a
+few rows of 9 columns (grad_weight's), so a tile computes mostly padding. Such a conv_gemm runs
+as a direct convolution instead (`direct_conv`, `lower_direct_conv`; shaders/elementwise.wgsl): a
+thread per output element sums its taps (forward), the filter taps that reach its pixel
+(grad_input), or its part of the (n, ho, wo) reduction (grad_weight, split-K across threads:
+`direct_weight_splits`).
+
 The epilogue reads `$acc` and the extras `$0…`, each broadcast to the node's output shape and
 indexed by the output element's row-major index.
 """
@@ -27,7 +35,15 @@ from __future__ import annotations
 
 import math
 
-from meganeura.codegen.common import Operands, bindings_wgsl, expression_code, grid_for, output_binding, shape_text
+from meganeura.codegen.common import (
+    Operands,
+    bindings_wgsl,
+    elementwise_kernel,
+    expression_code,
+    grid_for,
+    output_binding,
+    shape_text,
+)
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.gemm_operands import OperandTile, store_guard
 from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling, shrunk, table_for
@@ -128,6 +144,33 @@ def conv_tiling(
     return gemm_tiling(m, n, k, groups, target, b_along_k(attrs["mode"]), kind=kind)
 
 
+def direct_conv(attrs: dict, a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether a conv_gemm runs as a direct convolution (module docstring): in groups of one
+    channel each, unsplit but for a weight gradient."""
+    groups = conv_groups_of(attrs)
+    if groups == 1:
+        return False
+    mode, kernel, _, _, _ = conv_gemm_geometry(attrs)
+    channels = b[1] // groups if mode == "grad_weight" else a[-1] // (kernel[0] * kernel[1])
+    return channels == 1 and (mode == "grad_weight" or attrs.get("chunks", 1) == 1)
+
+
+# The direct weight gradient's split (`direct_weight_splits`): parts enough for DIRECT_THREADS
+# threads a compute unit, each part at least MIN_SPLIT_K long.
+DIRECT_THREADS = 1024
+
+
+def direct_weight_splits(outputs: int, reduction: int, target: Target) -> int:
+    """The parts to split a direct weight gradient's reduction (N·L long, `outputs` elements) into
+    on `target`: a thread per output element and part, so parts enough for DIRECT_THREADS threads
+    a compute unit, at most MAX_SPLITS, each part at least MIN_SPLIT_K long (1 on a CPU, whose
+    few threads the output already fills)."""
+    if target.cpu or target.compute_units < 2:
+        return 1
+    wanted = -(-DIRECT_THREADS * target.compute_units // outputs)
+    return max(1, min(wanted, MAX_SPLITS, reduction // MIN_SPLIT_K))
+
+
 def conv_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
     """The workgroups the cost model counts for a conv_gemm: one per output tile of each of the
     dispatch's GEMMs; for a weight gradient on a GPU, and for an input gradient whose reduction
@@ -147,6 +190,8 @@ def conv_counted(attrs: dict, operands, results, dispatched: int | None, target:
     """`dispatched` workgroups of a conv_gemm's kernel (None: the ones its tiling launches) as the
     cost model counts them (`conv_workgroups`)."""
     a, b, out = operands[0].shape, operands[1].shape, results[0].shape
+    if direct_conv(attrs, a, b):
+        return -(-results[0].numel // 256) if dispatched is None else dispatched
     m, n, _ = conv_gemm_dims(attrs, a, b, out)
     tiling = conv_tiling(attrs, a, b, out, target)
     if dispatched is None:
@@ -331,7 +376,10 @@ def conv_store4(mode: str, m: int, n: int, tiling: GemmTiling, vector: bool) -> 
 
 @lowering("conv_gemm", workgroups=conv_workgroups, per_target=True, counted=conv_counted)
 def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
-    """One conv_gemm node as a tiled implicit GEMM (see the module docstring)."""
+    """One conv_gemm node as a tiled implicit GEMM (see the module docstring), or as a direct
+    convolution (`direct_conv`)."""
+    if direct_conv(node.attr_dict, graph[node.inputs[0]].shape, graph[node.inputs[1]].shape):
+        return lower_direct_conv(graph, node)
     mode, kernel, stride, padding, image = conv_gemm_geometry(node.attr_dict)
     dilation, conv_group_count = conv_dilation(node.attr_dict), conv_groups_of(node.attr_dict)
     a, b, *extras = node.inputs
@@ -448,3 +496,101 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
         workgroup_memory=tiling.workgroup_bytes,
         keeps_checks=tiling.checked,
     )
+
+
+def lower_direct_conv(graph: Graph, node: Node) -> KernelSpec:
+    """A conv_gemm of one channel a group as a direct convolution, a thread per output element
+    (shaders/elementwise.wgsl), the epilogue applied to its sum `acc`."""
+    attrs = node.attr_dict
+    mode, kernel, stride, padding, image = conv_gemm_geometry(attrs)
+    dilation, groups = conv_dilation(attrs), conv_groups_of(attrs)
+    a, b, *extras = node.inputs
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (height, width) = kernel, stride, padding, dilation, image
+    ho, wo = conv_output_size(image, kernel, stride, padding, "conv_gemm", dilation)
+    # O, all the filters: of the weight [G, Og, kh·kw], or of the gradient [N, G, Og, L]
+    filters = math.prod(graph[a].shape[:2] if mode != "grad_weight" else graph[a].shape[1:3])
+    per_group = filters // groups  # Og
+    channels = groups  # one a group
+    operands = Operands(graph)
+
+    def weight_at(o: str, i: str, j: str) -> str:  # weight [O, 1, kh, kw]
+        return operands.read_at(a, f"({o} * {kh}u + {i}) * {kw}u + {j}")
+
+    if mode == "forward":
+        x_at = operands.read_at(
+            b, f"(n * {channels}u + o / {per_group}u) * {height * width}u + u32(y) * {width}u + u32(x)"
+        )
+        lines = [
+            f"let ow = i % {wo}u;",
+            f"let oh = (i / {wo}u) % {ho}u;",
+            f"let o = (i / {ho * wo}u) % {filters}u;",
+            f"let n = i / {filters * ho * wo}u;",
+            "var acc = 0.0;",
+            f"for (var ki = 0u; ki < {kh}u; ki++) {{",
+            f"    let y = i32(oh * {sh}u + ki * {dh}u) - {ph}i;",
+            f"    if (y < 0i || y >= {height}i) {{ continue; }}",
+            f"    for (var kj = 0u; kj < {kw}u; kj++) {{",
+            f"        let x = i32(ow * {sw}u + kj * {dw}u) - {pw}i;",
+            f"        if (x < 0i || x >= {width}i) {{ continue; }}",
+            f"        acc += {weight_at('o', 'ki', 'kj')} * {x_at};",
+            "    }",
+            "}",
+        ]
+    elif mode == "grad_input":  # pixel (n, c, y, x) sums the filters of its group whose taps reach it
+        g_at = operands.read_at(b, f"(n * {filters}u + o) * {ho * wo}u + u32(gy / {sh}i) * {wo}u + u32(gx / {sw}i)")
+        lines = [
+            f"let x = i32(i % {width}u);",
+            f"let y = i32((i / {width}u) % {height}u);",
+            f"let c = (i / {height * width}u) % {channels}u;",
+            f"let n = i / {channels * height * width}u;",
+            "var acc = 0.0;",
+            f"for (var f = 0u; f < {per_group}u; f++) {{",
+            f"    let o = c * {per_group}u + f;",
+            f"    for (var ki = 0u; ki < {kh}u; ki++) {{",
+            f"        let gy = y + {ph}i - i32(ki * {dh}u);",
+            f"        if (gy < 0i || gy % {sh}i != 0i || gy / {sh}i >= {ho}i) {{ continue; }}",
+            f"        for (var kj = 0u; kj < {kw}u; kj++) {{",
+            f"            let gx = x + {pw}i - i32(kj * {dw}u);",
+            f"            if (gx < 0i || gx % {sw}i != 0i || gx / {sw}i >= {wo}i) {{ continue; }}",
+            f"            acc += {weight_at('o', 'ki', 'kj')} * {g_at};",
+            "        }",
+            "    }",
+            "}",
+        ]
+    else:  # weight element (part, o, ki, kj) sums g·x over its part of (n, ho, wo)
+        images = graph[a].shape[0]
+        reduction = images * ho * wo
+        length = split_length(reduction, node.attr("chunks", 1))
+        g_at = operands.read_at(a, f"(n * {filters}u + o) * {ho * wo}u + l")
+        x_at = operands.read_at(
+            b, f"(n * {channels}u + o / {per_group}u) * {height * width}u + u32(y) * {width}u + u32(x)"
+        )
+        lines = [
+            f"let kj = i % {kw}u;",
+            f"let ki = (i / {kw}u) % {kh}u;",
+            f"let o = (i / {kh * kw}u) % {filters}u;",
+            f"let first = (i / {filters * kh * kw}u) * {length}u;",
+            "var acc = 0.0;",
+            f"for (var k = first; k < min(first + {length}u, {reduction}u); k++) {{",
+            f"    let n = k / {ho * wo}u;",
+            f"    let l = k % {ho * wo}u;",
+            f"    let y = i32((l / {wo}u) * {sh}u + ki * {dh}u) - {ph}i;",
+            f"    let x = i32((l % {wo}u) * {sw}u + kj * {dw}u) - {pw}i;",
+            f"    if (y < 0i || y >= {height}i || x < 0i || x >= {width}i) {{ continue; }}",
+            f"    acc += {g_at} * {x_at};",
+            "}",
+        ]
+    epilogue_text = node.attr("epilogue", "$acc")
+    tree = parse_expr(epilogue_text)
+
+    def read(name: str) -> str:
+        return "acc" if name == "acc" else operands.read(extras[int(name)], node.shape, "i")
+
+    reads, value = expression_code(tree, read)
+    body = "\n    ".join([*lines, reads] if reads else lines)
+    geometry = f"{kh}x{kw}{pair_text('s', stride, 1)}{pair_text('p', padding, 0)}{pair_text('d', dilation, 1)}"
+    parts = f" in {node.attr('chunks')} parts" if node.attr("chunks", 1) > 1 else ""
+    label = f"conv_direct {mode} {geometry} in {groups} groups{parts} {shape_text(graph[a].shape)},"
+    label += f"{shape_text(graph[b].shape)} -> {shape_text(node.shape)}"
+    label += "" if epilogue_text == "$acc" else f" {epilogue_text}"
+    return elementwise_kernel(graph, node, operands, body, value, helper_functions([tree]), label)

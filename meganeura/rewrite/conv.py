@@ -60,11 +60,13 @@ window (kernel, stride, padding, dilation) of each unfold/fold is `(spatial_wind
 `(splits_positions t n o ho wo)` for a 4-D reshape [N, O, Ho, Wo] of a 3-D [N, O, Ho·Wo] (or of a
 grouped product [N, G, Og, Ho·Wo], G·Og = O): the forward rule needs the reshape to be the one
 that unflattens the output positions; `(group_split t G)` for a reshape between [N, G·K, L] and
-[N, G, K, L], G > 1. The weight is a matrix (rank 2; grouped, rank 3), the gradient g of rank 3
-(grouped, 4). Target facts (`target_facts`): `(weight_split m S p)`
+[N, G, K, L], G > 1; `(leading t d)`, the first dim of every 3-D tensor (a grouped weight
+[G, Og, Cg·kh·kw] broadcast over the batch only). The weight is a matrix (rank 2; grouped, rank
+3), the gradient g of rank 3 (grouped, 4). Target facts (`target_facts`): `(weight_split m S p)`
 for a per-image weight-gradient product m whose sum the target splits into S parts, p the
-partials' shape; `(reduction_split t S p)` for a stride-1 input gradient's fold t that the
-target splits into S parts along K; `(winograd t flip m u v p pad image size)` for a stride-1 3×3
+partials' shape (`codegen.conv.weight_splits`, or `direct_weight_splits` for one channel a
+group); `(reduction_split t S p)` for a stride-1 input gradient's fold t that the target splits
+into S parts along K; `(winograd t flip m u v p pad image size)` for a stride-1 3×3
 convolution t (its reshape, or its input gradient's fold) that the target may run as Winograd's
 F(m×m, 3×3): the filter transform's flip, m, the shapes of the two transforms and of their
 product, and the input and output transforms' attributes; `(winograd_grad t m u v p size)` for
@@ -74,7 +76,9 @@ shapes of the two transforms and of their product, and the output size.
 
 from __future__ import annotations
 
-from meganeura.codegen.conv import reduction_splits, weight_splits
+import math
+
+from meganeura.codegen.conv import direct_weight_splits, reduction_splits, weight_splits
 from meganeura.codegen.winograd import winograd_tile
 from meganeura.ir.graph import Graph
 from meganeura.ir.ops.image import conv_output_size
@@ -117,6 +121,7 @@ CONV_FORWARD = Rule(
                 WINDOW,
                 "(image x img)",
                 "(rank w 3)",
+                "(leading w grp)",
                 "(positions c n ho wo)",
                 "(splits_positions t n o ho wo)",
             ],
@@ -143,6 +148,7 @@ CONV_GRAD_INPUT = Rule(
                 "(= wb (BroadcastTo w bs))",
                 WINDOW,
                 "(rank w 3)",
+                "(leading w grp)",
                 "(rank g 4)",
             ],
             '(union t (ConvKernel "grad_input" w g wk ws wp wd img 1 grp (Acc)))',
@@ -313,6 +319,7 @@ DECLARATIONS = """(relation rank (Term i64))
 (relation spatial_window (String String String String))
 (relation pointwise_window (String String String String))
 (relation group_split (Term i64))
+(relation leading (Term i64))
 (relation image (Term String))
 (relation positions (Term i64 i64 i64))
 (relation splits_positions (Term i64 i64 i64 i64))
@@ -375,6 +382,8 @@ def facts(graph: Graph, node_ids: list[int]) -> list[str]:
         if node.results != 1:
             continue
         lines.append(f"(rank (Ref {node_id}) {node.type.rank})")
+        if node.type.rank == 3:
+            lines.append(f"(leading (Ref {node_id}) {node.shape[0]})")
         if node.type.rank == 4:
             lines.append(f"(image (Ref {node_id}) {ints(node.shape[2:])})")
         if node.op in ("unfold", "fold"):
@@ -417,9 +426,12 @@ def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]
         product = weight_product(graph, node)
         if product is None:
             continue
-        g, _, groups = product  # g [N, O, L] or [N, G, Og, L]; node [N, O, K] or [N, G, Og, K]
-        filters, columns = node.shape[-2], node.shape[-1]
-        splits = weight_splits(filters, columns, g.shape[0] * g.shape[-1], target, groups)
+        g, columns_node, groups = product  # g [N, O, L] or [N, G, Og, L]; node [N, O, K] or [N, G, Og, K]
+        filters, columns, reduction = node.shape[-2], node.shape[-1], g.shape[0] * g.shape[-1]
+        if graph[columns_node.inputs[0]].shape[1] == groups:  # one channel a group: a direct kernel's split
+            splits = direct_weight_splits(math.prod(node.shape[1:]), reduction, target)
+        else:
+            splits = weight_splits(filters, columns, reduction, target, groups)
         if splits > 1:
             lines.append(f"(weight_split (Ref {node_id}) {splits} {ints((splits, *node.shape[1:]))})")
     return lines
