@@ -578,4 +578,17 @@ class GroupNorm(Module):
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
 
 
+# Sequence models (attention, the Transformer encoder, recurrent layers), built on the modules above.
+from meganeura.nn_sequence import (  # noqa: E402, F401  (re-exported)
+    GRU,
+    LSTM,
+    RNN,
+    GRUCell,
+    LSTMCell,
+    MultiheadAttention,
+    RNNCell,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
+
 __getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)

@@ -1,0 +1,761 @@
+"""Sequence-model modules with PyTorch's names, signatures, parameters and initialisation:
+attention (MultiheadAttention), the Transformer encoder (TransformerEncoderLayer,
+TransformerEncoder) and the recurrent layers (RNN, LSTM, GRU and their cells). `meganeura.nn`
+re-exports every class here; a PyTorch state_dict of each loads unchanged.
+
+Attention is traced from the existing ops: F.scaled_dot_product_attention (the fused attention
+kernel) where the weights are not asked for, the explicit softmax otherwise. Recurrent layers
+are unrolled over the static sequence length: the input's projection of every time step is one
+matmul before the loop; a step is the hidden state's matmul and, for the LSTM and the GRU, one
+fused cell (ir/ops/recurrent.py), whose gradient is one kernel too.
+
+>>> from meganeura import nn
+>>> lstm = nn.LSTM(10, 20, num_layers=2)
+>>> [(name, p.shape) for name, p in lstm.named_parameters()][:4]
+[('weight_ih_l0', (80, 10)), ('weight_hh_l0', (80, 20)), ('bias_ih_l0', (80,)), ('bias_hh_l0', (80,))]
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+from meganeura import functional as F
+from meganeura.ir.op import ShapeError
+from meganeura.ir.trace import user_source_line
+from meganeura.nn import Dropout, LayerNorm, Linear, Module, ModuleList, Parameter, uniform
+from meganeura.tensor import Tensor, apply, apply_results, lift
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+
+
+def xavier_uniform(shape: tuple[int, int]) -> np.ndarray:
+    """torch.nn.init.xavier_uniform_ of a [fan_out, fan_in] weight: U(±√(6 / (fan_in + fan_out)))."""
+    return uniform(math.sqrt(6.0 / (shape[0] + shape[1])), shape)
+
+
+COMPARISONS = frozenset({"greater", "greater_equal", "less", "less_equal", "equal", "not_equal"})
+MASK_VIEWS = frozenset({"reshape", "broadcast_to", "permute", "slice", "concat"})
+
+
+def is_boolean_mask(mask: Tensor) -> bool:
+    """Whether `mask` stands for a bool tensor: a comparison's result (meganeura has no bool
+    dtype: comparisons give f32 masks), or a view, concatenation, product or `where` of such."""
+    graph = mask.tracer.graph
+
+    def boolean(node_id: int) -> bool:
+        node = graph[node_id]
+        if node.op in COMPARISONS:
+            return True
+        if node.op in MASK_VIEWS or node.op == "mul":
+            return all(boolean(i) for i in node.inputs)
+        if node.op == "where":
+            return all(boolean(i) for i in node.inputs[1:])
+        return False
+
+    return boolean(mask.node)
+
+
+def additive_mask(mask, name: str) -> Tensor | None:
+    """torch's F._canonical_mask: a boolean mask (True hides) as 0 / −inf, a float mask as is."""
+    if mask is None:
+        return None
+    mask = lift(mask)
+    if mask.dtype != "f32":
+        raise ShapeError(f"{user_source_line()}: {name}: expected a float or boolean mask, got {mask.type}")
+    return F.where(mask, -math.inf, 0.0) if is_boolean_mask(mask) else mask
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """torch.nn.modules.linear.NonDynamicallyQuantizableLinear: MultiheadAttention's out_proj, a Linear."""
+
+
+class MultiheadAttention(Module):
+    """torch.nn.MultiheadAttention: in_proj_weight [3E, E] (xavier_uniform_) and in_proj_bias [3E]
+    (zeros), or q/k/v_proj_weight when kdim or vdim differ from embed_dim; out_proj a Linear with
+    its bias zeroed. Not supported: add_bias_kv, add_zero_attn (NotImplementedError)."""
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+    ) -> None:
+        super().__init__()
+        at = user_source_line()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(
+                f"{at}: embed_dim and num_heads must be greater than 0, got embed_dim={embed_dim} and "
+                f"num_heads={num_heads} instead"
+            )
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError(
+                f"{at}: MultiheadAttention: add_bias_kv and add_zero_attn are not supported (only False)"
+            )
+        self.embed_dim = int(embed_dim)
+        self.kdim = int(kdim) if kdim is not None else self.embed_dim
+        self.vdim = int(vdim) if vdim is not None else self.embed_dim
+        self._qkv_same_embed_dim = self.kdim == self.embed_dim and self.vdim == self.embed_dim
+        self.num_heads = int(num_heads)
+        self.dropout = F.dropout_probability(dropout, "MultiheadAttention: dropout")
+        self.batch_first = bool(batch_first)
+        self.head_dim = self.embed_dim // self.num_heads
+        if self.head_dim * self.num_heads != self.embed_dim:
+            raise ValueError(f"{at}: embed_dim must be divisible by num_heads")
+        e = self.embed_dim
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = Parameter(xavier_uniform((3 * e, e)))
+            self.q_proj_weight = self.k_proj_weight = self.v_proj_weight = None
+        else:
+            self.q_proj_weight = Parameter(xavier_uniform((e, e)))
+            self.k_proj_weight = Parameter(xavier_uniform((e, self.kdim)))
+            self.v_proj_weight = Parameter(xavier_uniform((e, self.vdim)))
+            self.in_proj_weight = None
+        self.in_proj_bias = Parameter(np.zeros(3 * e, np.float32)) if bias else None
+        self.out_proj = NonDynamicallyQuantizableLinear(e, e, bias=bias)
+        if bias:
+            self.out_proj.bias.data = np.zeros(e, np.float32)
+        self.bias_k = self.bias_v = None
+        self.add_zero_attn = False
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask=None,
+        need_weights: bool = True,
+        attn_mask=None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """(attn_output, attn_output_weights) as torch: [L, N, E] (batch_first: [N, L, E]) and the
+        weights [N, L, S] averaged over the heads ([N, heads, L, S] if not), None unless
+        need_weights. Boolean masks (comparisons) hide where True, float masks are added."""
+        return multi_head_attention(
+            self,
+            query,
+            key,
+            value,
+            key_padding_mask,
+            need_weights,
+            attn_mask,
+            average_attn_weights,
+            is_causal,
+        )
+
+    def extra_repr(self) -> str:
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, batch_first={self.batch_first}"
+
+
+def multi_head_attention(
+    mha: MultiheadAttention,
+    query,
+    key,
+    value,
+    key_padding_mask,
+    need_weights: bool,
+    attn_mask,
+    average_attn_weights: bool,
+    is_causal: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """MultiheadAttention.forward: torch's F.multi_head_attention_forward on the module's
+    parameters, in the module's layout (a leading batch dim with batch_first)."""
+    at = user_source_line()
+    query, key, value = lift(query), lift(key), lift(value)
+    heads, e = mha.num_heads, mha.embed_dim
+    batched = attention_inputs_batched(query, key, value, key_padding_mask, attn_mask, heads, at)
+    batch_first = mha.batch_first and batched
+    if not batched:  # torch: a batch of one along dim 1
+        query, key, value = (F.unsqueeze(t, 1) for t in (query, key, value))
+        key_padding_mask = None if key_padding_mask is None else F.unsqueeze(lift(key_padding_mask), 0)
+    seq_dim = 1 if batch_first else 0
+    tgt_len, src_len, bsz = query.shape[seq_dim], key.shape[seq_dim], query.shape[1 - seq_dim]
+    if query.shape[-1] != e:
+        raise ShapeError(f"{at}: was expecting embedding dimension of {e}, but got {query.shape[-1]}")
+    if key.shape[1 - seq_dim] != bsz or value.shape[:2] != key.shape[:2]:
+        raise ShapeError(f"{at}: key {key.type} and value {value.type} do not fit query {query.type}")
+    if mha._qkv_same_embed_dim and key.shape != value.shape:
+        raise ShapeError(f"{at}: key shape {list(key.shape)} does not match value shape {list(value.shape)}")
+    q, k, v = in_projection(mha, query, key, value)
+    q, k, v = (heads_first(t, heads, batch_first) for t in (q, k, v))
+    mask = merged_mask(attn_mask, key_padding_mask, bsz, heads, tgt_len, src_len, batched, at)
+    if is_causal and attn_mask is None:
+        raise RuntimeError(
+            f"{at}: Need attn_mask if specifying the is_causal hint. You may use the Transformer module method "
+            "`generate_square_subsequent_mask` to create this mask."
+        )
+    causal = bool(is_causal) and key_padding_mask is None and not need_weights
+    if causal:  # torch: the hint replaces the mask when no weights are asked for
+        mask = None
+    dropout_p = mha.dropout if mha.training else 0.0
+    if need_weights:
+        scores = F.matmul(q, F.transpose(k, -2, -1)) * (1.0 / math.sqrt(mha.head_dim))
+        if mask is not None:
+            scores = scores + mask
+        weights = F.dropout(F.softmax(scores, -1), dropout_p)
+        out = F.matmul(weights, v)
+        if average_attn_weights:
+            weights = F.mean(weights, 1)
+        if not batched:
+            weights = F.squeeze(weights, 0)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
+        weights = None
+    out = F.permute(out, (0, 2, 1, 3) if batch_first else (2, 0, 1, 3))
+    out = mha.out_proj(F.reshape(out, (*out.shape[:2], e)))
+    return (F.squeeze(out, 1) if not batched else out), weights
+
+
+def attention_inputs_batched(query, key, value, key_padding_mask, attn_mask, heads: int, at: str) -> bool:
+    """Whether the inputs are batched (3-D), checking the ranks as torch's _mha_shape_check."""
+    if query.ndim == 3:
+        if key.ndim != 3 or value.ndim != 3:
+            raise ShapeError(
+                f"{at}: For batched (3-D) `query`, expected `key` and `value` to be 3-D but found {key.ndim}-D "
+                f"and {value.ndim}-D tensors respectively"
+            )
+        if key_padding_mask is not None and lift(key_padding_mask).ndim != 2:
+            raise ShapeError(f"{at}: For batched (3-D) `query`, expected `key_padding_mask` to be `None` or 2-D")
+        if attn_mask is not None and lift(attn_mask).ndim not in (2, 3):
+            raise ShapeError(f"{at}: For batched (3-D) `query`, expected `attn_mask` to be `None`, 2-D or 3-D")
+        return True
+    if query.ndim == 2:
+        if key.ndim != 2 or value.ndim != 2:
+            raise ShapeError(
+                f"{at}: For unbatched (2-D) `query`, expected `key` and `value` to be 2-D but found {key.ndim}-D "
+                f"and {value.ndim}-D tensors respectively"
+            )
+        if key_padding_mask is not None and lift(key_padding_mask).ndim != 1:
+            raise ShapeError(f"{at}: For unbatched (2-D) `query`, expected `key_padding_mask` to be `None` or 1-D")
+        if attn_mask is not None and lift(attn_mask).ndim not in (2, 3):
+            raise ShapeError(f"{at}: For unbatched (2-D) `query`, expected `attn_mask` to be `None`, 2-D or 3-D")
+        return False
+    raise ShapeError(
+        f"{at}: query should be unbatched 2D or batched 3D tensor but received {query.ndim}-D query tensor"
+    )
+
+
+def in_projection(mha: MultiheadAttention, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, v projected as torch's _in_projection_packed (one matmul for self-attention, two when
+    key is value) or _in_projection (separate weights)."""
+    e = mha.embed_dim
+    b = mha.in_proj_bias
+    biases = (None, None, None) if b is None else (b[:e], b[e : 2 * e], b[2 * e :])
+    if not mha._qkv_same_embed_dim:
+        weights = (mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight)
+        return tuple(F.linear(x, w, bb) for x, w, bb in zip((query, key, value), weights, biases, strict=True))
+    w = mha.in_proj_weight
+    if key is value:
+        if query is key:  # self-attention: one product for q, k and v
+            proj = F.linear(query, w, b)
+            return proj[..., :e], proj[..., e : 2 * e], proj[..., 2 * e :]
+        kv = F.linear(key, w[e:], None if b is None else b[e:])
+        return F.linear(query, w[:e], biases[0]), kv[..., :e], kv[..., e:]
+    return tuple(
+        F.linear(x, w[i * e : (i + 1) * e], biases[i]) for i, x in enumerate((query, key, value))
+    )  # fmt: skip
+
+
+def heads_first(x: Tensor, heads: int, batch_first: bool) -> Tensor:
+    """[L, N, E] (batch_first: [N, L, E]) as [N, heads, L, E / heads]."""
+    split = F.reshape(x, (*x.shape[:2], heads, x.shape[-1] // heads))
+    return F.permute(split, (0, 2, 1, 3) if batch_first else (1, 2, 0, 3))
+
+
+def merged_mask(attn_mask, key_padding_mask, bsz, heads, tgt_len, src_len, batched, at) -> Tensor | None:
+    """attn_mask ([L, S], or [N·heads, L, S]; unbatched [heads, L, S]) plus key_padding_mask
+    ([N, S]), both additive, broadcastable to the scores [N, heads, L, S]; None without either."""
+    mask = additive_mask(attn_mask, "attn_mask")
+    if mask is not None:
+        if mask.ndim == 2:
+            if mask.shape != (tgt_len, src_len):
+                raise ShapeError(
+                    f"{at}: The shape of the 2D attn_mask is {list(mask.shape)}, but should be {[tgt_len, src_len]}."
+                )
+            mask = F.reshape(mask, (1, 1, tgt_len, src_len))
+        else:
+            expected = (bsz * heads if batched else heads, tgt_len, src_len)
+            if mask.shape != expected:
+                raise ShapeError(
+                    f"{at}: The shape of the 3D attn_mask is {list(mask.shape)}, but should be {list(expected)}."
+                )
+            mask = F.reshape(mask, (bsz, heads, tgt_len, src_len))
+    padding = additive_mask(key_padding_mask, "key_padding_mask")
+    if padding is not None:
+        if padding.shape != (bsz, src_len):
+            raise ShapeError(
+                f"{at}: expecting key_padding_mask shape of {[bsz, src_len]}, but got {list(padding.shape)}"
+            )
+        padding = F.reshape(padding, (bsz, 1, 1, src_len))
+        mask = padding if mask is None else mask + padding
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------
+# The Transformer encoder
+
+
+def activation_function(activation) -> Callable[[Tensor], Tensor]:
+    """torch's _get_activation_fn: "relu", "gelu", or a callable (a function or a Module)."""
+    if isinstance(activation, str):
+        if activation == "relu":
+            return F.relu
+        if activation == "gelu":
+            return F.gelu
+        raise RuntimeError(f"{user_source_line()}: activation should be relu/gelu, not {activation}")
+    if not callable(activation):
+        raise TypeError(f"{user_source_line()}: activation must be 'relu', 'gelu' or a callable, got {activation!r}")
+    return activation
+
+
+class TransformerEncoderLayer(Module):
+    """torch.nn.TransformerEncoderLayer: self-attention and a feed-forward block, each with a
+    residual connection and a LayerNorm (after it, or before with norm_first); submodules
+    self_attn, linear1, dropout, linear2, norm1, norm2, dropout1, dropout2."""
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str | Callable = F.relu,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
+        self.norm_first = bool(norm_first)
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.activation = activation_function(activation)
+
+    def forward(self, src: Tensor, src_mask=None, src_key_padding_mask=None, is_causal: bool = False) -> Tensor:
+        x = lift(src)
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+        return self.norm2(x + self._ff_block(x))
+
+    def _sa_block(self, x: Tensor, attn_mask, key_padding_mask, is_causal: bool) -> Tensor:
+        out = self.self_attn(
+            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False, is_causal=is_causal
+        )[0]
+        return self.dropout1(out)
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoder(Module):
+    """torch.nn.TransformerEncoder: `num_layers` deep copies of `encoder_layer` (layers.0, …),
+    then `norm` if given. A mask is used as given (is_causal=None is not inferred from its values,
+    which are only known when the step runs; pass is_causal=True to use the causal kernel)."""
+
+    def __init__(
+        self,
+        encoder_layer: TransformerEncoderLayer,
+        num_layers: int,
+        norm: Module | None = None,
+        enable_nested_tensor: bool = True,
+        mask_check: bool = True,
+    ) -> None:
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.num_layers = int(num_layers)
+        self.norm = norm
+        self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
+
+    def forward(self, src: Tensor, mask=None, src_key_padding_mask=None, is_causal: bool | None = None) -> Tensor:
+        out = lift(src)
+        for layer in self.layers:
+            out = layer(out, src_mask=mask, is_causal=bool(is_causal), src_key_padding_mask=src_key_padding_mask)
+        return self.norm(out) if self.norm is not None else out
+
+
+def generate_square_subsequent_mask(sz: int) -> Tensor:
+    """torch.nn.Transformer.generate_square_subsequent_mask inside a traced forward: [sz, sz],
+    −inf above the diagonal and 0 elsewhere (computed on the GPU)."""
+    return F.where(F.causal_mask(int(sz)) < 0.0, -math.inf, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recurrent layers
+
+
+RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+
+
+def recurrent_parameter(bound: float, shape: tuple[int, ...]) -> Parameter:
+    return Parameter(uniform(bound, shape))
+
+
+class RNNBase(Module):
+    """The parameters and the unrolled forward of torch's RNN, LSTM and GRU: per layer and
+    direction weight_ih_l{k}[_reverse] [gates·H, input], weight_hh_l{k} [gates·H, H], bias_ih_l{k},
+    bias_hh_l{k}, all U(−1/√H, 1/√H)."""
+
+    def __init__(
+        self,
+        mode: str,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+    ) -> None:
+        super().__init__()
+        at = user_source_line()
+        name = mode.split("_")[0]
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
+            raise ValueError(
+                f"{at}: dropout should be a number in range [0, 1] representing the probability of an element "
+                "being zeroed"
+            )
+        if dropout > 0 and num_layers == 1:
+            warnings.warn(
+                "dropout option adds dropout after all but last recurrent layer, so non-zero dropout expects "
+                f"num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}",
+                stacklevel=3,
+            )
+        for what, value in (("hidden_size", hidden_size), ("num_layers", num_layers)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise TypeError(f"{at}: {what} should be of type int, got: {type(value).__name__}")
+            if value <= 0:
+                raise ValueError(f"{at}: {what} must be greater than zero")
+        if proj_size:
+            raise NotImplementedError(f"{at}: {name}: proj_size is not supported (only 0)")
+        self.mode = mode
+        self.input_size, self.hidden_size = int(input_size), int(hidden_size)
+        self.num_layers, self.bias, self.batch_first = int(num_layers), bool(bias), bool(batch_first)
+        self.dropout, self.bidirectional, self.proj_size = float(dropout), bool(bidirectional), 0
+        directions = 2 if bidirectional else 1
+        gates = RECURRENT_GATES[mode] * self.hidden_size
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for layer in range(self.num_layers):
+            layer_input = self.input_size if layer == 0 else self.hidden_size * directions
+            for direction in range(directions):
+                suffix = f"_l{layer}{'_reverse' if direction else ''}"
+                setattr(self, "weight_ih" + suffix, recurrent_parameter(bound, (gates, layer_input)))
+                setattr(self, "weight_hh" + suffix, recurrent_parameter(bound, (gates, self.hidden_size)))
+                if self.bias:
+                    setattr(self, "bias_ih" + suffix, recurrent_parameter(bound, (gates,)))
+                    setattr(self, "bias_hh" + suffix, recurrent_parameter(bound, (gates,)))
+
+    def extra_repr(self) -> str:
+        text = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            text += f", num_layers={self.num_layers}"
+        if self.mode == "RNN_RELU":
+            text += ", nonlinearity='relu'"
+        for name, default in (("bias", True), ("batch_first", False), ("bidirectional", False)):
+            if getattr(self, name) != default:
+                text += f", {name}={getattr(self, name)}"
+        if self.dropout:
+            text += f", dropout={self.dropout}"
+        return text
+
+    def layer_weights(self, layer: int, direction: int) -> tuple:
+        suffix = f"_l{layer}{'_reverse' if direction else ''}"
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        return tuple(getattr(self, name + suffix, None) for name in names)
+
+    def run(self, input, hx, at: str):
+        """(output, h_n, c_n or None) of the unrolled layers, torch's layouts, batched or not."""
+        x = lift(input)
+        name = self.mode.split("_")[0]
+        if x.ndim not in (2, 3):
+            raise ShapeError(f"{at}: {name}: Expected input to be 2D or 3D, got {x.ndim}D instead")
+        batched = x.ndim == 3
+        batch_first = self.batch_first and batched
+        if not batched:
+            x = F.unsqueeze(x, 1)
+        if x.shape[-1] != self.input_size:
+            raise ShapeError(
+                f"{at}: {name}: input.size(-1) must be equal to input_size. Expected {self.input_size}, "
+                f"got {x.shape[-1]}"
+            )
+        directions = 2 if self.bidirectional else 1
+        batch = x.shape[0] if batch_first else x.shape[1]
+        state_shape = (self.num_layers * directions, batch, self.hidden_size)
+        h0, c0 = self.initial_states(hx, batched, state_shape, at)
+        h_n, c_n = [], []
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(directions):
+                index = layer * directions + direction
+                h_start = None if h0 is None else h0[index]
+                c_start = None if c0 is None else c0[index]
+                steps, h_last, c_last = self.run_direction(x, layer, direction, h_start, c_start, batch_first)
+                outputs.append(steps)
+                h_n.append(h_last)
+                c_n.append(c_last)
+            x = outputs[0] if directions == 1 else F.cat(outputs, -1)
+            if layer < self.num_layers - 1 and self.training and self.dropout > 0:
+                x = F.dropout(x, self.dropout)
+        h_n = F.cat([F.unsqueeze(h, 0) for h in h_n], 0)
+        c_n = F.cat([F.unsqueeze(c, 0) for c in c_n], 0) if self.mode == "LSTM" else None
+        if not batched:
+            x, h_n = F.squeeze(x, 1), F.squeeze(h_n, 1)
+            c_n = None if c_n is None else F.squeeze(c_n, 1)
+        return x, h_n, c_n
+
+    def initial_states(self, hx, batched: bool, shape: tuple[int, ...], at: str):
+        """(h0, c0) as [layers·directions, N, H] Tensors (None: zeros), checked as torch does."""
+        if hx is None:
+            return None, None
+        lstm = self.mode == "LSTM"
+        if lstm and not (isinstance(hx, (tuple, list)) and len(hx) == 2):
+            raise TypeError(f"{at}: LSTM: hx must be a tuple (h_0, c_0)")
+        states = [lift(h) for h in hx] if lstm else [lift(hx)]
+        for index, state in enumerate(states):
+            what = f"hidden[{index}]" if lstm else "hidden"
+            rank = 3 if batched else 2
+            if state.ndim != rank:
+                kind = "batched 3-D" if batched else "unbatched 2-D"
+                raise ShapeError(
+                    f"{at}: For {kind} input, hx{' and cx' if lstm else ''} should also be {rank}-D but got "
+                    f"{state.ndim}-D tensor{'s' if lstm else ''}"
+                )
+            expected = shape if batched else (shape[0], shape[2])
+            if state.shape != expected:
+                raise ShapeError(f"{at}: Expected {what} size {expected}, got {list(state.shape)}")
+        if not batched:
+            states = [F.unsqueeze(s, 1) for s in states]
+        return (states[0], states[1]) if lstm else (states[0], None)
+
+    def run_direction(self, x: Tensor, layer: int, direction: int, h, c, batch_first: bool):
+        """(the hidden states of every step stacked as the input is, h_T, c_T) of one direction of a layer."""
+        w_ih, w_hh, b_ih, b_hh = self.layer_weights(layer, direction)
+        time_dim = 1 if batch_first else 0
+        steps = x.shape[time_dim]
+        batch = x.shape[1 - time_dim]
+        # The input's projection for every step at once; the LSTM's and the RNN's hidden bias is
+        # added there too (the GRU needs it inside r·(W_hn·h + b_hn)).
+        projected = F.linear(x, w_ih, b_ih)
+        if b_hh is not None and self.mode != "GRU":
+            projected = projected + b_hh
+        if h is None:
+            h = F.broadcast_to(0.0, (batch, self.hidden_size))
+        if c is None and self.mode == "LSTM":
+            c = lift(0.0)
+        order = range(steps - 1, -1, -1) if direction else range(steps)
+        hidden = [None] * steps
+        for t in order:
+            gx = projected[:, t] if batch_first else projected[t]
+            h, c = self.cell_step(gx, h, c, w_hh, b_hh)
+            hidden[t] = h
+        stacked = F.cat([F.unsqueeze(state, time_dim) for state in hidden], time_dim)
+        return stacked, h, c
+
+    def cell_step(self, gx: Tensor, h: Tensor, c, w_hh, b_hh) -> tuple[Tensor, Tensor | None]:
+        """(h', c') of one step from the input's projection gx (with its biases) and the state."""
+        if self.mode == "GRU":
+            return apply("gru_cell", gx, F.linear(h, w_hh, b_hh), h), None
+        gates = gx + F.matmul(h, F.transpose2d(w_hh))
+        if self.mode == "LSTM":
+            return apply_results("lstm_cell", gates, c)
+        return (F.tanh(gates) if self.mode == "RNN_TANH" else F.relu(gates)), None
+
+
+class RNN(RNNBase):
+    """torch.nn.RNN: h' = tanh(W_ih·x + b_ih + W_hh·h + b_hh) (or relu), unrolled over the
+    sequence; forward(input, hx=None) returns (output, h_n)."""
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+    ) -> None:
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(
+                f"{user_source_line()}: Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'."
+            )
+        super().__init__(
+            f"RNN_{nonlinearity.upper()}",
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            batch_first,
+            dropout,
+            bidirectional,
+        )
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input: Tensor, hx=None) -> tuple[Tensor, Tensor]:
+        output, h_n, _ = self.run(input, hx, user_source_line())
+        return output, h_n
+
+
+class LSTM(RNNBase):
+    """torch.nn.LSTM (gates i, f, g, o), unrolled over the sequence; forward(input, hx=None)
+    returns (output, (h_n, c_n)). Not supported: proj_size (NotImplementedError)."""
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+    ) -> None:
+        super().__init__(
+            "LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size
+        )
+
+    def forward(self, input: Tensor, hx=None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        output, h_n, c_n = self.run(input, hx, user_source_line())
+        return output, (h_n, c_n)
+
+
+class GRU(RNNBase):
+    """torch.nn.GRU (gates r, z, n; n = tanh(W_in·x + b_in + r ⊙ (W_hn·h + b_hn))), unrolled
+    over the sequence; forward(input, hx=None) returns (output, h_n)."""
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+    ) -> None:
+        super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional)
+
+    def forward(self, input: Tensor, hx=None) -> tuple[Tensor, Tensor]:
+        output, h_n, _ = self.run(input, hx, user_source_line())
+        return output, h_n
+
+
+class RNNCellBase(Module):
+    """The parameters of torch's cells: weight_ih [gates·H, input], weight_hh [gates·H, H],
+    bias_ih and bias_hh [gates·H], all U(−1/√H, 1/√H)."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, gates: int) -> None:
+        super().__init__()
+        self.input_size, self.hidden_size, self.bias = int(input_size), int(hidden_size), bool(bias)
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        self.weight_ih = recurrent_parameter(bound, (gates * self.hidden_size, self.input_size))
+        self.weight_hh = recurrent_parameter(bound, (gates * self.hidden_size, self.hidden_size))
+        self.bias_ih = recurrent_parameter(bound, (gates * self.hidden_size,)) if bias else None
+        self.bias_hh = recurrent_parameter(bound, (gates * self.hidden_size,)) if bias else None
+
+    def extra_repr(self) -> str:
+        text = f"{self.input_size}, {self.hidden_size}"
+        if not self.bias:
+            text += ", bias=False"
+        if getattr(self, "nonlinearity", "tanh") != "tanh":
+            text += f", nonlinearity={self.nonlinearity!r}"
+        return text
+
+    def cell_input(self, input, at: str) -> tuple[Tensor, bool]:
+        """(input as [N, input_size], whether it was batched), checked as torch's cells do."""
+        x = lift(input)
+        if x.ndim not in (1, 2):
+            raise ShapeError(f"{at}: {type(self).__name__}: Expected input to be 1D or 2D, got {x.ndim}D instead")
+        if x.shape[-1] != self.input_size:
+            raise ShapeError(f"{at}: input has inconsistent input_size: got {x.shape[-1]} expected {self.input_size}")
+        return (x if x.ndim == 2 else F.unsqueeze(x, 0)), x.ndim == 2
+
+    def cell_state(self, state, batched: bool, batch: int, at: str) -> Tensor:
+        """A hidden or cell state as [N, H] (checked: [N, H], or [H] for unbatched input)."""
+        state = lift(state)
+        expected = (batch, self.hidden_size) if batched else (self.hidden_size,)
+        if state.shape != expected:
+            raise ShapeError(f"{at}: {type(self).__name__}: expected a hidden state {list(expected)}, got {state.type}")
+        return state if batched else F.unsqueeze(state, 0)
+
+    def zeros(self, batch: int) -> Tensor:
+        return F.broadcast_to(0.0, (batch, self.hidden_size))
+
+
+class RNNCell(RNNCellBase):
+    """torch.nn.RNNCell: h' = tanh(W_ih·x + b_ih + W_hh·h + b_hh) (or relu)."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh") -> None:
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"{user_source_line()}: Unknown nonlinearity: {nonlinearity}")
+        super().__init__(input_size, hidden_size, bias, 1)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input: Tensor, hx=None) -> Tensor:
+        at = user_source_line()
+        x, batched = self.cell_input(input, at)
+        h = self.zeros(x.shape[0]) if hx is None else self.cell_state(hx, batched, x.shape[0], at)
+        pre = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self.weight_hh, self.bias_hh)
+        out = F.tanh(pre) if self.nonlinearity == "tanh" else F.relu(pre)
+        return out if batched else F.squeeze(out, 0)
+
+
+class LSTMCell(RNNCellBase):
+    """torch.nn.LSTMCell: forward(input, hx=None) with hx = (h, c); returns (h', c')."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
+        super().__init__(input_size, hidden_size, bias, 4)
+
+    def forward(self, input: Tensor, hx=None) -> tuple[Tensor, Tensor]:
+        at = user_source_line()
+        x, batched = self.cell_input(input, at)
+        if hx is None:
+            h, c = self.zeros(x.shape[0]), lift(0.0)
+        else:
+            h, c = (self.cell_state(s, batched, x.shape[0], at) for s in hx)
+        gates = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self.weight_hh, self.bias_hh)
+        h_new, c_new = apply_results("lstm_cell", gates, c)
+        return (h_new, c_new) if batched else (F.squeeze(h_new, 0), F.squeeze(c_new, 0))
+
+
+class GRUCell(RNNCellBase):
+    """torch.nn.GRUCell: forward(input, hx=None) returns h'."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
+        super().__init__(input_size, hidden_size, bias, 3)
+
+    def forward(self, input: Tensor, hx=None) -> Tensor:
+        at = user_source_line()
+        x, batched = self.cell_input(input, at)
+        h = self.zeros(x.shape[0]) if hx is None else self.cell_state(hx, batched, x.shape[0], at)
+        gx = F.linear(x, self.weight_ih, self.bias_ih)
+        out = apply("gru_cell", gx, F.linear(h, self.weight_hh, self.bias_hh), h)
+        return out if batched else F.squeeze(out, 0)
+
+
+__all__ = [
+    "MultiheadAttention", "NonDynamicallyQuantizableLinear", "TransformerEncoderLayer", "TransformerEncoder",
+    "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
+]  # fmt: skip
