@@ -578,7 +578,7 @@ class GroupNorm(Module):
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
 
 
-# Sequence models (attention, the Transformer encoder, recurrent layers), built on the modules above.
+# Sequence models (attention, the Transformer, recurrent layers), built on the modules above.
 from meganeura.nn_sequence import (  # noqa: E402, F401  (re-exported)
     GRU,
     LSTM,
@@ -587,6 +587,9 @@ from meganeura.nn_sequence import (  # noqa: E402, F401  (re-exported)
     LSTMCell,
     MultiheadAttention,
     RNNCell,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
     TransformerEncoder,
     TransformerEncoderLayer,
 )

@@ -1,7 +1,8 @@
 """Sequence-model modules with PyTorch's names, signatures, parameters and initialisation:
-attention (MultiheadAttention), the Transformer encoder (TransformerEncoderLayer,
-TransformerEncoder) and the recurrent layers (RNN, LSTM, GRU and their cells). `meganeura.nn`
-re-exports every class here; a PyTorch state_dict of each loads unchanged.
+attention (MultiheadAttention), the Transformer (TransformerEncoderLayer, TransformerEncoder,
+TransformerDecoderLayer, TransformerDecoder, Transformer) and the recurrent layers (RNN, LSTM,
+GRU and their cells). `meganeura.nn` re-exports every class here; a PyTorch state_dict of each
+loads unchanged.
 
 Attention is traced from the existing ops: F.scaled_dot_product_attention (the fused attention
 kernel) where the weights are not asked for, the explicit softmax otherwise. Recurrent layers
@@ -28,6 +29,7 @@ from meganeura import functional as F
 from meganeura.ir.op import ShapeError
 from meganeura.ir.trace import user_source_line
 from meganeura.nn import Dropout, LayerNorm, Linear, Module, ModuleList, Parameter, uniform
+from meganeura.parameter import is_tracing
 from meganeura.tensor import Tensor, apply, apply_results, lift
 
 # ---------------------------------------------------------------------------------------------
@@ -393,10 +395,205 @@ class TransformerEncoder(Module):
         return self.norm(out) if self.norm is not None else out
 
 
-def generate_square_subsequent_mask(sz: int) -> Tensor:
-    """torch.nn.Transformer.generate_square_subsequent_mask inside a traced forward: [sz, sz],
-    −inf above the diagonal and 0 elsewhere (computed on the GPU)."""
-    return F.where(F.causal_mask(int(sz)) < 0.0, -math.inf, 0.0)
+class TransformerDecoderLayer(Module):
+    """torch.nn.TransformerDecoderLayer: self-attention, attention over the encoder's memory and a
+    feed-forward block, each with a residual connection and a LayerNorm (after it, or before with
+    norm_first); submodules self_attn, multihead_attn, linear1, dropout, linear2, norm1, norm2,
+    norm3, dropout1, dropout2, dropout3."""
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str | Callable = F.relu,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
+        self.norm_first = bool(norm_first)
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
+        self.activation = activation_function(activation)
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
+        x, memory = lift(tgt), lift(memory)
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal)
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
+        x = self.norm2(x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal))
+        return self.norm3(x + self._ff_block(x))
+
+    def _sa_block(self, x: Tensor, attn_mask, key_padding_mask, is_causal: bool) -> Tensor:
+        out = self.self_attn(
+            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal, need_weights=False
+        )[0]
+        return self.dropout1(out)
+
+    def _mha_block(self, x: Tensor, memory: Tensor, attn_mask, key_padding_mask, is_causal: bool) -> Tensor:
+        out = self.multihead_attn(
+            x,
+            memory,
+            memory,
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            need_weights=False,
+        )[0]
+        return self.dropout2(out)
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerDecoder(Module):
+    """torch.nn.TransformerDecoder: `num_layers` deep copies of `decoder_layer` (layers.0, …),
+    then `norm` if given (a mask is used as given, as TransformerEncoder's)."""
+
+    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: Module | None = None) -> None:
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.num_layers = int(num_layers)
+        self.norm = norm
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
+        out = lift(tgt)
+        for layer in self.layers:
+            out = layer(
+                out,
+                memory,
+                tgt_mask=tgt_mask,
+                memory_mask=memory_mask,
+                tgt_key_padding_mask=tgt_key_padding_mask,
+                memory_key_padding_mask=memory_key_padding_mask,
+                tgt_is_causal=bool(tgt_is_causal),
+                memory_is_causal=memory_is_causal,
+            )
+        return self.norm(out) if self.norm is not None else out
+
+
+class Transformer(Module):
+    """torch.nn.Transformer: a TransformerEncoder and a TransformerDecoder, each ending in a
+    LayerNorm (or custom_encoder / custom_decoder); every parameter of more than one dim
+    re-initialised xavier_uniform_, as torch's _reset_parameters."""
+
+    def __init__(
+        self,
+        d_model: int = 512,
+        nhead: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str | Callable = F.relu,
+        custom_encoder: Module | None = None,
+        custom_decoder: Module | None = None,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        layer_args = (
+            d_model,
+            nhead,
+            dim_feedforward,
+            dropout,
+            activation,
+            layer_norm_eps,
+            batch_first,
+            norm_first,
+            bias,
+        )
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+            self.encoder = TransformerEncoder(TransformerEncoderLayer(*layer_args), num_encoder_layers, norm)
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+            self.decoder = TransformerDecoder(TransformerDecoderLayer(*layer_args), num_decoder_layers, norm)
+        for _, param in self.named_parameters():
+            if param.ndim > 1:
+                param.data = xavier_uniform(param.shape)
+        self.d_model, self.nhead, self.batch_first = int(d_model), int(nhead), bool(batch_first)
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask=None,
+        tgt_mask=None,
+        memory_mask=None,
+        src_key_padding_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        src_is_causal: bool | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
+        src, tgt = lift(src), lift(tgt)
+        at = user_source_line()
+        batch_dim = 0 if self.batch_first else 1
+        if src.ndim == 3 and src.shape[batch_dim] != tgt.shape[batch_dim]:
+            raise RuntimeError(f"{at}: the batch number of src and tgt must be equal")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise RuntimeError(f"{at}: the feature number of src and tgt must be equal to d_model")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+        return self.decoder(
+            tgt,
+            memory,
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            tgt_is_causal=tgt_is_causal,
+            memory_is_causal=memory_is_causal,
+        )
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int):
+        """[sz, sz], −inf above the diagonal and 0 elsewhere (torch's): inside a traced forward a
+        Tensor computed on the GPU; outside, a float32 numpy array, to feed as an input."""
+        if is_tracing():
+            return F.where(F.causal_mask(int(sz)) < 0.0, -math.inf, 0.0)
+        return np.triu(np.full((int(sz), int(sz)), -np.inf, np.float32), 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -757,5 +954,6 @@ class GRUCell(RNNCellBase):
 
 __all__ = [
     "MultiheadAttention", "NonDynamicallyQuantizableLinear", "TransformerEncoderLayer", "TransformerEncoder",
+    "TransformerDecoderLayer", "TransformerDecoder", "Transformer",
     "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
 ]  # fmt: skip

@@ -3,7 +3,7 @@
     /tmp/torch311/bin/python scripts/make_sequence_references.py
 
 This script imports only torch and numpy (never meganeura). For every case below it builds the
-torch module (MultiheadAttention, TransformerEncoderLayer, TransformerEncoder, RNN, LSTM, GRU
+torch module (MultiheadAttention, the Transformer's layers, stacks and whole, RNN, LSTM, GRU
 and their cells) in float64, loads parameters drawn from a seeded numpy generator (float32
 values, so that meganeura starts from the same numbers), runs it on seeded inputs, and takes the
 gradient of loss = Σₖ sum(outputₖ · weightₖ) over its outputs (the tensors of its result, in
@@ -121,6 +121,27 @@ CASES = {
         "layer": {"args": [8, 2], "kwargs": {"dim_feedforward": 12, "batch_first": True}}, "norm": 8,
         "inputs": {"src": [2, 5, 8], "causal": ["causal", 5]},
         "call": {"args": [x("src")], "kwargs": {"mask": x("causal"), "is_causal": True}}, "eval": True,
+    },
+    "decoder_layer_causal": {
+        "module": "TransformerDecoderLayer", "args": [8, 2], "kwargs": {"dim_feedforward": 12, "dropout": 0.0},
+        "inputs": {"tgt": [4, 2, 8], "memory": [5, 2, 8], "causal": ["causal", 4]},
+        "call": {"args": [x("tgt"), x("memory")], "kwargs": {"tgt_mask": x("causal"), "tgt_is_causal": True}},
+    },
+    "decoder_layer_pre_memory_padding": {
+        "module": "TransformerDecoderLayer", "args": [8, 2],
+        "kwargs": {"dim_feedforward": 12, "dropout": 0.0, "norm_first": True, "batch_first": True},
+        "inputs": {"tgt": [2, 4, 8], "memory": [2, 5, 8], "pad": ["mask", 2, 5]},
+        "call": {"args": [x("tgt"), x("memory")], "kwargs": {"memory_key_padding_mask": mask("pad")}},
+    },
+    "transformer": {
+        "module": "Transformer", "args": [],
+        "kwargs": {
+            "d_model": 8, "nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 2, "dim_feedforward": 12,
+            "batch_first": True,
+        },
+        "inputs": {"src": [2, 5, 8], "tgt": [2, 4, 8], "causal": ["causal", 4]},
+        "call": {"args": [x("src"), x("tgt")], "kwargs": {"tgt_mask": x("causal"), "tgt_is_causal": True}},
+        "eval": True,
     },
     "rnn_tanh": {
         "module": "RNN", "args": [5, 7], "kwargs": {},

@@ -45,9 +45,9 @@ CASES = sorted({key.split("/", 1)[0] for key in ARRAYS})
 
 # Cases whose masks go to F.scaled_dot_product_attention's attn_mask (need_weights=False), which
 # this branch refuses; they pass once that lands (PyTorch's attn_mask in SDPA).
-SDPA_MASK = {"mha_masks_fused", "encoder_layer_padding_mask"}
+SDPA_MASK = {"mha_masks_fused", "encoder_layer_padding_mask", "decoder_layer_pre_memory_padding"}
 DEVICE_CASES = [
-    "mha_self_weights", "mha_self_fused", "mha_masks_weights", "encoder_causal_norm",
+    "mha_self_weights", "mha_self_fused", "mha_masks_weights", "transformer",
     "lstm_two_layers_bidirectional_hx", "gru_two_layers_bidirectional_h0", "rnn_relu_two_layers_no_bias_h0",
     "lstm_cell", "gru_cell",
 ]  # fmt: skip
@@ -229,33 +229,44 @@ def test_self_attention_without_weights_is_the_fused_kernel():
 # Modes, initialisation, errors
 
 
-def test_eval_mode_disables_dropout():
-    """Dropout of MultiheadAttention, the encoder layer and between LSTM layers draws random numbers
-    in training only: eval() traces no random node, and its outputs match the p=0 module's."""
+class Wrapped(nn.Module):
+    """`inner(x)` reduced to one tensor by `take`."""
 
-    def random_nodes(module, x):
-        plan = compile_plan(module, None, {"x": mn.f32[x.shape]})
-        return [n for n in plan.traced.graph if n.op == "rand"], plan
+    def __init__(self, inner: nn.Module, take) -> None:
+        super().__init__()
+        self.inner = inner
+        self.take = take
 
+    def forward(self, x):
+        return self.take(self.inner, x)
+
+
+DROPPING = {  # a module with dropout, the same without, and how to call it
+    "encoder layer": (lambda p: nn.TransformerEncoderLayer(8, 2, 16, dropout=p), lambda m, x: m(x)),
+    "attention weights": (lambda p: nn.MultiheadAttention(8, 2, dropout=p), lambda m, x: m(x, x, x)[0]),
+    "attention": (lambda p: nn.MultiheadAttention(8, 2, dropout=p), lambda m, x: m(x, x, x, need_weights=False)[0]),
+    "LSTM layers": (lambda p: nn.LSTM(8, 6, num_layers=2, dropout=p), lambda m, x: m(x)[0]),
+}
+
+
+@pytest.mark.filterwarnings("ignore:.*keep the mode they were compiled in")
+@pytest.mark.parametrize("name", sorted(DROPPING))
+def test_eval_mode_disables_dropout(name):
+    """Dropout draws random numbers in training only: after eval() the traced step has no random
+    node, and its output is the output of the same weights with p = 0."""
+    make, take = DROPPING[name]
     x = normal(5, 2, 8)
-    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.3)
-    lstm = nn.LSTM(8, 6, num_layers=2, dropout=0.4)
-    for module, forward in ((layer, lambda self, x: layer(x)), (lstm, lambda self, x: lstm(x)[0])):
-        wrapper = type("Wrap", (nn.Module,), {"forward": forward})()
-        object.__setattr__(wrapper, "inner", module)
-        wrapper._modules["inner"] = module
-        module.train()
-        assert random_nodes(wrapper, x)[0], type(module).__name__
-        module.eval()
-        drawn, plan = random_nodes(wrapper, x)
-        assert not drawn
-        params = {k.removeprefix("inner."): v for k, v in wrapper.state_dict().items()}
-        got = interpret(plan.traced.graph, {"x": x}, {"inner." + k: v for k, v in params.items()}).outputs["output"]
-        module.dropout = 0.0 if isinstance(module, nn.LSTM) else module.dropout
-        assert np.isfinite(got).all()
-    attention = nn.MultiheadAttention(8, 2, dropout=0.5)
-    attention.eval()
-    assert not attention.training and attention.dropout == 0.5
+    dropping, plain = Wrapped(make(0.4), take), Wrapped(make(0.0), take)
+    plain.load_state_dict(dropping.state_dict())
+    traced = compile_plan(dropping, None, {"x": mn.f32[5, 2, 8]}).traced.graph
+    assert any(n.op == "rand" for n in traced)
+    dropping.eval()
+    traced = compile_plan(dropping, None, {"x": mn.f32[5, 2, 8]}).traced.graph
+    assert not any(n.op == "rand" for n in traced)
+    reference = compile_plan(plain, None, {"x": mn.f32[5, 2, 8]}).traced.graph
+    params = params64(dropping)
+    got = interpret(traced, {"x": x}, params, dtype=np.float64).outputs["output"]
+    np.testing.assert_array_equal(got, interpret(reference, {"x": x}, params, dtype=np.float64).outputs["output"])
 
 
 def test_default_initialisation_follows_torch():
@@ -325,12 +336,27 @@ def test_wrong_shapes_and_missing_masks_name_the_users_line():
         assert "test_sequence_modules.py" in str(error.value)
 
 
+def test_square_subsequent_mask_is_torchs():
+    """nn.Transformer.generate_square_subsequent_mask: −inf above the diagonal, 0 elsewhere; a numpy
+    array outside a trace, a traced Tensor with the same values inside one."""
+    expected = np.where(np.triu(np.ones((4, 4)), 1) > 0, -np.inf, 0.0).astype(np.float32)
+    np.testing.assert_array_equal(nn.Transformer.generate_square_subsequent_mask(4), expected)
+
+    class Masked(nn.Module):
+        def forward(self, x):
+            return x + nn.Transformer.generate_square_subsequent_mask(4)
+
+    plan = compile_plan(Masked(), None, {"x": mn.f32[4, 4]})
+    got = interpret(plan.traced.graph, {"x": np.zeros((4, 4), np.float32)}).outputs["output"]
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_missing_names_are_gone_from_the_hints():
     from meganeura.pytorch_names import ANOTHER_WAY
 
     for name in ("MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "LSTM", "GRU", "RNN"):
         assert hasattr(nn, name) and name not in ANOTHER_WAY["meganeura.nn"]
-    for name in ("LSTMCell", "GRUCell", "RNNCell"):
+    for name in ("LSTMCell", "GRUCell", "RNNCell", "TransformerDecoderLayer", "TransformerDecoder", "Transformer"):
         assert hasattr(nn, name)
 
 
