@@ -2,7 +2,7 @@
 files (on every machine, no download) with meganeura, then sample text from it.
 
     python examples/char_lm.py [--steps 1000] [--layers 2] [--dim 64] [--seq 32] [--batch 8] [--lr 3e-3]
-                               [--seed 0] [--sample-chars 300] [--report]
+                               [--seed 0] [--sample-chars 300] [--prompt "def "] [--report]
 
 The model is written the way a PyTorch user writes a Llama by hand (SmolLM2's layout, scaled
 down): token embedding, pre-norm decoder layers of RMSNorm → causal self-attention with grouped
@@ -16,9 +16,13 @@ from slices and mn.cat; the e-graph decides what to fuse.
 Prints the adapter, a summary of the e-graph's report (`--report` prints all of it: every rule
 and every kernel with its source lines), the unigram entropy of the validation text, the
 training and validation loss as they fall, and a sample: an inference program compiled from
-the same model (it shares the trained weights) called autoregressively on a sliding window,
-with temperature sampling. Set MEGANEURA_ADAPTER (a substring of the adapter name, or
-"cpu"/"gpu") to choose the adapter.
+the same model (it shares the trained weights) called autoregressively, with temperature
+sampling, on the ids so far — [1, length], no padding — and, once they are longer than the
+context the model was trained on (`--seq`), on a sliding window of the last `--seq`. The program
+compiles a plan for each new length on its first call at it (meganeura/shape_plans.py): at most
+`--seq` lengths are compiled, and it is made to keep them all (`max_shapes=seq`); the sample's
+line says how long it took and how many lengths it compiled. Set MEGANEURA_ADAPTER (a
+substring of the adapter name, or "cpu"/"gpu") to choose the adapter.
 """
 
 from __future__ import annotations
@@ -275,6 +279,12 @@ def evaluate(predict: mn.Program, ids: np.ndarray, batch: int, seq: int, tables:
     return float(np.mean(losses))
 
 
+def compile_sampling(model: CharLlama, seq: int) -> mn.Program:
+    """The inference program that `sample` calls: batch 1, compiled for the full context `seq` and
+    keeping a plan for every length up to it (a prompt shorter than `seq` grows one id a step)."""
+    return mn.compile(model, inputs=model_inputs(model, 1, seq), max_shapes=seq)
+
+
 def sample(
     predict: mn.Program,
     vocab: Vocab,
@@ -285,16 +295,19 @@ def sample(
     temperature: float = 0.8,
     seed: int = 0,
 ) -> str:
-    """Generate `n_chars` characters after `prompt`: the inference program (batch 1) runs on the
-    last `seq` ids (left-padded with the prompt's first id when shorter) and the next id is drawn
-    from softmax(logits / temperature) at the last real position."""
+    """Generate `n_chars` characters after `prompt` (any length ≥ 1): the inference program runs on
+    the last `seq` ids at most, as they are ([1, length] with the RoPE tables' first `length`
+    rows), and the next id is drawn from softmax(logits / temperature) at the last position."""
+    if len(prompt) == 0:
+        raise ValueError("sample() needs a prompt of at least one character")
     rng = np.random.default_rng(seed)
     ids = [int(i) for i in prompt]
     for _ in range(n_chars):
         window = ids[-seq:]
-        pad = seq - len(window)
-        tokens = np.array([[window[0]] * pad + window], dtype=np.int32)
-        logits = predict(tokens=tokens, **tables)[-1].astype(np.float64) / temperature
+        length = len(window)
+        tokens = np.array([window], dtype=np.int32)
+        cos, sin = tables["cos"][:length], tables["sin"][:length]
+        logits = predict(tokens=tokens, cos=cos, sin=sin)[-1].astype(np.float64) / temperature
         p = np.exp(logits - logits.max())
         ids.append(int(rng.choice(len(p), p=p / p.sum())))
     return vocab.decode(ids[len(prompt) :])
@@ -318,6 +331,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sample-chars", type=int, default=300)
     parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--prompt", default="def ", help="the text the sample starts from (any length)")
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--report", action="store_true", help="print the whole e-graph report (every kernel)")
     parser.add_argument("--plot", default="out/char_lm_loss.png", help="loss-curve PNG ('' for none)")
@@ -339,7 +353,7 @@ def main() -> None:
     start = time.perf_counter()
     program = compile_training(model, args.batch, args.seq, args.lr)
     predict = mn.compile(model, inputs=model_inputs(model, args.batch, args.seq))
-    generate = mn.compile(model, inputs=model_inputs(model, 1, args.seq))
+    generate = compile_sampling(model, args.seq)
     print(f"compiled in {time.perf_counter() - start:.2f} s (training step, evaluation and sampling programs)\n")
     report = program.report()
     print(report if args.report else report.summary())
@@ -372,12 +386,20 @@ def main() -> None:
         print(loss_curve_saved(curve, args.plot, "character-level Llama", evaluations))
 
     if args.sample_chars > 0:
-        text = vocab.decode(val_ids[:20_000])
-        at = text.find("\ndef ") + 1  # a prompt that starts a function, where there is one
-        prompt = val_ids[at : at + args.seq]
+        unknown = sorted(set(args.prompt) - set(vocab.chars))
+        if not args.prompt:
+            parser.error("--prompt needs at least one character")
+        if unknown:
+            parser.error(f"--prompt has characters that are not in the vocabulary: {unknown}")
+        prompt = vocab.encode(args.prompt)
+        start = time.perf_counter()
         text = sample(generate, vocab, prompt, args.sample_chars, args.seq, tables, args.temperature, args.seed)
-        print(f"\nsample (temperature {args.temperature}) after the prompt {vocab.decode(prompt)!r}:\n")
-        print(vocab.decode(prompt) + text)
+        lengths = len(generate.report().shapes)
+        print(
+            f"\nsample (temperature {args.temperature}, {time.perf_counter() - start:.1f} s, {lengths} input "
+            f"lengths compiled) after the prompt {args.prompt!r}:\n"
+        )
+        print(args.prompt + text)
 
 
 if __name__ == "__main__":

@@ -14,37 +14,103 @@ from meganeura.gate import NonFiniteError
 from meganeura.ir.op import ShapeError
 from meganeura.nn import manual_seed
 from meganeura.onnx_import import OnnxImportError, load_onnx
+from meganeura.pytorch_names import missing_names
+from meganeura.summary import ModelSummary, summary
 from meganeura.tensor import (  # the elementwise ones are generated from ir/functions.py
     Tensor,
+    ValuesIndices,
     abs,
+    amin,
+    arange,
+    argmax,
+    argmin,
+    argsort,
+    as_tensor,
     bernoulli,
     cat,
+    ceil,
     clamp,
     clip,
+    cos,
+    cumprod,
+    cumsum,
     equal,
     exp,
+    expm1,
+    eye,
+    flip,
+    fliplr,
+    flipud,
+    floor,
+    full,
+    full_like,
+    gather,
     greater,
     greater_equal,
+    index_select,
+    isfinite,
+    isinf,
+    isnan,
     less,
     less_equal,
     log,
+    log1p,
+    maximum,
+    minimum,
     not_equal,
+    ones,
+    ones_like,
+    pow,
     rand,
     rand_like,
     randn,
     randn_like,
+    reciprocal,
+    roll,
+    round,
+    scatter,
+    scatter_add,
     sigmoid,
+    sign,
+    sin,
+    sort,
     sqrt,
+    square,
+    take,
     tanh,
+    tensor,
+    topk,
+    tril,
+    triu,
+    trunc,
     where,
+    zeros,
+    zeros_like,
 )
+from meganeura.tensor import tensor_max as max  # noqa: A004  (torch.max; builtins.max is not used here)
+from meganeura.tensor import tensor_min as min  # noqa: A004
 from meganeura.weights import IncompatibleKeys, StateDictError, load_safetensors
+
+# torch's dtype names: f32 for floats, i32 for integers (torch's int64 and int32 alike).
+float32 = float = f32  # noqa: A001
+int64 = long = int32 = int = i32  # noqa: A001
 
 __all__ = [
     "compile", "Program", "InputSpec", "f32", "i32", "Tensor", "ShapeError", "manual_seed",
     "load_safetensors", "IncompatibleKeys", "StateDictError", "load_onnx", "OnnxImportError",
     "functional", "nn", "optim", "cat", "causal_mask", "where", "clamp", "clip", "abs", "exp", "log", "sqrt",
     "sigmoid", "tanh", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
-    "NonFiniteError", "rand", "randn", "rand_like", "randn_like", "bernoulli",
+    "NonFiniteError", "rand", "randn", "rand_like", "randn_like", "bernoulli", "summary", "ModelSummary",
+    "float32", "float", "int64", "long", "int32", "int", "ValuesIndices", "amin", "arange", "argmax", "argmin",
+    "argsort", "as_tensor", "cumprod", "cumsum", "eye", "flip", "fliplr", "flipud", "full", "full_like", "gather",
+    "index_select", "max", "min", "ones", "ones_like", "roll", "scatter", "scatter_add", "sort", "take", "tensor",
+    "topk", "tril", "triu", "zeros", "zeros_like",
+    "ceil", "cos", "expm1", "floor", "isfinite", "isinf", "isnan", "log1p", "maximum", "minimum", "pow",
+    "reciprocal", "round", "sign", "sin", "square", "trunc", "selu", "celu",
 ]  # fmt: skip
 __version__ = "0.1.0"
+
+selu, celu = functional.selu, functional.celu  # torch.selu and torch.celu
+
+
+__getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)

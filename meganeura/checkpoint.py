@@ -2,12 +2,17 @@
 
 A checkpoint is one safetensors file (the `safetensors` package: a JSON header and raw tensors,
 readable by PyTorch and HF tools):
-- tensors `param/<name>`: the model's parameters and buffers by their PyTorch names
-  (`Program.state_dict()`);
-- tensors `optim/<name>`: the optimizer's state leaves on the device — Adam's moments
-  (`<param>.exp_avg`, `<param>.exp_avg_sq`) and step count, SGD's momentum buffers (not the
+- tensors `<name>`: the model's parameters and buffers under their bare PyTorch names
+  (`Program.state_dict()`, a tied parameter under each of its names), so that
+  `model.load_state_dict(mn.load_safetensors(path))` loads them (`load_safetensors` gives only
+  these from a checkpoint); format version 1 stored them as `param/<name>`, still read;
+- tensors `optim/<name>`: the optimizer's state leaves on the device, torch's state names after
+  the parameter's — Adam's moments (`<param>.exp_avg`, `<param>.exp_avg_sq`,
+  `<param>.max_exp_avg_sq`), SGD's and RMSprop's `<param>.momentum_buffer`, RMSprop's
+  `<param>.square_avg` and `<param>.grad_avg`, Adagrad's `<param>.sum`, and the step count `step`
+  (Adam, RMSprop, Adagrad), from which the program's count of updates is restored (not the
   groups' hyper-parameter vectors `param_groups.<g>.hyper`: the runtime writes those from the
-  optimizer, which `hyper` below restores);
+  optimizer, which `hyper` below restores, and the step count);
 - tensors `accum/<name>` (with compile(accumulate=k), meganeura/gate.py): the gradient
   accumulators and the position in the cycle, so that a run resumed mid-cycle goes on exactly;
 - metadata (strings): `format` ("meganeura-checkpoint"), `version`, `model` (the model's class),
@@ -19,6 +24,9 @@ readable by PyTorch and HF tools):
   `rng` (JSON `{"seed": …, "step": …}`: the seed and step counter of the random numbers the step
   draws, ir/ops/random.py, so that a resumed run draws exactly what the uninterrupted one would;
   empty for a program that draws none, and a file without it leaves the program's own).
+
+An inference program (compiled without loss and optimizer) loads a training checkpoint's weights
+and buffers and nothing else (`load`).
 
 Writes are atomic: the file is written beside its destination under a temporary name, flushed to
 disk (fsync) and renamed over it, so a crash mid-write leaves the previous checkpoint whole.
@@ -42,7 +50,9 @@ if TYPE_CHECKING:
     from meganeura.compiler import Program
 
 FORMAT = "meganeura-checkpoint"
-VERSION = "1"
+VERSION = "2"  # 2: the weights under their bare names (1: under "param/")
+READABLE_VERSIONS = ("1", "2")
+V1_WEIGHT_PREFIX = "param/"
 
 
 class CheckpointError(ValueError):
@@ -106,7 +116,9 @@ def state_problems(expected: dict[str, np.ndarray], given: dict[str, Any], what:
 
 
 def load_optimizer_state(program: Program, state: dict[str, np.ndarray]) -> None:
-    """Replace every optimizer state leaf; all are checked before any is written."""
+    """Replace every optimizer state leaf; all are checked before any is written. The program's
+    count of updates applied follows the state's (`Optimizer.steps_in`: its `step`), so the next
+    step's bias corrections are those of the step after it."""
     current = optimizer_state(program)
     problems = state_problems(current, state, "optimizer state")
     if problems:
@@ -114,6 +126,9 @@ def load_optimizer_state(program: Program, state: dict[str, np.ndarray]) -> None
     executable = program.require_executable()
     for name in current:
         executable.write_state(name, np.asarray(state[name], order="C"))  # (ascontiguousarray makes 0-d 1-d)
+    optimizer = program.compilation.optimizer
+    if optimizer is not None:
+        program.optimizer_steps = optimizer.steps_in(state)
 
 
 def metadata(program: Program) -> dict[str, str]:
@@ -154,7 +169,7 @@ def saved_rng(meta: dict[str, str], program: Program) -> tuple[tuple[int, int] |
 def save(program: Program, path: str | os.PathLike) -> None:
     """Write `program`'s parameters, buffers, optimizer state and step count to `path`, atomically."""
     st = safetensors_numpy()
-    tensors = {f"param/{name}": np.ascontiguousarray(value) for name, value in program.state_dict().items()}
+    tensors = {name: np.ascontiguousarray(value) for name, value in program.state_dict().items()}
     tensors |= {f"optim/{name}": np.ascontiguousarray(value) for name, value in optimizer_state(program).items()}
     tensors |= {f"accum/{name}": np.ascontiguousarray(value) for name, value in step_state(program).items()}
     path = os.fspath(path)
@@ -193,11 +208,36 @@ def read(path: str | os.PathLike) -> tuple[dict[str, str], dict[str, np.ndarray]
         raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a meganeura checkpoint (format {meta.get('format')!r})")
-    if meta.get("version") != VERSION:
+    if meta.get("version") not in READABLE_VERSIONS:
         raise CheckpointError(
-            f"{path}: checkpoint format version {meta.get('version')!r}; this meganeura reads {VERSION!r}"
+            f"{path}: checkpoint format version {meta.get('version')!r}; this meganeura reads "
+            f"{', '.join(map(repr, READABLE_VERSIONS))}"
         )
     return meta, tensors
+
+
+def model_tensors(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The model's weights and buffers among a checkpoint's tensors, by their PyTorch names: the
+    bare names (no "/": the other parts' names have a prefix) and version 1's `param/<name>`."""
+    return {
+        name.removeprefix(V1_WEIGHT_PREFIX): value
+        for name, value in tensors.items()
+        if "/" not in name or name.startswith(V1_WEIGHT_PREFIX)
+    }
+
+
+def with_tied_names(names: dict[str, Any], weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`weights` with each tied parameter's missing names filled from a name it has (a version 1
+    checkpoint kept a tied parameter under its first name only)."""
+    filled = dict(weights)
+    names_of: dict[int, list[str]] = {}
+    for name, param in names.items():
+        names_of.setdefault(id(param), []).append(name)
+    for group in names_of.values():
+        given = next((name for name in group if name in weights), None)
+        if given is not None:
+            filled |= {name: weights[given] for name in group if name not in weights}
+    return filled
 
 
 def scalars_restored(expected: dict[str, np.ndarray], given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -210,26 +250,35 @@ def scalars_restored(expected: dict[str, np.ndarray], given: dict[str, np.ndarra
 
 
 def load(program: Program, path: str | os.PathLike) -> None:
-    """Restore `program` from `path` (see the module docstring); nothing changes unless it all fits."""
+    """Restore `program` from `path` (see the module docstring); nothing changes unless it all fits.
+    A training program restores everything; an inference program the weights and buffers only."""
+    from meganeura.weights import checked_state
+
     meta, tensors = read(path)
     problems = []
     model = type(program.compilation.model).__name__
     if meta.get("model") != model:
         problems.append(f"it holds a {meta.get('model')!r} model, this program trains a {model!r}")
+    names = program.traced.state_names
+    # The weights' expected shapes and dtypes, from the parameters (nothing read back from the device).
+    expected = {name: np.broadcast_to(np.zeros((), p.state_dtype), p.shape) for name, p in names.items()}
+    params = with_tied_names(names, scalars_restored(expected, model_tensors(tensors)))
+    problems += state_problems(expected, params, "parameter")
+    if not problems:
+        problems += checked_state(names, params)[2]  # values: NaN, tied names holding different ones
+    training = program.is_training
     optimizer = program.compilation.optimizer
-    wanted = type(optimizer).__name__ if optimizer is not None else ""
-    if meta.get("optimizer") != wanted:
-        problems.append(f"its optimizer is {meta.get('optimizer')!r}, this program's {wanted!r}")
-    current_params, current_state = program.state_dict(), optimizer_state(program)
-    params = scalars_restored(current_params, {k[6:]: v for k, v in tensors.items() if k.startswith("param/")})
-    state = scalars_restored(current_state, {k[6:]: v for k, v in tensors.items() if k.startswith("optim/")})
-    current_accum = step_state(program)
-    accum = scalars_restored(current_accum, {k[6:]: v for k, v in tensors.items() if k.startswith("accum/")})
-    problems += state_problems(current_params, params, "parameter")
-    problems += state_problems(current_state, state, "optimizer state")
-    problems += state_problems(current_accum, accum, "gradient accumulation state (compile(accumulate=...))")
+    if training:
+        wanted = type(optimizer).__name__ if optimizer is not None else ""
+        if meta.get("optimizer") != wanted:
+            problems.append(f"its optimizer is {meta.get('optimizer')!r}, this program's {wanted!r}")
+        current_state, current_accum = optimizer_state(program), step_state(program)
+        state = scalars_restored(current_state, {k[6:]: v for k, v in tensors.items() if k.startswith("optim/")})
+        accum = scalars_restored(current_accum, {k[6:]: v for k, v in tensors.items() if k.startswith("accum/")})
+        problems += state_problems(current_state, state, "optimizer state")
+        problems += state_problems(current_accum, accum, "gradient accumulation state (compile(accumulate=...))")
     groups, schedule = None, None
-    if optimizer is not None:
+    if training and optimizer is not None:
         groups, schedule, more = saved_schedule(meta, optimizer)
         problems += more
     rng, more = saved_rng(meta, program)
@@ -237,6 +286,8 @@ def load(program: Program, path: str | os.PathLike) -> None:
     if problems:
         raise CheckpointError(f"{path} does not fit this program: " + "; ".join(problems))
     program.load_state_dict(params)
+    if not training:
+        return
     load_optimizer_state(program, state)
     load_step_state(program, accum)
     if groups is not None:

@@ -67,6 +67,15 @@ class DTypeSpec:
     def __repr__(self) -> str:
         return f"mn.{self.dtype}"
 
+    def __eq__(self, other: object) -> bool:
+        """`x.dtype == mn.long`: a spec equals its dtype's name (Tensor.dtype is "f32" or "i32") and
+        its aliases (mn.int64 is mn.i32)."""
+        name = other.dtype if isinstance(other, DTypeSpec) else other
+        return isinstance(name, str) and name == self.dtype
+
+    def __hash__(self) -> int:
+        return hash(self.dtype)
+
 
 f32 = DTypeSpec("f32")
 i32 = DTypeSpec("i32")
@@ -87,6 +96,10 @@ class TracedStep:
     step_states: dict[str, np.ndarray] = field(default_factory=dict)
     finite_checks: tuple[str, ...] = ()  # what each count of the `nonfinite` output is of
     optimizer: Any = None  # the live optimizer whose hyper-parameter vectors the step reads
+    # Every name the model's state_dict() writes (a tied parameter under each of its names), for
+    # Program.state_dict/load_state_dict; `parameters` holds each value once, under its first name.
+    state_names: dict[str, nn.Parameter] = field(default_factory=dict)
+    frozen: tuple[str, ...] = ()  # the parameters with requires_grad=False: no gradient, no update
 
 
 def clipped_gradients(builder: GradBuilder, params: list[ParamGrad], max_norm: float) -> tuple[list[ParamGrad], int]:
@@ -196,10 +209,16 @@ def trace_step(
         graph, recognition = recognize_forward(graph, target)
         tracer.replace_graph(graph, parameters)
     recognized = time.perf_counter()
+    frozen: tuple[str, ...] = ()
     if loss is not None:
         if optimizer is None:
             raise ValueError("compile(loss=...) trains the model: pass optimizer=, e.g. optim.Adam(lr=1e-3)")
-        param_nodes = {name: tracer.node_of(p) for name, p in parameters.items()}
+        # Frozen parameters (requires_grad=False) are read but not differentiated: autodiff emits
+        # only what the trainable ones' gradients need, and the optimizer sees only those.
+        frozen = tuple(name for name, p in parameters.items() if not p.requires_grad)
+        for p in parameters.values():
+            p.compiled_requires_grad.add(p.requires_grad)
+        param_nodes = {name: tracer.node_of(p) for name, p in parameters.items() if p.requires_grad}
         grads = gradients(graph, graph.outputs["loss"], list(param_nodes.values()))
         trainable = [
             ParamGrad(name, node, grads[node], parameters[name])
@@ -238,6 +257,8 @@ def trace_step(
     bounds = label_bounds(graph)
     step = TracedStep(graph, state, initial_states, bounds, recognition, timings, step_states, finite_checks)
     step.optimizer = optimizer if loss is not None else None
+    step.state_names = dict(model.state_items())
+    step.frozen = frozen
     return step
 
 
@@ -322,12 +343,16 @@ def explain_only() -> Iterator[list[Program]]:
         _EXPLAIN.pop()
 
 
+MAX_SHAPES = 8  # the input-shape plans a program keeps by default (compile(max_shapes=...))
+
+
 @dataclass
 class Compilation:
     """Everything `compile()` decides before a device is involved: the traced step, the graph the
     e-graph made of it with its report, the lowered kernels and buffer plan, and how long each
     stage took (seconds: trace, recognize, autodiff, encode, saturate, extract, decode, lower),
-    and the model and optimizer it was made from (a checkpoint names their classes)."""
+    and the model, loss and optimizer it was made from (a checkpoint names their classes; a program
+    compiles its other input shapes from them: shape_plans.py)."""
 
     inputs: dict[str, InputSpec]
     traced: TracedStep
@@ -339,6 +364,7 @@ class Compilation:
     model: nn.Module | None = None
     optimizer: Optimizer | None = None
     options: StepOptions = StepOptions()
+    loss: Callable[..., Tensor] | None = None
 
     @property
     def total_s(self) -> float:
@@ -402,14 +428,24 @@ def compilation_of(
         timings |= {"encode": report.encode_s, "saturate": report.saturate_s, "extract": report.extract_s}
         timings |= {"decode": report.decode_s, "report": report.report_s}
     timings["lower"] = time.perf_counter() - lowering
-    return Compilation(dict(inputs), traced, fused_graph, report, compiled, timings, target, model, optimizer, options)
+    return Compilation(
+        dict(inputs), traced, fused_graph, report, compiled, timings, target, model, optimizer, options, loss=loss
+    )
 
 
 class Program:
-    """A compiled step on the GPU: `train_step(**arrays)` for training, `program(**arrays)` for inference."""
+    """A compiled step on the GPU: `train_step(**arrays)` for training, `program(**arrays)` for inference.
 
-    def __init__(self, compilation: Compilation, seed: int | None = None) -> None:
-        from meganeura import runtime
+    Inputs of shapes other than the declared ones (same ranks and dtypes) compile a plan for
+    those shapes once, sharing the parameters, module buffers, optimizer and gate states with the
+    declared plan (meganeura/shape_plans.py; `dynamic=False` refuses them). `compilation`,
+    `traced`, `graph`, `fused_graph`, `rewrite_report`, `compiled`, `executable` and `report()`
+    are the declared shapes' plan; `plans` holds them all."""
+
+    def __init__(
+        self, compilation: Compilation, dynamic: bool = True, max_shapes: int = MAX_SHAPES, seed: int | None = None
+    ) -> None:
+        from meganeura.shape_plans import ShapePlans
 
         self.compilation = compilation
         self.inputs = compilation.inputs
@@ -425,6 +461,11 @@ class Program:
         # device's counter, mirrored: a checkpoint restores both).
         self.accumulate = int(compilation.options.accumulate)
         self.micro_step = 0
+        # Optimizer updates applied (torch's state["step"]): a refused step and the micro-steps
+        # before a cycle's last do not count. The next step applies update optimizer_steps + 1,
+        # whose scalars (Adam's bias corrections…) write_hypers writes first; a checkpoint or an
+        # optimizer state loaded sets it (checkpoint.load_optimizer_state).
+        self.optimizer_steps = 0
         # The gradients' global 2-norm before clipping, of the last step (compile(clip_grad_norm=…)).
         self.last_grad_norm: float | None = None
         # What a step reads back: a training step its loss, the clipped norm and the NaN/inf counts
@@ -432,33 +473,57 @@ class Program:
         outputs = self.graph.outputs
         extra = tuple(name for name in ("grad_norm", gate.NONFINITE) if name in outputs)
         self.step_reads = ("loss", *extra) if self.is_training else tuple(outputs)
-        # The hyper-parameter values on the device, to write only those the optimizer changed.
+        # The hyper-parameter values on the device, to write only those that changed.
         self.hypers_written: dict[str, Any] = dict(traced.initial_states)
-        self.hypers_key: str | None = None  # the optimizer's hyper_key when they were last written
+        self.hypers_key: tuple | None = None  # (hyper_key, step_key) when they were last written
         # The random numbers' seed and step counter (ir/ops/random.py), for a program that draws
         # any: the host writes both into the RNG state leaf before each run (`draw_step`).
         self.rng_seed: int | None = None
         self.rng_step = 0
-        rng = {}
+        self.requested_seed = checked_seed(seed)
         if RNG_STATE in self.compiled.leaf_types:
-            self.rng_seed = nn.next_program_seed() if seed is None else checked_seed(seed)
-            rng[RNG_STATE] = rng_state(self.rng_seed, 0)
+            self.program_seed()
         self.trace_path = os.environ.get("MEGANEURA_TRACE")
+        # The optimizer's and the gate's states on the device by name, which every plan binds.
+        self.shared_states: dict[str, Any] = {}
         if _EXPLAIN:
             _EXPLAIN[-1].append(self)
             self.executable = None
-            return
-        self.executable = runtime.Executable(
-            self.compiled,
-            runtime.default_device(),
-            traced.parameters,
-            {**traced.initial_states, **traced.step_states, **rng},
+        else:
+            self.executable = self.new_executable(compilation)
+        self.plans = ShapePlans(compilation, self.executable, self.new_executable, dynamic, max_shapes)
+        self.last_plan = self.plans.declared  # the plan of the last step run (gradients() reads it)
+
+    def new_executable(self, compilation: Compilation):
+        """The executable of one of this program's plans on the device: the model's parameters and
+        buffers shared with every program of it, the optimizer's and gate's states with this
+        program's other plans."""
+        from meganeura import runtime
+
+        traced = compilation.traced
+        states = {**traced.initial_states, **traced.step_states}
+        if RNG_STATE in compilation.compiled.leaf_types:
+            states[RNG_STATE] = rng_state(self.program_seed(), self.rng_step)
+        return runtime.Executable(
+            compilation.compiled, runtime.default_device(), traced.parameters, states, shared_states=self.shared_states
         )
+
+    def program_seed(self) -> int:
+        """The seed of this program's random numbers, chosen when a plan first draws any
+        (compile(seed=...), else the next of mn.manual_seed's program seeds)."""
+        if self.rng_seed is None:
+            self.rng_seed = nn.next_program_seed() if self.requested_seed is None else self.requested_seed
+        return self.rng_seed
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether inputs of new shapes compile a plan for them (compile(dynamic=...))."""
+        return self.plans.dynamic
 
     def run(self, values: dict[str, np.ndarray], read: tuple[str, ...]) -> dict[str, np.ndarray]:
         """One step on the device; with MEGANEURA_TRACE set, the first program to reach its
         TRACE_AFTER + 1-th step profiles it and writes the trace there (once per process)."""
-        executable = self.require_executable()
+        executable = self.executable_of(values)
         self.write_hypers(executable)
         self.draw_step(executable)
         self.runs += 1
@@ -475,16 +540,22 @@ class Program:
         return executable.run(values, read)
 
     def write_hypers(self, executable) -> None:
-        """Write the hyper-parameter vector of each parameter group whose values changed since the
-        last step into its leaf (a few bytes each; nothing is recompiled)."""
+        """Write the hyper-parameter vector of each parameter group whose values for this step
+        differ from the last step's into its leaf (a few bytes each; nothing is recompiled): the
+        optimizer's values and those torch derives from them and the step count in double
+        (Optimizer.hyper_fields), for update optimizer_steps + 1. Queued before the step's
+        submission, so a step stays one submission and reads nothing back."""
         optimizer = self.traced.optimizer
         if optimizer is None:
             return
-        key = optimizer.hyper_key()  # ~3 µs, against ~35 for checking and building the vectors
+        step = self.optimizer_steps + 1
+        # ~3 µs, against ~35 for checking and building the vectors
+        key = (optimizer.hyper_key(), optimizer.step_key(step))
         if key == self.hypers_key:
             return
+        checked = self.hypers_key is not None and key[0] == self.hypers_key[0]  # only the step moved
         written = self.hypers_written
-        for name, value in optimizer.hyper_values().items():
+        for name, value in optimizer.hyper_values(step, checked).items():
             if name in executable.states and not np.array_equal(written.get(name), value):
                 executable.write_state(name, value)
                 written[name] = value
@@ -494,7 +565,7 @@ class Program:
         """Write the RNG state of the run about to start — the seed and this run's step counter —
         into its leaf (16 bytes, with the step's other writes: no readback, one submission), and
         advance the counter, so that every run draws fresh numbers (ir/ops/random.py)."""
-        if self.rng_seed is None:
+        if self.rng_seed is None or RNG_STATE not in executable.states:
             return
         executable.write_state(RNG_STATE, rng_state(self.rng_seed, self.rng_step))
         self.rng_step += 1
@@ -509,7 +580,7 @@ class Program:
         >>> # print(program.profile(x=xb, y=yb))
         """
         values = self.check_inputs(arrays)
-        executable = self.require_executable()
+        executable = self.executable_of(values)
         step_ns = None
         for index in range(warmup):
             if index == warmup - 1 and executable.device.has_timestamps:
@@ -529,11 +600,18 @@ class Program:
             self.step_done(out)
         return dataclasses.replace(profile, step_ns=step_ns)
 
-    def require_executable(self):
-        """The GPU executable; in explain mode (none was built) stop the user's script instead."""
-        if self.executable is None:
+    def require_executable(self, plan=None):
+        """The GPU executable (the declared shapes' plan's, or `plan`'s: all bind the same state); in
+        explain mode (none was built) stop the user's script instead."""
+        executable = self.executable if plan is None else plan.executable
+        if executable is None:
             raise StopExplain()
-        return self.executable
+        return executable
+
+    def executable_of(self, values: dict[str, np.ndarray]):
+        """The executable of the plan for `values` (from check_inputs), now the last plan run."""
+        self.last_plan = self.plans.of(values)
+        return self.require_executable(self.last_plan)
 
     def train_step(self, **arrays: np.ndarray) -> float:
         """Run forward, backward and the optimizer update once; return the loss.
@@ -554,6 +632,8 @@ class Program:
             self.refuse_nonfinite(out[gate.NONFINITE], loss)
         self.steps += 1
         self.micro_step = (self.micro_step + 1) % self.accumulate
+        if self.micro_step == 0:  # this step applied the update
+            self.optimizer_steps += 1
         if "grad_norm" in out and self.micro_step == 0:  # the norm that clipping used: of the accumulated sum
             self.last_grad_norm = float(out["grad_norm"].reshape(()))
         return loss
@@ -573,7 +653,8 @@ class Program:
         return results[0] if len(results) == 1 else results
 
     def check_inputs(self, arrays: dict[str, Any]) -> dict[str, np.ndarray]:
-        """Every declared input, with the declared shape and dtype; anything else is an error."""
+        """Every declared input, with the declared dtype and rank and the shapes of a plan (compiled
+        now for new shapes, when dynamic); anything else is an error."""
         missing = [name for name in self.inputs if name not in arrays]
         unknown = [name for name in arrays if name not in self.inputs]
         if missing or unknown:
@@ -581,11 +662,12 @@ class Program:
                 f"inputs do not match compile(inputs=...): missing {missing}, unknown {unknown}; "
                 f"expected {{{', '.join(f'{k}: {v}' for k, v in self.inputs.items())}}}"
             )
+        plan = self.plans.plan_for(arrays).compilation
         checked = {}
-        for name, spec in self.inputs.items():
+        for name, spec in plan.inputs.items():
             checked[name] = coerce_input(name, arrays[name], spec)
-            if name in self.traced.label_bounds:
-                bound, what = self.traced.label_bounds[name]
+            if name in plan.traced.label_bounds:
+                bound, what = plan.traced.label_bounds[name]
                 values = checked[name]
                 if values.size and (values.min() < 0 or values.max() >= bound):
                     raise ValueError(
@@ -595,14 +677,19 @@ class Program:
         return checked
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the model's current parameters and buffers by PyTorch-style name."""
-        return {name: p.numpy() for name, p in self.traced.parameters.items()}
+        """Copies of the model's current parameters and buffers by PyTorch-style name, as the
+        model's state_dict() names them (a tied parameter under each of its names, one array)."""
+        values: dict[int, np.ndarray] = {}
+        for p in self.traced.state_names.values():
+            if id(p) not in values:
+                values[id(p)] = p.numpy()
+        return {name: values[id(p)] for name, p in self.traced.state_names.items()}
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Replace the parameters and buffers, as `nn.Module.load_state_dict` (numpy arrays or torch
         tensors; every mismatch reported at once, nothing written unless everything fits; with
-        `strict=False` the names skipped are returned)."""
-        return load_state(self.traced.parameters, state, strict)
+        `strict=False` the names skipped are returned; a tied parameter takes either name or both)."""
+        return load_state(self.traced.state_names, state, strict)
 
     def gradients(self) -> dict[str, np.ndarray]:
         """The gradient of the loss with respect to each trainable parameter in the last
@@ -617,7 +704,7 @@ class Program:
         names = [name for name in self.graph.outputs if name.startswith(GRAD_PREFIX)]
         if not names:
             raise RuntimeError("this program does not keep its gradients: compile it with keep_gradients=True")
-        executable = self.require_executable()
+        executable = self.require_executable(self.last_plan)
         if self.runs == 0:
             raise RuntimeError("gradients() reads the last step's gradients, and no step has run yet")
         gradients = {}
@@ -656,8 +743,13 @@ class Program:
         checkpoint.load_optimizer_state(self, state)
 
     def report(self) -> StepReport:
-        """The rewrites the e-graph chose, costs, e-graph figures and the kernels with their source lines."""
-        return StepReport(self.rewrite_report, self.graph, self.fused_graph, compiled=self.compiled)
+        """The rewrites the e-graph chose, costs, e-graph figures and the kernels with their source lines,
+        of the declared shapes' plan; the input shapes compiled (`shapes`)."""
+        plans = self.plans
+        shapes, limit = plans.shapes(), plans.max_shapes if plans.dynamic else None
+        return StepReport(
+            self.rewrite_report, self.graph, self.fused_graph, compiled=self.compiled, shapes=shapes, max_shapes=limit
+        )
 
 
 def coerce_input(name: str, value: Any, spec: InputSpec) -> np.ndarray:
@@ -695,6 +787,8 @@ def compile(
     accumulate: int = 1,
     check_finite: bool = False,
     seed: int | None = None,
+    dynamic: bool = True,
+    max_shapes: int = MAX_SHAPES,
 ) -> Program:
     """Compile a training step (with `loss` and `optimizer`) or an inference program (without).
 
@@ -712,6 +806,11 @@ def compile(
     `seed` seeds the random numbers the step draws (mn.rand, F.dropout…: Philox4x32-10, a fresh
     stream every step, the same numbers for the same seed); None takes the next seed of
     `mn.manual_seed`'s sequence. The seed and the step counter are part of checkpoints.
+    `dynamic=True`: inputs of other shapes than `inputs` declares (same ranks and dtypes) compile a
+    plan for their shapes once, which shares the parameters and the optimizer state (a run that
+    alternates shapes trains as PyTorch does); at most `max_shapes` plans are kept, the least
+    recently used other one evicted with a warning (meganeura/shape_plans.py). `dynamic=False`
+    refuses inputs of other shapes.
     """
     from meganeura import runtime
 
@@ -723,9 +822,13 @@ def compile(
             "clip_grad_norm, keep_gradients, accumulate and check_finite act on a training step's gradients: "
             "pass loss= and optimizer= too"
         )
+    from meganeura.shape_plans import check_max_shapes
+
+    check_max_shapes(dynamic, max_shapes)  # before compiling
     target = GENERIC if _EXPLAIN else runtime.default_device().target
     checked_seed(seed)
-    return Program(compile_plan(model, loss, inputs, optimizer, rewrite, target, options), seed=seed)
+    compilation = compile_plan(model, loss, inputs, optimizer, rewrite, target, options)
+    return Program(compilation, dynamic, max_shapes, seed=seed)
 
 
 def checked_seed(seed: int | None) -> int | None:

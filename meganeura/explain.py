@@ -105,6 +105,10 @@ class StepReport:
     fused_graph: Graph  # after the e-graph
     kernels: list[KernelRow] = field(default_factory=list)
     compiled: Any = None  # meganeura.codegen.compiled.CompiledStep, when the report has it
+    # The input shapes a program has compiled plans for (the declared ones first: this report's),
+    # and how many it keeps at most (None: a program that takes only its declared shapes).
+    shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
+    max_shapes: int | None = None
 
     def __post_init__(self) -> None:
         if not self.kernels:
@@ -121,8 +125,18 @@ class StepReport:
         """The step's dispatches, the optimizer's counted apart (None without the compiled step)."""
         return step_dispatches(self.compiled) if self.compiled is not None else None
 
+    def shapes_line(self) -> str:
+        """The input shapes compiled, in one line ("" without them)."""
+        if not self.shapes:
+            return ""
+        kept = f"at most {self.max_shapes}" if self.max_shapes is not None else "dynamic=False"
+        listed = "; ".join(", ".join(f"{name}: {list(shape)}" for name, shape in s.items()) for s in self.shapes)
+        return f"input shapes compiled ({len(self.shapes)}, {kept}; this report is of the first): {listed}"
+
     def __str__(self) -> str:
         lines = [str(self.rewrite), ""]
+        if self.shapes:
+            lines += [self.shapes_line(), ""]
         if self.compiled is not None:
             lines += [f"Dispatches: {self.step_dispatches}", ""]
         lines.append(f"Kernels ({len(self.kernels)})")
@@ -179,6 +193,8 @@ class StepReport:
             ],
             "graph": str(self.graph),
             "fused_graph": str(self.fused_graph),
+            "shapes": [{name: list(shape) for name, shape in s.items()} for s in self.shapes],
+            "max_shapes": self.max_shapes,
         }
 
     def to_dot(self) -> str:

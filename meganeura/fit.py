@@ -6,9 +6,10 @@ and checkpoints with resume.
                           resume=True)
 
 - `batches`: a sequence of input dicts (read again every epoch), or a function of the epoch
-  number returning an iterable of them (a shuffled loader). A batch whose arrays have another
-  leading size than the program was compiled for (a partial last batch) is skipped, with one
-  warning per fit: a compiled step has static shapes (compile one at that size to use it).
+  number returning an iterable of them (a shuffled loader). A batch of another size than the
+  program was compiled for (a partial last batch) is trained on, as PyTorch's DataLoader gives it
+  (drop_last=False): the program compiles a plan for its shapes once (meganeura/shape_plans.py).
+  A program compiled with dynamic=False cannot: it skips such a batch, with one warning per fit.
 - The bar is tqdm's (loss, steps/s); `progress=None` shows it when tqdm is installed,
   `progress=True` requires it (an ImportError saying how to get it), `False` hides it.
 - `callbacks`: functions called as `callback(event)` after every step with a `StepEvent`.
@@ -129,7 +130,10 @@ def epoch_batches(batches: Sequence | Callable[[int], Iterable], epoch: int) -> 
 
 
 def fits(program: Program, batch: dict[str, Any]) -> bool:
-    """Whether every array of `batch` has the leading size the program was compiled for."""
+    """Whether the program can train on `batch`: any size when dynamic, else the leading size it
+    was compiled for."""
+    if program.dynamic:
+        return True
     for name, spec in program.inputs.items():
         if name in batch and spec.shape and np.shape(batch[name])[:1] != spec.shape[:1]:
             return False
@@ -177,7 +181,8 @@ def fit(
                     if not warned:
                         warnings.warn(
                             "fit(): skipping a batch whose size differs from the compiled one (a partial "
-                            "last batch?); compile a program at that size to train on it",
+                            "last batch?): the program was compiled with dynamic=False; compile a program at "
+                            "that size to train on it, or compile with dynamic=True",
                             stacklevel=2,
                         )
                         warned = True

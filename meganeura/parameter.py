@@ -10,10 +10,18 @@ it copies the value in), `.detach()` and `.cpu()` (itself), `.numpy()` (a copy o
 value) and `np.asarray(p)`. An integer buffer (BatchNorm's num_batches_tracked) is float32 on
 the device, where the step counts in f32 (exact to 2^24), and its integer dtype at the state
 dict boundary (`numpy()`, `state_dtype`), as in PyTorch.
+
+`requires_grad` (PyTorch's flag: `p.requires_grad = False`, `p.requires_grad_(False)`) decides
+whether a training step compiled afterwards computes the parameter's gradient and updates it. A
+compiled step is fixed: changing the flag of a parameter that some compiled training step was
+built with the other value warns (`requires_grad_changed`); the change applies to the programs
+compiled after it.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterable
 from typing import Protocol
 
 import numpy as np
@@ -47,9 +55,28 @@ class Parameter(Tensor):
 
     state_dtype = np.dtype(np.float32)  # the dtype numpy() and state_dict() give
 
-    def __init__(self, data: np.ndarray) -> None:
+    def __init__(self, data: np.ndarray, requires_grad: bool = True) -> None:
         self._host = np.array(data, dtype=np.float32)
         self.storage: ParameterStorage | None = None
+        self._requires_grad = bool(requires_grad)
+        # The requires_grad values of the training steps compiled with this parameter (compiler.trace_step),
+        # and the values a change to was already warned about.
+        self.compiled_requires_grad: set[bool] = set()
+        self.warned_requires_grad: set[bool] = set()
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether training steps compiled from now on compute this parameter's gradient and update it."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        requires_grad_changed([self], value, stacklevel=2)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Parameter:
+        """Set `requires_grad` (torch.Tensor.requires_grad_); returns the parameter."""
+        requires_grad_changed([self], requires_grad, stacklevel=2)
+        return self
 
     # Tracing: resolve to this parameter's leaf in the active trace.
     @property
@@ -107,8 +134,9 @@ class Parameter(Tensor):
         """The parameter itself: `numpy()` reads its value back from wherever it lives."""
         return self
 
-    def copy_(self, value: np.ndarray) -> None:
-        """Overwrite the value; the shape must match."""
+    def copy_(self, value: np.ndarray) -> Parameter:
+        """Overwrite the value (on the device when a program owns it); the shape must match.
+        Returns the parameter, as torch's in-place methods do."""
         value = np.asarray(value, dtype=np.float32)
         if value.shape != self._host.shape:
             raise ValueError(f"parameter has shape {self._host.shape}, got {value.shape}")
@@ -116,6 +144,7 @@ class Parameter(Tensor):
             self.storage.write(value)
         else:
             self._host = value.copy()
+        return self
 
     def __repr__(self) -> str:
         return f"Parameter(shape={self._host.shape})"
@@ -135,10 +164,24 @@ class Buffer(Parameter):
     """
 
     def __init__(self, data: np.ndarray) -> None:
-        super().__init__(data)
+        super().__init__(data, requires_grad=False)
         given = np.asarray(data).dtype
         if given.kind in "iu":
             self.state_dtype = given
+
+    @property
+    def requires_grad(self) -> bool:
+        return False
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self.requires_grad_(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Buffer:
+        """A buffer is never trained: only requires_grad=False is accepted."""
+        if requires_grad:
+            raise ValueError("a Buffer is not trained (requires_grad=True): make it an nn.Parameter to train it")
+        return self
 
     def update(self, value: Tensor) -> None:
         """Replace this buffer by `value` at the end of the traced step; later reads in the same
@@ -149,3 +192,24 @@ class Buffer(Parameter):
 
     def __repr__(self) -> str:
         return f"Buffer(shape={self._host.shape})"
+
+
+def requires_grad_changed(params: Iterable[Parameter], requires_grad: bool, stacklevel: int = 1) -> None:
+    """Set `requires_grad` on every parameter of `params`; where a training step was already
+    compiled with the other value, warn once per value (that step keeps what it was compiled
+    with). `stacklevel` as warnings.warn's, counted from the caller."""
+    flag = bool(requires_grad)
+    stale = []
+    for param in params:
+        param._requires_grad = flag
+        if any(value != flag for value in param.compiled_requires_grad) and flag not in param.warned_requires_grad:
+            stale.append(param)
+    if stale:
+        warnings.warn(
+            f"requires_grad={flag} on {len(stale)} parameter{'s' if len(stale) > 1 else ''} of a compiled training "
+            "step: a compiled step is fixed and keeps training what it was compiled to train; compile the program "
+            "again for the change to take effect (it shares the weights)",
+            stacklevel=stacklevel + 1,
+        )
+        for param in stale:
+            param.warned_requires_grad.add(flag)

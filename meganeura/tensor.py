@@ -25,6 +25,7 @@ from meganeura.ir.functions import FUNCTIONS, Function
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import ShapeError, normalize_axes
 from meganeura.ir.trace import Tracer, active_tracer, user_source_line
+from meganeura.pytorch_names import missing_method
 
 
 class Tensor:
@@ -71,6 +72,14 @@ class Tensor:
     def __bool__(self):
         raise TypeError("a traced Tensor has no truth value: its value is only known when the step runs")
 
+    def __getattr__(self, name: str):
+        """Only for names the class lacks: a PyTorch Tensor method meganeura does not have raises
+        MissingName with what to use instead (meganeura/pytorch_names.py). Private and dunder names
+        (pickle's and copy's probes, a half-built object's own fields) raise a plain AttributeError."""
+        if name.startswith("_") or name in ("tracer", "node"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise missing_method(type(self), name)
+
     # -- operators ---------------------------------------------------------------------------
 
     def __add__(self, other):
@@ -105,6 +114,9 @@ class Tensor:
 
     def __pow__(self, exponent):
         return pow(self, exponent)
+
+    def __rpow__(self, base):
+        return pow(base, self)
 
     def __getitem__(self, key) -> Tensor:
         return getitem(self, key)
@@ -191,15 +203,22 @@ class Tensor:
         """The tensor itself: traced tensors are always laid out densely."""
         return self
 
-    def float(self) -> Tensor:
-        """The tensor as f32 (torch.Tensor.float): the identity on f32 (masks are f32 already);
-        i32 values cannot be cast yet."""
-        if self.dtype != "f32":
-            raise ShapeError(f"{user_source_line()}: float(): casting {self.type} to f32 is not supported")
-        return self
-
     def pow(self, exponent) -> Tensor:
         return pow(self, exponent)
+
+    # -- elementwise functions written out below (the plain ones come from ir/functions.py) ----
+
+    def square(self) -> Tensor:
+        return square(self)
+
+    def reciprocal(self) -> Tensor:
+        return reciprocal(self)
+
+    def sign(self) -> Tensor:
+        return sign(self)
+
+    def round(self, decimals: int = 0) -> Tensor:
+        return round(self, decimals=decimals)
 
 
 def comparable(value: Any) -> bool:
@@ -233,6 +252,8 @@ def apply(op: str, *operands: Any, **attrs: Any) -> Tensor:
     for t in tensors:
         if t.tracer is not tracer:
             raise ValueError(f"{op}: operand comes from another trace (a Tensor kept from an earlier compile?)")
+    if op in FUNCTIONS and any(t.dtype == "i32" for t in tensors):
+        tensors = integer_operands(op, tensors)  # comparisons of indices; see the selection section
     return Tensor(tracer, tracer.emit(op, [t.node for t in tensors], **attrs))
 
 
@@ -426,6 +447,8 @@ def getitem(x, key) -> Tensor:
     then a reshape when dims are dropped or added."""
     x = lift(x)
     key = key if isinstance(key, tuple) else (key,)
+    if any(is_index_array(k) for k in key):
+        return advanced_getitem(x, key)  # integer tensors among the key (the selection section)
     if any(k is Ellipsis for k in key):
         if [k is Ellipsis for k in key].count(True) > 1:
             raise IndexError(f"{user_source_line()}: an index can only have a single ellipsis ('...')")
@@ -560,11 +583,18 @@ def matmul(a, b) -> Tensor:
     return apply("matmul", a, b)
 
 
-def pow(x, exponent) -> Tensor:
-    """x ** exponent for the exponents a model uses: 1, 2 and 3 as products (x·x for 2),
-    0.5 as sqrt, −0.5 as rsqrt, −1 as 1/x."""
-    x = lift(x)
+def pow(input, exponent) -> Tensor:
+    """input ** exponent, elementwise, as torch.pow, values and gradients. A number exponent:
+    1 is input itself, 2 and 3 products, 0.5 sqrt and −1 a reciprocal (PyTorch's own shortcuts,
+    and their gradients are PyTorch's), any other number `pow_scalar` (torch.pow(Tensor, number):
+    −0.5, −2 and 0 by its shortcuts too, e.g. x ** 0 = 1 where x is NaN). A tensor exponent or a
+    number base (`2 ** x`): C's pow, NaN for a negative base and a non-integer exponent."""
+    if not isinstance(input, Tensor) and not isinstance(exponent, Tensor):
+        raise TypeError(
+            f"{user_source_line()}: pow: expected a Tensor base or exponent, got {input!r} and {exponent!r}"
+        )
     if is_number(exponent):
+        x = lift(input)
         e = float(exponent)
         if e == 1.0:
             return x
@@ -574,20 +604,17 @@ def pow(x, exponent) -> Tensor:
             return x * x * x
         if e == 0.5:
             return apply("sqrt", x)
-        if e == -0.5:
-            return apply("rsqrt", x)
         if e == -1.0:
             return 1.0 / x
-    raise NotImplementedError(
-        f"{user_source_line()}: pow: exponent {exponent!r} is not supported (1, 2, 3, 0.5, -0.5 or -1)"
-    )
+        return apply("pow_scalar", x, e)
+    return apply("pow", input, exponent)
 
 
 # ---------------------------------------------------------------------------------------------
 # Random tensors (ir/ops/random.py: Philox4x32-10, a fresh stream every step)
 
 
-def size_argument(size: tuple, name: str) -> tuple[int, ...]:
+def size_argument(size: tuple, name: str = "size") -> tuple[int, ...]:
     """`f(2, 3)`, `f((2, 3))` and `f([2, 3])` alike, as torch.rand takes them; sizes ≥ 0."""
     shape = dims_argument(size)
     if any(not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0 for d in shape):
@@ -651,3 +678,695 @@ def bernoulli(input, p: float | None = None, *, generator=None) -> Tensor:
             raise ValueError(f"{user_source_line()}: bernoulli: p must be a number in [0, 1], got {p!r}")
         return apply("less", random_tensor(input.shape, normal=False), float(p))
     return apply("less", random_tensor(input.shape, normal=False), input)
+
+
+# dtypes, constants, selection and integer indexing (ir/ops/select.py, ir/ops/constants.py)
+#
+# Two dtypes: f32, and i32, which stands for torch's int64 and int32 alike (indices, labels).
+# A dtype is written as a model writes it: mn.float32, mn.long… (meganeura/__init__.py), their
+# names as text, numpy's, or Python's float and int. Values known when the model is traced
+# (arange, tensor, eye…) are constant leaves, uploaded once; f32 fills are a scalar constant
+# broadcast, which the e-graph folds into the literal of the kernel that reads it.
+
+F32_NAMES = ("f32", "float32", "float")
+I32_NAMES = ("i32", "int32", "int64", "long", "int")
+COMPARISONS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
+
+
+def dtype_name(dtype: Any) -> str:
+    """'f32' or 'i32' for a dtype as a model writes it (mn.float32, mn.long, 'int64', np.int64,
+    float, int…); a ShapeError naming the user's line for one meganeura has no tensors of."""
+    if dtype is float:
+        return "f32"
+    if dtype is int:
+        return "i32"
+    spec = getattr(dtype, "dtype", None)  # mn.f32 and its aliases (compiler.DTypeSpec) hold their name
+    name = spec if isinstance(spec, str) else dtype
+    if isinstance(name, str) and name in F32_NAMES + I32_NAMES:
+        return "f32" if name in F32_NAMES else "i32"
+    try:
+        kind = np.dtype(name).kind
+    except TypeError:
+        kind = ""
+    if kind and kind in "iu":
+        return "i32"
+    if kind == "f" and np.dtype(name).itemsize <= 4:
+        return "f32"
+    raise ShapeError(
+        f"{user_source_line()}: dtype {dtype!r} is not supported: meganeura has f32 (mn.float32) and i32 "
+        "(mn.long, mn.int32: integers); comparisons give f32 masks"
+    )
+
+
+def to_dtype(x, dtype) -> Tensor:
+    """`x` as `dtype`: itself where it is already, else a `cast` (f32 → i32 truncates toward zero)."""
+    x = lift(x)
+    target = dtype_name(dtype)
+    return x if x.dtype == target else apply("cast", x, dtype=target)
+
+
+def integer_operands(op: str, tensors: list[Tensor]) -> list[Tensor]:
+    """The operands of a comparison with i32 ones cast to f32 (exact for |values| < 2^24), so that
+    `idx == 3` is a mask as for floats; other elementwise functions refuse i32 operands."""
+    if op not in COMPARISONS:
+        raise ShapeError(
+            f"{user_source_line()}: {op}: arithmetic on i32 tensors is not supported; use .float() (exact below "
+            "2^24) and .long() back"
+        )
+    return [apply("cast", t, dtype="f32") if t.dtype == "i32" else t for t in tensors]
+
+
+# -- constants -------------------------------------------------------------------------------
+
+
+def constant_tensor(values: np.ndarray, dtype: str) -> Tensor:
+    """A constant leaf holding `values` (ir/ops/constants.py)."""
+    from meganeura.ir.ops.constants import encode_data
+
+    tracer = active_tracer()
+    values = np.asarray(values)
+    data = encode_data(values, dtype)
+    try:
+        node = tracer.emit("constant", [], data=data, shape=values.shape, dtype=dtype)
+    except ShapeError as error:
+        raise ShapeError(str(error).replace("constant:", "tensor:", 1)) from None
+    return Tensor(tracer, node)
+
+
+def check_not_requiring_grad(what: str, requires_grad: bool) -> None:
+    if requires_grad:
+        raise NotImplementedError(
+            f"{user_source_line()}: {what}(requires_grad=True): a constant made in forward() is not trained; "
+            "make it an nn.Parameter of the module"
+        )
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """torch.arange: start, start + step, … below end (above it for a negative step), as a
+    constant. i32 (torch's int64) when every argument is an int, else f32; f32 values are
+    start + i·step computed in float64, rounded once (torch's CPU kernel may differ by an ulp).
+    `device` is accepted and has no effect: the step runs on the adapter compile() chose."""
+    check_not_requiring_grad("arange", requires_grad)
+    if end is None:
+        start, end = 0, start
+    bounds = (start, end, step)
+    if not all(is_number(v) for v in bounds):
+        raise TypeError(f"{user_source_line()}: arange takes Python numbers, got {bounds}")
+    integral = all(isinstance(v, (int, np.integer)) for v in bounds)
+    target = dtype_name(dtype) if dtype is not None else ("i32" if integral else "f32")
+    if step == 0:
+        raise ValueError(f"{user_source_line()}: arange: step must be nonzero")
+    if target == "i32" and not all(float(v).is_integer() for v in bounds):
+        raise ValueError(f"{user_source_line()}: arange: an integer range needs integer bounds and step, got {bounds}")
+    size = math.ceil((float(end) - float(start)) / float(step))
+    if size < 0:
+        raise ValueError(f"{user_source_line()}: arange: the step {step} goes away from the end ({start} to {end})")
+    tracer = active_tracer()
+    node = tracer.emit("arange", [], start=float(start), step=float(step), size=size, dtype=target)
+    return Tensor(tracer, node)
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """torch.full: `size` filled with `fill_value`, i32 for an int fill, f32 for a float one (and
+    for a bool: masks are f32 here). `device` has no effect (see arange)."""
+    check_not_requiring_grad("full", requires_grad)
+    shape = size_argument((size,))
+    if not (is_number(fill_value) or isinstance(fill_value, (bool, np.bool_))):
+        raise TypeError(f"{user_source_line()}: full: fill_value must be a number, got {fill_value!r}")
+    integral = isinstance(fill_value, (int, np.integer)) and not isinstance(fill_value, (bool, np.bool_))
+    target = dtype_name(dtype) if dtype is not None else ("i32" if integral else "f32")
+    if target == "f32":
+        return broadcast_to(lift(float(fill_value)), shape)
+    if not float(fill_value).is_integer():
+        raise ValueError(f"{user_source_line()}: full: an i32 tensor cannot hold {fill_value!r}")
+    tracer = active_tracer()
+    fill = tracer.emit("arange", [], start=float(fill_value), step=0.0, size=math.prod(shape), dtype="i32")
+    return reshape(Tensor(tracer, fill), shape)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """torch.zeros: f32 zeros of `size` (`dtype` may ask for i32). `device` has no effect (see arange)."""
+    return full(size_argument(size), 0.0, dtype=dtype, requires_grad=requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """torch.ones: f32 ones of `size` (`dtype` may ask for i32). `device` has no effect (see arange)."""
+    return full(size_argument(size), 1.0, dtype=dtype, requires_grad=requires_grad)
+
+
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """torch.full_like: input's shape filled with `fill_value`, in input's dtype unless `dtype` is given."""
+    x = lift(input)
+    return full(x.shape, fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def zeros_like(input, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """torch.zeros_like: zeros of input's shape and dtype (or `dtype`)."""
+    return full_like(input, 0, dtype=dtype, requires_grad=requires_grad)
+
+
+def ones_like(input, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """torch.ones_like: ones of input's shape and dtype (or `dtype`)."""
+    return full_like(input, 1, dtype=dtype, requires_grad=requires_grad)
+
+
+def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """torch.tensor: a constant of `data` (numbers, nested lists, a numpy array) captured when the
+    model is traced: not a parameter, not in state_dict, uploaded once. i32 for integers, f32 for
+    floats (float64 values are rounded) and for bools (masks are f32 here); at most 65,536
+    elements (larger arrays: a module buffer, or an input). A Tensor is returned as it is (cast to `dtype`)."""
+    check_not_requiring_grad("tensor", requires_grad)
+    if isinstance(data, Tensor):
+        return to_dtype(data, dtype) if dtype is not None else data
+    array = np.asarray(data)
+    if array.dtype.kind == "b":
+        array = array.astype(np.float32)
+    if array.dtype.kind not in "iuf":
+        raise TypeError(f"{user_source_line()}: tensor: expected numbers, got an array of {array.dtype}")
+    target = dtype_name(dtype) if dtype is not None else ("f32" if array.dtype.kind == "f" else "i32")
+    if target == "i32":
+        if array.dtype.kind == "f":
+            array = np.trunc(array)
+        if array.size and (array.min() < -(2**31) or array.max() >= 2**31):
+            raise ValueError(f"{user_source_line()}: tensor: values outside i32's range")
+    if array.ndim == 0 and target == "f32":
+        return lift(float(array))  # a scalar constant: the e-graph folds it into a literal
+    return constant_tensor(array, target)
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    """torch.as_tensor: a Tensor as it is (cast to `dtype`), anything else as `tensor(data)`."""
+    return tensor(data, dtype=dtype)
+
+
+def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """torch.eye: [n, m] (m = n by default) with ones on the diagonal, f32 unless `dtype` says i32."""
+    check_not_requiring_grad("eye", requires_grad)
+    m = n if m is None else m
+    mask = unsqueeze(arange(n, dtype="f32"), 1) == arange(m, dtype="f32")
+    return to_dtype(mask, dtype or "f32")
+
+
+def triangle(input, diagonal: int, lower: bool) -> Tensor:
+    x = lift(input)
+    name = "tril" if lower else "triu"
+    if x.ndim < 2 or x.dtype != "f32":
+        raise ShapeError(f"{user_source_line()}: {name} needs an f32 tensor of at least 2 dims, got {x.type}")
+    rows, cols = x.shape[-2:]
+    above = arange(cols, dtype="f32") - unsqueeze(arange(rows, dtype="f32"), 1)  # j − i
+    keep = above <= int(diagonal) if lower else above >= int(diagonal)
+    return where(keep, x, 0.0)
+
+
+def tril(input, diagonal: int = 0) -> Tensor:
+    """torch.tril: the elements on and below the `diagonal`-th diagonal of the last two dims, 0 above."""
+    return triangle(input, diagonal, lower=True)
+
+
+def triu(input, diagonal: int = 0) -> Tensor:
+    """torch.triu: the elements on and above the `diagonal`-th diagonal of the last two dims, 0 below."""
+    return triangle(input, diagonal, lower=False)
+
+
+# -- flips, rolls, scans ---------------------------------------------------------------------
+
+
+def dims_of(x: Tensor, dims, op: str) -> tuple[int, ...]:
+    """`dims` (an int or a sequence) as sorted dims of x, each once."""
+    return reduction_axes(x, (dims,) if isinstance(dims, (int, np.integer)) else tuple(dims), op)
+
+
+def flip(input, dims) -> Tensor:
+    """torch.flip: the elements in reverse order along each of `dims`."""
+    x = lift(input)
+    axes = tuple(a for a in dims_of(x, dims, "flip") if x.shape[a] > 1)
+    return apply("flip", x, axes=axes) if axes else x
+
+
+def fliplr(input) -> Tensor:
+    """torch.fliplr: flip along dim 1."""
+    return flip(input, (1,))
+
+
+def flipud(input) -> Tensor:
+    """torch.flipud: flip along dim 0."""
+    return flip(input, (0,))
+
+
+def roll(input, shifts, dims=None) -> Tensor:
+    """torch.roll: the elements moved `shifts` places along `dims` (those that pass the end come
+    back at the start); with dims None, along the flattened tensor. Slices joined by `cat`."""
+    x = lift(input)
+    if dims is None:
+        if not isinstance(shifts, (int, np.integer)):
+            raise ShapeError(f"{user_source_line()}: roll: without dims, shifts must be one int, got {shifts!r}")
+        return reshape(roll(reshape(x, (-1,)), int(shifts), 0), x.shape)
+    shifts = (shifts,) if isinstance(shifts, (int, np.integer)) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, (int, np.integer)) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise ShapeError(f"{user_source_line()}: roll: {len(shifts)} shifts for {len(dims)} dims")
+    for shift, dim in zip(shifts, dims, strict=True):
+        (axis,) = reduction_axes(x, int(dim), "roll")
+        size = x.shape[axis]
+        cut = size - int(shift) % size if size else 0
+        if cut in (0, size):
+            continue
+        head = (slice(None),) * axis
+        x = cat([getitem(x, (*head, slice(cut, None))), getitem(x, (*head, slice(None, cut)))], axis)
+    return x
+
+
+def scan(op: str, input, dim: int, dtype) -> Tensor:
+    x = lift(input) if dtype is None else to_dtype(input, dtype)
+    if x.ndim == 0:
+        return x
+    (axis,) = reduction_axes(x, int(dim), op)
+    return apply(op, x, axis=axis)
+
+
+def cumsum(input, dim: int, *, dtype=None) -> Tensor:
+    """torch.cumsum: running sums along `dim` (in the element type, in order; torch's CPU kernel
+    accumulates f32 in f64). The gradient is the running sum of the gradient from the end."""
+    return scan("cumsum", input, dim, dtype)
+
+
+def cumprod(input, dim: int, *, dtype=None) -> Tensor:
+    """torch.cumprod: running products along `dim`; the gradient is exact where the input has zeros."""
+    return scan("cumprod", input, dim, dtype)
+
+
+# -- indexing with integer tensors -----------------------------------------------------------
+
+
+def index_tensor(key, op: str = "index") -> Tensor:
+    """An index as an i32 Tensor: an i32 Tensor, or a list or array of ints (a constant)."""
+    if isinstance(key, Tensor):
+        if key.dtype != "i32":
+            raise TypeError(
+                f"{user_source_line()}: unsupported index: {op} with an f32 tensor (a mask?): indexing by a boolean "
+                "mask has a shape known only when the step runs; keep the shape with mn.where(mask, x, other) or "
+                "x.masked_fill(mask, value), or index with integer (i32) tensors"
+            )
+        return key
+    array = np.asarray(key)
+    if array.dtype.kind == "b":
+        return index_tensor(tensor(array), op)  # refused above, with the same advice
+    if array.size and array.dtype.kind not in "iu":
+        raise TypeError(f"{user_source_line()}: unsupported index {key!r}: {op} takes integers")
+    return tensor(array.astype(np.int64), dtype="i32")
+
+
+def is_index_array(key) -> bool:
+    return isinstance(key, (Tensor, list, np.ndarray))
+
+
+def index_dims(x: Tensor, indices: dict[int, Tensor]) -> Tensor:
+    """x indexed along the dims of `indices` by i32 tensors (broadcast together; negative values
+    from the end; outside the dim: NaN), the rest of x's dims kept: torch's advanced indexing. The
+    index dims take the place of the indexed ones when those are adjacent, else come first."""
+    if x.dtype == "i32":  # the lookup (an embedding's `gather`) reads f32 tables
+        return to_dtype(index_dims(to_dtype(x, "f32"), indices), "i32")
+    dims = sorted(indices)
+    sizes = tuple(x.shape[d] for d in dims)
+    if 0 in sizes:
+        raise IndexError(f"{user_source_line()}: cannot index an empty dim of {x.type}")
+    flat = apply("flat_index", *(indices[d] for d in dims), sizes=sizes)
+    rest = [d for d in range(x.ndim) if d not in indices]
+    rest_shape = tuple(x.shape[d] for d in rest)
+    rows = reshape(permute(x, (*dims, *rest)), (math.prod(sizes), math.prod(rest_shape)))
+    out = reshape(apply("gather", rows, flat), flat.shape + rest_shape)
+    first = dims[0]
+    if dims == list(range(first, first + len(dims))) and first > 0:
+        count = flat.ndim
+        out = permute(out, (*range(count, count + first), *range(count), *range(count + first, out.ndim)))
+    return out
+
+
+def advanced_getitem(x: Tensor, key: tuple) -> Tensor:
+    """x[key] with integer tensors (or lists of ints) among the key, as torch: the ints, slices,
+    None and `...` first, then the tensors index their dims together (`index_dims`)."""
+    if [k is Ellipsis for k in key].count(True) > 1:
+        raise IndexError(f"{user_source_line()}: an index can only have a single ellipsis ('...')")
+    if Ellipsis in [k for k in key if not is_index_array(k)]:
+        at = next(i for i, k in enumerate(key) if k is Ellipsis)
+        used = len([k for k in key if k is not None and k is not Ellipsis])
+        key = key[:at] + (slice(None),) * max(x.ndim - used, 0) + key[at + 1 :]
+    indices, basic, position = {}, [], 0
+    for k in key:
+        if is_index_array(k):
+            indices[position] = index_tensor(k)
+            basic.append(slice(None))
+        else:
+            basic.append(k)
+        if k is None or isinstance(k, slice) or is_index_array(k):
+            position += 1
+    return index_dims(getitem(x, tuple(basic)), indices)
+
+
+def index_select(input, dim: int, index) -> Tensor:
+    """torch.index_select: the entries of `dim` at the i32 vector `index` (negative ones count from the end)."""
+    x = lift(input)
+    index = index_tensor(index, "index_select")
+    if index.ndim > 1:
+        raise ShapeError(f"{user_source_line()}: index_select: expected a 1-D index, got {index.type}")
+    (axis,) = reduction_axes(x, int(dim), "index_select")
+    return index_dims(x, {axis: index})
+
+
+def take(input, index) -> Tensor:
+    """torch.take: the elements of the flattened input at i32 `index`, in index's shape."""
+    return index_dims(reshape(lift(input), (-1,)), {0: index_tensor(index, "take")})
+
+
+def gather(input, dim: int, index, *, sparse_grad: bool = False) -> Tensor:
+    """torch.gather: out[p] = input[p with p[dim] = index[p]], index i32 of input's rank and no
+    larger outside `dim` (NaN where an index is outside the dim: torch raises). The gradient is
+    summed back to the gathered places (deterministically, without atomics)."""
+    if sparse_grad:
+        raise NotImplementedError(f"{user_source_line()}: gather(sparse_grad=True): gradients are dense here")
+    x, index = lift(input), index_tensor(index, "gather")
+    (axis,) = reduction_axes(x, int(dim), "gather")
+    return apply("gather_axis", x, index, axis=axis)
+
+
+def scatter_add(input, dim: int, index, src) -> Tensor:
+    """torch.scatter_add: input plus each src[q] (q over index's positions) added at q with
+    q[dim] = index[q], in order (an index outside the dim adds nothing: torch raises)."""
+    x, index, src = lift(input), index_tensor(index, "scatter_add"), lift(src)
+    (axis,) = reduction_axes(x, int(dim), "scatter_add")
+    return x + apply("scatter_axis_add", src, index, axis=axis, shape=x.shape)
+
+
+def scatter(input, dim: int, index, src=None, *, value=None, reduce=None) -> Tensor:
+    """torch.scatter: input with src[q] (or the number `value`) written at q with q[dim] = index[q].
+    Where index repeats a place, torch leaves which src value lands unspecified; here they add up
+    (a `value` lands as it is)."""
+    if reduce is not None:
+        raise NotImplementedError(f"{user_source_line()}: scatter(reduce={reduce!r}): use scatter_add")
+    if is_number(src):  # torch's scatter(dim, index, value) overload
+        src, value = None, src
+    if (src is None) == (value is None):
+        raise TypeError(f"{user_source_line()}: scatter takes one of src and value")
+    x, index = lift(input), index_tensor(index, "scatter")
+    (axis,) = reduction_axes(x, int(dim), "scatter")
+    hits = apply("scatter_axis_add", broadcast_to(lift(1.0), index.shape), index, axis=axis, shape=x.shape)
+    placed = float(value) if src is None else apply("scatter_axis_add", lift(src), index, axis=axis, shape=x.shape)
+    return where(hits, placed, x)
+
+
+def one_hot(tensor, num_classes: int = -1) -> Tensor:
+    """torch.nn.functional.one_hot: i32 [..., num_classes], 1 at each class index (a row of 0
+    for an index outside [0, num_classes): torch raises). num_classes must be given: the
+    largest index is known only when the step runs."""
+    labels = lift(tensor)
+    if labels.dtype != "i32":
+        raise ShapeError(f"{user_source_line()}: one_hot: expected i32 class indices, got {labels.type}")
+    if num_classes is None or int(num_classes) < 0:
+        raise ValueError(
+            f"{user_source_line()}: one_hot: give num_classes (num_classes=-1 takes the largest index + 1, which is "
+            "known only when the step runs)"
+        )
+    classes = arange(int(num_classes), dtype="f32")
+    return to_dtype(unsqueeze(labels, -1) == classes, "i32")
+
+
+# -- selections with indices -----------------------------------------------------------------
+
+
+def is_device(value: Any) -> bool:
+    """Whether `value` names a device: a string that is no dtype's name ("cuda:0"), or a torch.device."""
+    if isinstance(value, str):
+        return value not in F32_NAMES + I32_NAMES
+    return isinstance(getattr(value, "type", None), str) and hasattr(value, "index")
+
+
+class ValuesIndices(tuple):
+    """(values, indices), as torch's return types of max(dim), min(dim), topk and sort."""
+
+    __slots__ = ()
+
+    def __new__(cls, values: Tensor, indices: Tensor):
+        return super().__new__(cls, (values, indices))
+
+    @property
+    def values(self) -> Tensor:
+        return self[0]
+
+    @property
+    def indices(self) -> Tensor:
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"ValuesIndices(values={self[0]!r}, indices={self[1]!r})"
+
+
+def float_values(x: Tensor) -> Tensor:
+    return to_dtype(x, "f32")  # i32 values compare as f32: exact below 2^24
+
+
+def extreme_along(input, dim, keepdim: bool, largest: bool) -> ValuesIndices:
+    x = float_values(lift(input))
+    if x.ndim == 0:
+        x = reshape(x, (1,))
+        values, indices = apply_results("arg_reduce", x, axis=0, keepdim=False, largest=largest)
+        return ValuesIndices(values, indices)
+    (axis,) = reduction_axes(x, int(dim), "max" if largest else "min")
+    return ValuesIndices(*apply_results("arg_reduce", x, axis=axis, keepdim=bool(keepdim), largest=largest))
+
+
+def argextreme(input, dim, keepdim: bool, largest: bool) -> Tensor:
+    x = lift(input)
+    if dim is None:
+        index = extreme_along(reshape(x, (-1,)), 0, False, largest).indices
+        return reshape(index, (1,) * x.ndim) if keepdim else index
+    return extreme_along(x, dim, keepdim, largest).indices
+
+
+def argmax(input, dim=None, keepdim: bool = False) -> Tensor:
+    """torch.argmax: the i32 index of the maximum along `dim` (of the flattened tensor when dim is
+    None): the first of ties, and NaN counts as the maximum."""
+    return argextreme(input, dim, keepdim, largest=True)
+
+
+def argmin(input, dim=None, keepdim: bool = False) -> Tensor:
+    """torch.argmin: the i32 index of the minimum along `dim` (flattened when None): the first of
+    ties, and NaN counts as the minimum."""
+    return argextreme(input, dim, keepdim, largest=False)
+
+
+def amin(x, dim=None, keepdim: bool = False) -> Tensor:
+    """The minimum over `dim` (torch.amin); the gradient is split evenly between ties."""
+    return -amax(-lift(x), dim, keepdim)
+
+
+def elementwise_extreme(op: str, input, other) -> Tensor:
+    from meganeura.ir.op import OPS
+
+    if op not in OPS:
+        raise NotImplementedError(f"{user_source_line()}: the elementwise {op} of two tensors is not here yet")
+    return apply(op, input, other)
+
+
+def tensor_max(input, dim=None, keepdim: bool = False):
+    """torch.max: with no dim the maximum of all elements (the gradient split between ties, as
+    amax); with a dim, (values, indices) along it (first of ties, NaN counts as the maximum; the
+    gradient goes to that index alone); with a tensor, the elementwise maximum."""
+    if isinstance(dim, Tensor):
+        return elementwise_extreme("maximum", input, dim)
+    if dim is None:
+        return amax(input)
+    return extreme_along(input, dim, keepdim, largest=True)
+
+
+def tensor_min(input, dim=None, keepdim: bool = False):
+    """torch.min: the minimum of all elements, (values, indices) along a dim, or the elementwise
+    minimum with a tensor (see tensor_max)."""
+    if isinstance(dim, Tensor):
+        return elementwise_extreme("minimum", input, dim)
+    if dim is None:
+        return amin(input)
+    return extreme_along(input, dim, keepdim, largest=False)
+
+
+tensor_max.__name__ = tensor_max.__qualname__ = "max"
+tensor_min.__name__ = tensor_min.__qualname__ = "min"
+
+
+def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:
+    """torch.topk: (values, indices) of the k largest (smallest) along `dim`, in order; NaN counts
+    as the largest; ties in order of index (torch leaves their order unspecified). The result is
+    sorted with sorted=False too (torch leaves that order unspecified). The gradient goes to the
+    indices."""
+    x = float_values(lift(input))
+    if x.ndim == 0:  # torch: a scalar is its own top 1 (k 0 or 1), as a scalar
+        values, indices = topk(reshape(x, (1,)), k, 0, largest)
+        return ValuesIndices(reshape(values, ()), reshape(indices, ())) if k else ValuesIndices(values, indices)
+    (axis,) = reduction_axes(x, int(dim), "topk")
+    if not 0 <= int(k) <= x.shape[axis]:
+        raise ShapeError(f"{user_source_line()}: topk: k = {k} is out of range for dim {dim} of {x.type}")
+    return ValuesIndices(*apply_results("topk", x, k=int(k), axis=axis, largest=bool(largest)))
+
+
+def sort(input, dim: int = -1, descending: bool = False, *, stable: bool = False) -> ValuesIndices:
+    """torch.sort: (values, indices) along `dim`, ascending (descending); NaN sorts as the largest;
+    always stable (ties in order of index)."""
+    x = lift(input)
+    size = x.shape[reduction_axes(x, int(dim), "sort")[0]] if x.ndim else 1
+    return topk(x, size, dim, largest=bool(descending))
+
+
+def argsort(input, dim: int = -1, descending: bool = False, *, stable: bool = False) -> Tensor:
+    """torch.argsort: the i32 indices that sort `input` along `dim` (see sort)."""
+    return sort(input, dim, descending, stable=stable).indices
+
+
+# -- Tensor methods --------------------------------------------------------------------------
+
+
+class SelectionMethods:
+    """The Tensor methods of this section (copied onto Tensor below)."""
+
+    def float(self) -> Tensor:
+        """torch.Tensor.float: as f32 (itself where it is; i32 → f32 is exact below 2^24)."""
+        return to_dtype(self, "f32")
+
+    def long(self) -> Tensor:
+        """torch.Tensor.long: as i32 (meganeura's integers), truncating toward zero."""
+        return to_dtype(self, "i32")
+
+    def int(self) -> Tensor:
+        """torch.Tensor.int: as i32, truncating toward zero."""
+        return to_dtype(self, "i32")
+
+    def type_as(self, other) -> Tensor:
+        """torch.Tensor.type_as: as other's dtype."""
+        return to_dtype(self, lift(other).dtype)
+
+    def to(self, *args, **kwargs) -> Tensor:
+        """torch.Tensor.to: to a dtype, or another tensor's; a device (a string such as "cuda", or a
+        torch.device) has no effect: the step runs on the adapter compile() chose. non_blocking and
+        copy have no effect either: traced values are never changed in place."""
+        unknown = sorted(set(kwargs) - {"dtype", "device", "non_blocking", "copy"})
+        if unknown:
+            raise TypeError(f"{user_source_line()}: to() got unsupported arguments {unknown}")
+        dtype = kwargs.get("dtype")
+        for arg in args:
+            if isinstance(arg, Tensor):
+                dtype = arg.dtype
+            elif not is_device(arg) and not isinstance(arg, bool):
+                dtype = arg
+        return self if dtype is None else to_dtype(self, dtype)
+
+    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """torch.Tensor.new_full: `size` filled with `fill_value`, in this tensor's dtype by default."""
+        return full(size, fill_value, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """torch.Tensor.new_zeros: zeros of `size`, in this tensor's dtype by default."""
+        return full(size_argument(size), 0, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """torch.Tensor.new_ones: ones of `size`, in this tensor's dtype by default."""
+        return full(size_argument(size), 1, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+    def new_tensor(self, data, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+        """torch.Tensor.new_tensor: a constant of `data`, in this tensor's dtype by default."""
+        return tensor(data, dtype=dtype or self.dtype, requires_grad=requires_grad)
+
+    def tril(self, diagonal: int = 0) -> Tensor:
+        return tril(self, diagonal)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        return triu(self, diagonal)
+
+    def flip(self, *dims) -> Tensor:
+        return flip(self, dims_argument(dims))
+
+    def fliplr(self) -> Tensor:
+        return fliplr(self)
+
+    def flipud(self) -> Tensor:
+        return flipud(self)
+
+    def roll(self, shifts, dims=None) -> Tensor:
+        return roll(self, shifts, dims)
+
+    def cumsum(self, dim: int, *, dtype=None) -> Tensor:
+        return cumsum(self, dim, dtype=dtype)
+
+    def cumprod(self, dim: int, *, dtype=None) -> Tensor:
+        return cumprod(self, dim, dtype=dtype)
+
+    def gather(self, dim: int, index, *, sparse_grad: bool = False) -> Tensor:
+        return gather(self, dim, index, sparse_grad=sparse_grad)
+
+    def scatter_add(self, dim: int, index, src) -> Tensor:
+        return scatter_add(self, dim, index, src)
+
+    def scatter(self, dim: int, index, src=None, *, value=None, reduce=None) -> Tensor:
+        return scatter(self, dim, index, src, value=value, reduce=reduce)
+
+    def index_select(self, dim: int, index) -> Tensor:
+        return index_select(self, dim, index)
+
+    def take(self, index) -> Tensor:
+        return take(self, index)
+
+    def argmax(self, dim=None, keepdim: bool = False) -> Tensor:
+        return argmax(self, dim, keepdim)
+
+    def argmin(self, dim=None, keepdim: bool = False) -> Tensor:
+        return argmin(self, dim, keepdim)
+
+    def amin(self, dim=None, keepdim: bool = False) -> Tensor:
+        return amin(self, dim, keepdim)
+
+    def max(self, dim=None, keepdim: bool = False):
+        return tensor_max(self, dim, keepdim)
+
+    def min(self, dim=None, keepdim: bool = False):
+        return tensor_min(self, dim, keepdim)
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:
+        return topk(self, k, dim, largest, sorted)
+
+    def sort(self, dim: int = -1, descending: bool = False, *, stable: bool = False) -> ValuesIndices:
+        return sort(self, dim, descending, stable=stable)
+
+    def argsort(self, dim: int = -1, descending: bool = False, *, stable: bool = False) -> Tensor:
+        return argsort(self, dim, descending, stable=stable)
+
+
+for _name, _method in vars(SelectionMethods).items():
+    if not _name.startswith("__"):
+        setattr(Tensor, _name, _method)
+
+
+def square(input) -> Tensor:
+    """input · input (torch.square)."""
+    x = lift(input)
+    return x * x
+
+
+def reciprocal(input) -> Tensor:
+    """1 / input (torch.reciprocal)."""
+    return apply("div", 1.0, input)
+
+
+def sign(input) -> Tensor:
+    """1 where input > 0, −1 where input < 0, 0 at ±0 and NaN, as torch.sign; gradient 0."""
+    x = lift(input)
+    return apply("greater", x, 0.0) - apply("less", x, 0.0)
+
+
+def round(input, decimals: int = 0) -> Tensor:
+    """input rounded to `decimals` decimal places, halves to even (torch.round: with decimals,
+    round(x·10^d)/10^d, or round(x/10^−d)·10^−d for negative d); gradient 0."""
+    x = lift(input)
+    decimals = int(decimals)
+    if decimals == 0:
+        return apply("round", x)
+    scale = 10.0 ** abs(decimals)
+    if decimals > 0:
+        return apply("round", x * scale) / scale
+    return apply("round", x / scale) * scale

@@ -6,12 +6,14 @@ and `Program.load_state_dict`: every value is converted (torch tensors: detached
 CPU, float32), every mismatch — missing and unexpected names, shapes, dtypes, non-finite values —
 is collected into one `StateDictError`, and only when there is none is anything written, so a
 failed load leaves the model as it was. With `strict=False`, missing and unexpected names are not
-errors but are returned, as PyTorch's `load_state_dict` returns them (`IncompatibleKeys`).
+errors but are returned, as PyTorch's `load_state_dict` returns them (`IncompatibleKeys`). A tied
+parameter (one Parameter under several names) is given by any of its names, or by several
+holding equal values.
 
-`load_safetensors(path)` reads a `.safetensors` file, a sharded checkpoint's
-`model.safetensors.index.json`, or a folder holding either, into name → numpy array, with the
-`safetensors` package's numpy API. bfloat16 tensors (HF's usual dtype), which numpy lacks, are
-widened to float32 here from the file's own layout.
+`load_safetensors(path)` reads a `.safetensors` file (of a meganeura checkpoint, the model's
+weights), a sharded checkpoint's `model.safetensors.index.json`, or a folder holding either, into
+name → numpy array, with the `safetensors` package's numpy API. bfloat16 tensors (HF's usual
+dtype), which numpy lacks, are widened to float32 here from the file's own layout.
 
 >>> from meganeura import nn
 >>> nn.Linear(2, 3).load_state_dict({"weight": [[1.0, 2.0]] * 3}, strict=False)
@@ -117,37 +119,66 @@ def value_problem(name: str, array: np.ndarray, param: Parameter) -> str | None:
 
 
 def load_state(params: Mapping[str, Parameter], state: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
-    """Check `state` against `params` (every parameter and buffer by name) and, if it all fits,
-    write it; the names skipped under `strict=False`. Raises one StateDictError naming every
-    mismatch before anything is written."""
+    """Check `state` against `params` (every parameter and buffer by name, a tied one under each of
+    its names) and, if it all fits, write it; the names skipped under `strict=False`. Raises one
+    StateDictError naming every mismatch before anything is written."""
+    writes, skipped, problems = checked_state(params, state, strict)
+    if problems:
+        raise StateDictError(problems)
+    for param, array in writes:
+        param.copy_(array)
+    return skipped
+
+
+def checked_state(
+    params: Mapping[str, Parameter], state: Mapping[str, Any], strict: bool = True
+) -> tuple[list[tuple[Parameter, np.ndarray]], IncompatibleKeys, list[str]]:
+    """(the writes `state` makes, the names skipped, every problem) of loading `state` into `params`,
+    writing nothing. A parameter under several names (tied weights: `lm_head.weight` is
+    `wte.weight`) is given by any of them; where several are given they must hold equal values.
+    It is missing only when none is given (then all its names are listed)."""
     if not isinstance(state, Mapping):
         raise TypeError(f"load_state_dict expects a mapping of names to arrays, got {type(state).__name__}")
-    missing = [name for name in params if name not in state]
+    names_of: dict[int, list[str]] = {}
+    for name, param in params.items():
+        names_of.setdefault(id(param), []).append(name)
+    absent = {name for names in names_of.values() if not any(n in state for n in names) for name in names}
+    missing = [name for name in params if name in absent]
     unexpected = [name for name in state if name not in params]
     problems = []
     if strict and missing:
         problems.append(f"missing keys {missing}")
     if strict and unexpected:
         problems.append(f"unexpected keys {unexpected}")
-    arrays: dict[str, np.ndarray] = {}
-    for name, param in params.items():
-        if name not in state:
+    writes: list[tuple[Parameter, np.ndarray]] = []
+    for names in names_of.values():
+        given: dict[str, np.ndarray] = {}
+        param = params[names[0]]
+        for name in names:
+            if name not in state:
+                continue
+            try:
+                array = state_array(state[name])
+            except (TypeError, ValueError) as error:
+                problems.append(f"{name}: {error}")
+                continue
+            problem = value_problem(name, array, param)
+            if problem is None:
+                given[name] = array
+            else:
+                problems.append(problem)
+        if not given:
             continue
-        try:
-            array = state_array(state[name])
-        except (TypeError, ValueError) as error:
-            problems.append(f"{name}: {error}")
-            continue
-        problem = value_problem(name, array, param)
-        if problem is None:
-            arrays[name] = array
+        (first, array), *others = given.items()
+        differing = [name for name, other in others if not np.array_equal(np.asarray(other, np.float64), array)]
+        if differing:
+            problems.append(
+                f"{first} and {', '.join(differing)} name one tied parameter but hold different values: give one "
+                "name, or equal values"
+            )
         else:
-            problems.append(problem)
-    if problems:
-        raise StateDictError(problems)
-    for name, array in arrays.items():
-        params[name].copy_(array)
-    return IncompatibleKeys(missing, unexpected)
+            writes.append((param, array))
+    return writes, IncompatibleKeys(missing, unexpected), problems
 
 
 # -- safetensors files ------------------------------------------------------------------------
@@ -157,7 +188,8 @@ def load_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """name → numpy array from a safetensors checkpoint: one `.safetensors` file, a sharded
     checkpoint's index (`model.safetensors.index.json`, whose `weight_map` names each tensor's
     shard), or a folder holding either (as `save_pretrained` writes it). Arrays keep the file's
-    dtype, except bfloat16, widened to float32; `load_state_dict` converts floats to float32.
+    dtype, except bfloat16, widened to float32; `load_state_dict` converts floats to float32. Of a
+    meganeura checkpoint (`Program.save`), the model's weights and buffers only.
 
     >>> # model.load_state_dict(mn.load_safetensors("smollm2/model.safetensors"))
     """
@@ -166,7 +198,12 @@ def load_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
         path = checkpoint_in_folder(path)
     if path.endswith(".json"):
         return load_sharded(path)
-    return load_shard(path)
+    arrays = load_shard(path)
+    if safetensors_metadata(path).get("format") == "meganeura-checkpoint":
+        from meganeura.checkpoint import model_tensors
+
+        return model_tensors(arrays)  # the weights, not the optimizer's state
+    return arrays
 
 
 def checkpoint_in_folder(folder: str) -> str:
@@ -230,9 +267,14 @@ def load_shard(path: str) -> dict[str, np.ndarray]:
     return {name: arrays[name] for name in order}
 
 
-def safetensors_header(path: str) -> dict[str, Any]:
+def safetensors_metadata(path: str) -> dict[str, str]:
+    """The file's `__metadata__` (strings by name; empty when it has none)."""
+    return safetensors_header(path, keep_metadata=True).get("__metadata__") or {}
+
+
+def safetensors_header(path: str, keep_metadata: bool = False) -> dict[str, Any]:
     """The file's header (name → dtype, shape, data_offsets), read from its first bytes: an
-    8-byte little-endian length, then that much JSON."""
+    8-byte little-endian length, then that much JSON; with `keep_metadata`, `__metadata__` too."""
     with open(path, "rb") as file:
         head = file.read(8)
         if len(head) < 8:
@@ -244,7 +286,8 @@ def safetensors_header(path: str) -> dict[str, Any]:
             header = json.loads(file.read(length))
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise ValueError(f"load_safetensors: {path} is not a safetensors file (its header is not JSON)") from None
-    header.pop("__metadata__", None)
+    if not keep_metadata:
+        header.pop("__metadata__", None)
     return header
 
 

@@ -314,6 +314,24 @@ class RowOps(nn.Module):
         return self.out(q.transpose(1, 2)).sum(1)
 
 
+class SelectOps(nn.Module):
+    """Casts, scans, selections and integer indexing (ir/ops/select.py) along every kind of axis."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(7, 6)
+        self.out = nn.Linear(6, 3)
+
+    def forward(self, x):  # [B, 5, 7]
+        h = self.fc(x).cumsum(1) * 0.1  # [B, 5, 6]
+        best = h.max(dim=1)  # [B, 6]
+        top = h.topk(2, dim=1).values.sum(1) + mn.sort(h, dim=-1).values[:, 0]
+        picked = h.gather(2, mn.tensor([[1], [5], [0], [2], [4]]).expand(x.shape[0], 5, 1)).sum(1)
+        rows = h[:, mn.tensor([4, -1, 0])].flip(2).cumprod(1)[:, -1] + mn.tril(h)[:, 1:4].sum(1)
+        hot = F.one_hot(best.indices, 6).float().sum(-1) * mn.roll(h, 2, -1)[:, 0]
+        return self.out(best.values + top + picked + rows + hot)
+
+
 class SmallCNN(nn.Module):
     """conv → batch norm → max pool → strided conv → group norm → average pool → linear, odd sizes."""
 
@@ -472,6 +490,7 @@ CASES = {
     "cnn ragged @h200": lambda: classifier_step(SmallCNN(), (3, 3, 11, 9), 3, H200),
     "winograd @h200": lambda: classifier_step(WinogradNet(), (2, 3, 13, 11), 3, H200),
     "row ops": lambda: classifier_step(RowOps(), (3, 5, 7), 3, default_device().target),
+    "select ops": lambda: classifier_step(SelectOps(), (3, 5, 7), 3, default_device().target),
     "matmul tilings forced": forced_products,
     "conv tilings forced": forced_convolutions,
     "tensor splits": split_kernels,
@@ -530,7 +549,7 @@ def test_a_sanitized_step_computes_what_the_step_does():
 # test_the_split_products_index_in_bounds_on_the_tensor_cores).
 EXERCISED = {
     "attention", "attention_grad_kv", "attention_grad_q", "conv_gemm", "cross_entropy_rows",
-    "cross_entropy_rows_grad", "elementwise", "log_softmax", "log_softmax_grad", "matmul", "multi_top",
+    "cross_entropy_rows_grad", "elementwise", "lines", "log_softmax", "log_softmax_grad", "matmul", "multi_top",
     "optimizer_update", "reduce_columns", "reduce_rows", "reduce_serial", "reduce_tree", "scatter_add",
     "softmax", "softmax_grad", "sort_ids", "split_halves", "transpose", "winograd",
 }  # fmt: skip

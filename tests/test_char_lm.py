@@ -1,7 +1,8 @@
 """Smoke test of examples/char_lm.py: a tiny Llama-style character model (embedding, RMSNorm,
 causal GQA attention with RoPE written out (recognised as the fused attention op), SwiGLU, tied
 head) trains on the GPU step for step like the numpy interpreter, with and without the e-graph's
-fusions, and samples characters of its vocabulary."""
+fusions, and samples characters of its vocabulary from a short prompt, without padding (the
+sampling program compiles each window length once)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,19 @@ def test_five_gpu_steps_follow_the_interpreter_and_sampling_uses_the_vocabulary(
     if not rewrite:
         return
     assert program.report().rewrite.rule("swiglu").uses > 0  # silu(gate(x)) · up(x), as written
-    generate = mn.compile(model, inputs=char_lm.model_inputs(model, 1, SEQ))
+    generate = char_lm.compile_sampling(model, SEQ)
     text = char_lm.sample(generate, vocab, vocab.encode("def"), 12, SEQ, tables, seed=0)
     assert len(text) == 12 and set(text) <= set(vocab.chars)
+    # No padding: the prompt of 3 grew one id a step to the context of 8, each length compiled
+    # once, and then the window slid at length 8.
+    assert generate.report().shapes == [char_shapes(SEQ)] + [char_shapes(n) for n in range(3, SEQ)]
+    short = tokens[:1, :3]
+    exact = mn.compile(model, inputs=char_lm.model_inputs(model, 1, 3), dynamic=False)
+    tables3 = {name: table[:3] for name, table in tables.items()}
+    np.testing.assert_array_equal(generate(tokens=short, **tables3), exact(tokens=short, **tables3))
+
+
+def char_shapes(length: int) -> dict:
+    """The input shapes of the sampling program at a window of `length` ids."""
+    head_dim = DIM // 4
+    return {"tokens": (1, length), "cos": (length, head_dim), "sin": (length, head_dim)}

@@ -1,5 +1,5 @@
 """program.fit (meganeura/fit.py): the loop, its callbacks and evaluations, checkpoints with resume,
-partial batches, and the progress bar's optional dependency."""
+partial batches (trained on; skipped with dynamic=False), and the progress bar's optional dependency."""
 
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ def ce(model, x, y):
     return F.cross_entropy(model(x), y)
 
 
-def program_for(seed: int):
+def program_for(seed: int, dynamic: bool = True):
     mn.manual_seed(seed)
-    return mn.compile(Net(), ce, {"x": mn.f32[8, 4], "y": mn.i32[8]}, optim.Adam(lr=1e-2))
+    return mn.compile(Net(), ce, {"x": mn.f32[8, 4], "y": mn.i32[8]}, optim.Adam(lr=1e-2), dynamic=dynamic)
 
 
 def test_fit_runs_every_batch_of_every_epoch_with_callbacks_and_evaluations():
@@ -67,8 +67,22 @@ def test_an_interrupted_fit_resumes_from_its_checkpoint_with_the_same_losses(tmp
     assert history.losses == whole.losses[3:]
 
 
-def test_a_partial_last_batch_is_skipped_with_a_warning():
+def test_a_partial_last_batch_is_trained_on():
+    partial = {"x": BATCHES[0]["x"][:5], "y": BATCHES[0]["y"][:5]}
+    feeds = [*BATCHES[:2], partial]
+    reference = program_for(3)
+    expected = [reference.train_step(**b) for _ in range(2) for b in feeds]
     program = program_for(3)
+    history = program.fit(feeds, epochs=2, progress=False)
+    assert [loss for _, loss in history.losses] == expected and [s for s, _ in history.losses] == list(range(1, 7))
+    assert history.skipped_batches == 0 and program.steps == 6
+    assert program.report().shapes == [{"x": (8, 4), "y": (8,)}, {"x": (5, 4), "y": (5,)}]
+    for name, value in reference.state_dict().items():
+        np.testing.assert_array_equal(program.state_dict()[name], value, err_msg=name)
+
+
+def test_a_partial_last_batch_is_skipped_with_a_warning_without_dynamic_shapes():
+    program = program_for(3, dynamic=False)
     partial = {"x": BATCHES[0]["x"][:5], "y": BATCHES[0]["y"][:5]}
     with pytest.warns(UserWarning, match="compile a program at that size"):
         history = program.fit([*BATCHES[:2], partial], epochs=2, progress=False)

@@ -1,4 +1,5 @@
-"""The sequence models of meganeura/nn_sequence.py against PyTorch, and their cells' kernels.
+"""The sequence models (meganeura/nn/transformer.py, meganeura/nn/rnn.py) against PyTorch, and the
+recurrent cells' kernels.
 
 The references (tests/reference/sequence_modules.npz, written by
 scripts/make_sequence_references.py, which needs torch; these tests do not) hold per case the

@@ -25,6 +25,7 @@ import networkx as nx
 from meganeura.codegen.common import storage
 from meganeura.codegen.kernel import Binding, KernelSpec, Value
 from meganeura.ir.graph import PERSISTENT, Graph
+from meganeura.ir.ops.constants import CONSTANT_LEAVES
 
 LEAF_ROLES = ("input", "param", "state", "const")
 
@@ -166,12 +167,14 @@ def plan_buffers(graph: Graph, kernels: list[KernelSpec]) -> BufferPlan:
     def root_of(node_id: int) -> Value:
         return storage_root(graph, by_node, storage(graph, node_id))
 
-    # Leaves: every input, param and state, and the constants that something binds or returns.
+    # Leaves: every input, param and state, and the constants that something binds or returns
+    # (scalars, and the arrays of ir/ops/constants.py: role "const", written once by the runtime).
     bound = {storage(graph, v) for v in [*(b.value for s in kernels for b in s.bindings), *graph.roots()]}
     for node in graph:
-        if node.op in PERSISTENT or (node.op == "const" and (node.id, 0) in bound):
+        if node.op in PERSISTENT or (node.op in CONSTANT_LEAVES and (node.id, 0) in bound):
             value = (node.id, 0)
-            place(value, new_slot(nbytes_of(graph, value), node.op, node.attr("name") or ""))
+            role = "const" if node.op in CONSTANT_LEAVES else node.op
+            place(value, new_slot(nbytes_of(graph, value), role, node.attr("name") or ""))
             value_bytes[value] = nbytes_of(graph, value)
 
     pinned = {root_of(v) for v in graph.roots()} | set(buffer_of)

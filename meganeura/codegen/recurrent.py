@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from meganeura.codegen.common import Operands, bindings_wgsl, grid_for, output_binding, shape_text
+from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.registry import ELEMENTWISE_WORKGROUP, lowering
 from meganeura.codegen.render import render
@@ -119,7 +120,7 @@ def lower_cell(graph: Graph, node: Node) -> KernelSpec:
             "NUMEL": numel,
             "HIDDEN": hidden,
             "GRID_X": max(grid[0], 1),
-            "FUNCTIONS": "",
+            "FUNCTIONS": helper_functions((), also=("sigmoid", "tanh")),
             "BODY": "\n    ".join(body),
         },
     )

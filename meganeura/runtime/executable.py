@@ -8,7 +8,10 @@ Parameters live in device buffers: the Executable points each `nn.Parameter.stor
 buffer, and an Executable compiled later from the same model on the same device binds that same
 buffer, so programs share weights without copies. Module buffers (`nn.Buffer`, e.g. BatchNorm's
 running statistics) are `state` leaves given among the parameters: they are shared the same way,
-and their end-of-step updates land in the shared buffer.
+and their end-of-step updates land in the shared buffer. The other states (the optimizer's
+moments and step counts, its hyper-parameter vectors, the gate's accumulators) belong to one
+program: the executables of one program compiled for several input shapes share them through
+`shared_states` (compiler.Program, shape_plans.py), so that every shape updates one optimizer state.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from meganeura.codegen.buffers import BufferPlan
 from meganeura.codegen.compiled import CompiledStep
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.ir.graph import TensorType
+from meganeura.ir.ops.constants import constant_array
 from meganeura.rewrite.cost import node_cost
 from meganeura.runtime.backend import NAME as BACKEND
 from meganeura.runtime.backend import wgpu
@@ -103,6 +107,10 @@ class Executable:
     end of a value its buffer holds (an index ≥ its elements: a bound off by one) changes them
     instead of being clamped into the value; `changed_canaries()` lists the buffers where that
     happened.
+
+    With `shared_states` (a program's executables for several input shapes), each state leaf
+    (not a module buffer) found there binds that storage's buffer and keeps its value (its
+    initial value is not uploaded), and each one this executable creates is added there.
     """
 
     record_ahead = True  # record step N+1's commands while the GPU runs step N (see run)
@@ -114,9 +122,12 @@ class Executable:
         parameters: dict[str, nn.Parameter],
         initial_states: dict[str, np.ndarray],
         canary_words: int = 0,
+        shared_states: dict[str, DeviceStorage] | None = None,
     ) -> None:
         self.step = step
         self.canary_words = canary_words
+        # (Canary buffers are larger than a shared one: an executable with them shares nothing.)
+        self.shared_states = shared_states if shared_states is not None and not canary_words else {}
         self.graph = step.graph
         self.device = device
         self.kernels: list[KernelSpec] = step.kernels
@@ -126,6 +137,7 @@ class Executable:
         self.check_workgroup_memory()
         self.check_sizes()
         self.check_leaves(parameters, initial_states)  # before any Parameter is moved to the device
+        self.inherited = self.inherited_states(parameters)
         self.buffers = self.create_buffers(parameters)
         self.write_canaries()
         self.inputs = {name: self.buffers[b] for name, b in self.plan.leaf_buffers("input").items()}
@@ -134,6 +146,7 @@ class Executable:
             **{name: self.buffers[b] for name, b in self.plan.leaf_buffers("state").items()},
         }
         self.upload_leaves(initial_states)
+        self.share_states(parameters)
         # The inputs' staging buffer (runtime/uploads.py), None where they go by queue.write_buffer.
         staged = {name: (buffer, self.leaf_types[name]) for name, buffer in self.inputs.items()}
         self.staging = input_staging(device.device, staged, device.limits.get("max-buffer-size"))
@@ -199,12 +212,37 @@ class Executable:
                 if tuple(shape) != self.leaf_types[name].shape:
                     raise ValueError(f"{role} {name}: the graph needs {self.leaf_types[name]}, got shape {list(shape)}")
 
+    def inherited_states(self, parameters: dict[str, nn.Parameter]) -> dict[str, DeviceStorage]:
+        """The program's states (not module buffers) this graph reads that `shared_states` already
+        holds, checked against the graph's types before anything is created."""
+        inherited = {}
+        for name in self.plan.leaf_buffers("state"):
+            storage = self.shared_states.get(name)
+            if storage is None or isinstance(parameters.get(name), nn.Buffer):
+                continue
+            if storage.device is not self.device or storage.type != self.leaf_types[name]:
+                raise ValueError(
+                    f"state {name}: the program's buffer holds {storage.type} on {storage.device.describe()}, "
+                    f"this graph needs {self.leaf_types[name]} on {self.device.describe()}"
+                )
+            inherited[name] = storage
+        return inherited
+
+    def share_states(self, parameters: dict[str, nn.Parameter]) -> None:
+        """Add the states this executable created to `shared_states`, for the program's next one."""
+        for name, index in self.plan.leaf_buffers("state").items():
+            if name not in self.inherited and not isinstance(parameters.get(name), nn.Buffer):
+                self.shared_states[name] = DeviceStorage(self.device, self.buffers[index], self.leaf_types[name])
+
     def create_buffers(self, parameters: dict[str, nn.Parameter]) -> list[wgpu.GPUBuffer]:
-        """One device buffer per plan slot; a parameter's slot is its shared storage buffer."""
+        """One device buffer per plan slot; a parameter's slot is its shared storage buffer, a state's
+        the program's buffer for it where it has one (`shared_states`)."""
         buffers = []
         for slot in self.plan.buffers:
             if slot.role == "param" or (slot.role == "state" and isinstance(parameters.get(slot.name), nn.Buffer)):
                 buffers.append(self.parameter_buffer(slot.name, parameters[slot.name], slot.nbytes))
+            elif slot.role == "state" and slot.name in self.inherited:
+                buffers.append(self.inherited[slot.name].buffer)
             else:
                 label = f"#{slot.index} {slot.role} {slot.name}".strip()
                 size = slot.nbytes + 4 * self.canary_words
@@ -245,13 +283,15 @@ class Executable:
     def upload_leaves(self, initial_states: dict[str, np.ndarray]) -> None:
         """Initial optimizer states, and the constants that kernels read from buffers."""
         for name, index in self.plan.leaf_buffers("state").items():
-            if name not in initial_states:  # a module buffer: its shared storage holds its value
+            # A module buffer's shared storage holds its value, and so does the buffer of a state
+            # the program's executable for another shape made (its current value, not the initial).
+            if name not in initial_states or name in self.inherited:
                 continue
             write_buffer(self.device, self.buffers[index], self.leaf_types[name], initial_states[name], f"state {name}")
         for slot in self.plan.buffers:
             if slot.role == "const":
                 node = self.graph[slot.values[0][0]]
-                value = np.full(node.shape, node.attr("value"), numpy_dtype(node.dtype))
+                value = constant_array(node)
                 write_buffer(self.device, self.buffers[slot.index], node.type, value, f"constant %{node.id}")
 
     def prepare_dispatch(self, spec: KernelSpec) -> tuple[wgpu.GPUComputePipeline, wgpu.GPUBindGroup, tuple]:

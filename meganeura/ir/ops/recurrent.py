@@ -1,6 +1,6 @@
 """Recurrent cells: the elementwise part of one LSTM or GRU time step, and its gradient.
 
-A time step of an unrolled LSTM or GRU (meganeura/nn_sequence.py) is a matmul or two (the
+A time step of an unrolled LSTM or GRU (meganeura/nn/rnn.py) is a matmul or two (the
 hidden state's projection, with the input's projected for every step at once before the loop)
 and these ops: one kernel each way that reads the gates of a hidden unit and writes its new
 state. Traced from the elementwise ops instead, a step was ~60 IR nodes and ~17 kernels (the

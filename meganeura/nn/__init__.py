@@ -6,24 +6,75 @@
 ((10, 64), (10,))
 >>> [name for name, _ in nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).named_parameters()]
 ['0.weight', '0.bias', '2.weight', '2.bias']
+
+The package: `module.py` (nn.Module), `container.py` (Sequential, ModuleList, ModuleDict,
+ParameterList, ParameterDict), `init.py` (nn.init), `activation.py`, `loss.py`, `conv.py` (Conv1d
+and the transposed convolutions), `pooling.py` (1-d pools, adaptive max pooling, Upsample),
+`transformer.py` (MultiheadAttention and the Transformer's layers), `rnn.py` (RNN, LSTM, GRU and
+their cells); the
+layers below (Linear, the normalisations, Embedding, Conv2d, the 2-d pools) are defined here.
+Parameters are drawn from `_rng`, the generator `manual_seed` seeds.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
 from meganeura import functional as F
 from meganeura.ir.ops.image import pair
-from meganeura.ir.trace import LAYER_CALLS, user_source_line
-from meganeura.parameter import Buffer, Parameter, ParameterStorage  # noqa: F401  (nn.Parameter, nn.Buffer)
+from meganeura.ir.trace import user_source_line
+from meganeura.nn import init
+from meganeura.nn.activation import (
+    ELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    Identity,
+    LeakyReLU,
+    LogSoftmax,
+    Mish,
+    ReLU6,
+    SiLU,
+    Softmax,
+    Softplus,
+    Unflatten,
+)
+from meganeura.nn.container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from meganeura.nn.conv import Conv1d, ConvTranspose1d, ConvTranspose2d
+from meganeura.nn.loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
+from meganeura.nn.module import Module, RemovableHandle
+from meganeura.nn.pooling import AdaptiveAvgPool1d, AdaptiveMaxPool2d, AvgPool1d, MaxPool1d, Upsample
+from meganeura.parameter import Buffer, Parameter, ParameterStorage
 from meganeura.pytorch_names import missing_names
 from meganeura.tensor import Tensor
-from meganeura.weights import IncompatibleKeys, load_state
+
+__all__ = [
+    "Module", "Parameter", "Buffer", "ParameterStorage", "RemovableHandle", "init", "manual_seed",
+    "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
+    "Linear", "Identity", "Flatten", "Unflatten", "Embedding", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d",
+    "LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
+    "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d",
+    "Upsample",
+    "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardtanh", "Hardswish",
+    "Hardsigmoid", "Softplus", "Softmax", "LogSoftmax",
+    "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
+    "KLDivLoss",
+    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+    "TransformerDecoder", "Transformer", "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
+]  # fmt: skip
 
 _rng = np.random.default_rng(0)
 # The seeds of the programs compiled without seed= that draw random numbers: (base, how many drew one).
@@ -48,138 +99,6 @@ def next_program_seed() -> int:
 
 def uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
     return _rng.uniform(-bound, bound, size=shape).astype(np.float32)
-
-
-class Module:
-    """Base class of models: attributes that are Parameters or Modules are registered in order.
-
-    A module remembers the user's line that constructed it (`_source`): the ops of a layer that the
-    library calls (a child of nn.Sequential) are attributed to that line (ir/trace.py)."""
-
-    def __init__(self) -> None:
-        object.__setattr__(self, "_parameters", {})
-        object.__setattr__(self, "_buffers", {})
-        object.__setattr__(self, "_modules", {})
-        object.__setattr__(self, "training", True)
-        object.__setattr__(self, "_source", user_source_line())
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if "_parameters" not in self.__dict__:
-            raise AttributeError("call super().__init__() at the start of your Module's __init__")
-        self._parameters.pop(name, None)
-        self._buffers.pop(name, None)
-        self._modules.pop(name, None)
-        if isinstance(value, Buffer):  # before Parameter: a Buffer is a Parameter that is not trained
-            self._buffers[name] = value
-        elif isinstance(value, Parameter):
-            self._parameters[name] = value
-        elif isinstance(value, Module):
-            self._modules[name] = value
-        object.__setattr__(self, name, value)
-
-    def forward(self, *args, **kwargs):
-        raise NotImplementedError(f"{type(self).__name__} has no forward()")
-
-    def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)  # a frame user_source_line recognises (LAYER_CALLS)
-
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
-        """(dotted name, parameter) pairs in registration order, each parameter once."""
-        seen: set[int] = set()
-        for name, param in self._named_parameters_all(prefix):
-            if id(param) not in seen:
-                seen.add(id(param))
-                yield name, param
-
-    def _named_parameters_all(self, prefix: str) -> Iterator[tuple[str, Parameter]]:
-        for name, param in self._parameters.items():
-            yield prefix + name, param
-        for name, module in self._modules.items():
-            yield from module._named_parameters_all(prefix + name + ".")
-
-    def parameters(self) -> list[Parameter]:
-        return [p for _, p in self.named_parameters()]
-
-    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
-        yield prefix.rstrip("."), self
-        for name, module in self._modules.items():
-            yield from module.named_modules(prefix + name + ".")
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the current parameter and buffer values by dotted name (PyTorch's names and order)."""
-        return {name: param.numpy() for name, param in self.named_state()}
-
-    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
-        """Set every parameter and buffer from `state` (numpy arrays, torch tensors, anything array-like;
-        `mn.load_safetensors` reads files). Every mismatch — names, shapes, dtypes, NaN — is reported
-        at once in one StateDictError, and nothing changes unless everything fits. With `strict=False`
-        missing and unexpected names are skipped and returned, as PyTorch does (meganeura/weights.py)."""
-        return load_state(dict(self.named_state()), state, strict)
-
-    # -- buffers and training mode (PyTorch's register_buffer, named_buffers, train, eval) -------
-
-    def register_buffer(self, name: str, value) -> None:
-        """Register a persistent non-trained array (e.g. BatchNorm's running statistics) as `name`."""
-        setattr(self, name, value if isinstance(value, Buffer) else Buffer(value))
-
-    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, Buffer]]:
-        """(dotted name, buffer) pairs in registration order, each buffer once."""
-        for name, value in self.named_state(prefix):
-            if isinstance(value, Buffer):
-                yield name, value
-
-    def buffers(self) -> list[Buffer]:
-        return [b for _, b in self.named_buffers()]
-
-    def named_state(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
-        """Every parameter and buffer by dotted name, in state_dict order (PyTorch's: each module's
-        parameters, then its buffers, then its children's), each once."""
-        seen: set[int] = set()
-        for name, value in self._named_state_all(prefix):
-            if id(value) not in seen:
-                seen.add(id(value))
-                yield name, value
-
-    def _named_state_all(self, prefix: str) -> Iterator[tuple[str, Parameter]]:
-        for name, param in self._parameters.items():
-            yield prefix + name, param
-        for name, buffer in self._buffers.items():
-            yield prefix + name, buffer
-        for name, module in self._modules.items():
-            yield from module._named_state_all(prefix + name + ".")
-
-    def train(self, mode: bool = True) -> Module:
-        """Set training mode (the default) on this module and every submodule; returns self.
-
-        Programs already compiled from this model keep the mode they were compiled in (a compiled
-        step is fixed): where that matters (a BatchNorm in the model), switching warns once."""
-        compiled = getattr(self, "_compiled_modes", None)
-        if compiled and bool(mode) not in compiled and not getattr(self, "_mode_warned", False):
-            if any(getattr(module, "mode_dependent", False) for _, module in self.named_modules()):
-                object.__setattr__(self, "_mode_warned", True)
-                warnings.warn(
-                    f"{type(self).__name__}.{'train' if mode else 'eval'}(): the programs compiled from this model "
-                    f"keep the mode they were compiled in (training={sorted(compiled)[0]}); compile a program "
-                    "after switching to run in the new mode (it shares the weights)",
-                    stacklevel=2,
-                )
-        for _, module in self.named_modules():
-            object.__setattr__(module, "training", bool(mode))
-        return self
-
-    def eval(self) -> Module:
-        """Evaluation mode: `train(False)` (BatchNorm then normalises with its running statistics)."""
-        return self.train(False)
-
-    def __repr__(self) -> str:
-        children = "".join(f"\n  ({name}): {module!r}".replace("\n", "\n  ") for name, module in self._modules.items())
-        return f"{type(self).__name__}({self.extra_repr()}{children}{chr(10) if children else ''})"
-
-    def extra_repr(self) -> str:
-        return ""
-
-
-LAYER_CALLS.add(Module.__call__.__code__)
 
 
 class Linear(Module):
@@ -238,7 +157,10 @@ class LayerNorm(Module):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+            f"bias={self.bias is not None}"
+        )
 
 
 class GELU(Module):
@@ -259,26 +181,111 @@ class GELU(Module):
 
 class Embedding(Module):
     """A lookup table: rows of weight [num_embeddings, embedding_dim] at i32 indices of any shape
-    (torch.nn.Embedding, weight initialised N(0, 1))."""
+    (torch.nn.Embedding: weight initialised N(0, 1); `_weight` gives it instead, `_freeze` freezes it).
 
-    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+    padding_idx (negative counts from the end): that row is initialised to zeros and gets no
+    gradient, so training never moves it, as in PyTorch. The forward gives zeros at those positions
+    (the lookups are masked: there is no stop-gradient op to keep the row's value and drop its
+    gradient), which is PyTorch's result while the row is zero; a non-zero row (loaded) warns when
+    the model is traced. max_norm and scale_grad_by_freq are not supported; sparse=True gives the
+    same updates from dense gradients."""
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight=None,
+        _freeze: bool = False,
+    ) -> None:
         super().__init__()
+        if max_norm is not None or scale_grad_by_freq:
+            raise NotImplementedError(
+                f"{user_source_line()}: nn.Embedding: max_norm and scale_grad_by_freq are not supported"
+            )
         self.num_embeddings = int(num_embeddings)
         self.embedding_dim = int(embedding_dim)
-        self.weight = Parameter(_rng.standard_normal((self.num_embeddings, self.embedding_dim)).astype(np.float32))
+        if padding_idx is not None:
+            if not -self.num_embeddings <= padding_idx < self.num_embeddings:
+                raise AssertionError("Padding_idx must be within num_embeddings")
+            padding_idx = padding_idx % self.num_embeddings
+        self.padding_idx = padding_idx
+        self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = max_norm, norm_type, False, sparse
+        shape = (self.num_embeddings, self.embedding_dim)
+        if _weight is None:
+            weight = _rng.standard_normal(shape).astype(np.float32)
+            if padding_idx is not None:
+                weight[padding_idx] = 0.0
+        else:
+            weight = np.asarray(_weight, dtype=np.float32)
+            if weight.shape != shape:
+                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
+        self.weight = Parameter(weight, requires_grad=not _freeze)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings,
+        freeze: bool = True,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> Embedding:
+        """An Embedding holding `embeddings` [num, dim] (frozen by default), as torch's."""
+        from meganeura.weights import state_array
+
+        table = state_array(embeddings)
+        if table.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        return cls(*table.shape, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, table, freeze)
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.embedding(input, self.weight)
+        if self.padding_idx is None:
+            return F.embedding(input, self.weight)
+        return padded_embedding(input, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        text = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            text += f", padding_idx={self.padding_idx}"
+        if self.sparse:
+            text += ", sparse=True"
+        return text
+
+
+def padded_embedding(input: Tensor, weight: Parameter, padding_idx: int) -> Tensor:
+    """F.embedding with the lookups of row `padding_idx` masked to zero, so that row's gradient is
+    zero: the mask is the lookup of a [num, 1] table of ones with a zero at padding_idx."""
+    row = weight._host[padding_idx] if weight.storage is None else weight.numpy()[padding_idx]
+    if np.any(row):
+        warnings.warn(
+            f"{user_source_line()}: nn.Embedding: row padding_idx={padding_idx} is not zero; meganeura gives "
+            "zeros at the padding positions (PyTorch gives that row)",
+            stacklevel=2,
+        )
+    runs = ((1.0, padding_idx), (0.0, 1), (1.0, weight.shape[0] - padding_idx - 1))
+    mask = F.cat([F.broadcast_to(value, (rows, 1)) for value, rows in runs if rows], 0)
+    return F.embedding(input, weight) * F.embedding(input, mask)
 
 
 class ReLU(Module):
-    """max(x, 0) as a module."""
+    """max(x, 0) as a module (torch.nn.ReLU; inplace changes nothing in a traced step)."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(x)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class Dropout(Module):
@@ -392,48 +399,6 @@ class Conv2d(Module):
         return text
 
 
-class Sequential(Module):
-    """Modules applied in order; children are named "0", "1", … like PyTorch's."""
-
-    def __init__(self, *modules: Module) -> None:
-        super().__init__()
-        for index, module in enumerate(modules):
-            setattr(self, str(index), module)
-
-    def __getitem__(self, index: int) -> Module:
-        return list(self._modules.values())[index]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def forward(self, x: Tensor) -> Tensor:
-        for module in self._modules.values():
-            x = module(x)
-        return x
-
-
-class ModuleList(Module):
-    """A list of modules whose parameters are registered as "0.…", "1.…"."""
-
-    def __init__(self, modules=()) -> None:
-        super().__init__()
-        for module in modules:
-            self.append(module)
-
-    def append(self, module: Module) -> ModuleList:
-        setattr(self, str(len(self._modules)), module)
-        return self
-
-    def __getitem__(self, index: int) -> Module:
-        return list(self._modules.values())[index]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-
 # ---------------------------------------------------------------------------------------------
 # Pooling and normalisation of images (NCHW), with PyTorch's names, defaults and state.
 
@@ -453,7 +418,10 @@ class MaxPool2d(Module):
         )
 
     def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return (
+            f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+            f"dilation={self.dilation}, ceil_mode={self.ceil_mode}"
+        )
 
 
 class AvgPool2d(Module):
@@ -496,23 +464,21 @@ class AdaptiveAvgPool2d(Module):
         return f"output_size={self.output_size}"
 
 
-class BatchNorm2d(Module):
-    """Batch normalisation of [N, C, H, W] per channel (torch.nn.BatchNorm2d).
-
-    Training mode (the default): the batch mean and biased variance over (N, H, W) normalise, and
-    the buffers are updated on the device by every step: running_mean ← (1 − m)·running_mean +
-    m·mean, running_var ← (1 − m)·running_var + m·var·n/(n − 1) (n = N·H·W), num_batches_tracked
-    += 1 (float32 on the device, exact to 2^24 steps; int64 in state_dict(), as in PyTorch);
-    momentum=None uses m = 1/num_batches_tracked (the cumulative average). Eval mode
-    (`model.eval()`): the running statistics normalise. weight (ones) and bias (zeros) are
-    parameters; state_dict names and order are PyTorch's: weight, bias, running_mean,
-    running_var, num_batches_tracked.
-    """
+class BatchNorm(Module):
+    """Batch normalisation of [N, C, *] per channel: PyTorch's _BatchNorm, the base of BatchNorm1d
+    and BatchNorm2d (which check the input's rank); BatchNorm2d's docstring says what it computes."""
 
     mode_dependent = True  # batch statistics in training, running ones in evaluation
 
     def __init__(
-        self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = True, track_running_stats: bool = True
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum=0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        *,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         self.num_features = int(num_features)
@@ -520,7 +486,7 @@ class BatchNorm2d(Module):
         self.affine, self.track_running_stats = affine, track_running_stats
         shape = (self.num_features,)
         self.weight = Parameter(np.ones(shape, np.float32)) if affine else None
-        self.bias = Parameter(np.zeros(shape, np.float32)) if affine else None
+        self.bias = Parameter(np.zeros(shape, np.float32)) if affine and bias else None
         if track_running_stats:
             self.running_mean = Buffer(np.zeros(shape, np.float32))
             self.running_var = Buffer(np.ones(shape, np.float32))
@@ -528,9 +494,11 @@ class BatchNorm2d(Module):
         else:
             self.running_mean = self.running_var = self.num_batches_tracked = None
 
+    def check_input_dim(self, x: Tensor) -> None:
+        raise NotImplementedError
+
     def forward(self, x: Tensor) -> Tensor:
-        if x.ndim != 4:
-            raise ValueError(f"BatchNorm2d: expected 4D input (got {x.ndim}D input)")
+        self.check_input_dim(x)
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             count = self.num_batches_tracked + 1.0
@@ -555,38 +523,63 @@ class BatchNorm2d(Module):
     def extra_repr(self) -> str:
         return (
             f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-            f"track_running_stats={self.track_running_stats}"
+            f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}"
         )
+
+
+class BatchNorm2d(BatchNorm):
+    """Batch normalisation of [N, C, H, W] per channel (torch.nn.BatchNorm2d).
+
+    Training mode (the default): the batch mean and biased variance over (N, H, W) normalise, and
+    the buffers are updated on the device by every step: running_mean ← (1 − m)·running_mean +
+    m·mean, running_var ← (1 − m)·running_var + m·var·n/(n − 1) (n = N·H·W), num_batches_tracked
+    += 1 (float32 on the device, exact to 2^24 steps; int64 in state_dict(), as in PyTorch);
+    momentum=None uses m = 1/num_batches_tracked (the cumulative average). Eval mode
+    (`model.eval()`): the running statistics normalise. weight (ones) and bias (zeros) are
+    parameters; state_dict names and order are PyTorch's: weight, bias, running_mean,
+    running_var, num_batches_tracked.
+    """
+
+    def check_input_dim(self, x: Tensor) -> None:
+        if x.ndim != 4:
+            raise ValueError(f"{user_source_line()}: BatchNorm2d: expected 4D input (got {x.ndim}D input)")
+
+
+class BatchNorm1d(BatchNorm):
+    """Batch normalisation of [N, C] or [N, C, L] per channel (torch.nn.BatchNorm1d): BatchNorm2d's
+    statistics, updates and state, over N (and L)."""
+
+    def check_input_dim(self, x: Tensor) -> None:
+        if x.ndim not in (2, 3):
+            raise ValueError(f"{user_source_line()}: BatchNorm1d: expected 2D or 3D input (got {x.ndim}D input)")
 
 
 class GroupNorm(Module):
     """Group normalisation of [N, C, *] (torch.nn.GroupNorm): each sample's channels in num_groups
     groups, normalised with their mean and biased variance; weight ones, bias zeros per channel."""
 
-    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+    def __init__(
+        self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, *, bias: bool = True
+    ) -> None:
         super().__init__()
         if num_groups < 1 or num_channels % num_groups:
             raise ValueError("GroupNorm: num_channels must be divisible by num_groups")
         self.num_groups, self.num_channels, self.eps, self.affine = int(num_groups), int(num_channels), eps, affine
         self.weight = Parameter(np.ones((num_channels,), np.float32)) if affine else None
-        self.bias = Parameter(np.zeros((num_channels,), np.float32)) if affine else None
+        self.bias = Parameter(np.zeros((num_channels,), np.float32)) if affine and bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+        bias = self.bias is not None
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, bias={bias}"
 
 
-# Sequence models (attention, the Transformer, recurrent layers), built on the modules above.
-from meganeura.nn_sequence import (  # noqa: E402, F401  (re-exported)
-    GRU,
-    LSTM,
-    RNN,
-    GRUCell,
-    LSTMCell,
+# Attention, the Transformer and the recurrent layers, built on the layers above.
+from meganeura.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: E402
+from meganeura.nn.transformer import (  # noqa: E402
     MultiheadAttention,
-    RNNCell,
     Transformer,
     TransformerDecoder,
     TransformerDecoderLayer,
