@@ -226,6 +226,24 @@ def test_self_attention_without_weights_is_the_fused_kernel():
     assert "softmax" in [n.op for n in plan.traced.graph]
 
 
+def test_discarded_attention_weights_are_recognised_as_fused_attention():
+    """need_weights=True (the default) traces softmax(q·kᵀ·scale)·v; when the step only uses the
+    output, the recognition rules turn it into the fused attention op before autodiff."""
+
+    class SelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = nn.MultiheadAttention(16, 2, batch_first=True)
+
+        def forward(self, x):
+            return self.attention(x, x, x)[0]
+
+    plan = compile_plan(SelfAttention(), lambda m, x: F.mean(m(x) * m(x)), {"x": mn.f32[2, 5, 16]}, optim.SGD(lr=0.1))
+    assert plan.traced.recognition.rule("recognize_attention").matches > 0
+    ops = [n.op for n in plan.fused_graph if n.id in plan.fused_graph.live_ids()]
+    assert "attention" in ops and "attention_grad_q" in ops and "softmax" not in ops
+
+
 # ---------------------------------------------------------------------------------------------
 # Modes, initialisation, errors
 

@@ -18,7 +18,9 @@
   three [8, 256, 2304] slice_grads and their sum a layer). `drop_full_slice_grad`:
   slice_grad(x, s, the whole of s) → x; `flatten_concats`: concat(concat(a, b), c) and
   concat(a, concat(b, c)) along one axis → concat(a, b, c). The ranges a graph can join are
-  computed from its slice_grads (`slice_facts`: `slice_join`, `full_slice`).
+  followed through its own adds of slice_grads (`slice_facts`: `slice_join`, `full_slice`),
+  linear in the graph; the time steps of an unrolled recurrence (autodiff adds their gradients
+  pairwise) join in log₂(steps) iterations.
 - `rope_layout`: rope(permute(x, [b, s, h, d] → [b, h, s, d])) → rope(x, seq_first) and
   permute(rope_grad(g), back) → rope_grad(g, seq_first): rotary embeddings read the q and k
   projections, and write their gradients, in the Linear's [batch, seq, heads, D] layout, and the
