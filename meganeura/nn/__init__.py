@@ -73,7 +73,8 @@ __all__ = [
     "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
     "KLDivLoss",
     "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
-    "TransformerDecoder", "Transformer", "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
+    "TransformerDecoder", "Transformer", "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell",
+    "GRUCell",
 ]  # fmt: skip
 
 _rng = np.random.default_rng(0)
@@ -577,7 +578,7 @@ class GroupNorm(Module):
 
 
 # Attention, the Transformer and the recurrent layers, built on the layers above.
-from meganeura.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: E402
+from meganeura.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: E402
 from meganeura.nn.transformer import (  # noqa: E402
     MultiheadAttention,
     Transformer,

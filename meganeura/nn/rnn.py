@@ -20,22 +20,26 @@ import numpy as np
 from meganeura import functional as F
 from meganeura.ir.op import ShapeError
 from meganeura.ir.trace import user_source_line
-from meganeura.nn import uniform
+from meganeura.nn import init
 from meganeura.nn.module import Module
 from meganeura.parameter import Parameter
 from meganeura.tensor import Tensor, apply, apply_results, lift
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
-# ---------------------------------------------------------------------------------------------
-# Recurrent layers
-
-
 RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
 
-def recurrent_parameter(bound: float, shape: tuple[int, ...]) -> Parameter:
-    return Parameter(uniform(bound, shape))
+def empty_parameter(*shape: int) -> Parameter:
+    """A parameter of `shape` for reset_parameters to fill."""
+    return Parameter(np.zeros(shape, np.float32))
+
+
+def reset_recurrent(module: Module) -> None:
+    """Every parameter of a recurrent layer or cell U(−1/√hidden_size, 1/√hidden_size), as torch."""
+    bound = 1.0 / math.sqrt(module.hidden_size) if module.hidden_size > 0 else 0.0
+    for param in module.parameters():
+        init.uniform_(param, -bound, bound)
 
 
 class RNNBase(Module):
@@ -82,16 +86,20 @@ class RNNBase(Module):
         self.dropout, self.bidirectional, self.proj_size = float(dropout), bool(bidirectional), 0
         directions = 2 if bidirectional else 1
         gates = RECURRENT_GATES[mode] * self.hidden_size
-        bound = 1.0 / math.sqrt(self.hidden_size)
         for layer in range(self.num_layers):
             layer_input = self.input_size if layer == 0 else self.hidden_size * directions
             for direction in range(directions):
                 suffix = f"_l{layer}{'_reverse' if direction else ''}"
-                setattr(self, "weight_ih" + suffix, recurrent_parameter(bound, (gates, layer_input)))
-                setattr(self, "weight_hh" + suffix, recurrent_parameter(bound, (gates, self.hidden_size)))
+                setattr(self, "weight_ih" + suffix, empty_parameter(gates, layer_input))
+                setattr(self, "weight_hh" + suffix, empty_parameter(gates, self.hidden_size))
                 if self.bias:
-                    setattr(self, "bias_ih" + suffix, recurrent_parameter(bound, (gates,)))
-                    setattr(self, "bias_hh" + suffix, recurrent_parameter(bound, (gates,)))
+                    setattr(self, "bias_ih" + suffix, empty_parameter(gates))
+                    setattr(self, "bias_hh" + suffix, empty_parameter(gates))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """torch's: every parameter U(−1/√hidden_size, 1/√hidden_size)."""
+        reset_recurrent(self)
 
     def extra_repr(self) -> str:
         text = f"{self.input_size}, {self.hidden_size}"
@@ -291,17 +299,22 @@ class GRU(RNNBase):
 
 
 class RNNCellBase(Module):
-    """The parameters of torch's cells: weight_ih [gates·H, input], weight_hh [gates·H, H],
-    bias_ih and bias_hh [gates·H], all U(−1/√H, 1/√H)."""
+    """The parameters of torch's cells: weight_ih [num_chunks·H, input], weight_hh
+    [num_chunks·H, H], bias_ih and bias_hh [num_chunks·H], all U(−1/√H, 1/√H)."""
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool, gates: int) -> None:
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, num_chunks: int) -> None:
         super().__init__()
         self.input_size, self.hidden_size, self.bias = int(input_size), int(hidden_size), bool(bias)
-        bound = 1.0 / math.sqrt(self.hidden_size)
-        self.weight_ih = recurrent_parameter(bound, (gates * self.hidden_size, self.input_size))
-        self.weight_hh = recurrent_parameter(bound, (gates * self.hidden_size, self.hidden_size))
-        self.bias_ih = recurrent_parameter(bound, (gates * self.hidden_size,)) if bias else None
-        self.bias_hh = recurrent_parameter(bound, (gates * self.hidden_size,)) if bias else None
+        gates = num_chunks * self.hidden_size
+        self.weight_ih = empty_parameter(gates, self.input_size)
+        self.weight_hh = empty_parameter(gates, self.hidden_size)
+        self.bias_ih = empty_parameter(gates) if bias else None
+        self.bias_hh = empty_parameter(gates) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """torch's: every parameter U(−1/√hidden_size, 1/√hidden_size)."""
+        reset_recurrent(self)
 
     def extra_repr(self) -> str:
         text = f"{self.input_size}, {self.hidden_size}"

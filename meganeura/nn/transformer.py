@@ -22,7 +22,7 @@ import numpy as np
 from meganeura import functional as F
 from meganeura.ir.op import ShapeError
 from meganeura.ir.trace import user_source_line
-from meganeura.nn import Dropout, LayerNorm, Linear, uniform
+from meganeura.nn import Dropout, LayerNorm, Linear, init
 from meganeura.nn.container import ModuleList
 from meganeura.nn.module import Module
 from meganeura.parameter import Parameter, is_tracing
@@ -35,11 +35,6 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------------
 # Attention
-
-
-def xavier_uniform(shape: tuple[int, int]) -> np.ndarray:
-    """torch.nn.init.xavier_uniform_ of a [fan_out, fan_in] weight: U(±√(6 / (fan_in + fan_out)))."""
-    return uniform(math.sqrt(6.0 / (shape[0] + shape[1])), shape)
 
 
 COMPARISONS = frozenset({"greater", "greater_equal", "less", "less_equal", "equal", "not_equal"})
@@ -118,19 +113,28 @@ class MultiheadAttention(Module):
             raise ValueError(f"{at}: embed_dim must be divisible by num_heads")
         e = self.embed_dim
         if self._qkv_same_embed_dim:
-            self.in_proj_weight = Parameter(xavier_uniform((3 * e, e)))
+            self.in_proj_weight = Parameter(np.zeros((3 * e, e), np.float32))
             self.q_proj_weight = self.k_proj_weight = self.v_proj_weight = None
         else:
-            self.q_proj_weight = Parameter(xavier_uniform((e, e)))
-            self.k_proj_weight = Parameter(xavier_uniform((e, self.kdim)))
-            self.v_proj_weight = Parameter(xavier_uniform((e, self.vdim)))
+            self.q_proj_weight = Parameter(np.zeros((e, e), np.float32))
+            self.k_proj_weight = Parameter(np.zeros((e, self.kdim), np.float32))
+            self.v_proj_weight = Parameter(np.zeros((e, self.vdim), np.float32))
             self.in_proj_weight = None
         self.in_proj_bias = Parameter(np.zeros(3 * e, np.float32)) if bias else None
         self.out_proj = NonDynamicallyQuantizableLinear(e, e, bias=bias)
-        if bias:
-            self.out_proj.bias.data = np.zeros(e, np.float32)
         self.bias_k = self.bias_v = None
         self.add_zero_attn = False
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        """torch's: xavier_uniform_ on the input projections, zeros for in_proj_bias and out_proj.bias
+        (out_proj.weight keeps Linear's initialisation)."""
+        for weight in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+            if weight is not None:
+                init.xavier_uniform_(weight)
+        if self.in_proj_bias is not None:
+            init.constant_(self.in_proj_bias, 0.0)
+            init.constant_(self.out_proj.bias, 0.0)
 
     def forward(
         self,
@@ -550,10 +554,14 @@ class Transformer(Module):
         else:
             norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
             self.decoder = TransformerDecoder(TransformerDecoderLayer(*layer_args), num_decoder_layers, norm)
-        for _, param in self.named_parameters():
-            if param.ndim > 1:
-                param.data = xavier_uniform(param.shape)
+        self._reset_parameters()
         self.d_model, self.nhead, self.batch_first = int(d_model), int(nhead), bool(batch_first)
+
+    def _reset_parameters(self) -> None:
+        """torch's: xavier_uniform_ on every parameter of more than one dim."""
+        for param in self.parameters():
+            if param.ndim > 1:
+                init.xavier_uniform_(param)
 
     def forward(
         self,
