@@ -3,20 +3,21 @@
 The primitive operations on tensors (elementwise functions, reshape, sum, softmax, matmul,
 indexing, cat…) are defined once in `meganeura/tensor.py` and re-exported here; this module adds
 the composite functions PyTorch keeps in torch.nn.functional, built on them: normalisations,
-losses, embedding, attention, rotary embeddings, convolutions, pooling. Python numbers are
-lifted to constants.
+losses, embedding, attention, rotary embeddings, convolutions, pooling, distances, padding and
+resampling. Python numbers are lifted to constants.
 
 >>> # inside forward(): F.relu(F.linear(x, self.weight, self.bias))
 """
 
 from __future__ import annotations
 
+import builtins
 import math
 import warnings
 
 import numpy as np
 
-from meganeura.ir.op import ShapeError
+from meganeura.ir.op import ShapeError, broadcast_shapes
 from meganeura.ir.ops.image import conv_output_size, pair
 from meganeura.ir.trace import user_source_line
 from meganeura.parameter import Buffer
@@ -25,41 +26,71 @@ from meganeura.tensor import (  # noqa: F401  (re-exported: the primitive operat
     # among the elementwise functions generated from ir/functions.py)
     ELEMENTWISE,
     Tensor,
+    abs,
+    addmm,
     amax,
+    amin,
     apply,
     apply_results,
+    baddbmm,
+    bmm,
     broadcast_to,
     cat,
+    chunk,
     clamp,
     clip,
+    dim_index,
+    einsum,
     erf,
+    exp,
     expand,
     flatten,
     getitem,
+    is_number,
     leaky_relu,
     lift,
+    log,
     log_softmax,
+    logsumexp,
     masked_fill,
     matmul,
     mean,
+    mm,
+    narrow,
+    norm,
     one_hot,
+    outer,
     permute,
     pow,
+    prod,
     random_tensor,
     reciprocal,
+    relu,
+    repeat_interleave,
     reshape,
     round,
     rsqrt,
+    sigmoid,
     sign,
     softmax,
     softplus,
+    split,
+    sqrt,
     square,
     squeeze,
+    stack,
+    std,
+    std_mean,
     sum,
     tanh,
+    tile,
     transpose,
     transpose2d,
+    unbind,
     unsqueeze,
+    var,
+    var_mean,
+    vector_norm,
     where,
 )
 
@@ -72,13 +103,22 @@ COMPOSITES = [
     "dropout", "dropout1d", "dropout2d",
     "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign", "logsigmoid",
 ]  # fmt: skip
+LOSSES_AND_RESAMPLING = [
+    "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
+    "gaussian_nll_loss", "poisson_nll_loss", "margin_ranking_loss", "cosine_embedding_loss", "triplet_margin_loss",
+    "normalize", "cosine_similarity", "pairwise_distance", "softmin", "glu", "pad", "interpolate",
+]  # fmt: skip
+TENSOR_COMPOSITES = [
+    "split", "chunk", "unbind", "narrow", "stack", "tile", "repeat_interleave", "amin", "prod", "var", "std",
+    "var_mean", "std_mean", "norm", "vector_norm", "logsumexp", "mm", "bmm", "outer", "addmm", "baddbmm", "einsum",
+]  # fmt: skip
 PRIMITIVES = [
     "amax", "broadcast_to", "cat", "clamp", "clip", "expand", "flatten", "getitem", "leaky_relu", "log_softmax",
     "masked_fill", "matmul", "mean", "permute", "pow", "reshape", "softmax", "softplus", "squeeze", "sum",
     "transpose", "transpose2d", "unsqueeze", "where", "reciprocal", "round", "sign", "square",
 ]  # fmt: skip
 SELECTION = ["one_hot"]
-__all__ = sorted([*COMPOSITES, *PRIMITIVES, *ELEMENTWISE, *SELECTION])
+__all__ = sorted({*COMPOSITES, *PRIMITIVES, *ELEMENTWISE, *SELECTION, *LOSSES_AND_RESAMPLING, *TENSOR_COMPOSITES})
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -104,17 +144,6 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if bias is not None:
         y = y + bias
     return y
-
-
-def check_class_scores(name: str, scores: Tensor, target: Tensor, what: str) -> None:
-    """Scores [batch, classes] (f32) and i32 class indices [batch], or a ShapeError naming the user's line."""
-    if scores.ndim != 2 or scores.dtype != "f32":
-        raise ShapeError(f"{user_source_line()}: {name}: expected f32 {what} [batch, classes], got {scores.type}")
-    if target.dtype != "i32" or target.shape != scores.shape[:1]:
-        raise ShapeError(
-            f"{user_source_line()}: {name}: expected i32 class labels [{scores.shape[0]}] for {what} "
-            f"{scores.type}, got {target.type}"
-        )
 
 
 def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
@@ -162,47 +191,752 @@ def layer_norm(
     return y if bias is None else y + bias
 
 
-def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """Negative log-likelihood of log-probabilities [batch, classes] at i32 class indices [batch],
-    like torch.nn.functional.nll_loss: −input[i, target[i]], then reduced.
-
-    reduction is "mean" (over the batch, PyTorch's default), "sum" or "none".
-    """
-    input, target = lift(input), lift(target)
-    check_class_scores("nll_loss", input, target, "log-probabilities")
-    rows = -apply("pick", input, target)
-    return reduce_loss(rows, reduction, "nll_loss")
+# ---------------------------------------------------------------------------------------------
+# Losses, with PyTorch's signatures and formulas. Each is traced as the composition PyTorch's
+# kernels compute (autodiff derives the backward; the e-graph fuses the pointwise parts). A
+# `reduction` is "mean" (the default), "sum" or "none"; the deprecated size_average and reduce
+# override it, as in PyTorch (`legacy_reduction`).
 
 
-def cross_entropy(logits: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """Softmax cross-entropy of logits [batch, classes] with i32 class indices [batch]:
-    nll_loss(log_softmax(logits, 1), target), traced as written (the e-graph's reductions rules
-    turn it, and its gradient, into the fused cross_entropy_rows kernels).
-
-    reduction is "mean" (PyTorch's default), "sum" or "none".
-    """
-    logits, target = lift(logits), lift(target)
-    check_class_scores("cross_entropy", logits, target, "logits")
-    return nll_loss(log_softmax(logits, 1), target, reduction)
+def legacy_reduction(size_average, reduce, reduction: str) -> str:
+    """PyTorch's _Reduction.legacy_get_string: when size_average or reduce is given, they decide."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    return "mean" if size_average and reduce else "sum" if reduce else "none"
 
 
-def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """Mean squared error, like torch.nn.functional.mse_loss."""
-    input, target = lift(input), lift(target)
-    if input.shape != target.shape:
-        raise ShapeError(f"{user_source_line()}: mse_loss: input {input.type} and target {target.type} differ in shape")
-    diff = input - target
-    return reduce_loss(diff * diff, reduction, "mse_loss")
+def check_reduction(reduction: str, name: str, allowed=("mean", "sum", "none")) -> None:
+    if reduction not in allowed:
+        raise ValueError(f"{user_source_line()}: {name}: reduction must be one of {list(allowed)}, got {reduction!r}")
 
 
 def reduce_loss(values: Tensor, reduction: str, name: str) -> Tensor:
+    """`values` reduced: their mean, their sum, or themselves ("none")."""
+    check_reduction(reduction, name)
     if reduction == "mean":
         return mean(values)
-    if reduction == "sum":
-        return sum(values)
+    return sum(values) if reduction == "sum" else values
+
+
+def float_operands(name: str, *tensors) -> list[Tensor]:
+    tensors = [lift(t) for t in tensors]
+    for t in tensors:
+        if t.dtype != "f32":
+            raise ShapeError(f"{user_source_line()}: {name}: expected f32 tensors, got {t.type}")
+    return tensors
+
+
+def pointwise_operands(name: str, input, target) -> tuple[Tensor, Tensor]:
+    """input and target (f32), whose shapes must broadcast; PyTorch warns where they differ, so does this."""
+    input, target = float_operands(name, input, target)
+    if input.shape != target.shape:
+        warnings.warn(
+            f"{user_source_line()}: {name}: using a target size ({list(target.shape)}) that is different to the "
+            f"input size ({list(input.shape)}); this will likely lead to incorrect results due to broadcasting",
+            stacklevel=3,
+        )
+        try:
+            broadcast_shapes(input.shape, target.shape, name)
+        except ShapeError as error:
+            raise ShapeError(f"{user_source_line()}: {error}") from None
+    return input, target
+
+
+def element_weight(name: str, weight, input: Tensor) -> Tensor | None:
+    """The per-element weight of mse_loss, l1_loss and huber_loss: None or a tensor of input's size."""
+    if weight is None:
+        return None
+    (weight,) = float_operands(name, weight)
+    if weight.shape != input.shape:
+        raise ValueError(f"{user_source_line()}: {name}: weights and input must have the same size")
+    return weight
+
+
+def weighted_loss(values: Tensor, weight: Tensor | None, reduction: str, name: str) -> Tensor:
+    """mse_loss's and l1_loss's reduction: with a weight, "mean" is Σ w·loss / Σ w (as PyTorch)."""
+    check_reduction(reduction, name)
+    if weight is None:
+        return reduce_loss(values, reduction, name)
+    values = values * weight
+    return sum(values) / sum(weight) if reduction == "mean" else reduce_loss(values, reduction, name)
+
+
+def mse_loss(
+    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", weight=None
+) -> Tensor:
+    """(input − target)², reduced (torch.nn.functional.mse_loss); with `weight` (input's size),
+    "mean" divides Σ w·(input − target)² by Σ w."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    input, target = pointwise_operands("mse_loss", input, target)
+    diff = input - target
+    return weighted_loss(diff * diff, element_weight("mse_loss", weight, input), reduction, "mse_loss")
+
+
+def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", weight=None):
+    """|input − target|, reduced (torch.nn.functional.l1_loss; the gradient is sign(input − target),
+    0 at 0); with `weight`, "mean" divides Σ w·|input − target| by Σ w."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    input, target = pointwise_operands("l1_loss", input, target)
+    values = abs(input - target)
+    return weighted_loss(values, element_weight("l1_loss", weight, input), reduction, "l1_loss")
+
+
+def smooth_l1_loss(
+    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0
+) -> Tensor:
+    """0.5·d²/beta where |d| < beta, else |d| − 0.5·beta, d = input − target, reduced
+    (torch.nn.functional.smooth_l1_loss; beta=0 is l1_loss)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    beta = float(beta)
+    if beta < 0:
+        raise ValueError(f"{user_source_line()}: smooth_l1_loss: beta must be non-negative, got {beta}")
+    input, target = pointwise_operands("smooth_l1_loss", input, target)
+    diff = input - target
+    size = abs(diff)
+    if beta == 0.0:
+        return reduce_loss(size, reduction, "smooth_l1_loss")
+    values = where(size < beta, diff * diff * (0.5 / beta), size - 0.5 * beta)
+    return reduce_loss(values, reduction, "smooth_l1_loss")
+
+
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0, weight=None) -> Tensor:
+    """0.5·d² where |d| < delta, else delta·(|d| − 0.5·delta), d = input − target, reduced
+    (torch.nn.functional.huber_loss); with `weight` (input's size) each term is weighted and
+    "mean" is the mean of the weighted terms, as in PyTorch."""
+    delta = float(delta)
+    if delta <= 0:
+        raise ValueError(f"{user_source_line()}: huber_loss: delta must be positive, got {delta}")
+    input, target = pointwise_operands("huber_loss", input, target)
+    weight = element_weight("huber_loss", weight, input)
+    diff = input - target
+    size = abs(diff)
+    values = where(size < delta, diff * diff * 0.5, (size - 0.5 * delta) * delta)
+    return reduce_loss(values if weight is None else values * weight, reduction, "huber_loss")
+
+
+def binary_cross_entropy(
+    input: Tensor, target: Tensor, weight=None, size_average=None, reduce=None, reduction: str = "mean"
+) -> Tensor:
+    """−w·(target·log(input) + (1 − target)·log(1 − input)), each log clamped at −100 as PyTorch
+    does, reduced (torch.nn.functional.binary_cross_entropy; `weight` broadcasts to input).
+    log(1 − input) is not log1p(−input): below 1e-7 the two differ by less than f32's rounding of
+    the sum. Where a log is clamped the gradient of its term is 0 (PyTorch divides by max(x·(1 −
+    x), 1e-12) instead); an input outside [0, 1] gives NaN (PyTorch raises)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    input, target = float_operands("binary_cross_entropy", input, target)
+    if input.shape != target.shape:
+        raise ValueError(
+            f"{user_source_line()}: binary_cross_entropy: using a target size ({list(target.shape)}) that is "
+            f"different to the input size ({list(input.shape)}) is deprecated; please ensure they have the same size"
+        )
+    log_p = clamp(log(input), min=-100.0)
+    log_q = clamp(log(1.0 - input), min=-100.0)
+    values = (target - 1.0) * log_q - target * log_p
+    if weight is not None:
+        values = values * float_operands("binary_cross_entropy", weight)[0]
+    return reduce_loss(values, reduction, "binary_cross_entropy")
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight=None,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    pos_weight=None,
+) -> Tensor:
+    """Sigmoid and binary cross-entropy in PyTorch's stable form,
+    (1 − target)·x + (1 + (pos_weight − 1)·target)·softplus(−x), times weight, reduced
+    (torch.nn.functional.binary_cross_entropy_with_logits; weight and pos_weight broadcast, pos_weight
+    along the last dim, the classes)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    input, target = float_operands("binary_cross_entropy_with_logits", input, target)
+    if input.shape != target.shape:
+        raise ValueError(
+            f"{user_source_line()}: binary_cross_entropy_with_logits: target size ({list(target.shape)}) must be "
+            f"the same as input size ({list(input.shape)})"
+        )
+    log_sigmoid_neg = softplus(-input)  # −log σ(x) = log(1 + e⁻ˣ), stable for every x
+    if pos_weight is not None:
+        (pos_weight,) = float_operands("binary_cross_entropy_with_logits", pos_weight)
+        log_sigmoid_neg = log_sigmoid_neg * ((pos_weight - 1.0) * target + 1.0)
+    values = (1.0 - target) * input + log_sigmoid_neg
+    if weight is not None:
+        values = values * float_operands("binary_cross_entropy_with_logits", weight)[0]
+    return reduce_loss(values, reduction, "binary_cross_entropy_with_logits")
+
+
+def kl_div(
+    input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False
+) -> Tensor:
+    """Pointwise KL divergence of log-probabilities `input` from `target` (torch.nn.functional.kl_div):
+    target·(log target − input), 0 where target is 0 (xlogy); with log_target, exp(target)·(target −
+    input). reduction "batchmean" divides the sum by input.size(0); "mean" by the element count."""
+    if size_average is not None or reduce is not None:
+        reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction, "kl_div", ("mean", "batchmean", "sum", "none"))
+    input, target = float_operands("kl_div", input, target)  # they broadcast, without PyTorch's warning
+    if log_target:
+        values = exp(target) * (target - input)
+    else:
+        values = where(target == 0.0, 0.0, target * log(target)) - target * input
+    if reduction == "batchmean":
+        total = sum(values)
+        return total if input.ndim == 0 else total * (1.0 / input.shape[0])
+    return reduce_loss(values, reduction, "kl_div")
+
+
+def gaussian_nll_loss(
+    input: Tensor,
+    target: Tensor,
+    var,  # noqa: F811 (PyTorch's name: it shadows the re-exported var function in here)
+    full: bool = False,
+    eps: float = 1e-6,
+    reduction: str = "mean",
+) -> Tensor:
+    """0.5·(log(max(var, eps)) + (input − target)² / max(var, eps)) (+ 0.5·log 2π with full),
+    reduced (torch.nn.functional.gaussian_nll_loss; var as input's shape, one dim short of it, with
+    one dim of size 1, or a number). PyTorch clamps var outside autograd; here the clamp is traced, so
+    var's gradient is 0 where var < eps. A negative var gives NaN (PyTorch raises)."""
+    check_reduction(reduction, "gaussian_nll_loss")
+    input, target = float_operands("gaussian_nll_loss", input, target)
+    if is_number(var):
+        if var < 0:
+            raise ValueError(f"{user_source_line()}: gaussian_nll_loss: var has negative entry/entries")
+        var = lift(float(var))
+    else:
+        (var,) = float_operands("gaussian_nll_loss", var)
+        if var.shape != input.shape:
+            if input.shape[:-1] == var.shape:
+                var = unsqueeze(var, -1)
+            elif not (
+                var.ndim == input.ndim
+                and builtins.sum(v for i, v in zip(input.shape, var.shape, strict=True) if i != v) == 1
+            ):
+                raise ValueError(f"{user_source_line()}: gaussian_nll_loss: var is of incorrect size {var.type}")
+    var = clamp(var, min=float(eps))
+    diff = input - target
+    values = (log(var) + diff * diff / var) * 0.5
+    if full:
+        values = values + 0.5 * math.log(2 * math.pi)
+    return reduce_loss(values, reduction, "gaussian_nll_loss")
+
+
+def poisson_nll_loss(
+    input: Tensor,
+    target: Tensor,
+    log_input: bool = True,
+    full: bool = False,
+    size_average=None,
+    eps: float = 1e-8,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """exp(input) − target·input (log_input) or input − target·log(input + eps), plus with full
+    Stirling's target·log(target) − target + 0.5·log(2π·target) where target > 1, reduced
+    (torch.nn.functional.poisson_nll_loss)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction, "poisson_nll_loss")
+    input, target = float_operands("poisson_nll_loss", input, target)
+    values = exp(input) - target * input if log_input else input - target * log(input + float(eps))
+    if full:
+        safe = where(target > 1.0, target, 1.0)
+        stirling = safe * log(safe) - safe + log(safe * (2 * math.pi)) * 0.5
+        values = values + where(target > 1.0, stirling, 0.0)
+    return reduce_loss(values, reduction, "poisson_nll_loss")
+
+
+def margin_ranking_loss(
+    input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0, size_average=None, reduce=None, reduction="mean"
+) -> Tensor:
+    """max(0, −target·(input1 − input2) + margin), reduced (torch.nn.functional.margin_ranking_loss)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    input1, input2, target = float_operands("margin_ranking_loss", input1, input2, target)
+    if not input1.ndim == input2.ndim == target.ndim:
+        raise ShapeError(
+            f"{user_source_line()}: margin_ranking_loss: all input tensors should have the same number of dims, got "
+            f"{input1.type}, {input2.type} and {target.type}"
+        )
+    return reduce_loss(relu(-target * (input1 - input2) + float(margin)), reduction, "margin_ranking_loss")
+
+
+def cosine_embedding_loss(
+    input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0, size_average=None, reduce=None, reduction="mean"
+) -> Tensor:
+    """1 − cos(input1, input2) where target is 1, max(0, cos − margin) where it is −1, 0 elsewhere,
+    with PyTorch's cos = Σ x1·x2 / √((Σ x1² + 1e-12)·(Σ x2² + 1e-12)) over the last dim
+    (torch.nn.functional.cosine_embedding_loss; inputs [N, D] with target [N], or [D] with [])."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    input1, input2, target = float_operands("cosine_embedding_loss", input1, input2, target)
+    if input1.shape != input2.shape or input1.ndim not in (1, 2) or target.shape != input1.shape[:-1]:
+        raise ShapeError(
+            f"{user_source_line()}: cosine_embedding_loss: expected inputs [N, D] with a target [N] (or [D] with []), "
+            f"got {input1.type}, {input2.type} and {target.type}"
+        )
+    dim = target.ndim
+    dot = sum(input1 * input2, dim)
+    squares = (sum(input1 * input1, dim) + 1e-12) * (sum(input2 * input2, dim) + 1e-12)
+    cos = dot / sqrt(squares)
+    values = where(target == 1.0, 1.0 - cos, 0.0) + where(target == -1.0, relu(cos - float(margin)), 0.0)
+    return reduce_loss(values, reduction, "cosine_embedding_loss")
+
+
+def triplet_margin_loss(
+    anchor: Tensor,
+    positive: Tensor,
+    negative: Tensor,
+    margin: float = 1.0,
+    p: float = 2,
+    eps: float = 1e-6,
+    swap: bool = False,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """max(0, margin + d(anchor, positive) − d(anchor, negative)) with d = pairwise_distance(·, ·, p,
+    eps) (and, with swap, the smaller of d(anchor, negative) and d(positive, negative)), reduced
+    (torch.nn.functional.triplet_margin_loss)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    anchor, positive, negative = float_operands("triplet_margin_loss", anchor, positive, negative)
+    if not anchor.ndim == positive.ndim == negative.ndim or anchor.ndim not in (1, 2):
+        raise ShapeError(
+            f"{user_source_line()}: triplet_margin_loss: expected anchor, positive and negative of 1 or 2 dims "
+            f"alike, got {anchor.type}, {positive.type} and {negative.type}"
+        )
+    to_positive = pairwise_distance(anchor, positive, p, eps)
+    to_negative = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        to_negative = clamp(to_negative, max=pairwise_distance(positive, negative, p, eps))
+    return reduce_loss(relu(to_positive - to_negative + float(margin)), reduction, "triplet_margin_loss")
+
+
+# -- classification losses: nll_loss and cross_entropy ----------------------------------------
+#
+# A class-index target selects with `pick` (ir/ops/indexing.py), whose ignore_index attribute
+# makes a row with that label 0 (and its gradient row zeros); the class weight of each target is
+# a `pick` from the [C] weight table (from ones without a weight), so that "mean" divides by the
+# summed weights of the targets not ignored, as PyTorch does. nll_loss(log_softmax(x, 1), y)
+# keeps the form the e-graph fuses into the cross-entropy kernels (rewrite/reductions.py).
+
+
+def class_rows(name: str, input: Tensor, target: Tensor, what: str) -> tuple[Tensor, Tensor, tuple[int, ...]]:
+    """input [N, C, d1, …] (or [C]) as rows [M, C], classes last; i32 target [N, d1, …] (or []) as
+    [M]; and the target's shape (the shape of the "none" losses)."""
+    at = user_source_line()
+    if input.dtype != "f32" or input.ndim < 1:
+        raise ShapeError(f"{at}: {name}: expected f32 {what} [N, C] (or [C], or [N, C, d1, …]), got {input.type}")
+    expected = () if input.ndim == 1 else (input.shape[0], *input.shape[2:])
+    if target.dtype != "i32" or target.shape != expected:
+        raise ShapeError(
+            f"{at}: {name}: expected i32 class labels {list(expected)} for {what} {input.type}, got {target.type}"
+        )
+    classes = input.shape[0] if input.ndim == 1 else input.shape[1]
+    if input.ndim > 2:
+        input = permute(input, (0, *range(2, input.ndim), 1))
+    return reshape(input, (-1, classes)), reshape(target, (-1,)), expected
+
+
+def class_weights(name: str, weight, classes: int) -> Tensor | None:
+    if weight is None:
+        return None
+    if isinstance(weight, str):
+        raise TypeError(
+            f"{user_source_line()}: {name}: the third argument is PyTorch's weight (a [C] tensor), got {weight!r}; "
+            "pass the reduction by keyword: reduction=..."
+        )
+    weight = lift(weight)
+    if weight.dtype != "f32" or weight.shape != (classes,):
+        raise ShapeError(
+            f"{user_source_line()}: {name}: expected a weight f32[{classes}] (one per class), got {weight.type}"
+        )
+    return weight
+
+
+def target_weights(table: Tensor | None, labels: Tensor, ignore_index: int) -> Tensor:
+    """weight[labels[i]] per row (1 without a weight table), 0 where the label is ignore_index."""
+    return apply("pick", 1.0 if table is None else table, labels, ignore_index=ignore_index)
+
+
+def nll_of_rows(name, log_probs, labels, shape, weight, ignore_index: int, reduction: str) -> Tensor:
+    """nll_loss of log-probability rows [M, C] at labels [M], the "none" losses shaped `shape`."""
+    check_reduction(reduction, name)
+    classes = log_probs.shape[1]
+    table = class_weights(name, weight, classes)
+    losses = -apply("pick", log_probs, labels, ignore_index=ignore_index)
+    weights = target_weights(table, labels, ignore_index) if table is not None or reduction == "mean" else None
+    if table is not None:
+        losses = losses * weights
     if reduction == "none":
-        return values
-    raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        return reshape(losses, shape)
+    return sum(losses) if reduction == "sum" else sum(losses) / sum(weights)
+
+
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight=None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """−weight[target]·input[target] per target, like torch.nn.functional.nll_loss: input holds
+    log-probabilities [N, C] (or [C], or [N, C, d1, …] with the class dim 1), target i32 class
+    indices [N] (or [], or [N, d1, …]). A target equal to ignore_index contributes 0; "mean"
+    divides the sum by the summed weights of the other targets (NaN when all are ignored)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    input, target = lift(input), lift(target)
+    rows, labels, shape = class_rows("nll_loss", input, target, "log-probabilities")
+    return nll_of_rows("nll_loss", rows, labels, shape, weight, int(ignore_index), reduction)
+
+
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight=None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """Softmax cross-entropy of logits [N, C] (or [C], or [N, C, d1, …] with the class dim 1), like
+    torch.nn.functional.cross_entropy: with i32 class indices [N] (or [], [N, d1, …]) it is
+    nll_loss(log_softmax(input, 1), target, weight, ignore_index=…), traced as written (the e-graph
+    turns it, and its gradient, into the fused cross-entropy kernels); with f32 class probabilities
+    of input's shape it is −Σ_c weight_c·target_c·log_softmax(input)_c, "mean" over the positions.
+    label_smoothing ε mixes in the uniform distribution as PyTorch does: (1 − ε)·nll + ε/C·(−Σ_c
+    weight_c·log p_c), the smoothing term reduced like nll (ignored targets excluded)."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction, "cross_entropy")
+    input, target = lift(input), lift(target)
+    smoothing = float(label_smoothing)
+    if not 0.0 <= smoothing <= 1.0:
+        raise ValueError(f"{user_source_line()}: cross_entropy: label_smoothing must be in [0, 1], got {smoothing}")
+    if target.dtype == "f32" and target.shape == input.shape:  # class probabilities, as PyTorch tells them apart
+        return cross_entropy_probabilities(input, target, weight, reduction, smoothing)
+    rows, labels, shape = class_rows("cross_entropy", input, target, "logits")
+    log_probs = log_softmax(rows, 1)
+    ignore = int(ignore_index)
+    nll = nll_of_rows("cross_entropy", log_probs, labels, shape, weight, ignore, reduction)
+    if smoothing == 0.0:
+        return nll
+    classes = rows.shape[1]
+    table = class_weights("cross_entropy", weight, classes)
+    smooth = -sum(log_probs if table is None else log_probs * table, 1)
+    kept = target_weights(None, labels, ignore)  # 1, or 0 where the target is ignored
+    smooth = where(kept, smooth, 0.0)
+    if reduction == "none":
+        smooth = reshape(smooth, shape)
+    elif reduction == "sum":
+        smooth = sum(smooth)
+    else:
+        smooth = sum(smooth) / sum(kept if table is None else target_weights(table, labels, ignore))
+    return nll * (1.0 - smoothing) + smooth * (smoothing / classes)
+
+
+def cross_entropy_probabilities(input: Tensor, target: Tensor, weight, reduction: str, smoothing: float) -> Tensor:
+    """cross_entropy with class probabilities: −Σ_c w_c·t_c·log_softmax(input)_c per position."""
+    if input.dtype != "f32" or input.ndim < 1:
+        raise ShapeError(f"{user_source_line()}: cross_entropy: expected f32 logits, got {input.type}")
+    classes = input.shape[0] if input.ndim == 1 else input.shape[1]
+    positions = () if input.ndim == 1 else (input.shape[0], *input.shape[2:])
+    if input.ndim > 2:
+        order = (0, *range(2, input.ndim), 1)
+        input, target = permute(input, order), permute(target, order)
+    rows, target = reshape(input, (-1, classes)), reshape(target, (-1, classes))
+    if smoothing:
+        target = target * (1.0 - smoothing) + smoothing / classes
+    terms = log_softmax(rows, 1) * target
+    table = class_weights("cross_entropy", weight, classes)
+    losses = -sum(terms if table is None else terms * table, 1)
+    if reduction == "none":
+        return reshape(losses, positions)
+    return reduce_loss(losses, reduction, "cross_entropy")
+
+
+# ---------------------------------------------------------------------------------------------
+# Vector normalisation and distances, softmin and glu, traced from reductions and elementwise ops.
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None) -> Tensor:
+    """input / max(‖input‖_p, eps) along `dim` (torch.nn.functional.normalize); out must be None."""
+    if out is not None:
+        raise NotImplementedError(f"{user_source_line()}: normalize: out= is not supported")
+    x = lift(input)
+    return x / clamp(vector_norm(x, p, dim, keepdim=True), min=float(eps))
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """Σ (x1 / max(‖x1‖, eps))·(x2 / max(‖x2‖, eps)) along `dim`, PyTorch's current formula
+    (torch.nn.functional.cosine_similarity; x1 and x2 broadcast). PyTorch clamps the norms outside
+    autograd; here the clamp is traced, so a norm below eps passes no gradient."""
+    x1, x2 = lift(x1), lift(x2)
+    try:
+        shape = broadcast_shapes(x1.shape, x2.shape, "cosine_similarity")
+    except ShapeError as error:
+        raise ShapeError(f"{user_source_line()}: {error}") from None
+    x1, x2 = broadcast_to(x1, shape), broadcast_to(x2, shape)
+    unit1 = x1 / clamp(vector_norm(x1, 2, dim, keepdim=True), min=float(eps))
+    unit2 = x2 / clamp(vector_norm(x2, 2, dim, keepdim=True), min=float(eps))
+    return sum(unit1 * unit2, dim)
+
+
+def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
+    """‖x1 − x2 + eps‖_p over the last dim (torch.nn.functional.pairwise_distance)."""
+    x1, x2 = lift(x1), lift(x2)
+    return vector_norm(x1 - x2 + float(eps), p, -1, keepdim)
+
+
+def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
+    """softmax(−input, dim) (torch.nn.functional.softmin); dim=None takes PyTorch's implicit dim
+    (0 for 0-, 1- and 3-D input, else 1); dtype must be None."""
+    x = lift(input)
+    if dtype is not None:
+        raise NotImplementedError(f"{user_source_line()}: softmin: dtype is not supported")
+    if dim is None:
+        warnings.warn("Implicit dimension choice for softmin has been deprecated", stacklevel=2)
+        dim = 0 if x.ndim in (0, 1, 3) else 1
+    return softmax(-x, dim)
+
+
+def glu(input: Tensor, dim: int = -1) -> Tensor:
+    """a·sigmoid(b) for the halves a, b of input along `dim` (torch.nn.functional.glu)."""
+    x = lift(input)
+    axis = dim_index(x, dim, "glu")
+    if x.shape[axis] % 2:
+        raise ShapeError(f"{user_source_line()}: glu: halving only works on an even dim, got {x.type} at dim {dim}")
+    a, b = chunk(x, 2, axis)
+    return a * sigmoid(b)
+
+
+# ---------------------------------------------------------------------------------------------
+# Padding and resampling, traced from slices, concat and broadcasts: no index tensors, no
+# constant matrices. A resampled dim is built per phase (the output positions t, t + b, t + 2b…
+# that the in/out ratio a/b maps onto input positions a apart): each phase is a weighted sum of
+# two strided slices of the input (one for nearest), and the phases are interleaved by a stack
+# and a reshape; the few positions near the edges that clamping moves are slices of their own.
+
+
+def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:
+    """torch.nn.functional.pad: pad = (left, right) pairs for the last dim first, then the one
+    before…; negative sizes crop. mode "constant" (value, 0 by default; any number of dims),
+    "reflect", "replicate" or "circular" (the last 1-3 dims of an input with 1 or 2 more)."""
+    x = lift(input)
+    at = user_source_line()
+    sizes = [int(p) for p in pad]
+    if len(sizes) % 2 or len(sizes) // 2 > x.ndim:
+        raise ValueError(f"{at}: pad: padding length must be even and at most twice the {x.ndim} dims, got {sizes}")
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise NotImplementedError(f"{at}: pad: mode {mode!r} is not supported (constant, reflect, replicate, circular)")
+    dims = len(sizes) // 2
+    if mode != "constant":
+        if value not in (None, 0, 0.0):
+            raise ValueError(f"{at}: pad: padding mode {mode!r} doesn't take in value argument")
+        if not 1 <= dims <= 3 or x.ndim not in (dims + 1, dims + 2):
+            raise NotImplementedError(
+                f"{at}: pad: {mode} padding of the last {dims} dim(s) needs a {dims + 1}-D or {dims + 2}-D input, "
+                f"got {x.type}"
+            )
+    fill = 0.0 if value is None else float(value)
+    for index in range(dims):
+        axis = x.ndim - 1 - index
+        before, after = sizes[2 * index], sizes[2 * index + 1]
+        x = pad_dim(x, axis, before, after, mode, fill, at)
+    return x
+
+
+def pad_dim(x: Tensor, axis: int, before: int, after: int, mode: str, fill: float, at: str) -> Tensor:
+    """x padded along one dim (negative sizes crop first)."""
+    size = x.shape[axis]
+    if before < 0 or after < 0:
+        start, stop = max(-before, 0), size - max(-after, 0)
+        if stop < start:
+            raise ValueError(f"{at}: pad: cropping {-before} and {-after} from a dim of size {size} leaves nothing")
+        x = narrow(x, axis, start, stop - start)
+        before, after, size = max(before, 0), max(after, 0), stop - start
+    if not before and not after:
+        return x
+    if mode == "reflect" and (before >= size or after >= size):
+        raise ValueError(f"{at}: pad: reflect padding ({before}, {after}) must be less than the dim size {size}")
+    if mode == "circular" and (before > size or after > size):
+        raise ValueError(f"{at}: pad: circular padding ({before}, {after}) may not exceed the dim size {size}")
+    if mode in ("replicate", "reflect", "circular") and size == 0:
+        raise ValueError(f"{at}: pad: {mode} padding needs a non-empty dim, got {x.type}")
+
+    def block(count: int, left: bool) -> list[Tensor]:
+        if not count:
+            return []
+        if mode == "constant":
+            return [broadcast_to(fill, x.shape[:axis] + (count,) + x.shape[axis + 1 :])]
+        if mode == "replicate":
+            edge = narrow(x, axis, 0 if left else size - 1, 1)
+            return [broadcast_to(edge, x.shape[:axis] + (count,) + x.shape[axis + 1 :])]
+        if mode == "circular":
+            return [narrow(x, axis, size - count, count) if left else narrow(x, axis, 0, count)]
+        # reflect: x[count], …, x[1] before; x[size − 2], …, x[size − 1 − count] after
+        order = range(count, 0, -1) if left else range(size - 2, size - 2 - count, -1)
+        return [narrow(x, axis, i, 1) for i in order]
+
+    return cat([*block(before, True), x, *block(after, False)], axis)
+
+
+def interpolate(
+    input: Tensor,
+    size=None,
+    scale_factor=None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
+) -> Tensor:
+    """torch.nn.functional.interpolate of [N, C, *spatial] (1-3 spatial dims) to `size` or by
+    `scale_factor`, with PyTorch's index rules: "nearest" (src = floor(dst·scale), scale in/out or
+    1/scale_factor, computed in float32 as PyTorch does), "nearest-exact" (floor((dst + ½)·scale)),
+    "linear"/"bilinear"/"trilinear" (align_corners False: src = max((dst + ½)·scale − ½, 0); True:
+    dst·(in − 1)/(out − 1)), and "area" where each output dim divides its input dim. Not supported:
+    "bicubic", "area" with other sizes, antialias."""
+    x = lift(input)
+    at = user_source_line()
+    spatial = x.ndim - 2
+    if not 1 <= spatial <= 3:
+        raise ShapeError(f"{at}: interpolate: expected a 3-D, 4-D or 5-D input [N, C, *spatial], got {x.type}")
+    linear_modes = {"linear": 1, "bilinear": 2, "trilinear": 3}
+    if mode not in ("nearest", "nearest-exact", "area", *linear_modes):
+        raise NotImplementedError(
+            f"{at}: interpolate: mode {mode!r} is not supported (nearest, nearest-exact, linear, bilinear, "
+            "trilinear, area)"
+        )
+    if mode in linear_modes and linear_modes[mode] != spatial:
+        raise NotImplementedError(
+            f"{at}: interpolate: mode {mode!r} needs {linear_modes[mode] + 2}-D input, got {x.type}"
+        )
+    if align_corners is not None and mode not in linear_modes:
+        raise ValueError(f"{at}: interpolate: align_corners option can only be set with the interpolating modes")
+    if antialias:
+        raise NotImplementedError(f"{at}: interpolate: antialias=True is not supported")
+    sizes, scales = output_sizes(x.shape[2:], size, scale_factor, recompute_scale_factor, at)
+    for index, (length, scale) in enumerate(zip(sizes, scales, strict=True)):
+        axis = 2 + index
+        if mode == "area":
+            x = area_resample(x, axis, length, at)
+        else:
+            x = resample(x, axis, resample_taps(x.shape[axis], length, scale, mode, bool(align_corners)))
+    return x
+
+
+def output_sizes(shape, size, scale_factor, recompute: bool | None, at: str):
+    """(the output size, the scale PyTorch's kernels use or None) per spatial dim."""
+    count = len(shape)
+    if (size is None) == (scale_factor is None):
+        raise ValueError(f"{at}: interpolate: only one of size or scale_factor should be defined")
+    if size is not None:
+        sizes = [int(size)] * count if isinstance(size, (int, np.integer)) else [int(s) for s in size]
+        if len(sizes) != count:
+            raise ValueError(f"{at}: interpolate: size {size!r} must have {count} entries for {count} spatial dims")
+        return sizes, [None] * count
+    factors = [float(scale_factor)] * count if is_number(scale_factor) else [float(f) for f in scale_factor]
+    if len(factors) != count:
+        raise ValueError(f"{at}: interpolate: scale_factor {scale_factor!r} must have {count} entries")
+    sizes = [math.floor(float(n) * f) for n, f in zip(shape, factors, strict=True)]
+    return sizes, [None if recompute else f for f in factors]
+
+
+def kernel_scale(length: int, out: int, scale: float | None, dtype) -> float:
+    """PyTorch's compute_scales_value: 1/scale_factor where one was given, else in/out."""
+    if scale is not None and scale > 0:
+        return dtype(1.0 / scale)
+    return dtype(length) / dtype(out)
+
+
+def resample_taps(length: int, out: int, scale: float | None, mode: str, align_corners: bool) -> list:
+    """Per output position, its (input index, weight) pairs, as PyTorch's upsample kernels compute them."""
+    if out <= 0:
+        raise ValueError(f"{user_source_line()}: interpolate: output size {out} must be positive")
+    if mode in ("nearest", "nearest-exact"):
+        if mode == "nearest" and out == length:
+            return [((i, 1.0),) for i in range(out)]
+        if mode == "nearest" and out == 2 * length:  # PyTorch's nearest_idx shortcuts (none for nearest-exact)
+            return [((i // 2, 1.0),) for i in range(out)]
+        ratio = kernel_scale(length, out, scale, np.float32)
+        if mode == "nearest":  # floorf(dst·scale) in float
+            index = [int(np.floor(np.float32(i) * ratio)) for i in range(out)]
+        else:  # floorf((dst + 0.5)·scale): dst + 0.5 is a double
+            index = [int(np.floor((i + 0.5) * float(ratio))) for i in range(out)]
+        return [((min(i, length - 1), 1.0),) for i in index]
+    if out == length:  # compute_source_index_and_lambda copies
+        return [((i, 1.0),) for i in range(out)]
+    if align_corners:
+        ratio = (length - 1) / (out - 1) if out > 1 else 0.0
+    else:
+        ratio = kernel_scale(length, out, scale, float)
+    taps = []
+    for i in range(out):
+        source = ratio * i if align_corners else max(ratio * (i + 0.5) - 0.5, 0.0)
+        low = min(int(math.floor(source)), length - 1)
+        weight = min(max(source - low, 0.0), 1.0)
+        high = low + (1 if low < length - 1 else 0)
+        taps.append(((low, 1.0 - weight), (high, weight)))
+    return taps
+
+
+def resample(x: Tensor, axis: int, taps: list) -> Tensor:
+    """x along `axis` resampled: output position j is Σ weight·x[index] over taps[j].
+
+    The ratio in/out reduced to a/b: output positions t + b·k (a phase) read inputs a·k apart, so
+    each phase is a sum of strided slices; a run of a phase breaks where a tap does not follow
+    that stride (the edges) and starts a slice of its own. The phases are interleaved by stacking
+    them on a new dim after `axis` and merging the two."""
+    length, out = x.shape[axis], len(taps)
+    period = math.gcd(length, out)
+    a, b = length // period, out // period
+    phases = []
+    for t in range(b):
+        positions = taps[t::b]
+        runs = [[positions[0]]]
+        for tap in positions[1:]:
+            last = runs[-1][-1]
+            step = len(tap) == len(last) and all(
+                i == j + a and builtins.abs(w - v) <= 1e-12 for (i, w), (j, v) in zip(tap, last, strict=True)
+            )
+            if step:
+                runs[-1].append(tap)
+            else:
+                runs.append([tap])
+        phases.append(cat([tap_run(x, axis, run, a) for run in runs], axis))
+    if b == 1:
+        return phases[0]
+    joined = stack(phases, axis + 1)
+    return reshape(joined, x.shape[:axis] + (out,) + x.shape[axis + 1 :])
+
+
+def tap_run(x: Tensor, axis: int, run: list, stride: int) -> Tensor:
+    """Σ over a tap's terms of weight·x[index + stride·k, k < len(run)] along `axis`."""
+    total = None
+    for index, weight in run[0]:
+        if weight == 0.0:
+            continue
+        rows = getitem(x, (slice(None),) * axis + (slice(index, index + stride * (len(run) - 1) + 1, stride),))
+        term = rows if weight == 1.0 else rows * weight
+        total = term if total is None else total + term
+    if total is None:  # every weight 0 (cannot happen for PyTorch's taps, whose weights sum to 1)
+        total = getitem(x, (slice(None),) * axis + (slice(0, len(run)),)) * 0.0
+    return total
+
+
+def area_resample(x: Tensor, axis: int, out: int, at: str) -> Tensor:
+    """interpolate(mode="area") along `axis` where `out` divides the dim: the mean of each block."""
+    length = x.shape[axis]
+    if out <= 0 or length % out:
+        raise NotImplementedError(
+            f"{at}: interpolate: mode 'area' is supported where the output size divides the input size, "
+            f"got {length} → {out}"
+        )
+    blocks = reshape(x, x.shape[:axis] + (out, length // out) + x.shape[axis + 1 :])
+    return mean(blocks, axis + 1)
 
 
 def embedding(input: Tensor, weight: Tensor) -> Tensor:
