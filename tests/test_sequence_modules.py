@@ -218,6 +218,25 @@ def test_self_attention_without_weights_is_the_fused_kernel():
     assert "softmax" in [n.op for n in plan.traced.graph]
 
 
+FUSED_ATTENTION = {  # case: the causal flag of each fused attention of its step, in graph order
+    "encoder_causal_norm": [True, True],
+    "decoder_layer_causal": [True, False],
+    "transformer": [False, True, False, True, False],
+    "mha_causal_fused": [True],
+    "mha_three_inputs_fused": [False],
+}
+
+
+@pytest.mark.parametrize("case", sorted(FUSED_ATTENTION))
+def test_the_transformers_attention_is_the_fused_kernel(case):
+    """need_weights=False (the Transformer's layers), causal with the is_causal hint: every
+    attention of the step is the fused op, none leaves a softmax."""
+    step = compile_plan(Case(case), weighted_loss, specs(feeds(case, with_weights=True)), optim.SGD(lr=0.1))
+    live = [n for n in step.fused_graph if n.id in step.fused_graph.live_ids()]
+    assert [n.attr("causal") for n in live if n.op == "attention"] == FUSED_ATTENTION[case]
+    assert "softmax" not in [n.op for n in live]
+
+
 def test_discarded_attention_weights_are_recognised_as_fused_attention():
     """need_weights=True (the default) traces softmax(q·kᵀ·scale)·v; when the step only uses the
     output, the recognition rules turn it into the fused attention op before autodiff."""
