@@ -463,3 +463,21 @@ def test_a_long_lstm_unroll_plans_quickly():
     assert time.perf_counter() - started < 30.0
     assert not plan.rewrite_report.budget_hit
     assert len(plan.compiled.kernels) < 10 * 128
+
+
+@pytest.mark.parametrize("op", sorted(CELL_SHAPES))
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+def test_cell_kernels_keep_nan_and_inf_as_the_interpreter(op):
+    """Gates and states holding ±inf and NaN: the kernels give the interpreter's values (σ(±inf) =
+    1, 0 and tanh(±inf) = ±1 as torch, inf·0 = NaN), NaN where it has one. (No finite gate below
+    −17: there σ's oracle, ½(tanh(x/2) + 1), rounds to 0 where the kernel's 1/(1 + e⁻ˣ) gives
+    torch's ~4e-18 at −40, and an infinite state times either differs.)"""
+    special = np.array([np.inf, -np.inf, np.nan, 3.5, -3.5, 0.0, 1e-3, -7.5], np.float32)
+    rng = np.random.default_rng(4)
+    graph = Graph()
+    shapes = CELL_SHAPES[op]
+    leaves = [typed_leaf(graph, "input", f"x{i}", s) for i, s in enumerate(shapes)]
+    node = emit(graph, op, leaves)
+    for k in range(graph[node].results):
+        graph.outputs[f"r{k}"] = emit(graph, "result", [node], index=k) if graph[node].results > 1 else node
+    check(graph, {f"x{i}": rng.choice(special, size=s) for i, s in enumerate(shapes)})
