@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from meganeura.ir.op import ShapeError, broadcast_shapes
+from meganeura.ir.op import ShapeError, broadcast_shapes, broadcasts_to
 from meganeura.ir.ops.image import conv_output_size, pair
 from meganeura.ir.trace import user_source_line
 from meganeura.parameter import Buffer
@@ -99,7 +99,9 @@ globals().update(ELEMENTWISE)  # exp, log, relu, sigmoid, tanh, silu, erf, abs, 
 COMPOSITES = [
     "gelu", "linear", "rms_norm", "layer_norm", "nll_loss", "cross_entropy", "mse_loss", "embedding", "causal_mask",
     "scaled_dot_product_attention", "rotary_embedding", "apply_rotary_pos_emb", "rotary_tables",
-    "conv2d", "fold", "unfold", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "group_norm",
+    "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "fold", "unfold", "max_pool1d", "max_pool2d",
+    "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d",
+    "adaptive_max_pool2d", "batch_norm", "group_norm",
     "dropout", "dropout1d", "dropout2d",
     "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign", "logsigmoid",
 ]  # fmt: skip
@@ -968,22 +970,32 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> Tensor:
-    """softmax(query·keyᵀ·scale [+ causal mask])·value, with PyTorch's signature and layout:
+    """softmax(query·keyᵀ·scale + mask)·value, with PyTorch's signature and layout:
     query [batch, heads, seq_q, head_dim], key and value [batch, kv_heads, seq_kv, head_dim].
+    scale=None means 1/√head_dim; is_causal hides key j > query i (top-left aligned, as torch).
+    With enable_gqa=True, kv_heads may divide heads (grouped-query attention).
 
-    One fused op (`attention`): the forward kernel runs an online softmax and never writes the
-    scores; the backward recomputes them from the row log-sum-exp. scale=None means
-    1/√head_dim; is_causal hides key j > query i (top-left aligned, as torch). With
-    enable_gqa=True, kv_heads may divide heads (grouped-query attention). With dropout_p > 0
-    (applied whatever the training mode, as PyTorch) it is traced unfused instead
-    (`attention_with_dropout`): the fused attention kernels draw no dropout. Not supported:
-    attn_mask tensors (NotImplementedError).
+    attn_mask broadcasts to [batch, heads, seq_q, seq_kv]. torch tells a boolean mask (True takes
+    part) from an additive float one by its dtype; meganeura has no bool tensors, so a mask that
+    a comparison made (`x > 0`, `ids == pad`; also its reshapes, slices, broadcasts, and products
+    and `where`s of such masks) is boolean, any other f32 tensor additive (−inf hides a key; its
+    gradient flows where it is a parameter). A query row whose keys are all hidden gives zeros
+    (and no gradient), as torch. Setting both attn_mask and is_causal raises, as torch's reference.
+
+    Without a mask or dropout, one fused op (`attention`): the forward kernel runs an online
+    softmax and never writes the scores; the backward recomputes them from the row log-sum-exp.
+    With a mask, or dropout_p > 0 (applied whatever the training mode, as PyTorch), traced as
+    written (batched matmuls, the softmax of the masked scores, dropout of the weights), whose
+    scores [batch, heads, seq_q, seq_kv] are a buffer: the fused kernels take no mask operand and
+    draw no dropout.
     """
     query, key, value = lift(query), lift(key), lift(value)
     at = user_source_line()
-    if attn_mask is not None:
-        raise NotImplementedError(f"{at}: scaled_dot_product_attention: attn_mask is not supported; use is_causal")
     dropout_p = dropout_probability(dropout_p, "scaled_dot_product_attention: dropout_p")
+    if attn_mask is not None and is_causal:
+        raise RuntimeError(
+            f"{at}: _scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True"
+        )
     if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
         raise ShapeError(
             f"{at}: scaled_dot_product_attention: expected 4-D query, key and value "
@@ -998,10 +1010,73 @@ def scaled_dot_product_attention(
             "pass enable_gqa=True for grouped-query attention"
         )
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    if dropout_p > 0.0:
+    if attn_mask is None and dropout_p == 0.0:
+        out, _ = apply_results("attention", query, key, value, causal=bool(is_causal), scale=scale)
+        return out
+    if attn_mask is None:
         return attention_with_dropout(query, key, value, bool(is_causal), scale, dropout_p)
-    out, _ = apply_results("attention", query, key, value, causal=bool(is_causal), scale=scale)
-    return out
+    return masked_attention(query, key, value, lift(attn_mask), scale, at, dropout_p)
+
+
+COMPARISONS = frozenset({"greater", "greater_equal", "less", "less_equal", "equal", "not_equal"})
+MASK_VIEWS = frozenset({"reshape", "broadcast_to", "permute", "slice", "concat"})
+
+
+def is_boolean_mask(mask: Tensor) -> bool:
+    """Whether `mask` is boolean for attention (`scaled_dot_product_attention`): a comparison's
+    result, or a view, concatenation, product or `where` of such masks alone."""
+    graph = mask.tracer.graph
+
+    def boolean(node_id: int) -> bool:
+        node = graph[node_id]
+        if node.op in COMPARISONS:
+            return True
+        if node.op in MASK_VIEWS or node.op == "mul":
+            return all(boolean(i) for i in node.inputs)
+        if node.op == "where":
+            return all(boolean(i) for i in node.inputs[1:])
+        return False
+
+    return boolean(mask.node)
+
+
+def masked_attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor, scale: float, at: str, dropout_p: float = 0.0
+) -> Tensor:
+    """torch's reference attention with a mask: scores = q·kᵀ·scale + bias (bias = mask, or 0 where
+    a boolean mask holds and −inf elsewhere), KV heads repeated for grouped queries, a softmax
+    that gives a row of hidden keys zeros (torch's _safe_softmax), not NaN, and dropout of the
+    weights with probability dropout_p."""
+    batch, heads, seq_q, dim = query.shape
+    kv_heads, seq_kv = key.shape[1], key.shape[2]
+    if key.shape[0] != batch or key.shape[3] != dim or heads % kv_heads:
+        raise ShapeError(
+            f"{at}: scaled_dot_product_attention: key {key.type} does not fit query {query.type} (same batch and "
+            f"head_dim, heads dividing {heads})"
+        )
+    if mask.dtype != "f32":
+        raise ShapeError(
+            f"{at}: scaled_dot_product_attention: attn_mask must be an f32 additive mask or a comparison's mask, "
+            f"got {mask.type}"
+        )
+    scores_shape = (batch, heads, seq_q, seq_kv)
+    if not broadcasts_to(mask.shape, scores_shape):
+        raise ShapeError(
+            f"{at}: scaled_dot_product_attention: attn_mask {mask.type} does not broadcast to {list(scores_shape)}"
+        )
+    if heads != kv_heads:  # repeat_interleave along the heads: query head h reads KV head h // (heads / kv_heads)
+        repeated = (batch, kv_heads, heads // kv_heads, seq_kv, dim)
+        key, value = (
+            reshape(broadcast_to(reshape(t, (batch, kv_heads, 1, seq_kv, dim)), repeated), (batch, heads, seq_kv, dim))
+            for t in (key, value)
+        )
+    bias = where(mask, 0.0, -math.inf) if is_boolean_mask(mask) else mask
+    scores = apply("matmul", query, key, transpose_b=True) * scale + bias
+    live = apply("not_equal", amax(scores, -1, keepdim=True), -math.inf)  # 0 where a row hides every key
+    weights = softmax(where(live, scores, 0.0), -1) * live
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p)
+    return apply("matmul", weights, value)
 
 
 def attention_with_dropout(query: Tensor, key: Tensor, value: Tensor, causal: bool, scale: float, p: float) -> Tensor:
@@ -1140,153 +1215,401 @@ def rotary_tables(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[n
 
 # ---------------------------------------------------------------------------------------------
 # Convolutions, traced in their plain im2col form (ir/ops/image.py): unfold, a matmul with the
-# flattened weight, a reshape; the e-graph turns these compositions into implicit-GEMM kernels.
+# flattened weight (per group, in groups), a reshape; the e-graph turns these compositions into
+# implicit-GEMM kernels. A transposed convolution is the adjoint form, fold(weightᵀ·x), the same
+# that autodiff makes of a convolution's input gradient, so the same rules make its kernels.
+
+
+def pair_argument(value, what: str, at: str) -> tuple[int, int]:
+    """An int or a pair of ints as a pair, or a ShapeError naming the user's line."""
+    try:
+        return pair(value, what)
+    except ShapeError as error:
+        raise ShapeError(f"{at}: {error}") from None
+
+
+def single_argument(value, what: str, at: str) -> int:
+    """An int or a 1-tuple (a 1-D function's argument, as PyTorch takes it) as an int."""
+    if isinstance(value, (tuple, list)) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    raise ShapeError(f"{at}: {what}: expected an int or a 1-tuple, got {value!r}")
 
 
 def window_geometry(op: str, kernel_size, stride, padding, dilation, at: str):
-    """(kernel, stride, padding) as pairs of ints, or an error naming the user's line (dilation must be 1)."""
-    try:
-        if pair(dilation, f"{op}: dilation") != (1, 1):
-            raise NotImplementedError(f"{at}: {op}: dilation={dilation!r} is not supported (only 1)")
-        return pair(kernel_size, f"{op}: kernel_size"), pair(stride, f"{op}: stride"), pair(padding, f"{op}: padding")
-    except ShapeError as error:
-        raise ShapeError(f"{at}: {error}") from None
+    """(kernel, stride, padding, dilation) as pairs of ints, or an error naming the user's line."""
+    names = ("kernel_size", "stride", "padding", "dilation")
+    values = (kernel_size, stride, padding, dilation)
+    return tuple(pair_argument(value, f"{op}: {name}", at) for name, value in zip(names, values, strict=True))
 
 
 def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """The sliding windows of an image batch [N, C, H, W] as columns [N, C·kh·kw, L]
     (torch.nn.functional.unfold, im2col): column l = ho·Wo + wo is the window at
-    (ho·sh − ph, wo·sw − pw), row (c·kh + i)·kw + j its pixel (i, j) of channel c, 0 in the
-    padding. Ints or pairs; dilation must be 1.
+    (ho·sh − ph, wo·sw − pw), row (c·kh + i)·kw + j its pixel (i·dh, j·dw) of channel c, 0 in the
+    padding. Ints or pairs.
 
     >>> # cols = F.unfold(x, kernel_size=3, padding=1)  # x [8, 3, 32, 32] → [8, 27, 1024]
     """
     x = lift(input)
-    kernel, stride, padding = window_geometry("unfold", kernel_size, stride, padding, dilation, user_source_line())
-    return apply("unfold", x, kernel=kernel, stride=stride, padding=padding)
+    kernel, stride, padding, dilation = window_geometry(
+        "unfold", kernel_size, stride, padding, dilation, user_source_line()
+    )
+    return apply("unfold", x, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
 
 
 def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """Columns [N, C·kh·kw, L] summed back onto an image batch [N, C, *output_size]
     (torch.nn.functional.fold, col2im): overlapping windows add up, entries in the padding are
-    dropped; the adjoint of `unfold` with the same geometry. Ints or pairs; dilation must be 1.
+    dropped; the adjoint of `unfold` with the same geometry. Ints or pairs.
 
     >>> # image = F.fold(cols, output_size=(32, 32), kernel_size=3, padding=1)
     """
     cols = lift(input)
     at = user_source_line()
-    kernel, stride, padding = window_geometry("fold", kernel_size, stride, padding, dilation, at)
-    try:
-        size = pair(output_size, "fold: output_size")
-    except ShapeError as error:
-        raise ShapeError(f"{at}: {error}") from None
-    return apply("fold", cols, output_size=size, kernel=kernel, stride=stride, padding=padding)
+    kernel, stride, padding, dilation = window_geometry("fold", kernel_size, stride, padding, dilation, at)
+    size = pair_argument(output_size, "fold: output_size", at)
+    return apply("fold", cols, output_size=size, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
+
+
+def group_count(op: str, groups, filters: int, at: str) -> int:
+    """`groups` checked as torch checks it: a positive int dividing the weight's filters."""
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"{at}: {op}: non-positive groups is not supported, got {groups!r}")
+    if filters % groups:
+        raise ShapeError(
+            f"{at}: {op}: Given groups={groups}, expected weight to be divisible by {groups} at dimension 0"
+        )
+    return groups
+
+
+def convolution(x: Tensor, weight: Tensor, stride, padding, dilation, groups: int) -> Tensor:
+    """x [N, C, H, W] cross-correlated with weight [O, C/G, kh, kw] in `groups` G (pairs
+    given): unfold(x) [N, C·kh·kw, L] times reshape(weight, [O, C·kh·kw]), or per group,
+    broadcast(reshape(weight, [G, O/G, C/G·kh·kw])) · reshape(cols, [N, G, C/G·kh·kw, L]), then
+    reshaped to [N, O, Ho, Wo]."""
+    filters, group_channels, kh, kw = weight.shape
+    kernel, n, k = (kh, kw), x.shape[0], group_channels * kh * kw
+    cols = apply("unfold", x, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
+    ho, wo = conv_output_size(x.shape[2:], kernel, stride, padding, dilation=dilation)
+    if groups == 1:
+        out = apply("matmul", reshape(weight, (filters, k)), cols)
+    else:
+        per_group = (groups, filters // groups, k)
+        shared = broadcast_to(reshape(weight, per_group), (n, *per_group))
+        out = apply("matmul", shared, reshape(cols, (n, groups, k, ho * wo)))
+    return reshape(out, (n, filters, ho, wo))
+
+
+def transposed_convolution(x: Tensor, weight: Tensor, size, stride, padding, dilation, groups: int) -> Tensor:
+    """The adjoint of `convolution` with weight [C, O/G, kh, kw] taking [N, O, *size] to x's
+    shape [N, C, H, W], applied to x: fold(weightᵀ·x) onto [N, O, *size] (per group,
+    fold(reshape(broadcast(W3)ᵀ · reshape(x, [N, G, C/G, H·W])))), as autodiff writes a
+    convolution's input gradient."""
+    channels, group_filters, kh, kw = weight.shape
+    n, k, positions = x.shape[0], group_filters * kh * kw, x.shape[2] * x.shape[3]
+    window = {"kernel": (kh, kw), "stride": stride, "padding": padding, "dilation": dilation}
+    if groups == 1:
+        cols = apply("matmul", reshape(weight, (channels, k)), reshape(x, (n, channels, positions)), transpose_a=True)
+    else:
+        per_group = (groups, channels // groups, k)
+        shared = broadcast_to(reshape(weight, per_group), (n, *per_group))
+        product = apply("matmul", shared, reshape(x, (n, groups, channels // groups, positions)), transpose_a=True)
+        cols = reshape(product, (n, groups * k, positions))
+    return apply("fold", cols, output_size=tuple(size), **window)
+
+
+def add_channel_bias(out: Tensor, bias, channels: int, op: str, weight: Tensor, at: str) -> Tensor:
+    """out [N, channels, *spatial] plus bias [channels] (None: out)."""
+    if bias is None:
+        return out
+    bias = lift(bias)
+    if bias.shape != (channels,):
+        raise ShapeError(f"{at}: {op}: expected a bias [{channels}] for weight {weight.type}, got {bias.type}")
+    return out + reshape(bias, (channels,) + (1,) * (out.ndim - 2))
+
+
+def batched(x: Tensor, rank: int, op: str, expected: str, at: str) -> tuple[Tensor, bool]:
+    """x with a batch dim of 1 prepended where it is unbatched (rank − 1 dims, PyTorch's form), and
+    whether it was."""
+    if x.ndim == rank - 1:
+        return reshape(x, (1, *x.shape)), True
+    if x.ndim != rank:
+        raise ShapeError(f"{at}: {op}: expected input {expected}, got {x.type}")
+    return x, False
 
 
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1):
-    """A 2-D convolution (cross-correlation) of input [N, C, H, W] (or [C, H, W]) with weight
-    [O, C, kh, kw] and an optional bias [O] (torch.nn.functional.conv2d): [N, O, Ho, Wo].
-    stride and padding are ints or pairs; padding may also be "valid" (0) or "same" (stride 1
-    and odd kernels only). dilation and groups must be 1.
+    """torch.nn.functional.conv2d: input [N, C, H, W] (or [C, H, W]) cross-correlated with weight
+    [O, C/groups, kh, kw], plus bias [O]: [N, O, Ho, Wo]. stride, padding and dilation are ints or
+    pairs; padding may be "valid" or "same" (stride 1; an odd total padding d·(k − 1) puts its
+    extra row or column at the end, as torch). groups splits the channels (groups = C: depthwise).
 
     Traced as im2col: cols = unfold(input) [N, C·kh·kw, Ho·Wo], out = reshape(weight, [O, C·kh·kw])
-    · cols (one matmul, the weight shared by the batch), reshaped to [N, O, Ho, Wo], plus
-    reshape(bias, [O, 1, 1]). Its gradients are plain too: Σₙ g·colsᵀ for the weight,
-    fold(weightᵀ·g) for the input.
+    · cols (one matmul, the weight shared by the batch; per group, a batched matmul), reshaped to
+    [N, O, Ho, Wo], plus reshape(bias, [O, 1, 1]). Its gradients are plain too: Σₙ g·colsᵀ for the
+    weight, fold(weightᵀ·g) for the input.
 
     >>> # y = F.conv2d(x, self.weight, self.bias, stride=2, padding=1)
     """
     x, weight = lift(input), lift(weight)
     at = user_source_line()
-    if groups != 1:
-        raise NotImplementedError(f"{at}: conv2d: groups={groups!r} is not supported (only 1)")
     if weight.ndim != 4:
-        raise ShapeError(f"{at}: conv2d: expected a weight [out_channels, in_channels, kh, kw], got {weight.type}")
-    out_channels, channels, kh, kw = weight.shape
-    literal_padding = 0 if isinstance(padding, str) else padding
-    kernel, stride, padding_pair = window_geometry("conv2d", (kh, kw), stride, literal_padding, dilation, at)
-    if isinstance(padding, str):
-        padding_pair = string_padding(padding, kernel, stride, at)
-    unbatched = x.ndim == 3
-    if unbatched:
-        x = reshape(x, (1, *x.shape))
-    if x.ndim != 4 or x.shape[1] != channels:
+        raise ShapeError(
+            f"{at}: conv2d: expected a weight [out_channels, in_channels/groups, kh, kw], got {weight.type}"
+        )
+    filters, group_channels, kh, kw = weight.shape
+    groups = group_count("conv2d", groups, filters, at)
+    channels = group_channels * groups
+    x, unbatched = batched(x, 4, "conv2d", f"[N, {channels}, H, W] (or [{channels}, H, W])", at)
+    if x.shape[1] != channels:
         raise ShapeError(
             f"{at}: conv2d: expected input [N, {channels}, H, W] (or [{channels}, H, W]) for weight "
-            f"{weight.type}, got {lift(input).type}"
+            f"{weight.type} in {groups} group(s), got {lift(input).type}"
         )
-    cols = apply("unfold", x, kernel=kernel, stride=stride, padding=padding_pair)
-    ho, wo = conv_output_size(x.shape[2:], kernel, stride, padding_pair)
-    flat = reshape(weight, (out_channels, channels * kh * kw))
-    out = apply("matmul", flat, cols)
-    out = reshape(out, (x.shape[0], out_channels, ho, wo))
-    if bias is not None:
-        bias = lift(bias)
-        if bias.shape != (out_channels,):
-            raise ShapeError(
-                f"{at}: conv2d: expected a bias [{out_channels}] for weight {weight.type}, got {bias.type}"
-            )
-        out = out + reshape(bias, (out_channels, 1, 1))
+    stride, dilation = pair_argument(stride, "conv2d: stride", at), pair_argument(dilation, "conv2d: dilation", at)
+    out = padded_convolution("conv2d", x, weight, stride, padding, dilation, groups, at)
+    out = add_channel_bias(out, bias, filters, "conv2d", weight, at)
     return reshape(out, out.shape[1:]) if unbatched else out
 
 
-def string_padding(padding: str, kernel: tuple[int, int], stride: tuple[int, int], at: str) -> tuple[int, int]:
-    """conv2d's padding="valid" (none) or "same" (the output as large as the input: stride 1, and
-    odd kernels, whose padding is symmetric; PyTorch pads even kernels unevenly, which is not supported)."""
+def padded_convolution(op: str, x: Tensor, weight: Tensor, stride, padding, dilation, groups: int, at: str) -> Tensor:
+    """`convolution` with torch's padding argument: an int, a pair, "valid" or "same". An odd total
+    "same" padding is the larger half on both sides, and the output's first row (column) dropped:
+    the window then starts where torch's, whose extra padding is at the end."""
+    kernel = weight.shape[2:]
+    trim = (0, 0)
+    if isinstance(padding, str):
+        padding, trim = string_padding(op, padding, kernel, stride, dilation, at)
+    else:
+        padding = pair_argument(padding, f"{op}: padding", at)
+    out = convolution(x, weight, stride, padding, dilation, groups)
+    if trim != (0, 0):
+        out = getitem(out, (slice(None), slice(None), slice(trim[0], None), slice(trim[1], None)))
+    return out
+
+
+def string_padding(op: str, padding: str, kernel, stride, dilation, at: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(padding, trim) of padding="valid" (none) or "same" (stride 1; the output as large as the
+    input): each dim pads d·(k − 1) in all, ⌊half⌋ before and the rest after, as torch; where that
+    is odd, the larger half on both sides and the output's first row or column trimmed."""
     if padding == "valid":
-        return (0, 0)
+        return (0, 0), (0, 0)
     if padding != "same":
-        raise ValueError(f"{at}: conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
-    if stride != (1, 1):
-        raise ValueError(f"{at}: conv2d: padding='same' is not supported for strided convolutions")
-    if kernel[0] % 2 == 0 or kernel[1] % 2 == 0:
-        raise NotImplementedError(
-            f"{at}: conv2d: padding='same' with the even kernel {kernel} needs uneven padding, which is not "
-            "supported; pad explicitly"
+        raise ValueError(f"{at}: {op}: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
+    if tuple(stride) != (1, 1):
+        raise ValueError(f"{at}: {op}: padding='same' is not supported for strided convolutions")
+    totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
+    pads = tuple(total - total // 2 for total in totals)
+    return pads, tuple(total % 2 for total in totals)
+
+
+def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1):
+    """torch.nn.functional.conv1d: input [N, C, L] (or [C, L]) cross-correlated with weight
+    [O, C/groups, k], plus bias [O]: [N, O, Lo]. stride, padding and dilation are ints (or
+    1-tuples); padding may be "valid" or "same". Traced as conv2d of a height of 1.
+
+    >>> # y = F.conv1d(x, self.weight, self.bias, padding="same")
+    """
+    x, weight = lift(input), lift(weight)
+    at = user_source_line()
+    if weight.ndim != 3:
+        raise ShapeError(f"{at}: conv1d: expected a weight [out_channels, in_channels/groups, k], got {weight.type}")
+    filters, group_channels, _ = weight.shape
+    groups = group_count("conv1d", groups, filters, at)
+    channels = group_channels * groups
+    x, unbatched = batched(x, 3, "conv1d", f"[N, {channels}, L] (or [{channels}, L])", at)
+    if x.shape[1] != channels:
+        raise ShapeError(
+            f"{at}: conv1d: expected input [N, {channels}, L] (or [{channels}, L]) for weight {weight.type} "
+            f"in {groups} group(s), got {lift(input).type}"
         )
-    return ((kernel[0] - 1) // 2, (kernel[1] - 1) // 2)
+    stride, dilation = (
+        (1, single_argument(v, f"conv1d: {name}", at)) for name, v in (("stride", stride), ("dilation", dilation))
+    )
+    if not isinstance(padding, str):
+        padding = (0, single_argument(padding, "conv1d: padding", at))
+    image = reshape(x, (x.shape[0], channels, 1, x.shape[2]))
+    planar = reshape(weight, (filters, group_channels, 1, weight.shape[2]))
+    out = padded_convolution("conv1d", image, planar, stride, padding, dilation, groups, at)
+    out = reshape(out, (out.shape[0], filters, out.shape[3]))
+    out = add_channel_bias(out, bias, filters, "conv1d", weight, at)
+    return reshape(out, out.shape[1:]) if unbatched else out
+
+
+def transposed_size(op: str, image, kernel, stride, padding, output_padding, dilation, at: str) -> tuple[int, int]:
+    """The output size of a transposed convolution, (H − 1)·s − 2·p + d·(k − 1) + output_padding + 1
+    per dim, checked as torch checks output_padding (smaller than the stride or the dilation; here
+    smaller than the stride)."""
+    size = []
+    for extent, k, s, p, extra, d in zip(image, kernel, stride, padding, output_padding, dilation, strict=True):
+        if extra >= s and extra >= d:
+            raise ValueError(
+                f"{at}: {op}: output padding must be smaller than either stride or dilation, got output_padding "
+                f"{tuple(output_padding)}, stride {tuple(stride)}, dilation {tuple(dilation)}"
+            )
+        if extra >= s:
+            raise NotImplementedError(
+                f"{at}: {op}: output_padding {tuple(output_padding)} at least the stride {tuple(stride)} is not "
+                "supported (only output_padding < stride)"
+            )
+        size.append((extent - 1) * s - 2 * p + d * (k - 1) + extra + 1)
+    if min(size) < 1 or min(padding) < 0:
+        raise ShapeError(f"{at}: {op}: the output size {tuple(size)} of input {tuple(image)} is too small")
+    return size[0], size[1]
+
+
+def conv_transpose2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+):
+    """torch.nn.functional.conv_transpose2d: input [N, C, H, W] (or [C, H, W]) with weight
+    [C, O/groups, kh, kw] (torch's layout), plus bias [O]: [N, O, Ho, Wo] with
+    Ho = (H − 1)·sh − 2·ph + dh·(kh − 1) + output_padding + 1. Ints or pairs; output_padding must
+    be smaller than the stride.
+
+    Traced as the adjoint of conv2d, fold(weightᵀ·input) (the form of conv2d's input gradient), so
+    that its forward and both gradients become implicit-GEMM kernels (rewrite/conv.py).
+
+    >>> # y = F.conv_transpose2d(x, self.weight, self.bias, stride=2, padding=1, output_padding=1)
+    """
+    x, weight = lift(input), lift(weight)
+    at = user_source_line()
+    if weight.ndim != 4:
+        raise ShapeError(
+            f"{at}: conv_transpose2d: expected a weight [in_channels, out_channels/groups, kh, kw], got {weight.type}"
+        )
+    channels, group_filters, kh, kw = weight.shape
+    groups = group_count("conv_transpose2d", groups, channels, at)
+    x, unbatched = batched(x, 4, "conv_transpose2d", f"[N, {channels}, H, W] (or [{channels}, H, W])", at)
+    if x.shape[1] != channels:
+        raise ShapeError(
+            f"{at}: conv_transpose2d: expected input [N, {channels}, H, W] (or [{channels}, H, W]) for weight "
+            f"{weight.type}, got {lift(input).type}"
+        )
+    geometry = [
+        pair_argument(value, f"conv_transpose2d: {name}", at)
+        for name, value in (
+            ("stride", stride),
+            ("padding", padding),
+            ("output_padding", output_padding),
+            ("dilation", dilation),
+        )
+    ]
+    stride, padding, output_padding, dilation = geometry
+    size = transposed_size("conv_transpose2d", x.shape[2:], (kh, kw), stride, padding, output_padding, dilation, at)
+    out = transposed_convolution(x, weight, size, stride, padding, dilation, groups)
+    out = add_channel_bias(out, bias, group_filters * groups, "conv_transpose2d", weight, at)
+    return reshape(out, out.shape[1:]) if unbatched else out
+
+
+def conv_transpose1d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+):
+    """torch.nn.functional.conv_transpose1d: input [N, C, L] (or [C, L]) with weight
+    [C, O/groups, k], plus bias [O]: [N, O, (L − 1)·s − 2·p + d·(k − 1) + output_padding + 1].
+    Traced as conv_transpose2d of a height of 1."""
+    x, weight = lift(input), lift(weight)
+    at = user_source_line()
+    if weight.ndim != 3:
+        raise ShapeError(
+            f"{at}: conv_transpose1d: expected a weight [in_channels, out_channels/groups, k], got {weight.type}"
+        )
+    channels, group_filters, k = weight.shape
+    groups = group_count("conv_transpose1d", groups, channels, at)
+    x, unbatched = batched(x, 3, "conv_transpose1d", f"[N, {channels}, L] (or [{channels}, L])", at)
+    if x.shape[1] != channels:
+        raise ShapeError(
+            f"{at}: conv_transpose1d: expected input [N, {channels}, L] (or [{channels}, L]) for weight "
+            f"{weight.type}, got {lift(input).type}"
+        )
+    names = ("stride", "padding", "output_padding", "dilation")
+    values = (stride, padding, output_padding, dilation)
+    stride, padding, output_padding, dilation = (
+        (1 if name in ("stride", "dilation") else 0, single_argument(value, f"conv_transpose1d: {name}", at))
+        for name, value in zip(names, values, strict=True)
+    )
+    size = transposed_size("conv_transpose1d", (1, x.shape[2]), (1, k), stride, padding, output_padding, dilation, at)
+    image = reshape(x, (x.shape[0], channels, 1, x.shape[2]))
+    out = transposed_convolution(
+        image, reshape(weight, (channels, group_filters, 1, k)), size, stride, padding, dilation, groups
+    )
+    out = reshape(out, (out.shape[0], out.shape[1], out.shape[3]))
+    out = add_channel_bias(out, bias, group_filters * groups, "conv_transpose1d", weight, at)
+    return reshape(out, out.shape[1:]) if unbatched else out
 
 
 # ---------------------------------------------------------------------------------------------
-# Pooling and normalisation of images (NCHW). max_pool2d and avg_pool2d are ops of their own
-# (ir/ops/image.py); adaptive_avg_pool2d to 1×1, batch_norm and group_norm are traced decomposed
-# (means, rsqrt, products), so autodiff derives their exact backward from the same ops.
+# Pooling and normalisation of images (NCHW). max_pool2d, avg_pool2d and adaptive_max_pool2d are
+# ops of their own (ir/ops/image.py), the 1-D pools those of a height of 1; adaptive_avg_pool2d is
+# traced as products with the averaging matrices of its windows (a mean to 1×1); batch_norm and
+# group_norm are traced decomposed (means, rsqrt, products), so autodiff derives their exact
+# backward from the same ops.
 
 
-def pool2d(op: str, input: Tensor, kernel_size, stride, padding) -> Tensor:
+def pool2d(op: str, input: Tensor, kernel_size, stride, padding, **attrs) -> Tensor:
     """`op` on [N, C, H, W] or [C, H, W] (PyTorch's unbatched form, traced as a batch of one)."""
     x = lift(input)
     at = user_source_line()
     if x.ndim not in (3, 4):
         raise ShapeError(f"{at}: {op}: expected [N, C, H, W] or [C, H, W], got {x.type}")
-    try:
-        kernel = pair(kernel_size, f"{op} kernel_size")
-        strides = kernel if stride is None or stride == [] else pair(stride, f"{op} stride")
-        pads = pair(padding, f"{op} padding")
-    except ShapeError as error:
-        raise ShapeError(f"{at}: {error}") from None
+    kernel = pair_argument(kernel_size, f"{op} kernel_size", at)
+    strides = kernel if stride is None or stride == [] else pair_argument(stride, f"{op} stride", at)
+    pads = pair_argument(padding, f"{op} padding", at)
     unbatched = x.ndim == 3
     if unbatched:
         x = reshape(x, (1, *x.shape))
-    out = apply(op, x, kernel=kernel, stride=strides, padding=pads)
+    out = apply(op, x, kernel=kernel, stride=strides, padding=pads, **attrs)
     return reshape(out, out.shape[1:]) if unbatched else out
+
+
+def pool1d(op: str, input: Tensor, kernel_size, stride, padding, **attrs) -> Tensor:
+    """`op` (a 2-D pool) on [N, C, L] or [C, L] as an image of a height of 1."""
+    x = lift(input)
+    at = user_source_line()
+    name = op.replace("2d", "1d")
+    if x.ndim not in (2, 3):
+        raise ShapeError(f"{at}: {name}: expected [N, C, L] or [C, L], got {x.type}")
+    kernel = (1, single_argument(kernel_size, f"{name} kernel_size", at))
+    strides = kernel if stride is None or stride == [] else (1, single_argument(stride, f"{name} stride", at))
+    pads = (0, single_argument(padding, f"{name} padding", at))
+    image = reshape(x, (*x.shape[:-1], 1, x.shape[-1]))
+    out = pool2d(op, image, kernel, strides, pads, **attrs)
+    return reshape(out, (*out.shape[:-2], out.shape[-1]))
+
+
+def refuse_indices(op: str, return_indices) -> None:
+    if return_indices:
+        raise NotImplementedError(f"{user_source_line()}: {op}: return_indices=True is not supported")
 
 
 def max_pool2d(
     input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices=False
 ) -> Tensor:
-    """The maximum over each kh×kw window (torch.nn.functional.max_pool2d): stride defaults to the
-    kernel size, the padding (at most half the kernel) counts as −inf. The gradient goes to the
-    first maximum of each window in scan order. dilation, ceil_mode and return_indices are not
-    supported beyond their defaults.
+    """The maximum over each kh×kw window, its taps dilation apart (torch.nn.functional.max_pool2d):
+    stride defaults to the kernel size, the padding (at most half the kernel) counts as −inf,
+    ceil_mode rounds the output size up. The gradient goes to the first maximum of each window in
+    scan order. return_indices is not supported.
 
     >>> # y = F.max_pool2d(x, 2)  # x [8, 16, 32, 32] → [8, 16, 16, 16]
     """
-    if dilation not in (1, (1, 1)) or ceil_mode or return_indices:
-        raise NotImplementedError(
-            f"{user_source_line()}: max_pool2d: dilation, ceil_mode and return_indices are not supported"
-        )
-    return pool2d("max_pool2d", input, kernel_size, stride, padding)
+    refuse_indices("max_pool2d", return_indices)
+    dilation = pair_argument(dilation, "max_pool2d dilation", user_source_line())
+    return pool2d("max_pool2d", input, kernel_size, stride, padding, dilation=dilation, ceil_mode=bool(ceil_mode))
 
 
 def avg_pool2d(
@@ -1298,34 +1621,125 @@ def avg_pool2d(
     count_include_pad: bool = True,
     divisor_override=None,
 ) -> Tensor:
-    """The mean over each kh×kw window (torch.nn.functional.avg_pool2d with its defaults: the zero
-    padding counts, the divisor is kh·kw); stride defaults to the kernel size.
+    """The mean over each kh×kw window (torch.nn.functional.avg_pool2d): stride defaults to the
+    kernel size; the divisor is divisor_override, or the window's size within the padded image
+    (count_include_pad=True: kh·kw but where ceil_mode lets a window pass the padding), or its
+    pixels within the image.
 
     >>> # y = F.avg_pool2d(x, 3, stride=2, padding=1)
     """
-    if ceil_mode or not count_include_pad or divisor_override is not None:
-        raise NotImplementedError(
-            f"{user_source_line()}: avg_pool2d: only ceil_mode=False, count_include_pad=True and no "
-            "divisor_override are supported"
+    divisor = 0 if divisor_override is None else divisor_override
+    if isinstance(divisor, bool) or not isinstance(divisor, int) or divisor < 0 or divisor_override == 0:
+        raise ValueError(
+            f"{user_source_line()}: avg_pool2d: divisor_override must be a positive int, got {divisor_override!r}"
         )
-    return pool2d("avg_pool2d", input, kernel_size, stride, padding)
+    attrs = {"ceil_mode": bool(ceil_mode), "count_include_pad": bool(count_include_pad), "divisor": divisor}
+    return pool2d("avg_pool2d", input, kernel_size, stride, padding, **attrs)
+
+
+def max_pool1d(
+    input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices=False
+) -> Tensor:
+    """torch.nn.functional.max_pool1d over [N, C, L] (or [C, L]): max_pool2d of a height of 1."""
+    refuse_indices("max_pool1d", return_indices)
+    dilation = (1, single_argument(dilation, "max_pool1d dilation", user_source_line()))
+    return pool1d("max_pool2d", input, kernel_size, stride, padding, dilation=dilation, ceil_mode=bool(ceil_mode))
+
+
+def avg_pool1d(
+    input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True
+) -> Tensor:
+    """torch.nn.functional.avg_pool1d over [N, C, L] (or [C, L]): avg_pool2d of a height of 1."""
+    attrs = {"ceil_mode": bool(ceil_mode), "count_include_pad": bool(count_include_pad), "divisor": 0}
+    return pool1d("avg_pool2d", input, kernel_size, stride, padding, **attrs)
+
+
+def adaptive_output_size(op: str, output_size, spatial: tuple[int, ...], at: str) -> tuple[int, ...]:
+    """torch's output_size of an adaptive pool over `spatial` dims: an int for all, or one entry per
+    dim, None keeping the input's size."""
+    sizes = (output_size,) * len(spatial) if not isinstance(output_size, (tuple, list)) else tuple(output_size)
+    if len(sizes) != len(spatial):
+        raise ShapeError(f"{at}: {op}: expected output_size of {len(spatial)} entries, got {output_size!r}")
+    out = []
+    for size, extent in zip(sizes, spatial, strict=True):
+        if size is None:
+            size = extent
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ShapeError(f"{at}: {op}: output_size must hold positive ints (or None), got {output_size!r}")
+        out.append(int(size))
+    return tuple(out)
+
+
+def adaptive_input(op: str, input: Tensor, rank: int, at: str) -> Tensor:
+    x = lift(input)
+    if x.ndim not in (rank - 1, rank):
+        form = "[N, C, H, W] or [C, H, W]" if rank == 4 else "[N, C, L] or [C, L]"
+        raise ShapeError(f"{at}: {op}: expected {form}, got {x.type}")
+    return x
+
+
+def pooled_along(x: Tensor, axis: int, size: int) -> Tensor:
+    """x with dim `axis` (−1 or −2) averaged over torch's adaptive windows of `size` outputs: a
+    product with the [size, extent] averaging matrix."""
+    extent = x.shape[axis]
+    if extent == size:
+        return x
+    weights = apply("adaptive_pool_matrix", size=extent, output_size=size)
+    if axis == -1:
+        return matmul(x, transpose2d(weights))
+    return apply("matmul", weights, x)
 
 
 def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
-    """torch.nn.functional.adaptive_avg_pool2d for output_size 1 or (1, 1) only: the mean over H
-    and W, keeping them as dims of size 1 ([N, C, H, W] → [N, C, 1, 1]).
+    """torch.nn.functional.adaptive_avg_pool2d: [N, C, H, W] (or [C, H, W]) → [N, C, oh, ow], output
+    (i, j) the mean over rows [⌊i·H/oh⌋, ⌈(i + 1)·H/oh⌉) and the columns likewise (uneven windows
+    where oh does not divide H). output_size is an int or a pair (None keeps a dim). Traced as a
+    mean for 1×1, else as products with each dim's averaging matrix (A_h · x · A_wᵀ).
 
     >>> # features = F.flatten(F.adaptive_avg_pool2d(x, 1), 1)  # [N, C]
     """
-    x = lift(input)
-    if output_size not in (1, (1, 1), [1, 1]):
-        raise NotImplementedError(
-            f"{user_source_line()}: adaptive_avg_pool2d: only output_size 1 or (1, 1) (global average "
-            f"pooling) is supported, got {output_size!r}"
-        )
-    if x.ndim not in (3, 4):
-        raise ShapeError(f"{user_source_line()}: adaptive_avg_pool2d: expected [N, C, H, W] or [C, H, W], got {x.type}")
-    return mean(x, (-2, -1), keepdim=True)
+    at = user_source_line()
+    x = adaptive_input("adaptive_avg_pool2d", input, 4, at)
+    oh, ow = adaptive_output_size("adaptive_avg_pool2d", output_size, x.shape[-2:], at)
+    if (oh, ow) == (1, 1):
+        return mean(x, (-2, -1), keepdim=True)
+    return pooled_along(pooled_along(x, -1, ow), -2, oh)
+
+
+def adaptive_avg_pool1d(input: Tensor, output_size) -> Tensor:
+    """torch.nn.functional.adaptive_avg_pool1d: [N, C, L] (or [C, L]) → [N, C, output_size], each
+    output the mean over torch's adaptive window (a product with the averaging matrix)."""
+    at = user_source_line()
+    x = adaptive_input("adaptive_avg_pool1d", input, 3, at)
+    (size,) = adaptive_output_size("adaptive_avg_pool1d", output_size, x.shape[-1:], at)
+    return mean(x, -1, keepdim=True) if size == 1 else pooled_along(x, -1, size)
+
+
+def adaptive_max_pool2d(input: Tensor, output_size, return_indices=False) -> Tensor:
+    """torch.nn.functional.adaptive_max_pool2d: [N, C, H, W] (or [C, H, W]) → [N, C, oh, ow], the
+    maximum over each of adaptive_avg_pool2d's windows (NaN propagates). The gradient goes to each
+    window's maximum as torch picks it. return_indices is not supported."""
+    at = user_source_line()
+    refuse_indices("adaptive_max_pool2d", return_indices)
+    x = adaptive_input("adaptive_max_pool2d", input, 4, at)
+    size = adaptive_output_size("adaptive_max_pool2d", output_size, x.shape[-2:], at)
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = reshape(x, (1, *x.shape))
+    out = apply("adaptive_max_pool2d", x, output_size=size)
+    return reshape(out, out.shape[1:]) if unbatched else out
+
+
+def adaptive_max_pool1d(input: Tensor, output_size, return_indices=False) -> Tensor:
+    """torch.nn.functional.adaptive_max_pool1d: [N, C, L] (or [C, L]) → [N, C, output_size] (as
+    adaptive_max_pool2d of a height of 1). return_indices is not supported."""
+    at = user_source_line()
+    refuse_indices("adaptive_max_pool1d", return_indices)
+    x = adaptive_input("adaptive_max_pool1d", input, 3, at)
+    (size,) = adaptive_output_size("adaptive_max_pool1d", output_size, x.shape[-1:], at)
+    image = reshape(x, (*x.shape[:-1], 1, x.shape[-1]))
+    out = adaptive_max_pool2d(image, (1, size))
+    return reshape(out, (*out.shape[:-2], out.shape[-1]))
 
 
 def channel_view(value: Tensor, rank: int) -> Tensor:

@@ -44,11 +44,8 @@ with np.load(REFERENCE) as _data:
     ARRAYS = {key: _data[key] for key in _data.files}
 CASES = sorted({key.split("/", 1)[0] for key in ARRAYS})
 
-# Cases whose masks go to F.scaled_dot_product_attention's attn_mask (need_weights=False): they
-# xfail while SDPA refuses attn_mask, and are compared with torch once it takes one.
-SDPA_MASK = {"mha_masks_fused", "encoder_layer_padding_mask", "decoder_layer_pre_memory_padding"}
 DEVICE_CASES = [
-    "mha_self_weights", "mha_self_fused", "mha_masks_weights", "transformer",
+    "mha_self_weights", "mha_self_fused", "mha_masks_weights", "mha_masks_fused", "transformer",
     "lstm_two_layers_bidirectional_hx", "gru_two_layers_bidirectional_h0", "rnn_relu_two_layers_no_bias_h0",
     "lstm_cell", "gru_cell",
 ]  # fmt: skip
@@ -130,16 +127,6 @@ def params64(model: Case) -> dict[str, np.ndarray]:
     return {name: value.astype(np.float64) for name, value in model.state_dict().items()}
 
 
-def planned(case: str, *args, **kwargs):
-    """compile_plan(*args, **kwargs); a case of SDPA_MASK xfails while SDPA refuses attn_mask."""
-    try:
-        return compile_plan(*args, **kwargs)
-    except NotImplementedError as error:
-        if case in SDPA_MASK and "attn_mask" in str(error):
-            pytest.xfail(f"F.scaled_dot_product_attention takes no attn_mask in this branch: {error}")
-        raise
-
-
 # ---------------------------------------------------------------------------------------------
 # state_dict
 
@@ -164,7 +151,7 @@ def test_state_dict_has_torchs_keys_shapes_and_values(case):
 def test_outputs_and_gradients_equal_torch_on_the_interpreter(case):
     model = Case(case)
     values = feeds(case, with_weights=False)
-    plan = planned(case, model, None, specs(values))
+    plan = compile_plan(model, None, specs(values))
     outputs = interpret(plan.traced.graph, values, params64(model), dtype=np.float64).outputs
     expected = case_arrays(case, "output")
     assert len(outputs) == len(expected)
@@ -173,7 +160,7 @@ def test_outputs_and_gradients_equal_torch_on_the_interpreter(case):
         np.testing.assert_allclose(outputs[name], expected[str(index)], rtol=1e-9, atol=1e-11, err_msg=name)
     values = feeds(case, with_weights=True)
     options = StepOptions(keep_gradients=True)
-    step = planned(case, model, weighted_loss, specs(values), optim.SGD(lr=0.1), options=options)
+    step = compile_plan(model, weighted_loss, specs(values), optim.SGD(lr=0.1), options=options)
     params = params64(model)
     result = interpret(step.traced.graph, values, params, {**step.traced.initial_states, **params}, np.float64)
     np.testing.assert_allclose(result.outputs["loss"], ARRAYS[f"{case}/loss"], rtol=1e-9, atol=1e-11)

@@ -37,36 +37,15 @@ __all__ = [
 # Attention
 
 
-COMPARISONS = frozenset({"greater", "greater_equal", "less", "less_equal", "equal", "not_equal"})
-MASK_VIEWS = frozenset({"reshape", "broadcast_to", "permute", "slice", "concat"})
-
-
-def is_boolean_mask(mask: Tensor) -> bool:
-    """Whether `mask` stands for a bool tensor: a comparison's result (meganeura has no bool
-    dtype: comparisons give f32 masks), or a view, concatenation, product or `where` of such."""
-    graph = mask.tracer.graph
-
-    def boolean(node_id: int) -> bool:
-        node = graph[node_id]
-        if node.op in COMPARISONS:
-            return True
-        if node.op in MASK_VIEWS or node.op == "mul":
-            return all(boolean(i) for i in node.inputs)
-        if node.op == "where":
-            return all(boolean(i) for i in node.inputs[1:])
-        return False
-
-    return boolean(mask.node)
-
-
 def additive_mask(mask, name: str) -> Tensor | None:
-    """torch's F._canonical_mask: a boolean mask (True hides) as 0 / −inf, a float mask as is."""
+    """torch's F._canonical_mask: a boolean mask (True hides; a comparison's mask,
+    F.is_boolean_mask) as 0 / −inf, a float mask as is."""
     if mask is None:
         return None
     mask = lift(mask)
     if mask.dtype != "f32":
         raise ShapeError(f"{user_source_line()}: {name}: expected a float or boolean mask, got {mask.type}")
-    return F.where(mask, -math.inf, 0.0) if is_boolean_mask(mask) else mask
+    return F.where(mask, -math.inf, 0.0) if F.is_boolean_mask(mask) else mask
 
 
 class NonDynamicallyQuantizableLinear(Linear):
