@@ -9,8 +9,10 @@
 
 The package: `module.py` (nn.Module), `container.py` (Sequential, ModuleList, ModuleDict,
 ParameterList, ParameterDict), `init.py` (nn.init), `activation.py`, `loss.py`, `conv.py` (Conv1d
-and the transposed convolutions), `pooling.py` (1-d pools, adaptive max pooling, Upsample); the
-layers below (Linear, the normalisations, Embedding, the 2-d pools) are defined here.
+and the transposed convolutions), `pooling.py` (1-d pools, adaptive max pooling, Upsample),
+`transformer.py` (MultiheadAttention and the Transformer's layers), `rnn.py` (RNN, LSTM, GRU and
+their cells); the layers below (Linear, the normalisations, Embedding, the 2-d pools) are defined
+here.
 Parameters are drawn from `_rng`, the generator `manual_seed` seeds.
 """
 
@@ -69,6 +71,9 @@ __all__ = [
     "Hardsigmoid", "Softplus", "Softmax", "LogSoftmax",
     "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
     "KLDivLoss",
+    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+    "TransformerDecoder", "Transformer", "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell",
+    "GRUCell",
 ]  # fmt: skip
 
 _rng = np.random.default_rng(0)
@@ -520,5 +525,16 @@ class GroupNorm(Module):
         bias = self.bias is not None
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, bias={bias}"
 
+
+# Attention, the Transformer and the recurrent layers, built on the layers above.
+from meganeura.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: E402
+from meganeura.nn.transformer import (  # noqa: E402
+    MultiheadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)
