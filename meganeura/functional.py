@@ -104,6 +104,7 @@ COMPOSITES = [
     "adaptive_max_pool2d", "batch_norm", "group_norm",
     "dropout", "dropout1d", "dropout2d",
     "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign", "logsigmoid",
+    "tanhshrink", "softshrink", "hardshrink", "instance_norm",
 ]  # fmt: skip
 LOSSES_AND_RESAMPLING = [
     "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
@@ -1830,6 +1831,30 @@ def group_norm(
     return y if bias is None else y + channel_view(lift(bias), x.ndim)
 
 
+def instance_norm(
+    input: Tensor,
+    running_mean=None,
+    running_var=None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """torch.nn.functional.instance_norm over [N, C, *]: each (sample, channel) normalised with its
+    own mean and biased variance over the trailing dims, then a per-channel affine (group_norm with
+    a group per channel). Running statistics (track_running_stats) are not supported."""
+    if running_mean is not None or running_var is not None or not use_input_stats:
+        raise NotImplementedError(
+            f"{user_source_line()}: instance_norm: running statistics are not supported (use_input_stats=True, "
+            "no running_mean/running_var)"
+        )
+    x = lift(input)
+    if x.ndim < 3:
+        raise ShapeError(f"{user_source_line()}: instance_norm: expected [N, C, *] with spatial dims, got {x.type}")
+    return group_norm(x, x.shape[1], weight, bias, eps)
+
+
 # ---------------------------------------------------------------------------------------------
 # Activations of torch.nn.functional (issue 40). The ones whose values or gradients differ from
 # any composition of the ops at NaN, at ±∞ or at a kink are functions of ir/functions.py (elu,
@@ -1906,6 +1931,26 @@ def softsign(input: Tensor) -> Tensor:
     """x / (1 + |x|) (torch.nn.functional.softsign)."""
     x = lift(input)
     return x / (apply("abs", x) + 1.0)
+
+
+def tanhshrink(input: Tensor) -> Tensor:
+    """x − tanh(x) (torch.nn.functional.tanhshrink)."""
+    x = lift(input)
+    return x - tanh(x)
+
+
+def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """x − λ above λ, x + λ below −λ, 0 between (torch.nn.functional.softshrink); NaN stays NaN."""
+    x = lift(input)
+    lambd = float(lambd)
+    return x - clamp(x, -lambd, lambd)  # 0 inside (x − x), NaN for NaN; gradient 1 outside only
+
+
+def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """x where |x| > λ, else 0 (torch.nn.functional.hardshrink); NaN stays NaN."""
+    x = lift(input)
+    lambd = float(lambd)
+    return where(apply("abs", x) <= lambd, 0.0, x)
 
 
 def logsigmoid(input: Tensor) -> Tensor:

@@ -17,7 +17,6 @@ import sys
 ANOTHER_WAY = {
     "meganeura.nn": {
         "Conv3d": "no 3-D convolution: nn.Conv1d and nn.Conv2d",
-        "InstanceNorm2d": "nn.GroupNorm(num_channels, num_channels)",
     },
     "meganeura.functional": {
         "conv3d": "no 3-D convolution: F.conv1d and F.conv2d",

@@ -27,6 +27,7 @@ from meganeura.ir.trace import user_source_line
 from meganeura.nn import init
 from meganeura.nn.activation import (
     ELU,
+    Hardshrink,
     Hardsigmoid,
     Hardswish,
     Hardtanh,
@@ -38,6 +39,8 @@ from meganeura.nn.activation import (
     SiLU,
     Softmax,
     Softplus,
+    Softshrink,
+    Tanhshrink,
     Unflatten,
 )
 from meganeura.nn.container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
@@ -63,7 +66,8 @@ __all__ = [
     "Module", "Parameter", "Buffer", "ParameterStorage", "RemovableHandle", "init", "manual_seed",
     "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
     "Linear", "Identity", "Flatten", "Unflatten", "Embedding", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d",
-    "LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
+    "LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "InstanceNorm1d", "InstanceNorm2d",
+    "Tanhshrink", "Softshrink", "Hardshrink",
     "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d",
     "Upsample",
     "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardtanh", "Hardswish",
@@ -516,6 +520,49 @@ class GroupNorm(Module):
     def extra_repr(self) -> str:
         bias = self.bias is not None
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, bias={bias}"
+
+
+class InstanceNorm(Module):
+    """torch.nn.InstanceNorm1d/2d: each sample's channels normalised over their own spatial dims
+    (F.instance_norm); affine=False by default; track_running_stats is not supported."""
+
+    spatial = 1
+
+    def __init__(
+        self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = False, track_running_stats=False
+    ) -> None:
+        super().__init__()
+        if track_running_stats:
+            raise NotImplementedError(
+                f"{user_source_line()}: {type(self).__name__}: track_running_stats=True is not supported"
+            )
+        self.num_features, self.eps, self.momentum = int(num_features), eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = Parameter(np.ones((self.num_features,), np.float32)) if affine else None
+        self.bias = Parameter(np.zeros((self.num_features,), np.float32)) if affine else None
+
+    def forward(self, input: Tensor) -> Tensor:
+        rank = self.spatial + 2
+        if input.ndim not in (rank - 1, rank):
+            raise ValueError(f"{type(self).__name__}: expected {rank - 1}D or {rank}D input (got {input.ndim}D input)")
+        if input.ndim == rank - 1:  # unbatched [C, *]
+            out = F.instance_norm(input.unsqueeze(0), None, None, self.weight, self.bias, True, self.momentum, self.eps)
+            return out.squeeze(0)
+        return F.instance_norm(input, None, None, self.weight, self.bias, True, self.momentum, self.eps)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
+
+
+class InstanceNorm1d(InstanceNorm):
+    spatial = 1
+
+
+class InstanceNorm2d(InstanceNorm):
+    spatial = 2
 
 
 # Attention, the Transformer and the recurrent layers, built on the layers above.
