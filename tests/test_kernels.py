@@ -529,12 +529,14 @@ def test_expressions_have_one_wgsl_form_per_function_and_stay_linear():
     for function in FUNCTIONS.values():  # each operand appears exactly once in the form
         assert sorted(re.findall(r"\{(\d)\}", function.wgsl)) == [str(i) for i in range(function.arity)], function.name
     value_of = {"0": "v0", "acc": "x"}.__getitem__
-    assert expressions.expr_to_wgsl(parse("relu(add($acc,$0))"), value_of) == "max((x + v0), 0.0)"
+    assert expressions.expr_to_wgsl(parse("relu(add($acc,$0))"), value_of) == "mn_relu((x + v0))"
     assert expressions.expr_to_wgsl(parse("mul($0,-2.5)"), value_of) == "(v0 * (-2.5f))"
     nested = parse("silu(" * 12 + "$0" + ")" * 12)
     assert expressions.expr_to_wgsl(nested, value_of).count("v0") == 1  # no argument is repeated
     assert "fn mn_silu" in expressions.helper_functions([parse("swiglu($0,$1)")])
-    assert expressions.helper_functions([parse("tanh($0)"), 1.0]) == ""
+    assert expressions.helper_functions([parse("exp($0)"), 1.0]) == ""
+    relu = expressions.helper_functions([parse("relu($0)")])  # a helper calls another: both, once each
+    assert relu.count("fn mn_relu(") == 1 and relu.count("fn mn_isnan(") == 1
 
 
 # -- elementwise ----------------------------------------------------------------------------------
