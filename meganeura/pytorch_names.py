@@ -74,9 +74,7 @@ ANOTHER_WAY = {
         "requires_grad_": "compile() takes the gradients of the model's nn.Parameters",
     },
     "meganeura.optim": {
-        "RMSprop": "optim.Adam with betas=(0.0, 0.99) is close; RMSprop itself is not here yet",
-        "Adagrad": "not here yet: optim.Adam or optim.SGD",
-        "LBFGS": "not here: first-order optimizers only (SGD, Adam, AdamW)",
+        "LBFGS": "not here: first-order optimizers only (SGD, Adam, AdamW, RMSprop, Adagrad)",
         "NAdam": "not here yet: optim.Adam",
         "RAdam": "not here yet: optim.Adam",
     },
