@@ -1,6 +1,6 @@
 """Train a small diffusion model (DDPM) on scikit-learn's 8×8 digits (bundled, no download) with meganeura.
 
-    python examples/diffusion_digits.py [--epochs 40] [--batch 64] [--lr 2e-3] [--width 32] [--samples out/ddpm.png]
+    python examples/diffusion_digits.py [--epochs 40] [--batch 64] [--lr 2e-3] [--width 16] [--samples out/ddpm.png]
 
 A U-Net denoiser written as PyTorch users write one: sinusoidal features of the timestep
 (sin/cos of the fed timesteps times constant frequencies) through an MLP; a 3×3 conv in; a
@@ -68,7 +68,7 @@ class ResBlock(nn.Module):
 class UNet(nn.Module):
     """(x_t [b, 1, 8, 8], t [b] int) → the predicted noise [b, 1, 8, 8]."""
 
-    def __init__(self, width: int = 32, groups: int = 8, time_dim: int = 32) -> None:
+    def __init__(self, width: int = 16, groups: int = 8, time_dim: int = 32) -> None:
         super().__init__()
         w, g, td = width, groups, time_dim
         self.time_dim = td
@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--width", type=int, default=32)
+    parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--timesteps", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--samples", default="", help="save 64 sampled digits as this PNG")
@@ -171,7 +171,7 @@ def main() -> None:
         import matplotlib.pyplot as plt
 
         grid = digits.reshape(8, 8, 8, 8).transpose(0, 2, 1, 3).reshape(64, 64)
-        plt.imsave(args.samples, grid, cmap="gray", vmin=-1.0, vmax=1.0)
+        plt.imsave(args.samples, np.kron(grid, np.ones((4, 4))), cmap="gray_r", vmin=-1.0, vmax=1.0)
         print(f"saved 64 sampled digits to {args.samples}")
 
 

@@ -64,7 +64,8 @@ def loss_function(recon_x, x, mu, logvar):
 
 
 def vae_loss(model, x):
-    return loss_function(*model(x), x)
+    recon_batch, mu, logvar = model(x)
+    return loss_function(recon_batch, x, mu, logvar)
 
 
 class Decoder(nn.Module):
@@ -141,7 +142,7 @@ def main() -> None:
         import matplotlib.pyplot as plt
 
         grid = digits.reshape(8, 8, 8, 8).transpose(0, 2, 1, 3).reshape(64, 64)
-        plt.imsave(args.samples, grid, cmap="gray_r")
+        plt.imsave(args.samples, np.kron(grid, np.ones((4, 4))), cmap="gray_r", vmin=0.0, vmax=1.0)
         print(f"saved 64 digits sampled from the prior to {args.samples}")
 
 

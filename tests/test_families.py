@@ -18,9 +18,11 @@ prints its rule summary when one is missing.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,6 +44,7 @@ from meganeura import nn
 from meganeura.ir.ops.random import draw, rng_state
 
 FAMILY_DIR = REFERENCE_DIR / "families"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCENARIOS = sorted(path.stem for path in FAMILY_DIR.glob("*.npz"))
 # The device's update against the interpreter's, relative to its size: conftest's UPDATE_RTOL, or
 # test_torch_reference's multiple of the update's float32 noise in PyTorch where that is larger (a
@@ -51,6 +54,17 @@ DEVICE_RTOL = 5e-4
 
 def family_reference(name: str) -> Reference:
     return load_reference(f"{FAMILY_DIR.name}/{name}")
+
+
+def example(name: str):
+    """The module of examples/<name>.py (the VAE, ViT and U-Net families are example scripts)."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+vae_digits, diffusion_digits = example("vae_digits"), example("diffusion_digits")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,46 +125,6 @@ class GPT2(nn.Module):
 
 def token_loss(model, tokens, targets):
     return F.cross_entropy(model(tokens), targets)
-
-
-# ---------------------------------------------------------------------------------------------
-# The VAE of pytorch/examples, on the 8×8 digits; ε = mn.randn_like inside the model
-
-
-class VAE(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.fc1 = nn.Linear(64, cfg["hidden"])
-        self.fc21 = nn.Linear(cfg["hidden"], cfg["latent"])
-        self.fc22 = nn.Linear(cfg["hidden"], cfg["latent"])
-        self.fc3 = nn.Linear(cfg["latent"], cfg["hidden"])
-        self.fc4 = nn.Linear(cfg["hidden"], 64)
-
-    def encode(self, x):
-        h1 = F.relu(self.fc1(x))
-        return self.fc21(h1), self.fc22(h1)
-
-    def reparameterize(self, mu, logvar):
-        std = mn.exp(0.5 * logvar)
-        return mu + mn.randn_like(std) * std
-
-    def decode(self, z):
-        return F.sigmoid(self.fc4(F.relu(self.fc3(z))))
-
-    def forward(self, x):
-        mu, logvar = self.encode(x)
-        return self.decode(self.reparameterize(mu, logvar)), mu, logvar
-
-
-def binary_cross_entropy_sum(p, x):
-    """F.binary_cross_entropy(p, x, reduction="sum") written out (logs clamped at −100, as torch)."""
-    return -(x * mn.clamp(F.log(p), min=-100.0) + (1.0 - x) * mn.clamp(F.log(1.0 - p), min=-100.0)).sum()
-
-
-def vae_loss(model, x):
-    recon, mu, logvar = model(x)
-    kld = -0.5 * (1.0 + logvar - mu * mu - mn.exp(logvar)).sum()
-    return binary_cross_entropy_sum(recon, x) + kld
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,74 +194,6 @@ class ViT(nn.Module):
 
 def classifier_loss(model, x, y):
     return F.cross_entropy(model(x), y)
-
-
-# ---------------------------------------------------------------------------------------------
-# A U-Net denoiser on the digits with DDPM's noise objective (noise and timesteps fed from numpy)
-
-
-def timestep_frequencies(time_dim: int) -> np.ndarray:
-    """exp(−ln(10000)·i/half), i < half = time_dim/2 (diffusers' get_timestep_embedding), float32."""
-    half = time_dim // 2
-    return np.exp(-math.log(10000.0) * np.arange(half, dtype=np.float64) / half).astype(np.float32)
-
-
-def noise_schedule(timesteps: int) -> tuple[np.ndarray, np.ndarray]:
-    """(√ᾱ_t, √(1 − ᾱ_t)) for t < timesteps of DDPM's linear β schedule 1e-4…0.02, float32."""
-    alphas_cumprod = np.cumprod(1.0 - np.linspace(1e-4, 0.02, timesteps))
-    return np.sqrt(alphas_cumprod).astype(np.float32), np.sqrt(1.0 - alphas_cumprod).astype(np.float32)
-
-
-class ResBlock(nn.Module):
-    def __init__(self, cin, cout, time_dim, groups):
-        super().__init__()
-        self.norm1 = nn.GroupNorm(groups, cin)
-        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
-        self.time_proj = nn.Linear(time_dim, cout)
-        self.norm2 = nn.GroupNorm(groups, cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
-        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else None
-
-    def forward(self, x, temb):
-        h = self.conv1(F.silu(self.norm1(x)))
-        h = h + self.time_proj(F.silu(temb))[:, :, None, None]
-        h = self.conv2(F.silu(self.norm2(h)))
-        return h + (x if self.skip is None else self.skip(x))
-
-
-class UNet(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        w, g, td = cfg["width"], cfg["groups"], cfg["time_dim"]
-        self.time_dim = td
-        self.time_mlp = nn.Sequential(nn.Linear(td, 2 * td), nn.SiLU(), nn.Linear(2 * td, 2 * td))
-        self.conv_in = nn.Conv2d(1, w, 3, padding=1)
-        self.down = ResBlock(w, w, 2 * td, g)
-        self.downsample = nn.Conv2d(w, 2 * w, 3, stride=2, padding=1)
-        self.mid = ResBlock(2 * w, 2 * w, 2 * td, g)
-        self.upsample = nn.ConvTranspose2d(2 * w, w, 2, stride=2)
-        self.up = ResBlock(2 * w, w, 2 * td, g)
-        self.norm_out = nn.GroupNorm(g, w)
-        self.conv_out = nn.Conv2d(w, 1, 3, padding=1)
-
-    def forward(self, x, t):
-        args = t.float()[:, None] * mn.tensor(timestep_frequencies(self.time_dim))[None, :]
-        temb = self.time_mlp(mn.cat([mn.sin(args), mn.cos(args)], dim=-1))
-        skip = self.down(self.conv_in(x), temb)
-        h = self.mid(self.downsample(skip), temb)
-        h = self.up(mn.cat([self.upsample(h), skip], dim=1), temb)
-        return self.conv_out(F.silu(self.norm_out(h)))
-
-
-def diffusion_loss(timesteps: int):
-    """MSE between the noise and the model's prediction of it from x_t = √ᾱ_t·x + √(1 − ᾱ_t)·noise."""
-
-    def loss(model, x, noise, t):
-        sqrt_ab, sqrt_1mab = (mn.tensor(table) for table in noise_schedule(timesteps))
-        x_t = sqrt_ab[t][:, None, None, None] * x + sqrt_1mab[t][:, None, None, None] * noise
-        return F.mse_loss(model(x_t, t), noise)
-
-    return loss
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,9 +357,9 @@ def test_gpt2_with_dropout():
 
 def test_vae_on_digits():
     """pytorch/examples' VAE on the digits: reparameterised with mn.randn_like, BCE (sum) + KL, Adam."""
-    ref = family_reference("vae_digits")
+    cfg = family_reference("vae_digits").meta["model"]
     rules = ["regenerate_random", "matmul_epilogue", "fuse_pointwise"]
-    train_family("vae_digits", VAE(ref.meta["model"]), vae_loss, rules)
+    train_family("vae_digits", vae_digits.VAE(cfg["hidden"], cfg["latent"]), vae_digits.vae_loss, rules)
 
 
 def test_vit_on_digits():
@@ -468,11 +374,10 @@ def test_unet_denoiser_on_digits():
     """A U-Net denoiser on the digits: GroupNorm, SiLU, a stride-2 conv down, ConvTranspose2d up,
     a skip concatenation, sinusoidal time features of the fed timesteps (sin/cos of constants),
     MSE on the predicted noise, Adam."""
-    needs("F.conv_transpose2d")
-    ref = family_reference("unet_diffusion")
-    cfg = ref.meta["model"]
-    rules = ["conv_forward", "conv_grad_input", "conv_grad_weight", "fuse_pointwise"]
-    train_family("unet_diffusion", UNet(cfg), diffusion_loss(cfg["timesteps"]), rules)
+    cfg = family_reference("unet_diffusion").meta["model"]
+    model = diffusion_digits.UNet(cfg["width"], cfg["groups"], cfg["time_dim"])
+    rules = ["conv_forward", "conv_grad_input", "conv_grad_weight", "conv_epilogue", "pointwise_conv"]
+    train_family("unet_diffusion", model, diffusion_digits.diffusion_loss(cfg["timesteps"]), rules)
 
 
 def test_whisper_encoder():
@@ -481,7 +386,7 @@ def test_whisper_encoder():
     over time classified with CE, AdamW."""
     needs("F.conv1d")
     ref = family_reference("whisper_encoder")
-    rules = ["conv_forward", "conv_grad_weight", "recognize_attention", "matmul_epilogue"]
+    rules = ["conv_grad_input", "conv_grad_weight", "recognize_attention", "matmul_epilogue"]
     train_family("whisper_encoder", WhisperEncoder(ref.meta["model"]), audio_loss, rules)
 
 
