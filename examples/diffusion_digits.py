@@ -14,7 +14,8 @@ Pixels are scaled to [−1, 1]; the β schedule is linear, 1e-4 to 0.02 over --t
 Prints the adapter, a summary of the e-graph's report (the convolutions are implicit GEMMs,
 `conv_*`), and the loss after every epoch; with --samples PATH, draws 64 digits by ancestral
 sampling (an inference program that shares the weights, run once per timestep) and saves them
-as a PNG (needs matplotlib).
+as a PNG (needs matplotlib). On lavapipe (Vulkan on the CPU) a step at the defaults takes about
+half a second: there, try --epochs 5 first.
 """
 
 from __future__ import annotations
