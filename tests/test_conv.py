@@ -292,8 +292,14 @@ def test_conv2d_module_uses_pytorch_layout_names_and_init_bounds():
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 4 * 4, 2))
     assert list(model.state_dict()) == ["0.weight", "0.bias", "3.weight", "3.bias"]
     assert repr(nn.Flatten()) == "Flatten(start_dim=1, end_dim=-1)"
-    with pytest.raises(NotImplementedError, match="groups=1"):
-        nn.Conv2d(4, 4, 3, groups=2)
+    grouped = nn.Conv2d(4, 6, 3, groups=2, dilation=2, padding_mode="reflect", padding=2)
+    assert grouped.weight.shape == (6, 2, 3, 3) and grouped.dilation == (2, 2)
+    assert repr(grouped) == (
+        "Conv2d(4, 6, kernel_size=(3, 3), stride=(1, 1), padding=(2, 2), dilation=(2, 2), groups=2, "
+        "padding_mode=reflect)"
+    )
+    with pytest.raises(ValueError, match="in_channels must be divisible by groups"):
+        nn.Conv2d(4, 4, 3, groups=3)
 
 
 class ChannelMismatch(nn.Module):
