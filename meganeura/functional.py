@@ -401,8 +401,9 @@ def gaussian_nll_loss(
 ) -> Tensor:
     """0.5·(log(max(var, eps)) + (input − target)² / max(var, eps)) (+ 0.5·log 2π with full),
     reduced (torch.nn.functional.gaussian_nll_loss; var as input's shape, one dim short of it, with
-    one dim of size 1, or a number). PyTorch clamps var outside autograd; here the clamp is traced, so
-    var's gradient is 0 where var < eps. A negative var gives NaN (PyTorch raises)."""
+    one dim of size 1, or a number). As PyTorch, var is clamped outside autograd: where var < eps
+    its value is eps and its gradient that of the unclamped var. A negative var gives NaN (PyTorch
+    raises)."""
     check_reduction(reduction, "gaussian_nll_loss")
     input, target = float_operands("gaussian_nll_loss", input, target)
     if is_number(var):
@@ -419,7 +420,7 @@ def gaussian_nll_loss(
                 and builtins.sum(v for i, v in zip(input.shape, var.shape, strict=True) if i != v) == 1
             ):
                 raise ValueError(f"{user_source_line()}: gaussian_nll_loss: var is of incorrect size {var.type}")
-    var = clamp(var, min=float(eps))
+    var = clamped_outside_autograd(var, float(eps))
     diff = input - target
     values = (log(var) + diff * diff / var) * 0.5
     if full:
@@ -672,18 +673,24 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, o
     return x / clamp(vector_norm(x, p, dim, keepdim=True), min=float(eps))
 
 
+def clamped_outside_autograd(x: Tensor, low: float) -> Tensor:
+    """max(x, low) whose gradient is x's own (PyTorch's `with torch.no_grad(): x.clamp_(min=low)`
+    on a tensor autograd tracks): detach(max(x, low)) + (x − detach(x)), the second term exactly 0."""
+    return clamp(x, min=low).detach() + (x - x.detach())
+
+
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """Σ (x1 / max(‖x1‖, eps))·(x2 / max(‖x2‖, eps)) along `dim`, PyTorch's current formula
-    (torch.nn.functional.cosine_similarity; x1 and x2 broadcast). PyTorch clamps the norms outside
-    autograd; here the clamp is traced, so a norm below eps passes no gradient."""
+    (torch.nn.functional.cosine_similarity; x1 and x2 broadcast). As PyTorch, the norms are clamped
+    outside autograd: a norm below eps divides as eps, its gradient that of the unclamped norm."""
     x1, x2 = lift(x1), lift(x2)
     try:
         shape = broadcast_shapes(x1.shape, x2.shape, "cosine_similarity")
     except ShapeError as error:
         raise ShapeError(f"{user_source_line()}: {error}") from None
     x1, x2 = broadcast_to(x1, shape), broadcast_to(x2, shape)
-    unit1 = x1 / clamp(vector_norm(x1, 2, dim, keepdim=True), min=float(eps))
-    unit2 = x2 / clamp(vector_norm(x2, 2, dim, keepdim=True), min=float(eps))
+    unit1 = x1 / clamped_outside_autograd(vector_norm(x1, 2, dim, keepdim=True), float(eps))
+    unit2 = x2 / clamped_outside_autograd(vector_norm(x2, 2, dim, keepdim=True), float(eps))
     return sum(unit1 * unit2, dim)
 
 

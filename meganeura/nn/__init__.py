@@ -9,15 +9,16 @@
 
 The package: `module.py` (nn.Module), `container.py` (Sequential, ModuleList, ModuleDict,
 ParameterList, ParameterDict), `init.py` (nn.init), `activation.py`, `loss.py`, `conv.py` (Conv1d
-and the transposed convolutions), `pooling.py` (1-d pools, adaptive max pooling, Upsample); the
-layers below (Linear, the normalisations, Embedding, the 2-d pools) are defined here.
+and the transposed convolutions), `pooling.py` (1-d pools, adaptive max pooling, Upsample),
+`transformer.py` (MultiheadAttention and the Transformer's layers), `rnn.py` (RNN, LSTM, GRU and
+their cells); the layers below (Linear, the normalisations, Embedding, the 2-d pools) are defined
+here.
 Parameters are drawn from `_rng`, the generator `manual_seed` seeds.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
@@ -69,6 +70,9 @@ __all__ = [
     "Hardsigmoid", "Softplus", "Softmax", "LogSoftmax",
     "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
     "KLDivLoss",
+    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+    "TransformerDecoder", "Transformer", "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell",
+    "GRUCell",
 ]  # fmt: skip
 
 _rng = np.random.default_rng(0)
@@ -178,11 +182,9 @@ class Embedding(Module):
     """A lookup table: rows of weight [num_embeddings, embedding_dim] at i32 indices of any shape
     (torch.nn.Embedding: weight initialised N(0, 1); `_weight` gives it instead, `_freeze` freezes it).
 
-    padding_idx (negative counts from the end): that row is initialised to zeros and gets no
-    gradient, so training never moves it, as in PyTorch. The forward gives zeros at those positions
-    (the lookups are masked: there is no stop-gradient op to keep the row's value and drop its
-    gradient), which is PyTorch's result while the row is zero; a non-zero row (loaded) warns when
-    the model is traced. max_norm and scale_grad_by_freq are not supported; sparse=True gives the
+    padding_idx (negative counts from the end): that row is initialised to zeros, its lookups give
+    its value (a loaded one too) and no gradient, so training never moves it, as in PyTorch.
+    max_norm and scale_grad_by_freq are not supported; sparse=True gives the
     same updates from dense gradients."""
 
     def __init__(
@@ -255,18 +257,13 @@ class Embedding(Module):
 
 
 def padded_embedding(input: Tensor, weight: Parameter, padding_idx: int) -> Tensor:
-    """F.embedding with the lookups of row `padding_idx` masked to zero, so that row's gradient is
-    zero: the mask is the lookup of a [num, 1] table of ones with a zero at padding_idx."""
-    row = weight._host[padding_idx] if weight.storage is None else weight.numpy()[padding_idx]
-    if np.any(row):
-        warnings.warn(
-            f"{user_source_line()}: nn.Embedding: row padding_idx={padding_idx} is not zero; meganeura gives "
-            "zeros at the padding positions (PyTorch gives that row)",
-            stacklevel=2,
-        )
+    """F.embedding whose lookups of row `padding_idx` give that row's value but no gradient
+    (torch's padding_idx): keep = the lookup of a [num, 1] table of ones with a zero at padding_idx,
+    and the rows are rows·keep + detach(rows)·(1 − keep)."""
     runs = ((1.0, padding_idx), (0.0, 1), (1.0, weight.shape[0] - padding_idx - 1))
     mask = F.cat([F.broadcast_to(value, (rows, 1)) for value, rows in runs if rows], 0)
-    return F.embedding(input, weight) * F.embedding(input, mask)
+    rows, keep = F.embedding(input, weight), F.embedding(input, mask)
+    return rows * keep + rows.detach() * (1.0 - keep)
 
 
 class ReLU(Module):
@@ -520,5 +517,16 @@ class GroupNorm(Module):
         bias = self.bias is not None
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, bias={bias}"
 
+
+# Attention, the Transformer and the recurrent layers, built on the layers above.
+from meganeura.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: E402
+from meganeura.nn.transformer import (  # noqa: E402
+    MultiheadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)
