@@ -302,7 +302,9 @@ def test_unet_denoiser_on_digits():
 def test_whisper_encoder():
     """A Whisper-tiny-shaped audio encoder: two Conv1d (the second stride 2) with GELU, sinusoidal
     positions, pre-LN blocks with hand-written attention (recognised) and a GELU MLP, the mean
-    over time classified with CE, AdamW."""
+    over time classified with CE, AdamW. At these sizes the plan keeps the Conv1d forwards as
+    unfold + matmul (conv_forward matches, the extraction does not choose it); their gradients
+    are implicit GEMMs."""
     ref = family_reference("whisper_encoder")
     rules = ["conv_grad_input", "conv_grad_weight", "recognize_attention", "matmul_epilogue"]
     train_family("whisper_encoder", WhisperEncoder(ref.meta["model"]), audio_loss, rules)
@@ -310,7 +312,8 @@ def test_whisper_encoder():
 
 def test_lstm_language_model():
     """nn.Embedding → nn.LSTM(batch_first=True) → Linear, next-token CE on counting sequences, SGD
-    with momentum."""
+    with momentum. The recurrence runs as fused lstm_cell kernels (an op of its own, no rule); the
+    input projections and the head are matmuls with epilogues."""
     ref = family_reference("lstm_lm")
     rules = ["matmul_epilogue", "fuse_pointwise", "cross_entropy_forward"]
     train_family("lstm_lm", LSTMModel(ref.meta["model"]), token_loss, rules)
