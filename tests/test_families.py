@@ -19,7 +19,6 @@ prints its rule summary when one is missing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import interpreter_steps
+from conftest import declared_scenarios, interpreter_steps, module_at, torch_script
 from test_torch_reference import (
     REFERENCE_DIR,
     Reference,
@@ -46,6 +45,7 @@ from meganeura.ir.ops.random import draw, rng_state
 
 FAMILY_DIR = REFERENCE_DIR / "families"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "make_family_references.py"
 SCENARIOS = sorted(path.stem for path in FAMILY_DIR.glob("*.npz"))
 # The device's update against the interpreter's, relative to its size: conftest's UPDATE_RTOL, or
 # test_torch_reference's multiple of the update's float32 noise in PyTorch where that is larger (a
@@ -59,10 +59,7 @@ def family_reference(name: str) -> Reference:
 
 def example(name: str):
     """The module of examples/<name>.py (the VAE, ViT and U-Net families are example scripts)."""
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_at(EXAMPLES / f"{name}.py")
 
 
 vae_digits, vit_digits, diffusion_digits = example("vae_digits"), example("vit_digits"), example("diffusion_digits")
@@ -360,29 +357,13 @@ def test_digits_are_sklearns(name):
 def test_reference_files_are_the_scripts_scenarios():
     """One file per scenario of scripts/make_family_references.py and no other (read from its
     source: no torch needed)."""
-    import ast
-
-    script = REFERENCE_DIR.parent.parent / "scripts" / "make_family_references.py"
-    tree = ast.parse(script.read_text())
-    declared = next(
-        node.value
-        for node in tree.body
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SCENARIOS" for t in node.targets)
-    )
-    assert sorted(ast.literal_eval(key) for key in declared.keys) == SCENARIOS
+    assert declared_scenarios(SCRIPT) == SCENARIOS
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_reference_file_is_current(name):
     """Regenerated with torch, the scenario gives the stored file (needs torch and the digits)."""
-    pytest.importorskip("torch")
-    import importlib.util
-
-    path = REFERENCE_DIR.parent.parent / "scripts" / "make_family_references.py"
-    spec = importlib.util.spec_from_file_location("make_family_references", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    fresh = script.generate(name)
+    fresh = torch_script(SCRIPT).generate(name)
     with np.load(FAMILY_DIR / f"{name}.npz") as data:
         stored = {key: data[key] for key in data.files}
     assert sorted(fresh) == sorted(stored)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import torch_script
 
 import meganeura as mn
 from meganeura import nn, optim
@@ -335,20 +336,10 @@ def test_reduce_lr_on_plateau_errors():
         scheduler.step()  # the metric is required, as in torch
 
 
-def load_script():
-    pytest.importorskip("torch")
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_optimizer_references", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("name", [*SCENARIOS, PLATEAU])
 def test_reference_file_is_current(name):
     """Regenerated with torch in memory, the fixture gives the stored file (needs torch)."""
-    script = load_script()
+    script = torch_script(SCRIPT)
     assert sorted(script.SCENARIOS) == SCENARIOS
     fresh = script.generate_plateau() if name == PLATEAU else script.generate(name)
     meta, stored = load(name)

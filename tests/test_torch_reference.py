@@ -25,8 +25,6 @@ script's own functions and checks that the stored file still matches (a stale fi
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import json
 import math
 from dataclasses import dataclass
@@ -34,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import interpreter_steps
+from conftest import declared_scenarios, interpreter_steps, torch_script
 
 import meganeura as mn
 import meganeura.functional as F
@@ -398,29 +396,15 @@ def test_rotary_tables_are_the_references():
             np.testing.assert_allclose(ref.feeds[0]["sin"], sin, atol=1e-6)
 
 
-def load_script():
-    pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("make_torch_references", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_reference_files_are_all_there():
     """One file per scenario of the script and no other; read from its source (no torch needed)."""
-    tree = ast.parse(SCRIPT.read_text())
-    declared = next(
-        node.value
-        for node in tree.body
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SCENARIOS" for t in node.targets)
-    )
-    assert sorted(ast.literal_eval(key) for key in declared.keys) == SCENARIOS
+    assert declared_scenarios(SCRIPT) == SCENARIOS
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_reference_file_is_current(name):
     """Regenerated with torch in memory, the scenario gives the stored file (needs torch)."""
-    script = load_script()
+    script = torch_script(SCRIPT)
     assert sorted(script.SCENARIOS) == SCENARIOS
     fresh = script.generate(name)
     with np.load(REFERENCE_DIR / f"{name}.npz") as data:
