@@ -19,7 +19,6 @@ prints its rule summary when one is missing.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from conftest import declared_scenarios, interpreter_steps, module_at, torch_scr
 from test_torch_reference import (
     REFERENCE_DIR,
     Reference,
+    assert_regenerated,
     input_specs,
     load_reference,
     loss_problems,
@@ -363,17 +363,4 @@ def test_reference_files_are_the_scripts_scenarios():
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_reference_file_is_current(name):
     """Regenerated with torch, the scenario gives the stored file (needs torch and the digits)."""
-    fresh = torch_script(SCRIPT).generate(name)
-    with np.load(FAMILY_DIR / f"{name}.npz") as data:
-        stored = {key: data[key] for key in data.files}
-    assert sorted(fresh) == sorted(stored)
-    fresh_meta, stored_meta = json.loads(str(fresh.pop("meta"))), json.loads(str(stored.pop("meta")))
-    fresh_meta.pop("torch"), stored_meta.pop("torch")
-    assert fresh_meta == stored_meta
-    for key, value in stored.items():
-        if key.startswith("init/") or "/input/" in key or "/random/" in key:
-            np.testing.assert_array_equal(fresh[key], value, err_msg=key)
-        elif "/noise32/" in key:
-            assert abs(np.log10(max(float(fresh[key]), 1e-12) / max(float(value), 1e-12))) <= 1.0, key
-        else:
-            np.testing.assert_allclose(fresh[key], value, rtol=1e-6, atol=1e-9, err_msg=key)
+    assert_regenerated(torch_script(SCRIPT).generate(name), FAMILY_DIR / f"{name}.npz")
