@@ -1348,6 +1348,28 @@ def batched(x: Tensor, rank: int, op: str, expected: str, at: str) -> tuple[Tens
     return x, False
 
 
+def convolution_operands(op: str, input, weight, groups, dims: int, transposed: bool, at: str):
+    """(input as [N, C, *spatial], weight, groups, whether the input was unbatched) of a `dims`-D
+    convolution or transposed convolution, checked as torch checks them: the weight's rank, groups
+    dividing its first dim, the input's rank and channels (C = weight.shape[0] when transposed,
+    weight.shape[1]·groups otherwise)."""
+    x, weight = lift(input), lift(weight)
+    kernel, spatial = ("k", "L") if dims == 1 else ("kh, kw", "H, W")
+    layout = "in_channels, out_channels/groups" if transposed else "out_channels, in_channels/groups"
+    if weight.ndim != dims + 2:
+        raise ShapeError(f"{at}: {op}: expected a weight [{layout}, {kernel}], got {weight.type}")
+    groups = group_count(op, groups, weight.shape[0], at)
+    channels = weight.shape[0] if transposed else weight.shape[1] * groups
+    expected = f"[N, {channels}, {spatial}] (or [{channels}, {spatial}])"
+    x, unbatched = batched(x, dims + 2, op, expected, at)
+    if x.shape[1] != channels:
+        in_groups = "" if transposed else f" in {groups} group(s)"
+        raise ShapeError(
+            f"{at}: {op}: expected input {expected} for weight {weight.type}{in_groups}, got {lift(input).type}"
+        )
+    return x, weight, groups, unbatched
+
+
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups=1):
     """torch.nn.functional.conv2d: input [N, C, H, W] (or [C, H, W]) cross-correlated with weight
     [O, C/groups, kh, kw], plus bias [O]: [N, O, Ho, Wo]. stride, padding and dilation are ints or
@@ -1361,21 +1383,9 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
 
     >>> # y = F.conv2d(x, self.weight, self.bias, stride=2, padding=1)
     """
-    x, weight = lift(input), lift(weight)
     at = user_source_line()
-    if weight.ndim != 4:
-        raise ShapeError(
-            f"{at}: conv2d: expected a weight [out_channels, in_channels/groups, kh, kw], got {weight.type}"
-        )
-    filters, group_channels, kh, kw = weight.shape
-    groups = group_count("conv2d", groups, filters, at)
-    channels = group_channels * groups
-    x, unbatched = batched(x, 4, "conv2d", f"[N, {channels}, H, W] (or [{channels}, H, W])", at)
-    if x.shape[1] != channels:
-        raise ShapeError(
-            f"{at}: conv2d: expected input [N, {channels}, H, W] (or [{channels}, H, W]) for weight "
-            f"{weight.type} in {groups} group(s), got {lift(input).type}"
-        )
+    x, weight, groups, unbatched = convolution_operands("conv2d", input, weight, groups, 2, False, at)
+    filters = weight.shape[0]
     stride, dilation = pair_argument(stride, "conv2d: stride", at), pair_argument(dilation, "conv2d: dilation", at)
     out = padded_convolution("conv2d", x, weight, stride, padding, dilation, groups, at)
     out = add_channel_bias(out, bias, filters, "conv2d", weight, at)
@@ -1420,19 +1430,10 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
 
     >>> # y = F.conv1d(x, self.weight, self.bias, padding="same")
     """
-    x, weight = lift(input), lift(weight)
     at = user_source_line()
-    if weight.ndim != 3:
-        raise ShapeError(f"{at}: conv1d: expected a weight [out_channels, in_channels/groups, k], got {weight.type}")
+    x, weight, groups, unbatched = convolution_operands("conv1d", input, weight, groups, 1, False, at)
     filters, group_channels, _ = weight.shape
-    groups = group_count("conv1d", groups, filters, at)
     channels = group_channels * groups
-    x, unbatched = batched(x, 3, "conv1d", f"[N, {channels}, L] (or [{channels}, L])", at)
-    if x.shape[1] != channels:
-        raise ShapeError(
-            f"{at}: conv1d: expected input [N, {channels}, L] (or [{channels}, L]) for weight {weight.type} "
-            f"in {groups} group(s), got {lift(input).type}"
-        )
     stride, dilation = (
         (1, single_argument(v, f"conv1d: {name}", at)) for name, v in (("stride", stride), ("dilation", dilation))
     )
@@ -1488,20 +1489,9 @@ def conv_transpose2d(
 
     >>> # y = F.conv_transpose2d(x, self.weight, self.bias, stride=2, padding=1, output_padding=1)
     """
-    x, weight = lift(input), lift(weight)
     at = user_source_line()
-    if weight.ndim != 4:
-        raise ShapeError(
-            f"{at}: conv_transpose2d: expected a weight [in_channels, out_channels/groups, kh, kw], got {weight.type}"
-        )
-    channels, group_filters, kh, kw = weight.shape
-    groups = group_count("conv_transpose2d", groups, channels, at)
-    x, unbatched = batched(x, 4, "conv_transpose2d", f"[N, {channels}, H, W] (or [{channels}, H, W])", at)
-    if x.shape[1] != channels:
-        raise ShapeError(
-            f"{at}: conv_transpose2d: expected input [N, {channels}, H, W] (or [{channels}, H, W]) for weight "
-            f"{weight.type}, got {lift(input).type}"
-        )
+    x, weight, groups, unbatched = convolution_operands("conv_transpose2d", input, weight, groups, 2, True, at)
+    _, group_filters, kh, kw = weight.shape
     geometry = [
         pair_argument(value, f"conv_transpose2d: {name}", at)
         for name, value in (
@@ -1531,20 +1521,9 @@ def conv_transpose1d(
     """torch.nn.functional.conv_transpose1d: input [N, C, L] (or [C, L]) with weight
     [C, O/groups, k], plus bias [O]: [N, O, (L − 1)·s − 2·p + d·(k − 1) + output_padding + 1].
     Traced as conv_transpose2d of a height of 1."""
-    x, weight = lift(input), lift(weight)
     at = user_source_line()
-    if weight.ndim != 3:
-        raise ShapeError(
-            f"{at}: conv_transpose1d: expected a weight [in_channels, out_channels/groups, k], got {weight.type}"
-        )
+    x, weight, groups, unbatched = convolution_operands("conv_transpose1d", input, weight, groups, 1, True, at)
     channels, group_filters, k = weight.shape
-    groups = group_count("conv_transpose1d", groups, channels, at)
-    x, unbatched = batched(x, 3, "conv_transpose1d", f"[N, {channels}, L] (or [{channels}, L])", at)
-    if x.shape[1] != channels:
-        raise ShapeError(
-            f"{at}: conv_transpose1d: expected input [N, {channels}, L] (or [{channels}, L]) for weight "
-            f"{weight.type}, got {lift(input).type}"
-        )
     names = ("stride", "padding", "output_padding", "dilation")
     values = (stride, padding, output_padding, dilation)
     stride, padding, output_padding, dilation = (

@@ -19,21 +19,22 @@ respect to the inputs the case names. The file holds, by case name:
     <case>/grad/<name>   the gradient of that loss with respect to input <name> (zeros where torch has none)
 
 This script imports only torch and numpy (never meganeura), and is deterministic: rerunning it
-rewrites the same bytes (the zip members carry a fixed date, as make_torch_references.py writes them).
+rewrites the same bytes (scripts/reference_npz.py: the zip members carry a fixed date).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference_npz import npz_bytes, write_npz  # noqa: E402, F401  (npz_bytes: for tests/test_composites.py)
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "reference" / "ops"
 
@@ -447,26 +448,12 @@ def generate(file: str) -> dict[str, np.ndarray]:
     return {"meta": np.array(json.dumps(meta, sort_keys=True)), **arrays}
 
 
-def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    """np.savez_compressed's format with a fixed date on every zip member (bytes depend only on the arrays)."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for key, value in arrays.items():
-            member = io.BytesIO()
-            np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, member.getvalue())
-    return buffer.getvalue()
-
-
 def main(argv: list[str]) -> None:
     names = argv or list(FILES)
     for name in names:
         if name not in FILES:
             raise SystemExit(f"unknown file {name!r}; known: {list(FILES)}")
-        path = REFERENCE_DIR / f"{name}.npz"
-        path.write_bytes(npz_bytes(generate(name)))
+        path = write_npz(REFERENCE_DIR / f"{name}.npz", generate(name))
         print(f"wrote {path} ({len(FILES[name])} cases)")
 
 

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_torch_references import npz_bytes, relative_error  # noqa: E402  (a sibling script: torch and numpy only)
+from make_torch_references import step_arrays, to_torch, write_scenarios  # noqa: E402  (a sibling script)
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "reference" / "families"
 STEPS = 5
@@ -570,12 +570,6 @@ def batches(cfg: dict, rng: np.random.Generator, steps: int) -> tuple[list[dict[
     return feeds, None
 
 
-def to_torch(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    if np.issubdtype(array.dtype, np.integer):
-        return torch.tensor(array, dtype=torch.long)
-    return torch.tensor(array, dtype=dtype)
-
-
 def loss_value(model: nn.Module, cfg: dict, feed: dict[str, np.ndarray], dtype: torch.dtype) -> torch.Tensor:
     inputs = {k: to_torch(v, dtype) for k, v in feed.items()}
     kind = cfg["kind"]
@@ -681,37 +675,11 @@ def generate(name: str) -> dict[str, np.ndarray]:
     for key, value in init.items():
         arrays[f"init/{key}"] = value
     for step, feed in enumerate(feeds):
-        for key, value in feed.items():
-            arrays[f"step{step}/input/{key}"] = value
-        arrays[f"step{step}/loss"] = np.array(losses[step], dtype=np.float64)
-        for key, delta in deltas.get(step, {}).items():
-            arrays[f"step{step}/delta/{key}"] = delta.astype(np.float32)
-        for key, delta in deltas.get(step, {}).items():
-            arrays[f"step{step}/noise32/{key}"] = np.array(relative_error(deltas32[step][key], delta))
+        arrays |= step_arrays(step, feed, losses[step], deltas.get(step, {}), deltas32.get(step, {}))
         for stream, _, _, values in drawn.get(step, []):
             arrays[f"step{step}/random/{stream}"] = values
     return arrays
 
 
-def write(name: str, arrays: dict[str, np.ndarray]) -> Path:
-    REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
-    path = REFERENCE_DIR / f"{name}.npz"
-    path.write_bytes(npz_bytes(arrays))
-    return path
-
-
-def main(argv: list[str]) -> None:
-    names = argv or list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS]
-    if unknown:
-        raise SystemExit(f"unknown scenarios {unknown}; known: {list(SCENARIOS)}")
-    for name in names:
-        arrays = generate(name)
-        path = write(name, arrays)
-        losses = [float(arrays[f"step{k}/loss"]) for k in range(STEPS)]
-        count = sum(v.size for k, v in arrays.items() if k.startswith("init/"))
-        print(f"{path.name}: {count} values, {path.stat().st_size} bytes, losses {np.round(losses, 5).tolist()}")
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    write_scenarios(sys.argv[1:], SCENARIOS, generate, REFERENCE_DIR)

@@ -37,11 +37,9 @@ modules.npz holds, by scenario prefix:
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import sys
-import zipfile
 from collections import OrderedDict
 from pathlib import Path
 
@@ -49,6 +47,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference_npz import write_npz  # noqa: E402  (a sibling: numpy and the standard library only)
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "reference" / "nn"
 torch.set_num_threads(1)
@@ -414,19 +415,6 @@ def forward_references() -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 
 
-def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    """np.savez_compressed's format with fixed zip dates (scripts/make_torch_references.py)."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for key, value in arrays.items():
-            member = io.BytesIO()
-            np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, member.getvalue())
-    return buffer.getvalue()
-
-
 def main() -> None:
     torch.manual_seed(0)
     references = init_references()
@@ -439,7 +427,7 @@ def main() -> None:
     REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
     (REFERENCE_DIR / "modules.json").write_text(json.dumps(references, indent=1, sort_keys=True) + "\n")
     arrays = freeze_scenario() | embedding_scenario() | batchnorm_scenario() | forward_references()
-    (REFERENCE_DIR / "modules.npz").write_bytes(npz_bytes(arrays))
+    write_npz(REFERENCE_DIR / "modules.npz", arrays)
     print(f"modules.json: {len(references['reprs'])} reprs; modules.npz: {len(arrays)} arrays")
 
 

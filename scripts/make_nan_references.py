@@ -27,15 +27,16 @@ it is the reference here; a tensor of one element always takes it.
 
 from __future__ import annotations
 
-import io
 import json
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference_npz import write_npz  # noqa: E402  (a sibling: numpy and the standard library only)
 
 # A folder of its own: tests/test_torch_reference.py takes every .npz of tests/reference/ for a training scenario.
 PATH = Path(__file__).resolve().parent.parent / "tests" / "reference" / "ops" / "nan_semantics.npz"
@@ -217,24 +218,10 @@ def generate() -> dict[str, np.ndarray]:
     return arrays
 
 
-def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    """np.savez_compressed's format with a fixed date on every member (scripts/make_torch_references.py)."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for key, value in arrays.items():
-            member = io.BytesIO()
-            np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, member.getvalue())
-    return buffer.getvalue()
-
-
 def main(argv: list[str]) -> None:
     torch.set_num_threads(1)
     arrays = generate()
-    PATH.parent.mkdir(parents=True, exist_ok=True)
-    PATH.write_bytes(npz_bytes(arrays))
+    write_npz(PATH, arrays)
     print(f"{PATH.name}: {len(json.loads(str(arrays['meta']))['cases'])} cases, {PATH.stat().st_size} bytes")
 
 

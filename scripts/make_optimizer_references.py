@@ -5,8 +5,8 @@ tests/reference/optimizers/reduce_lr_on_plateau.npz.
     /tmp/torch311/bin/python scripts/make_optimizer_references.py             # every fixture
     /tmp/torch311/bin/python scripts/make_optimizer_references.py adam_default # some of them
 
-Like scripts/make_torch_references.py (whose npz writer it uses), this imports only torch and
-numpy, and is deterministic (seeded numpy values, one thread, fixed zip dates).
+Like scripts/make_torch_references.py, this imports only torch and numpy, and is deterministic
+(seeded numpy values, one thread, fixed zip dates: scripts/reference_npz.py).
 
 An optimizer scenario isolates the optimizer: a few parameters of ragged shapes, and for each step
 a given gradient (seeded float32 arrays, their scale changing from step to step so that AMSGrad's
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_torch_references import npz_bytes  # noqa: E402  (the same deterministic writer)
+from reference_npz import write_npz  # noqa: E402  (a sibling: numpy and the standard library only)
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "reference" / "optimizers"
 SHAPES = {"a": (3, 5, 7), "b": (11,), "c": (4, 6)}
@@ -252,20 +252,13 @@ def generate_plateau() -> dict[str, np.ndarray]:
 PLATEAU = "reduce_lr_on_plateau"
 
 
-def write(name: str, arrays: dict[str, np.ndarray]) -> Path:
-    REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
-    path = REFERENCE_DIR / f"{name}.npz"
-    path.write_bytes(npz_bytes(arrays))
-    return path
-
-
 def main(argv: list[str]) -> None:
     names = argv or [*SCENARIOS, PLATEAU]
     unknown = [n for n in names if n not in SCENARIOS and n != PLATEAU]
     if unknown:
         raise SystemExit(f"unknown fixtures {unknown}; known: {[*SCENARIOS, PLATEAU]}")
     for name in names:
-        path = write(name, generate_plateau() if name == PLATEAU else generate(name))
+        path = write_npz(REFERENCE_DIR / f"{name}.npz", generate_plateau() if name == PLATEAU else generate(name))
         print(f"{path.name}: {path.stat().st_size} bytes")
 
 

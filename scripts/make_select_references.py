@@ -22,13 +22,15 @@ and compares values and gradients.
 
 from __future__ import annotations
 
-import io
-import zipfile
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference_npz import write_npz  # noqa: E402  (a sibling: numpy and the standard library only)
 
 REFERENCE = Path(__file__).resolve().parent.parent / "tests" / "reference" / "select.npz"
 RNG = np.random.default_rng(40)
@@ -190,21 +192,7 @@ def generate() -> dict[str, np.ndarray]:
     return arrays
 
 
-def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    """np.savez_compressed's format with a fixed date on every member, so the bytes depend only on the arrays."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for key, value in arrays.items():
-            member = io.BytesIO()
-            np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, member.getvalue())
-    return buffer.getvalue()
-
-
 if __name__ == "__main__":
     arrays = generate()
-    REFERENCE.parent.mkdir(parents=True, exist_ok=True)
-    REFERENCE.write_bytes(npz_bytes(arrays))
+    write_npz(REFERENCE, arrays)
     print(f"{REFERENCE.name}: {len(CASES)} cases, {len(arrays)} arrays, {REFERENCE.stat().st_size} bytes")

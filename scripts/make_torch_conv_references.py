@@ -5,7 +5,7 @@ convolutions, pools and masked attention of tests/test_conv_torch.py.
 
 Imports only torch and numpy (never meganeura). Deterministic: the inputs come from a seeded
 numpy generator, torch runs on the CPU in float64 with one thread, and the zip members carry a
-fixed date (`make_torch_references.npz_bytes`' form), so running it again rewrites the same bytes.
+fixed date (scripts/reference_npz.py), so running it again rewrites the same bytes.
 
 Each case calls one torch.nn.functional function on its inputs with its keyword arguments and
 stores, by name:
@@ -20,14 +20,16 @@ stores, by name:
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference_npz import write_npz  # noqa: E402  (a sibling: numpy and the standard library only)
 
 REFERENCE = Path(__file__).resolve().parent.parent / "tests" / "reference" / "conv_pool_attention.npz"
 
@@ -133,20 +135,7 @@ def generate() -> dict[str, np.ndarray]:
     return arrays
 
 
-def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    """np.savez_compressed's format with a fixed date on every member (bytes that depend only on the arrays)."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for key, value in arrays.items():
-            member = io.BytesIO()
-            np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, member.getvalue())
-    return buffer.getvalue()
-
-
 if __name__ == "__main__":
     arrays = generate()
-    REFERENCE.write_bytes(npz_bytes(arrays))
+    write_npz(REFERENCE, arrays)
     print(f"{REFERENCE.name}: {len(CASES)} cases, {REFERENCE.stat().st_size} bytes (torch {torch.__version__})")

@@ -36,17 +36,18 @@ that `generate()` still reproduces every stored file.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference_npz import write_npz  # noqa: E402  (a sibling: numpy and the standard library only)
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "reference"
 STEPS = 5
@@ -391,6 +392,18 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
+def step_arrays(step: int, feed: dict, loss: float, deltas: dict, deltas32: dict) -> dict[str, np.ndarray]:
+    """The arrays of training step `step`: its inputs, its loss, and where `deltas` holds the
+    updates after it (DELTA_STEPS), each update and its float32 run's relative error."""
+    arrays = {f"step{step}/input/{key}": value for key, value in feed.items()}
+    arrays[f"step{step}/loss"] = np.array(loss, dtype=np.float64)
+    for key, delta in deltas.items():
+        arrays[f"step{step}/delta/{key}"] = delta.astype(np.float32)
+    for key, delta in deltas.items():
+        arrays[f"step{step}/noise32/{key}"] = np.array(relative_error(deltas32[key], delta))
+    return arrays
+
+
 def generate(name: str) -> dict[str, np.ndarray]:
     """The arrays of one scenario's reference file, computed afresh."""
     spec = SCENARIOS[name]
@@ -415,49 +428,24 @@ def generate(name: str) -> dict[str, np.ndarray]:
     for key, value in init.items():
         arrays[f"init/{key}"] = value
     for step, feed in enumerate(feeds):
-        for key, value in feed.items():
-            arrays[f"step{step}/input/{key}"] = value
-        arrays[f"step{step}/loss"] = np.array(losses[step], dtype=np.float64)
-        for key, delta in deltas.get(step, {}).items():
-            arrays[f"step{step}/delta/{key}"] = delta.astype(np.float32)
-        for key, delta in deltas.get(step, {}).items():
-            arrays[f"step{step}/noise32/{key}"] = np.array(relative_error(deltas32[step][key], delta))
+        arrays |= step_arrays(step, feed, losses[step], deltas.get(step, {}), deltas32.get(step, {}))
     return arrays
 
 
-def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    """What np.savez_compressed writes, except that every zip member carries a fixed date (numpy
-    stamps the current time), so the bytes depend only on the arrays. np.load reads it."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for key, value in arrays.items():
-            member = io.BytesIO()
-            np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, member.getvalue())
-    return buffer.getvalue()
-
-
-def write(name: str, arrays: dict[str, np.ndarray]) -> Path:
-    REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
-    path = REFERENCE_DIR / f"{name}.npz"
-    path.write_bytes(npz_bytes(arrays))
-    return path
-
-
-def main(argv: list[str]) -> None:
-    names = argv or list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS]
+def write_scenarios(names: list[str], scenarios: dict, generate, directory: Path) -> None:
+    """Write <directory>/<name>.npz = generate(name) for the named scenarios (every one where none
+    is named), a line each on what it holds; scripts/make_family_references.py runs the same."""
+    names = names or list(scenarios)
+    unknown = [n for n in names if n not in scenarios]
     if unknown:
-        raise SystemExit(f"unknown scenarios {unknown}; known: {list(SCENARIOS)}")
+        raise SystemExit(f"unknown scenarios {unknown}; known: {list(scenarios)}")
     for name in names:
         arrays = generate(name)
-        path = write(name, arrays)
-        losses = [float(arrays[f"step{k}/loss"]) for k in range(STEPS)]
+        path = write_npz(directory / f"{name}.npz", arrays)
+        losses = [float(arrays[f"step{k}/loss"]) for k in range(json.loads(str(arrays["meta"]))["steps"])]
         count = sum(v.size for k, v in arrays.items() if k.startswith("init/"))
         print(f"{path.name}: {count} values, {path.stat().st_size} bytes, losses {np.round(losses, 5).tolist()}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    write_scenarios(sys.argv[1:], SCENARIOS, generate, REFERENCE_DIR)

@@ -16,9 +16,12 @@ Helpers are imported by name (`from conftest import ...`); pytest puts this fold
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import inspect
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -367,19 +370,24 @@ def gradcheck(op, shapes, rng, positive=False, labels=None, away_from_zero=False
         if grads[node] is not None:  # None: the loss does not depend on it smoothly (a mask's input)
             graph.outputs[f"grad_{name}"] = grads[node]
     inputs = {k: v for k, v in values.items() if not k.startswith("p")}
-    param_values = {name: values[name] for name, _ in params}
+    return worst_gradient_error(graph, inputs, {name: values[name] for name, _ in params})
 
-    def loss_at(pvals):
-        return float(interpret(graph, inputs, pvals, dtype=np.float64).outputs["loss"])
 
-    analytic = interpret(graph, inputs, param_values, dtype=np.float64).outputs
+def worst_gradient_error(graph: Graph, inputs: dict, params: dict[str, np.ndarray], eps: float = 1e-6) -> float:
+    """The worst relative error of the graph's outputs grad_<p> (zero where missing) against
+    central differences of its output `loss` in each parameter p, on the interpreter in float64;
+    relative to the largest numeric gradient of p, at least 1e-3."""
+
+    def loss_at(point):
+        return float(interpret(graph, inputs, point, dtype=np.float64).outputs["loss"])
+
+    analytic = interpret(graph, inputs, params, dtype=np.float64).outputs
     worst = 0.0
-    eps = 1e-6
-    for name, _ in params:
-        numeric = np.zeros_like(param_values[name], dtype=np.float64)
-        for index in np.ndindex(param_values[name].shape):
-            plus = {k: v.copy() for k, v in param_values.items()}
-            minus = {k: v.copy() for k, v in param_values.items()}
+    for name in params:
+        numeric = np.zeros_like(params[name], dtype=np.float64)
+        for index in np.ndindex(params[name].shape):
+            plus = {k: v.copy() for k, v in params.items()}
+            minus = {k: v.copy() for k, v in params.items()}
             plus[name][index] += eps
             minus[name][index] -= eps
             numeric[index] = (loss_at(plus) - loss_at(minus)) / (2 * eps)
@@ -388,6 +396,33 @@ def gradcheck(op, shapes, rng, positive=False, labels=None, away_from_zero=False
         scale = max(np.abs(numeric).max(), 1e-3)
         worst = max(worst, np.abs(got - numeric).max() / scale)
     return worst
+
+
+def module_at(path: Path):
+    """The module of the Python file at `path` (an example, a benchmark or a script), loaded by path."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def torch_script(path: Path):
+    """The module of a scripts/make_*_references.py, which imports torch: the test is skipped where
+    torch is not importable."""
+    pytest.importorskip("torch")
+    return module_at(path)
+
+
+def declared_scenarios(script: Path) -> list[str]:
+    """The sorted keys of the SCENARIOS dict a reference script declares, read from its source
+    (no torch needed)."""
+    tree = ast.parse(script.read_text())
+    declared = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SCENARIOS" for t in node.targets)
+    )
+    return sorted(ast.literal_eval(key) for key in declared.keys)
 
 
 def run_traced(build, inputs: dict[str, np.ndarray], dtype=np.float64) -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-from conftest import assert_steps_follow_interpreter, trace_leaf
+from conftest import assert_steps_follow_interpreter, trace_leaf, worst_gradient_error
 
 import meganeura as mn
 import meganeura.functional as F
@@ -44,6 +44,20 @@ def load(file: str) -> tuple[dict, dict[str, np.ndarray]]:
     with np.load(REFERENCE_DIR / f"{file}.npz") as data:
         arrays = {key: data[key] for key in data.files}
     return json.loads(str(arrays.pop("meta")))["cases"], arrays
+
+
+def differentiable_cases(file: str, not_smooth: set[str]) -> list[str]:
+    """The sorted cases of the file with a differentiated input, but for those in `not_smooth`
+    (an input at a kink or a tie, where central differences step across it)."""
+    return sorted(name for name, meta in load(file)[0].items() if meta["grads"] and name not in not_smooth)
+
+
+def groups_by_prefix(file: str) -> dict[str, list[str]]:
+    """The file's cases by the first word of their name: the cases compiled together into one program."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(load(file)[0]):
+        groups.setdefault(name.split("_")[0], []).append(name)
+    return groups
 
 
 def case_of(file: str, name: str) -> tuple[dict, dict[str, np.ndarray], list[np.ndarray], list[np.ndarray]]:
@@ -143,24 +157,7 @@ def check_gradients_by_differences(file: str, name: str, seed: int = 0, eps: flo
     for key in meta["grads"]:
         if grads[nodes[key]] is not None:
             graph.outputs[f"grad_{key}"] = grads[nodes[key]]
-    analytic = interpret(graph, values, params, dtype=np.float64).outputs
-
-    def loss_at(point):
-        return float(interpret(graph, values, point, dtype=np.float64).outputs["loss"])
-
-    worst = 0.0
-    for key in meta["grads"]:
-        numeric = np.zeros_like(params[key])
-        for index in np.ndindex(params[key].shape):
-            plus = {k: v.copy() for k, v in params.items()}
-            minus = {k: v.copy() for k, v in params.items()}
-            plus[key][index] += eps
-            minus[key][index] -= eps
-            numeric[index] = (loss_at(plus) - loss_at(minus)) / (2 * eps)
-        got = analytic.get(f"grad_{key}", np.zeros_like(numeric))
-        scale = max(np.abs(numeric).max(), 1e-3)
-        worst = max(worst, np.abs(got - numeric).max() / scale)
-    return worst
+    return worst_gradient_error(graph, values, params, eps)
 
 
 def finite_case(file: str, name: str) -> bool:

@@ -10,8 +10,15 @@ import math
 
 import numpy as np
 import pytest
-from conftest import trace_leaf
-from reference_cases import check_against_torch, check_gradients_by_differences, check_on_device, load
+from conftest import torch_script, trace_leaf
+from reference_cases import (
+    check_against_torch,
+    check_gradients_by_differences,
+    check_on_device,
+    differentiable_cases,
+    groups_by_prefix,
+    load,
+)
 
 import meganeura as mn
 import meganeura.functional as F
@@ -24,7 +31,7 @@ FILE = "composites"
 CASES, _ = load(FILE)
 # Not smooth where a case's inputs sit: ties of the minimum (integers), a zero row under normalize's clamp.
 NOT_SMOOTH = {"amin", "amin_keepdim", "normalize_zero_row"}
-DIFFERENTIABLE = sorted(name for name, meta in CASES.items() if meta["grads"] and name not in NOT_SMOOTH)
+DIFFERENTIABLE = differentiable_cases(FILE, NOT_SMOOTH)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -37,9 +44,7 @@ def test_gradients_by_finite_differences(name):
     assert check_gradients_by_differences(FILE, name) < 1e-6
 
 
-GROUPS: dict[str, list[str]] = {}  # cases compiled together, by the first word of their name: one program each
-for _name in sorted(CASES):
-    GROUPS.setdefault(_name.split("_")[0], []).append(_name)
+GROUPS = groups_by_prefix(FILE)
 
 
 @pytest.mark.parametrize("prefix", sorted(GROUPS))
@@ -117,14 +122,9 @@ def test_split_chunk_and_unbind_follow_torchs_sizes():
 
 def test_the_reference_files_are_what_the_script_writes():
     """Where torch is importable: scripts/make_composite_references.py rewrites both files byte for byte."""
-    pytest.importorskip("torch")
-    import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "make_composite_references.py"
-    spec = importlib.util.spec_from_file_location("make_composite_references", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = torch_script(Path(__file__).resolve().parent.parent / "scripts" / "make_composite_references.py")
     for file in script.FILES:
         assert script.npz_bytes(script.generate(file)) == (script.REFERENCE_DIR / f"{file}.npz").read_bytes(), file
 

@@ -19,18 +19,17 @@ prints its rule summary when one is missing.
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import interpreter_steps
+from conftest import declared_scenarios, interpreter_steps, module_at, torch_script
 from test_torch_reference import (
     REFERENCE_DIR,
     Reference,
+    assert_regenerated,
     input_specs,
     load_reference,
     loss_problems,
@@ -46,6 +45,7 @@ from meganeura.ir.ops.random import draw, rng_state
 
 FAMILY_DIR = REFERENCE_DIR / "families"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "make_family_references.py"
 SCENARIOS = sorted(path.stem for path in FAMILY_DIR.glob("*.npz"))
 # The device's update against the interpreter's, relative to its size: conftest's UPDATE_RTOL, or
 # test_torch_reference's multiple of the update's float32 noise in PyTorch where that is larger (a
@@ -59,10 +59,7 @@ def family_reference(name: str) -> Reference:
 
 def example(name: str):
     """The module of examples/<name>.py (the VAE, ViT and U-Net families are example scripts)."""
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_at(EXAMPLES / f"{name}.py")
 
 
 vae_digits, vit_digits, diffusion_digits = example("vae_digits"), example("vit_digits"), example("diffusion_digits")
@@ -360,39 +357,10 @@ def test_digits_are_sklearns(name):
 def test_reference_files_are_the_scripts_scenarios():
     """One file per scenario of scripts/make_family_references.py and no other (read from its
     source: no torch needed)."""
-    import ast
-
-    script = REFERENCE_DIR.parent.parent / "scripts" / "make_family_references.py"
-    tree = ast.parse(script.read_text())
-    declared = next(
-        node.value
-        for node in tree.body
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SCENARIOS" for t in node.targets)
-    )
-    assert sorted(ast.literal_eval(key) for key in declared.keys) == SCENARIOS
+    assert declared_scenarios(SCRIPT) == SCENARIOS
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_reference_file_is_current(name):
     """Regenerated with torch, the scenario gives the stored file (needs torch and the digits)."""
-    pytest.importorskip("torch")
-    import importlib.util
-
-    path = REFERENCE_DIR.parent.parent / "scripts" / "make_family_references.py"
-    spec = importlib.util.spec_from_file_location("make_family_references", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    fresh = script.generate(name)
-    with np.load(FAMILY_DIR / f"{name}.npz") as data:
-        stored = {key: data[key] for key in data.files}
-    assert sorted(fresh) == sorted(stored)
-    fresh_meta, stored_meta = json.loads(str(fresh.pop("meta"))), json.loads(str(stored.pop("meta")))
-    fresh_meta.pop("torch"), stored_meta.pop("torch")
-    assert fresh_meta == stored_meta
-    for key, value in stored.items():
-        if key.startswith("init/") or "/input/" in key or "/random/" in key:
-            np.testing.assert_array_equal(fresh[key], value, err_msg=key)
-        elif "/noise32/" in key:
-            assert abs(np.log10(max(float(fresh[key]), 1e-12) / max(float(value), 1e-12))) <= 1.0, key
-        else:
-            np.testing.assert_allclose(fresh[key], value, rtol=1e-6, atol=1e-9, err_msg=key)
+    assert_regenerated(torch_script(SCRIPT).generate(name), FAMILY_DIR / f"{name}.npz")

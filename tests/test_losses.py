@@ -9,7 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import assert_steps_follow_interpreter, check, gradcheck, one_op, trace_leaf
-from reference_cases import check_against_torch, check_gradients_by_differences, check_on_device, load
+from reference_cases import (
+    check_against_torch,
+    check_gradients_by_differences,
+    check_on_device,
+    differentiable_cases,
+    groups_by_prefix,
+    load,
+)
 
 import meganeura as mn
 import meganeura.functional as F
@@ -27,7 +34,7 @@ FILE = "losses"
 CASES, _ = load(FILE)
 # Not smooth where a case's inputs sit (finite differences step across the kink or the clamp).
 KINKED = {"binary_cross_entropy_clamped_log", "margin_ranking_loss", "triplet_margin_loss_swap"}
-DIFFERENTIABLE = sorted(name for name, meta in CASES.items() if meta["grads"] and name not in KINKED)
+DIFFERENTIABLE = differentiable_cases(FILE, KINKED)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -40,9 +47,7 @@ def test_gradients_by_finite_differences(name):
     assert check_gradients_by_differences(FILE, name) < 1e-6
 
 
-GROUPS: dict[str, list[str]] = {}  # cases compiled together, by the first word of their name: one program each
-for _name in sorted(CASES):
-    GROUPS.setdefault(_name.split("_")[0], []).append(_name)
+GROUPS = groups_by_prefix(FILE)
 
 
 @pytest.mark.parametrize("prefix", sorted(GROUPS))

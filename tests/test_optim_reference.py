@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import torch_script
 
 import meganeura as mn
 from meganeura import nn, optim
@@ -36,10 +37,10 @@ SCENARIOS = sorted(path.stem for path in REFERENCE_DIR.glob("*.npz") if path.ste
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "make_optimizer_references.py"
 
 # ‖Δours − Δtorch‖ / ‖Δtorch‖ per parameter and step, beyond one ulp of the new value per element
-# (module docstring). Measured on lavapipe (2026-12-07): 0 in most steps, at most ~1e-7; without
-# the ulp allowance at most 1e-6 (single flipped roundings of p + update). The old bias
-# correction (1 − β^t by WGSL's pow, 1 − β in f32) was 6e-5 off at the default betas and 0.1% at
-# β₂ = 0.99999.
+# (module docstring). On lavapipe: 0 in most steps, at most ~1e-7; without the ulp allowance at
+# most 1e-6 (single flipped roundings of p + update). A bias correction computed on the device
+# (1 − β^t by WGSL's pow, 1 − β in f32) is 6e-5 off at the default betas and 0.1% at
+# β₂ = 0.99999: what this bound is there to catch.
 UPDATE_RTOL = 1e-6
 STATE_RTOL = 1e-6  # each state element, relative to the largest of its tensor
 
@@ -335,20 +336,10 @@ def test_reduce_lr_on_plateau_errors():
         scheduler.step()  # the metric is required, as in torch
 
 
-def load_script():
-    pytest.importorskip("torch")
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_optimizer_references", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("name", [*SCENARIOS, PLATEAU])
 def test_reference_file_is_current(name):
     """Regenerated with torch in memory, the fixture gives the stored file (needs torch)."""
-    script = load_script()
+    script = torch_script(SCRIPT)
     assert sorted(script.SCENARIOS) == SCENARIOS
     fresh = script.generate_plateau() if name == PLATEAU else script.generate(name)
     meta, stored = load(name)

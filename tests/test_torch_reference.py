@@ -25,8 +25,6 @@ script's own functions and checks that the stored file still matches (a stale fi
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import json
 import math
 from dataclasses import dataclass
@@ -34,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import interpreter_steps
+from conftest import declared_scenarios, interpreter_steps, torch_script
 
 import meganeura as mn
 import meganeura.functional as F
@@ -58,9 +56,9 @@ LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-5
 # float32 rounding alone does to that update in PyTorch (the file's noise32), whichever is larger.
 # Measured (float32 against float64, 5 steps): at most 9e-5 for every other tensor, on the
 # interpreter and on lavapipe, where the Adam scenarios' worst tensors now sit at torch's own
-# float32 noise (the bias corrections come from the host in double; until 2026-12-07 every Adam
-# step on lavapipe was 6e-5 long, 1 − β₂ᵗ cancelling a few ulps of WGSL's pow; the optimizers
-# alone: tests/test_optim_reference.py); the few tensors whose gradient is a sum that nearly
+# float32 noise (the bias corrections come from the host in double; computed by WGSL's pow, every
+# Adam step on lavapipe is 6e-5 long, 1 − β₂ᵗ cancelling a few ulps; the optimizers alone:
+# tests/test_optim_reference.py); the few tensors whose gradient is a sum that nearly
 # cancels (the first layers of the sigmoid-and-tanh MLP under SGD) reach 1e-3 in PyTorch's own
 # float32 as well, and get 10× that. The bugs these tests are there to catch move the worst
 # tensor of their scenario by 5e-3 (AdamW's default weight decay halved, Llama; Bessel's
@@ -398,39 +396,30 @@ def test_rotary_tables_are_the_references():
             np.testing.assert_allclose(ref.feeds[0]["sin"], sin, atol=1e-6)
 
 
-def load_script():
-    pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("make_torch_references", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_reference_files_are_all_there():
     """One file per scenario of the script and no other; read from its source (no torch needed)."""
-    tree = ast.parse(SCRIPT.read_text())
-    declared = next(
-        node.value
-        for node in tree.body
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SCENARIOS" for t in node.targets)
-    )
-    assert sorted(ast.literal_eval(key) for key in declared.keys) == SCENARIOS
+    assert declared_scenarios(SCRIPT) == SCENARIOS
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_reference_file_is_current(name):
     """Regenerated with torch in memory, the scenario gives the stored file (needs torch)."""
-    script = load_script()
+    script = torch_script(SCRIPT)
     assert sorted(script.SCENARIOS) == SCENARIOS
-    fresh = script.generate(name)
-    with np.load(REFERENCE_DIR / f"{name}.npz") as data:
+    assert_regenerated(script.generate(name), REFERENCE_DIR / f"{name}.npz")
+
+
+def assert_regenerated(fresh: dict[str, np.ndarray], path: Path) -> None:
+    """A scenario's arrays generated afresh by its script against its stored file: the same members
+    and meta (but the torch version), the seeded values (init/, inputs, random draws) exactly."""
+    with np.load(path) as data:
         stored = {key: data[key] for key in data.files}
     assert sorted(fresh) == sorted(stored)
     fresh_meta, stored_meta = json.loads(str(fresh.pop("meta"))), json.loads(str(stored.pop("meta")))
     fresh_meta.pop("torch"), stored_meta.pop("torch")
     assert fresh_meta == stored_meta
     for key, value in stored.items():
-        if key.startswith("init/") or "/input/" in key:
+        if key.startswith("init/") or "/input/" in key or "/random/" in key:
             np.testing.assert_array_equal(fresh[key], value, err_msg=key)
         elif "/noise32/" in key:  # float32 kernels round by the CPU's vector width: the order of magnitude
             assert abs(math.log10(max(float(fresh[key]), 1e-12) / max(float(value), 1e-12))) <= 1.0, key

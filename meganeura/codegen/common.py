@@ -78,6 +78,14 @@ def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tup
     return tuple(0 if d == 1 and o != 1 else s for d, o, s in zip(padded, out_shape, strides, strict=True))
 
 
+def coordinate(var: str, inner: int, size: int, outermost: bool) -> str:
+    """WGSL for the coordinate of row-major index `var` along a dim of `size` whose steps are
+    `inner` elements apart: (var / inner) % size, without the % on the outermost dim (`var` is in
+    range)."""
+    coord = var if inner == 1 else f"({var} / {inner}u)"
+    return coord if outermost else f"({coord} % {size}u)"
+
+
 def index_expr(var: str, sizes: tuple[int, ...], strides: tuple[int, ...]) -> str:
     """WGSL for Σ_d coord_d · strides[d], where `var` is a row-major index over `sizes`.
 
@@ -95,9 +103,7 @@ def index_expr(var: str, sizes: tuple[int, ...], strides: tuple[int, ...]) -> st
     terms, inner = [], 1
     for position in range(len(merged) - 1, -1, -1):
         size, stride = merged[position]
-        coord = var if inner == 1 else f"({var} / {inner}u)"
-        if position > 0:  # the outermost coordinate needs no wrap: `var` is in range
-            coord = f"({coord} % {size}u)"
+        coord = coordinate(var, inner, size, position == 0)
         if stride:
             terms.append(coord if stride == 1 else f"{coord} * {stride}u")
         inner *= size

@@ -39,10 +39,13 @@ class CellReads:
         self.node, self.hidden = node, hidden
         self.state_shape = node.types[-1].shape
 
+    def gate_index(self, k: int, count: int) -> str:
+        """The WGSL index of gate k of `count` of the thread's unit in a gates array [rows, count·H]."""
+        return f"row * {count * self.hidden}u + {k * self.hidden}u + j"
+
     def gate(self, operand: int, k: int, count: int) -> str:
         """The WGSL reading gate k of `count` of the unit from operand `operand` of the node."""
-        width = count * self.hidden
-        return self.operands.read_at(self.node.inputs[operand], f"row * {width}u + {k * self.hidden}u + j")
+        return self.operands.read_at(self.node.inputs[operand], self.gate_index(k, count))
 
     def state(self, operand: int) -> str:
         return self.operands.read(self.node.inputs[operand], self.state_shape)
@@ -61,8 +64,7 @@ def lstm_body(reads: CellReads, grad: bool) -> list[str]:
     ]
     if not grad:
         return lines + ["out0[i] = go * tanh_c;", "out1[i] = c_new;"]
-    width = 4 * reads.hidden
-    at = [f"row * {width}u + {k * reads.hidden}u + j" for k in range(4)]
+    at = [reads.gate_index(k, 4) for k in range(4)]
     return lines + [
         f"let dh = {reads.state(2)};",
         f"let dc = {reads.state(3)} + dh * go * (1.0 - tanh_c * tanh_c);",
@@ -85,8 +87,7 @@ def gru_body(reads: CellReads, grad: bool) -> list[str]:
     ]
     if not grad:
         return lines + ["out0[i] = (h - n) * z + n;"]
-    width = 3 * reads.hidden
-    at = [f"row * {width}u + {k * reads.hidden}u + j" for k in range(3)]
+    at = [reads.gate_index(k, 3) for k in range(3)]
     return lines + [
         f"let dh = {reads.state(3)};",
         "let dz = dh * (h - n) * z * (1.0 - z);",

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from meganeura.codegen.common import (
     Operands,
     bindings_wgsl,
+    coordinate,
     elementwise_kernel,
     grid_for,
     output_binding,
@@ -75,10 +76,7 @@ def coordinate_lets(var: str, shape: tuple[int, ...], prefix: str = "c") -> list
     """`let c0 = …;` … : the coordinates of row-major index `var` over `shape`."""
     lets, inner = [], 1
     for d in range(len(shape) - 1, -1, -1):
-        coord = var if inner == 1 else f"({var} / {inner}u)"
-        if d > 0:
-            coord = f"({coord} % {shape[d]}u)"
-        lets.append(f"let {prefix}{d} = {coord};")
+        lets.append(f"let {prefix}{d} = {coordinate(var, inner, shape[d], d == 0)};")
         inner *= shape[d]
     return list(reversed(lets))
 

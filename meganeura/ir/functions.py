@@ -79,6 +79,11 @@ def softplus_numpy(x: np.ndarray, threshold: np.ndarray) -> np.ndarray:
     return np.where(x > threshold, x, np.log1p(np.exp(np.minimum(x, threshold))))
 
 
+def clamp_numpy(x: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """min(max(x, low), high): clamp's and hardtanh's values."""
+    return np.minimum(np.maximum(x, low), high)
+
+
 def isnan_numpy(x: np.ndarray) -> np.ndarray:
     return mask(np.isnan(x), (x,))
 
@@ -543,7 +548,7 @@ FUNCTIONS: dict[str, Function] = {
         Function(
             "clamp",
             3,
-            lambda x, low, high: np.minimum(np.maximum(x, low), high),
+            clamp_numpy,
             # min(max(·)) rather than WGSL's clamp, which may return the median when low > high.
             "mn_clamp({0}, {1}, {2})",
             vjp_clamp,
@@ -553,7 +558,7 @@ FUNCTIONS: dict[str, Function] = {
         Function(
             "hardtanh",
             3,
-            lambda x, low, high: np.minimum(np.maximum(x, low), high),
+            clamp_numpy,
             "mn_clamp({0}, {1}, {2})",
             vjp_hardtanh,
             "clamp's values, with PyTorch's hardtanh gradient (0 at the bounds, g where x is NaN)",

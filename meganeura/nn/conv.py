@@ -95,6 +95,15 @@ class ConvNd(Module):
                 pads[2 * slot], pads[2 * slot + 1] = total // 2, total - total // 2
         return pads
 
+    def conv_forward(self, input: Tensor, conv) -> Tensor:
+        """conv(input, weight, bias, …) with the module's arguments (F.conv1d or F.conv2d), the input
+        padded by F.pad first where padding_mode is not "zeros" (PyTorch's _conv_forward)."""
+        if self.padding_mode != "zeros":
+            padded = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            no_padding = (0,) * len(self.kernel_size)
+            return conv(padded, self.weight, self.bias, self.stride, no_padding, self.dilation, self.groups)
+        return conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
     def reset_parameters(self) -> None:
         """PyTorch's default initialisation (see the module docstring)."""
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
@@ -141,10 +150,7 @@ class Conv1d(ConvNd):
         )
 
     def forward(self, input: Tensor) -> Tensor:
-        if self.padding_mode != "zeros":
-            padded = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
-            return F.conv1d(padded, self.weight, self.bias, self.stride, (0,), self.dilation, self.groups)
-        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        return self.conv_forward(input, F.conv1d)
 
 
 class Conv2d(ConvNd):
@@ -169,10 +175,7 @@ class Conv2d(ConvNd):
         )
 
     def forward(self, input: Tensor) -> Tensor:
-        if self.padding_mode != "zeros":
-            padded = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
-            return F.conv2d(padded, self.weight, self.bias, self.stride, (0, 0), self.dilation, self.groups)
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        return self.conv_forward(input, F.conv2d)
 
 
 class ConvTransposeNd(ConvNd):
@@ -216,6 +219,14 @@ class ConvTransposeNd(ConvNd):
                 )
         return tuple(size - low for size, low in zip(output_size, smallest, strict=True))
 
+    def transposed_forward(self, input: Tensor, output_size, conv_transpose, dims: int) -> Tensor:
+        """conv_transpose(input, weight, bias, …) with the module's arguments (F.conv_transpose1d or
+        F.conv_transpose2d, of `dims` spatial dims), its output_padding making `output_size`."""
+        output_padding = self.output_padding_for(input, output_size, dims)
+        return conv_transpose(
+            input, self.weight, self.bias, self.stride, self.padding, output_padding, self.groups, self.dilation
+        )
+
 
 class ConvTranspose1d(ConvTransposeNd):
     """The adjoint of a 1-D convolution over [N, C, L] or [C, L] (torch.nn.ConvTranspose1d):
@@ -240,10 +251,7 @@ class ConvTranspose1d(ConvTransposeNd):
         )  # fmt: skip
 
     def forward(self, input: Tensor, output_size=None) -> Tensor:
-        output_padding = self.output_padding_for(input, output_size, 1)
-        return F.conv_transpose1d(
-            input, self.weight, self.bias, self.stride, self.padding, output_padding, self.groups, self.dilation
-        )
+        return self.transposed_forward(input, output_size, F.conv_transpose1d, 1)
 
 
 class ConvTranspose2d(ConvTransposeNd):
@@ -269,7 +277,4 @@ class ConvTranspose2d(ConvTransposeNd):
         )  # fmt: skip
 
     def forward(self, input: Tensor, output_size=None) -> Tensor:
-        output_padding = self.output_padding_for(input, output_size, 2)
-        return F.conv_transpose2d(
-            input, self.weight, self.bias, self.stride, self.padding, output_padding, self.groups, self.dilation
-        )
+        return self.transposed_forward(input, output_size, F.conv_transpose2d, 2)

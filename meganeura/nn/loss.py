@@ -25,9 +25,7 @@ from meganeura.tensor import Tensor
 
 def legacy_reduction(size_average: bool | None, reduce: bool | None) -> str:
     """PyTorch's mapping of the deprecated size_average/reduce pair to a reduction, with its warning."""
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
+    reduction = F.legacy_reduction(size_average, reduce, "mean")
     warnings.warn(
         f"size_average and reduce args will be deprecated, please use reduction='{reduction}' instead.", stacklevel=4
     )
@@ -62,6 +60,17 @@ class WeightedLoss(Loss):
         self.register_buffer("weight", optional_buffer(weight))
 
 
+def class_options(loss: WeightedLoss) -> dict[str, Any]:
+    """The `weight` and `ignore_index` of an NLLLoss or a CrossEntropyLoss, those not at their
+    defaults (module docstring)."""
+    options: dict[str, Any] = {}
+    if loss.weight is not None:
+        options["weight"] = loss.weight
+    if loss.ignore_index != -100:
+        options["ignore_index"] = loss.ignore_index
+    return options
+
+
 class CrossEntropyLoss(WeightedLoss):
     """F.cross_entropy as a module (torch.nn.CrossEntropyLoss)."""
 
@@ -79,11 +88,7 @@ class CrossEntropyLoss(WeightedLoss):
         self.label_smoothing = label_smoothing
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        options: dict[str, Any] = {}
-        if self.weight is not None:
-            options["weight"] = self.weight
-        if self.ignore_index != -100:
-            options["ignore_index"] = self.ignore_index
+        options = class_options(self)
         if self.label_smoothing != 0.0:
             options["label_smoothing"] = self.label_smoothing
         return F.cross_entropy(input, target, reduction=self.reduction, **options)
@@ -99,12 +104,7 @@ class NLLLoss(WeightedLoss):
         self.ignore_index = ignore_index
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        options: dict[str, Any] = {}
-        if self.weight is not None:
-            options["weight"] = self.weight
-        if self.ignore_index != -100:
-            options["ignore_index"] = self.ignore_index
-        return F.nll_loss(input, target, reduction=self.reduction, **options)
+        return F.nll_loss(input, target, reduction=self.reduction, **class_options(self))
 
 
 class MSELoss(Loss):

@@ -35,6 +35,11 @@ def empty_parameter(*shape: int) -> Parameter:
     return Parameter(np.zeros(shape, np.float32))
 
 
+def layer_suffix(layer: int, direction: int) -> str:
+    """The suffix of a recurrent layer's parameter names: _l{layer}, and _reverse for the backward direction."""
+    return f"_l{layer}{'_reverse' if direction else ''}"
+
+
 def reset_recurrent(module: Module) -> None:
     """Every parameter of a recurrent layer or cell U(−1/√hidden_size, 1/√hidden_size), as torch."""
     bound = 1.0 / math.sqrt(module.hidden_size) if module.hidden_size > 0 else 0.0
@@ -89,7 +94,7 @@ class RNNBase(Module):
         for layer in range(self.num_layers):
             layer_input = self.input_size if layer == 0 else self.hidden_size * directions
             for direction in range(directions):
-                suffix = f"_l{layer}{'_reverse' if direction else ''}"
+                suffix = layer_suffix(layer, direction)
                 setattr(self, "weight_ih" + suffix, empty_parameter(gates, layer_input))
                 setattr(self, "weight_hh" + suffix, empty_parameter(gates, self.hidden_size))
                 if self.bias:
@@ -115,9 +120,9 @@ class RNNBase(Module):
         return text
 
     def layer_weights(self, layer: int, direction: int) -> tuple:
-        suffix = f"_l{layer}{'_reverse' if direction else ''}"
+        """(weight_ih, weight_hh, bias_ih, bias_hh) of one layer and direction (the biases None without bias)."""
         names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-        return tuple(getattr(self, name + suffix, None) for name in names)
+        return tuple(getattr(self, name + layer_suffix(layer, direction), None) for name in names)
 
     def run(self, input, hx, at: str):
         """(output, h_n, c_n or None) of the unrolled layers, torch's layouts, batched or not."""

@@ -306,6 +306,18 @@ def activation_function(activation) -> Callable[[Tensor], Tensor]:
     return activation
 
 
+def attention_block(
+    attention: MultiheadAttention, dropout: Dropout, x: Tensor, memory: Tensor, attn_mask, key_padding_mask, is_causal
+) -> Tensor:
+    """dropout(attention(x, memory, memory)), without the weights: the layers' _sa_block (memory is
+    x) and _mha_block."""
+    out = attention(
+        x, memory, memory, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
+        is_causal=is_causal,
+    )[0]  # fmt: skip
+    return dropout(out)
+
+
 class TransformerEncoderLayer(Module):
     """torch.nn.TransformerEncoderLayer: self-attention and a feed-forward block, each with a
     residual connection and a LayerNorm (after it, or before with norm_first); submodules
@@ -344,10 +356,7 @@ class TransformerEncoderLayer(Module):
         return self.norm2(x + self._ff_block(x))
 
     def _sa_block(self, x: Tensor, attn_mask, key_padding_mask, is_causal: bool) -> Tensor:
-        out = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False, is_causal=is_causal
-        )[0]
-        return self.dropout1(out)
+        return attention_block(self.self_attn, self.dropout1, x, x, attn_mask, key_padding_mask, is_causal)
 
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
@@ -433,22 +442,10 @@ class TransformerDecoderLayer(Module):
         return self.norm3(x + self._ff_block(x))
 
     def _sa_block(self, x: Tensor, attn_mask, key_padding_mask, is_causal: bool) -> Tensor:
-        out = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal, need_weights=False
-        )[0]
-        return self.dropout1(out)
+        return attention_block(self.self_attn, self.dropout1, x, x, attn_mask, key_padding_mask, is_causal)
 
     def _mha_block(self, x: Tensor, memory: Tensor, attn_mask, key_padding_mask, is_causal: bool) -> Tensor:
-        out = self.multihead_attn(
-            x,
-            memory,
-            memory,
-            attn_mask=attn_mask,
-            key_padding_mask=key_padding_mask,
-            is_causal=is_causal,
-            need_weights=False,
-        )[0]
-        return self.dropout2(out)
+        return attention_block(self.multihead_attn, self.dropout2, x, memory, attn_mask, key_padding_mask, is_causal)
 
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))

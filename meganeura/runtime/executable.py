@@ -20,12 +20,12 @@ import time
 
 import numpy as np
 
-from meganeura import nn
 from meganeura.codegen.buffers import BufferPlan
 from meganeura.codegen.compiled import CompiledStep
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.ir.graph import TensorType
 from meganeura.ir.ops.constants import constant_array
+from meganeura.parameter import Buffer, Parameter
 from meganeura.rewrite.cost import node_cost
 from meganeura.runtime.backend import NAME as BACKEND
 from meganeura.runtime.backend import wgpu
@@ -119,7 +119,7 @@ class Executable:
         self,
         step: CompiledStep,
         device: Device,
-        parameters: dict[str, nn.Parameter],
+        parameters: dict[str, Parameter],
         initial_states: dict[str, np.ndarray],
         canary_words: int = 0,
         shared_states: dict[str, DeviceStorage] | None = None,
@@ -199,26 +199,26 @@ class Executable:
                 f"was compiled for {self.step.target.name} (compile it with this device's target: mn.compile does)"
             )
 
-    def check_leaves(self, parameters: dict[str, nn.Parameter], initial_states: dict[str, np.ndarray]) -> None:
+    def check_leaves(self, parameters: dict[str, Parameter], initial_states: dict[str, np.ndarray]) -> None:
         """Every parameter and state of the graph is given, with the graph's shape."""
-        shared = {name: p for name, p in parameters.items() if isinstance(p, nn.Buffer)}
+        shared = {name: p for name, p in parameters.items() if isinstance(p, Buffer)}
         for role, given in (("param", parameters), ("state", {**initial_states, **shared})):
             names = self.plan.leaf_buffers(role)
             missing = [name for name in names if name not in given]
             if missing:
                 raise KeyError(f"the graph reads {role}s {missing}, which were not given; got {sorted(given)}")
             for name in names:
-                shape = given[name].type.shape if isinstance(given[name], nn.Parameter) else np.shape(given[name])
+                shape = given[name].type.shape if isinstance(given[name], Parameter) else np.shape(given[name])
                 if tuple(shape) != self.leaf_types[name].shape:
                     raise ValueError(f"{role} {name}: the graph needs {self.leaf_types[name]}, got shape {list(shape)}")
 
-    def inherited_states(self, parameters: dict[str, nn.Parameter]) -> dict[str, DeviceStorage]:
+    def inherited_states(self, parameters: dict[str, Parameter]) -> dict[str, DeviceStorage]:
         """The program's states (not module buffers) this graph reads that `shared_states` already
         holds, checked against the graph's types before anything is created."""
         inherited = {}
         for name in self.plan.leaf_buffers("state"):
             storage = self.shared_states.get(name)
-            if storage is None or isinstance(parameters.get(name), nn.Buffer):
+            if storage is None or isinstance(parameters.get(name), Buffer):
                 continue
             if storage.device is not self.device or storage.type != self.leaf_types[name]:
                 raise ValueError(
@@ -228,18 +228,18 @@ class Executable:
             inherited[name] = storage
         return inherited
 
-    def share_states(self, parameters: dict[str, nn.Parameter]) -> None:
+    def share_states(self, parameters: dict[str, Parameter]) -> None:
         """Add the states this executable created to `shared_states`, for the program's next one."""
         for name, index in self.plan.leaf_buffers("state").items():
-            if name not in self.inherited and not isinstance(parameters.get(name), nn.Buffer):
+            if name not in self.inherited and not isinstance(parameters.get(name), Buffer):
                 self.shared_states[name] = DeviceStorage(self.device, self.buffers[index], self.leaf_types[name])
 
-    def create_buffers(self, parameters: dict[str, nn.Parameter]) -> list[wgpu.GPUBuffer]:
+    def create_buffers(self, parameters: dict[str, Parameter]) -> list[wgpu.GPUBuffer]:
         """One device buffer per plan slot; a parameter's slot is its shared storage buffer, a state's
         the program's buffer for it where it has one (`shared_states`)."""
         buffers = []
         for slot in self.plan.buffers:
-            if slot.role == "param" or (slot.role == "state" and isinstance(parameters.get(slot.name), nn.Buffer)):
+            if slot.role == "param" or (slot.role == "state" and isinstance(parameters.get(slot.name), Buffer)):
                 buffers.append(self.parameter_buffer(slot.name, parameters[slot.name], slot.nbytes))
             elif slot.role == "state" and slot.name in self.inherited:
                 buffers.append(self.inherited[slot.name].buffer)
@@ -264,7 +264,7 @@ class Executable:
                 changed.append(f"#{slot.index} {slot.role} {slot.name}: {[hex(w) for w in words[:4]]}")
         return changed
 
-    def parameter_buffer(self, name: str, param: nn.Parameter, nbytes: int) -> wgpu.GPUBuffer:
+    def parameter_buffer(self, name: str, param: Parameter, nbytes: int) -> wgpu.GPUBuffer:
         """The parameter's buffer on this device: its current storage if it has one here, else a new one."""
         storage = param.storage
         if isinstance(storage, DeviceStorage) and storage.device is self.device and not self.canary_words:

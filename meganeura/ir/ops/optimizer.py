@@ -301,6 +301,12 @@ def evaluate_adagrad_update(p, g, s, step_size, eps, weight_decay):
     return evaluate_rms_step(p, g, new_s, np.zeros_like(eps), step_size, eps, weight_decay), new_s
 
 
+def check_gradient(name: str, g: TensorType, p: TensorType) -> None:
+    """A ShapeError unless `g` is the gradient of `p` or its parts (`gradient_fits`)."""
+    if not gradient_fits(g, p):
+        raise ShapeError(f"{name}: the gradient {g} does not match the parameter {p}")
+
+
 def check_hypers(name: str, types) -> None:
     for t in types:
         if t.shape != ():
@@ -320,8 +326,7 @@ def infer_sgd_update(types, attrs):
     require_float(types, "sgd_update")
     if len(types) not in (4, 7):
         raise ShapeError(f"sgd_update: (p, g, lr, weight_decay[, momentum, dampening, buf]), got {len(types)} operands")
-    if not gradient_fits(types[1], types[0]):
-        raise ShapeError(f"sgd_update: the gradient {types[1]} does not match the parameter {types[0]}")
+    check_gradient("sgd_update", types[1], types[0])
     if len(types) == 7:
         check_states("sgd_update", types[0], {"momentum buffer": types[6]}, {})
     elif attrs.get("nesterov"):
@@ -333,8 +338,7 @@ def infer_sgd_update(types, attrs):
 def infer_adam_update(types, attrs):
     require_float(types, "adam_update")
     p, g, m, v, vmax, *hypers = types
-    if not gradient_fits(g, p):
-        raise ShapeError(f"adam_update: the gradient {g} does not match the parameter {p}")
+    check_gradient("adam_update", g, p)
     check_states("adam_update", p, {"exp_avg": m, "exp_avg_sq": v, "max_exp_avg_sq": vmax}, {
         "max_exp_avg_sq": attrs["amsgrad"]
     })  # fmt: skip
@@ -345,8 +349,7 @@ def infer_adam_update(types, attrs):
 def infer_rmsprop_update(types, attrs):
     require_float(types, "rmsprop_update")
     p, g, s, a, buf, *hypers = types
-    if not gradient_fits(g, p):
-        raise ShapeError(f"rmsprop_update: the gradient {g} does not match the parameter {p}")
+    check_gradient("rmsprop_update", g, p)
     present = {"grad_avg": attrs["centered"], "momentum_buffer": attrs["momentum_buffer"]}
     check_states("rmsprop_update", p, {"square_avg": s, "grad_avg": a, "momentum_buffer": buf}, present)
     check_hypers("rmsprop_update", hypers)
@@ -356,8 +359,7 @@ def infer_rmsprop_update(types, attrs):
 def infer_adagrad_update(types, attrs):
     require_float(types, "adagrad_update")
     p, g, s, *hypers = types
-    if not gradient_fits(g, p):
-        raise ShapeError(f"adagrad_update: the gradient {g} does not match the parameter {p}")
+    check_gradient("adagrad_update", g, p)
     check_states("adagrad_update", p, {"sum": s}, {})
     check_hypers("adagrad_update", hypers)
     return (p, p)

@@ -93,6 +93,11 @@ def parts(x: np.ndarray, count: int) -> list[np.ndarray]:
     return np.split(x, count, axis=-1)
 
 
+def joined(grads, shape: tuple[int, ...]) -> np.ndarray:
+    """The gates' gradients side by side along the last dim (`parts` undone), each broadcast to `shape`."""
+    return np.concatenate([np.broadcast_to(part, shape) for part in grads], axis=-1)
+
+
 def lstm_activations(gates: np.ndarray, c: np.ndarray):
     """(i, f, g, o, c', tanh(c')) of an LSTM step."""
     i, f, g, o = parts(gates, 4)
@@ -116,9 +121,7 @@ def evaluate_lstm_cell_grad(gates, c, dh, dc):
         dc_total * i * (one - g * g),
         dh * tanh_c * o * (one - o),
     )
-    shape = i.shape
-    dgates = np.concatenate([np.broadcast_to(part, shape) for part in grads], axis=-1)
-    return dgates, np.broadcast_to(dc_total * f, shape).copy()
+    return joined(grads, i.shape), np.broadcast_to(dc_total * f, i.shape).copy()
 
 
 def gru_activations(gx: np.ndarray, gh: np.ndarray):
@@ -140,9 +143,7 @@ def evaluate_gru_cell_grad(gx, gh, h, dh):
     dz = dh * (h - n) * z * (one - z)
     dn = dh * (one - z) * (one - n * n)
     dr = dn * parts(gh, 3)[2] * r * (one - r)
-    dgx = np.concatenate([np.broadcast_to(part, shape) for part in (dr, dz, dn)], axis=-1)
-    dgh = np.concatenate([np.broadcast_to(part, shape) for part in (dr, dz, dn * r)], axis=-1)
-    return dgx, dgh, np.broadcast_to(dh * z, shape).copy()
+    return joined((dr, dz, dn), shape), joined((dr, dz, dn * r), shape), np.broadcast_to(dh * z, shape).copy()
 
 
 def cell_flops(per_unit: int):

@@ -48,6 +48,7 @@ from meganeura.ir.op import (
     normalize_axes,
     require_float,
 )
+from meganeura.ir.ops.reduce import reduced_type
 
 FAMILY = "select"
 I32_MIN = -(2**31)
@@ -356,10 +357,6 @@ def _flat_index(b, node, g):
 # arg_reduce: max/min along an axis with the index
 
 
-def reduced_shape(x: TensorType, axis: int, keepdim: bool) -> tuple[int, ...]:
-    return x.shape[:axis] + ((1,) if keepdim else ()) + x.shape[axis + 1 :]
-
-
 def infer_arg_reduce(types, attrs):
     (x,) = types
     axis = attrs["axis"]
@@ -367,7 +364,7 @@ def infer_arg_reduce(types, attrs):
     check_axis("argmax", axis, x)
     if x.shape[axis] == 0:
         raise ShapeError(f"argmax: dim {axis} of {x} is empty")
-    shape = reduced_shape(x, axis, attrs["keepdim"])
+    shape = reduced_type(x.shape, (axis,), attrs["keepdim"]).shape
     return (TensorType(shape, "f32"), TensorType(shape, "i32"))
 
 
@@ -400,7 +397,7 @@ def _arg_reduce(b, node, g):
         return [None]
     (x,) = node.inputs
     axis = node.attr("axis")
-    kept = reduced_shape(b.graph[x].type, axis, True)
+    kept = reduced_type(b.shape(x), (axis,), True).shape
     index = b.emit("reshape", [b.result(node.id, 1)], shape=kept)
     return [scatter_to(b, b.emit("reshape", [grad], shape=kept), index, axis, b.shape(x))]
 
