@@ -14,6 +14,7 @@ from meganeura.gate import NonFiniteError
 from meganeura.ir.op import ShapeError
 from meganeura.nn import manual_seed
 from meganeura.onnx_import import OnnxImportError, load_onnx
+from meganeura.pytorch_names import missing_names
 from meganeura.summary import ModelSummary, summary
 from meganeura.tensor import (  # the elementwise ones are generated from ir/functions.py
     Tensor,
@@ -27,44 +28,61 @@ from meganeura.tensor import (  # the elementwise ones are generated from ir/fun
     as_tensor,
     bernoulli,
     cat,
+    ceil,
     clamp,
     clip,
+    cos,
     cumprod,
     cumsum,
     equal,
     exp,
+    expm1,
     eye,
     flip,
     fliplr,
     flipud,
+    floor,
     full,
     full_like,
     gather,
     greater,
     greater_equal,
     index_select,
+    isfinite,
+    isinf,
+    isnan,
     less,
     less_equal,
     log,
+    log1p,
+    maximum,
+    minimum,
     not_equal,
     ones,
     ones_like,
+    pow,
     rand,
     rand_like,
     randn,
     randn_like,
+    reciprocal,
     roll,
+    round,
     scatter,
     scatter_add,
     sigmoid,
+    sign,
+    sin,
     sort,
     sqrt,
+    square,
     take,
     tanh,
     tensor,
     topk,
     tril,
     triu,
+    trunc,
     where,
     zeros,
     zeros_like,
@@ -87,5 +105,12 @@ __all__ = [
     "argsort", "as_tensor", "cumprod", "cumsum", "eye", "flip", "fliplr", "flipud", "full", "full_like", "gather",
     "index_select", "max", "min", "ones", "ones_like", "roll", "scatter", "scatter_add", "sort", "take", "tensor",
     "topk", "tril", "triu", "zeros", "zeros_like",
+    "ceil", "cos", "expm1", "floor", "isfinite", "isinf", "isnan", "log1p", "maximum", "minimum", "pow",
+    "reciprocal", "round", "sign", "sin", "square", "trunc", "selu", "celu",
 ]  # fmt: skip
 __version__ = "0.1.0"
+
+selu, celu = functional.selu, functional.celu  # torch.selu and torch.celu
+
+
+__getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)

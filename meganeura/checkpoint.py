@@ -6,10 +6,13 @@ readable by PyTorch and HF tools):
   (`Program.state_dict()`, a tied parameter under each of its names), so that
   `model.load_state_dict(mn.load_safetensors(path))` loads them (`load_safetensors` gives only
   these from a checkpoint); format version 1 stored them as `param/<name>`, still read;
-- tensors `optim/<name>`: the optimizer's state leaves on the device — Adam's moments
-  (`<param>.exp_avg`, `<param>.exp_avg_sq`) and step count, SGD's momentum buffers (not the
+- tensors `optim/<name>`: the optimizer's state leaves on the device, torch's state names after
+  the parameter's — Adam's moments (`<param>.exp_avg`, `<param>.exp_avg_sq`,
+  `<param>.max_exp_avg_sq`), SGD's and RMSprop's `<param>.momentum_buffer`, RMSprop's
+  `<param>.square_avg` and `<param>.grad_avg`, Adagrad's `<param>.sum`, and the step count `step`
+  (Adam, RMSprop, Adagrad), from which the program's count of updates is restored (not the
   groups' hyper-parameter vectors `param_groups.<g>.hyper`: the runtime writes those from the
-  optimizer, which `hyper` below restores);
+  optimizer, which `hyper` below restores, and the step count);
 - tensors `accum/<name>` (with compile(accumulate=k), meganeura/gate.py): the gradient
   accumulators and the position in the cycle, so that a run resumed mid-cycle goes on exactly;
 - metadata (strings): `format` ("meganeura-checkpoint"), `version`, `model` (the model's class),
@@ -113,7 +116,9 @@ def state_problems(expected: dict[str, np.ndarray], given: dict[str, Any], what:
 
 
 def load_optimizer_state(program: Program, state: dict[str, np.ndarray]) -> None:
-    """Replace every optimizer state leaf; all are checked before any is written."""
+    """Replace every optimizer state leaf; all are checked before any is written. The program's
+    count of updates applied follows the state's (`Optimizer.steps_in`: its `step`), so the next
+    step's bias corrections are those of the step after it."""
     current = optimizer_state(program)
     problems = state_problems(current, state, "optimizer state")
     if problems:
@@ -121,6 +126,9 @@ def load_optimizer_state(program: Program, state: dict[str, np.ndarray]) -> None
     executable = program.require_executable()
     for name in current:
         executable.write_state(name, np.asarray(state[name], order="C"))  # (ascontiguousarray makes 0-d 1-d)
+    optimizer = program.compilation.optimizer
+    if optimizer is not None:
+        program.optimizer_steps = optimizer.steps_in(state)
 
 
 def metadata(program: Program) -> dict[str, str]:

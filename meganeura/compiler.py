@@ -461,6 +461,11 @@ class Program:
         # device's counter, mirrored: a checkpoint restores both).
         self.accumulate = int(compilation.options.accumulate)
         self.micro_step = 0
+        # Optimizer updates applied (torch's state["step"]): a refused step and the micro-steps
+        # before a cycle's last do not count. The next step applies update optimizer_steps + 1,
+        # whose scalars (Adam's bias corrections…) write_hypers writes first; a checkpoint or an
+        # optimizer state loaded sets it (checkpoint.load_optimizer_state).
+        self.optimizer_steps = 0
         # The gradients' global 2-norm before clipping, of the last step (compile(clip_grad_norm=…)).
         self.last_grad_norm: float | None = None
         # What a step reads back: a training step its loss, the clipped norm and the NaN/inf counts
@@ -468,9 +473,9 @@ class Program:
         outputs = self.graph.outputs
         extra = tuple(name for name in ("grad_norm", gate.NONFINITE) if name in outputs)
         self.step_reads = ("loss", *extra) if self.is_training else tuple(outputs)
-        # The hyper-parameter values on the device, to write only those the optimizer changed.
+        # The hyper-parameter values on the device, to write only those that changed.
         self.hypers_written: dict[str, Any] = dict(traced.initial_states)
-        self.hypers_key: str | None = None  # the optimizer's hyper_key when they were last written
+        self.hypers_key: tuple | None = None  # (hyper_key, step_key) when they were last written
         # The random numbers' seed and step counter (ir/ops/random.py), for a program that draws
         # any: the host writes both into the RNG state leaf before each run (`draw_step`).
         self.rng_seed: int | None = None
@@ -535,16 +540,22 @@ class Program:
         return executable.run(values, read)
 
     def write_hypers(self, executable) -> None:
-        """Write the hyper-parameter vector of each parameter group whose values changed since the
-        last step into its leaf (a few bytes each; nothing is recompiled)."""
+        """Write the hyper-parameter vector of each parameter group whose values for this step
+        differ from the last step's into its leaf (a few bytes each; nothing is recompiled): the
+        optimizer's values and those torch derives from them and the step count in double
+        (Optimizer.hyper_fields), for update optimizer_steps + 1. Queued before the step's
+        submission, so a step stays one submission and reads nothing back."""
         optimizer = self.traced.optimizer
         if optimizer is None:
             return
-        key = optimizer.hyper_key()  # ~3 µs, against ~35 for checking and building the vectors
+        step = self.optimizer_steps + 1
+        # ~3 µs, against ~35 for checking and building the vectors
+        key = (optimizer.hyper_key(), optimizer.step_key(step))
         if key == self.hypers_key:
             return
+        checked = self.hypers_key is not None and key[0] == self.hypers_key[0]  # only the step moved
         written = self.hypers_written
-        for name, value in optimizer.hyper_values().items():
+        for name, value in optimizer.hyper_values(step, checked).items():
             if name in executable.states and not np.array_equal(written.get(name), value):
                 executable.write_state(name, value)
                 written[name] = value
@@ -621,6 +632,8 @@ class Program:
             self.refuse_nonfinite(out[gate.NONFINITE], loss)
         self.steps += 1
         self.micro_step = (self.micro_step + 1) % self.accumulate
+        if self.micro_step == 0:  # this step applied the update
+            self.optimizer_steps += 1
         if "grad_norm" in out and self.micro_step == 0:  # the norm that clipping used: of the accumulated sum
             self.last_grad_norm = float(out["grad_norm"].reshape(()))
         return loss

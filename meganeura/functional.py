@@ -46,10 +46,14 @@ from meganeura.tensor import (  # noqa: F401  (re-exported: the primitive operat
     permute,
     pow,
     random_tensor,
+    reciprocal,
     reshape,
+    round,
     rsqrt,
+    sign,
     softmax,
     softplus,
+    square,
     squeeze,
     sum,
     tanh,
@@ -66,11 +70,12 @@ COMPOSITES = [
     "scaled_dot_product_attention", "rotary_embedding", "apply_rotary_pos_emb", "rotary_tables",
     "conv2d", "fold", "unfold", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "group_norm",
     "dropout", "dropout1d", "dropout2d",
+    "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign", "logsigmoid",
 ]  # fmt: skip
 PRIMITIVES = [
     "amax", "broadcast_to", "cat", "clamp", "clip", "expand", "flatten", "getitem", "leaky_relu", "log_softmax",
     "masked_fill", "matmul", "mean", "permute", "pow", "reshape", "softmax", "softplus", "squeeze", "sum",
-    "transpose", "transpose2d", "unsqueeze", "where",
+    "transpose", "transpose2d", "unsqueeze", "where", "reciprocal", "round", "sign", "square",
 ]  # fmt: skip
 SELECTION = ["one_hot"]
 __all__ = sorted([*COMPOSITES, *PRIMITIVES, *ELEMENTWISE, *SELECTION])
@@ -668,6 +673,89 @@ def group_norm(
     if weight is not None:
         y = y * channel_view(lift(weight), x.ndim)
     return y if bias is None else y + channel_view(lift(bias), x.ndim)
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations of torch.nn.functional (issue 40). The ones whose values or gradients differ from
+# any composition of the ops at NaN, at ±∞ or at a kink are functions of ir/functions.py (elu,
+# hardtanh, hardsigmoid, hardswish); the others are traced as compositions, which give PyTorch's
+# numbers, gradients included: selu and celu (elu), relu6 (hardtanh), mish (x·tanh(softplus(x))),
+# softsign (x / (1 + |x|)), logsigmoid (−softplus(−x)).
+
+
+def not_in_place(name: str, inplace: bool) -> None:
+    """inplace=True cannot be traced: a traced tensor is a value, never modified."""
+    if inplace:
+        raise NotImplementedError(f"{user_source_line()}: {name}: inplace=True is not supported (use the result)")
+
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """x where x > 0, alpha·(eˣ − 1) elsewhere (torch.nn.functional.elu; gradient g where x is NaN)."""
+    not_in_place("elu", inplace)
+    return apply("elu", input, float(alpha), 1.0)
+
+
+def selu(input: Tensor, inplace: bool = False) -> Tensor:
+    """scale·elu(x, alpha) with PyTorch's alpha ≈ 1.6733 and scale ≈ 1.0507 (torch.nn.functional.selu)."""
+    not_in_place("selu", inplace)
+    return apply("elu", input, SELU_ALPHA, 1.0) * SELU_SCALE
+
+
+def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """x where x > 0, alpha·(e^(x/alpha) − 1) elsewhere (torch.nn.functional.celu)."""
+    not_in_place("celu", inplace)
+    if float(alpha) == 0.0:
+        raise ValueError(f"{user_source_line()}: celu: alpha must not be 0 (ZeroDivisionError in PyTorch)")
+    return apply("elu", input, float(alpha), 1.0 / float(alpha))
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
+    """x clamped to [min_val, max_val], NaN kept (torch.nn.functional.hardtanh): gradient 0 at and
+    beyond the bounds, g between them and where x is NaN."""
+    not_in_place("hardtanh", inplace)
+    if float(max_val) < float(min_val):
+        raise ValueError(f"{user_source_line()}: hardtanh: max_val {max_val} is below min_val {min_val}")
+    return apply("hardtanh", input, float(min_val), float(max_val))
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:
+    """hardtanh(x, 0, 6) (torch.nn.functional.relu6)."""
+    not_in_place("relu6", inplace)
+    return apply("hardtanh", input, 0.0, 6.0)
+
+
+def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
+    """min(max(x + 3, 0), 6) / 6 (torch.nn.functional.hardsigmoid; gradient 0 where x is NaN)."""
+    not_in_place("hardsigmoid", inplace)
+    return apply("hardsigmoid", input)
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    """x·min(max(x + 3, 0), 6) / 6 (torch.nn.functional.hardswish)."""
+    not_in_place("hardswish", inplace)
+    return apply("hardswish", input)
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    """x·tanh(softplus(x)) (torch.nn.functional.mish)."""
+    not_in_place("mish", inplace)
+    x = lift(input)
+    return x * tanh(softplus(x))
+
+
+def softsign(input: Tensor) -> Tensor:
+    """x / (1 + |x|) (torch.nn.functional.softsign)."""
+    x = lift(input)
+    return x / (apply("abs", x) + 1.0)
+
+
+def logsigmoid(input: Tensor) -> Tensor:
+    """log(1 / (1 + e⁻ˣ)) = −softplus(−x), exact for large |x| (torch.nn.functional.logsigmoid)."""
+    return -softplus(-lift(input))
 
 
 __getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)

@@ -25,6 +25,7 @@ from meganeura.ir.functions import FUNCTIONS, Function
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import ShapeError, normalize_axes
 from meganeura.ir.trace import Tracer, active_tracer, user_source_line
+from meganeura.pytorch_names import missing_method
 
 
 class Tensor:
@@ -71,6 +72,14 @@ class Tensor:
     def __bool__(self):
         raise TypeError("a traced Tensor has no truth value: its value is only known when the step runs")
 
+    def __getattr__(self, name: str):
+        """Only for names the class lacks: a PyTorch Tensor method meganeura does not have raises
+        MissingName with what to use instead (meganeura/pytorch_names.py). Private and dunder names
+        (pickle's and copy's probes, a half-built object's own fields) raise a plain AttributeError."""
+        if name.startswith("_") or name in ("tracer", "node"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise missing_method(type(self), name)
+
     # -- operators ---------------------------------------------------------------------------
 
     def __add__(self, other):
@@ -105,6 +114,9 @@ class Tensor:
 
     def __pow__(self, exponent):
         return pow(self, exponent)
+
+    def __rpow__(self, base):
+        return pow(base, self)
 
     def __getitem__(self, key) -> Tensor:
         return getitem(self, key)
@@ -193,6 +205,20 @@ class Tensor:
 
     def pow(self, exponent) -> Tensor:
         return pow(self, exponent)
+
+    # -- elementwise functions written out below (the plain ones come from ir/functions.py) ----
+
+    def square(self) -> Tensor:
+        return square(self)
+
+    def reciprocal(self) -> Tensor:
+        return reciprocal(self)
+
+    def sign(self) -> Tensor:
+        return sign(self)
+
+    def round(self, decimals: int = 0) -> Tensor:
+        return round(self, decimals=decimals)
 
 
 def comparable(value: Any) -> bool:
@@ -557,11 +583,18 @@ def matmul(a, b) -> Tensor:
     return apply("matmul", a, b)
 
 
-def pow(x, exponent) -> Tensor:
-    """x ** exponent for the exponents a model uses: 1, 2 and 3 as products (x·x for 2),
-    0.5 as sqrt, −0.5 as rsqrt, −1 as 1/x."""
-    x = lift(x)
+def pow(input, exponent) -> Tensor:
+    """input ** exponent, elementwise, as torch.pow, values and gradients. A number exponent:
+    1 is input itself, 2 and 3 products, 0.5 sqrt and −1 a reciprocal (PyTorch's own shortcuts,
+    and their gradients are PyTorch's), any other number `pow_scalar` (torch.pow(Tensor, number):
+    −0.5, −2 and 0 by its shortcuts too, e.g. x ** 0 = 1 where x is NaN). A tensor exponent or a
+    number base (`2 ** x`): C's pow, NaN for a negative base and a non-integer exponent."""
+    if not isinstance(input, Tensor) and not isinstance(exponent, Tensor):
+        raise TypeError(
+            f"{user_source_line()}: pow: expected a Tensor base or exponent, got {input!r} and {exponent!r}"
+        )
     if is_number(exponent):
+        x = lift(input)
         e = float(exponent)
         if e == 1.0:
             return x
@@ -571,13 +604,10 @@ def pow(x, exponent) -> Tensor:
             return x * x * x
         if e == 0.5:
             return apply("sqrt", x)
-        if e == -0.5:
-            return apply("rsqrt", x)
         if e == -1.0:
             return 1.0 / x
-    raise NotImplementedError(
-        f"{user_source_line()}: pow: exponent {exponent!r} is not supported (1, 2, 3, 0.5, -0.5 or -1)"
-    )
+        return apply("pow_scalar", x, e)
+    return apply("pow", input, exponent)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1310,3 +1340,33 @@ class SelectionMethods:
 for _name, _method in vars(SelectionMethods).items():
     if not _name.startswith("__"):
         setattr(Tensor, _name, _method)
+
+
+def square(input) -> Tensor:
+    """input · input (torch.square)."""
+    x = lift(input)
+    return x * x
+
+
+def reciprocal(input) -> Tensor:
+    """1 / input (torch.reciprocal)."""
+    return apply("div", 1.0, input)
+
+
+def sign(input) -> Tensor:
+    """1 where input > 0, −1 where input < 0, 0 at ±0 and NaN, as torch.sign; gradient 0."""
+    x = lift(input)
+    return apply("greater", x, 0.0) - apply("less", x, 0.0)
+
+
+def round(input, decimals: int = 0) -> Tensor:
+    """input rounded to `decimals` decimal places, halves to even (torch.round: with decimals,
+    round(x·10^d)/10^d, or round(x/10^−d)·10^−d for negative d); gradient 0."""
+    x = lift(input)
+    decimals = int(decimals)
+    if decimals == 0:
+        return apply("round", x)
+    scale = 10.0 ** abs(decimals)
+    if decimals > 0:
+        return apply("round", x * scale) / scale
+    return apply("round", x / scale) * scale

@@ -7,7 +7,8 @@
 // (`row_stats`), so the forward reads the logits once and the backward twice. Against a max pass
 // and then a sum pass, on the H200 (2026-12-03, one profiled step, one process): the
 // SmolLM2-shaped step 82.07 → 81.80 ms GPU ([2048, 49152] logits), GPT-2-small's 62.93 → 62.51. A label outside [0, C) gives NaN
-// rather than reading another row.
+// rather than reading another row. A row with a NaN or a +inf gives NaN (loss and gradient), as
+// PyTorch: a NaN fails `z > m` and goes into the sum, inf − inf is NaN (tests/test_nan_semantics.py).
 // Bindings (group 0, generated from the KernelSpec): logits (read, f32 [ROWS, C]), labels
 // (read, i32 [ROWS]), grad (read, f32 [ROWS]; backward only, unless inlined as GRAD_AT), out
 // (read_write: [ROWS] forward, [ROWS, C] backward).

@@ -1,26 +1,35 @@
-// optimizer.wgsl: PyTorch's elementwise optimizer updates, one thread per element.
+// optimizer.wgsl: PyTorch's elementwise optimizer updates, one thread per element, each float
+// operation in the order of torch's single-tensor code (torch/optim/*.py), g′ = g + wd·p:
 //
-//   sgd_step(p, d, lr, wd)                       p − lr·(d + wd·p)
-//   momentum_buffer(b, g, p, momentum, wd)        momentum·b + (g + wd·p)
-//   adam_moment(m, g, p, beta, wd)                beta·m + (1 − beta)·gᵒʳᵈᵉʳ, with g = g + wd·p
-//   adam_step(p, m, v, t, lr, beta1, beta2, eps, wd)
-//                                                 p·(1 − lr·wd) − lr/(1 − beta1ᵗ) · m / (√v / √(1 − beta2ᵗ) + eps)
+//   sgd_step(p, d, lr, wd)                        p − lr·(d + wd·p)
+//   momentum_buffer(b, g, p, momentum, dampening, wd)
+//                                                 momentum·b + dampening·g′
+//   adam_moment(m, g, p, beta, weight, wd)        order 1: lerp(m, g′, weight) (torch's lerp_: m + weight·(g′ − m)
+//                                                 below 0.5, g′ − (g′ − m)·(1 − weight) from 0.5 on);
+//                                                 order 2: m·beta + (weight·g′)·g′ (mul_ then addcmul_)
+//   adam_step(p, m, v, step_size, bias_correction2_sqrt, eps, decay)
+//                                                 p·decay − (step_size·m) / (√v / bias_correction2_sqrt + eps)
+//   rms_step(p, g, s, a, lr, eps, wd)             p − (lr·g′) / (√(s − a·a) + eps)
+//   rms_buffer(b, g, p, s, a, momentum, eps, wd)  momentum·b + g′ / (√(s − a·a) + eps)
 //
 // The hyper-parameters are scalar operands (elements of their parameter group's vector, which
-// the runtime writes when the optimizer's values change, read at literal offsets; or inlined
-// constants), not literals of their values: a new learning rate needs no new pipeline.
+// the runtime writes before a step, read at literal offsets; or inlined constants), not literals
+// of their values: a new learning rate needs no new pipeline. The values that torch derives in
+// Python double (step_size = lr/(1 − β₁ᵗ), bias_correction2_sqrt, the weights 1 − β, decay =
+// 1 − lr·wd) come computed in the vector: nothing here takes a power or forms 1 − β in f32.
 //
 // The first input is the value being replaced. When it is a parameter or optimizer state that
 // the step updates, the kernel runs in place: out (read_write) holds the old value on entry and
 // V0 reads it from there, because WebGPU forbids binding one buffer both read-only and
 // read_write in one dispatch. Otherwise the first input has its own read binding.
-// Bindings (group 0, generated from the KernelSpec): the inputs that are buffers (x0 … x3;
+// Bindings (group 0, generated from the KernelSpec): the inputs that are buffers (x0 … x4;
 // scalar constants are inlined; the hyper-parameters share one, their group's vector), then out
-// (read_write). adam_step's t is a 1-element buffer.
+// (read_write).
 // Grid: NUMEL / 256 workgroups of 256 threads, folded into (GRID_X, y).
 //
-// Placeholders: BINDINGS, NUMEL, GRID_X, V0 … V8 (f32 expressions of the inputs at `i`); flags SGD_STEP, MOMENTUM_BUFFER, ADAM_MOMENT, ADAM_STEP
-// pick the formula.
+// Placeholders: BINDINGS, NUMEL, GRID_X, V0 … V7 (f32 expressions of the inputs at `i`); flags
+// SGD_STEP, MOMENTUM_BUFFER, ADAM_MOMENT (with ORDER1 for the first moment), ADAM_STEP, RMS_STEP,
+// RMS_BUFFER pick the formula.
 
 {{BINDINGS}}
 
@@ -43,17 +52,22 @@ fn update(i: u32) -> f32 {
     let g = {{V1}};
     let p = {{V2}};
     let momentum = {{V3}};
-    let weight_decay = {{V4}};
-    return momentum * buf + (g + weight_decay * p);
+    let dampening = {{V4}};
+    let weight_decay = {{V5}};
+    return momentum * buf + dampening * (g + weight_decay * p);
 }
 //#endif
 
 //#if ADAM_MOMENT
 fn update(i: u32) -> f32 {
     let m = {{V0}};
-    let beta = {{V3}};
-    let g = {{V1}} + {{V4}} * {{V2}};
-    return beta * m + (1.0 - beta) * {{G_POWER}};
+    let g = {{V1}} + {{V5}} * {{V2}};
+    let weight = {{V4}};
+//#if ORDER1
+    return select(g - (g - m) * (1.0 - weight), m + weight * (g - m), weight < 0.5);
+//#else
+    return m * {{V3}} + (weight * g) * g;
+//#endif
 }
 //#endif
 
@@ -62,15 +76,35 @@ fn update(i: u32) -> f32 {
     let p = {{V0}};
     let m = {{V1}};
     let v = {{V2}};
-    let t = {{V3}};
+    let step_size = {{V3}};
+    let bias_correction2_sqrt = {{V4}};
+    let eps = {{V5}};
+    let decay = {{V6}};
+    return p * decay - (step_size * m) / (sqrt(v) / bias_correction2_sqrt + eps);
+}
+//#endif
+
+//#if RMS_STEP
+fn update(i: u32) -> f32 {
+    let p = {{V0}};
+    let g = {{V1}} + {{V6}} * p;
+    let s = {{V2}};
+    let a = {{V3}};
     let lr = {{V4}};
-    let beta1 = {{V5}};
-    let beta2 = {{V6}};
-    let eps = {{V7}};
-    let weight_decay = {{V8}};
-    let bias1 = 1.0 - pow(beta1, t);
-    let bias2 = 1.0 - pow(beta2, t);
-    return p * (1.0 - lr * weight_decay) - (lr / bias1) * m / (sqrt(v) / sqrt(bias2) + eps);
+    let eps = {{V5}};
+    return p - (lr * g) / (sqrt(s - a * a) + eps);
+}
+//#endif
+
+//#if RMS_BUFFER
+fn update(i: u32) -> f32 {
+    let buf = {{V0}};
+    let g = {{V1}} + {{V7}} * {{V2}};
+    let s = {{V3}};
+    let a = {{V4}};
+    let momentum = {{V5}};
+    let eps = {{V6}};
+    return momentum * buf + g / (sqrt(s - a * a) + eps);
 }
 //#endif
 

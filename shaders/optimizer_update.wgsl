@@ -1,42 +1,57 @@
 // optimizer_update.wgsl: the whole optimizer update of one or many parameters in one dispatch.
+// g′ = g + wd·p (L2 weight decay), the float operations in the order of torch's single-tensor code:
 //
-//   sgd_update(p, g, lr, wd[, momentum, buf])
-//                                d = g + wd·p; with momentum buf′ = momentum·buf + d, d = buf′;
-//                                p′ = p − lr·d
-//   adam_update(p, g, m, v, t, lr, beta1, beta2, eps, wd)
-//                                g = g + wd·p (Adam's L2 form; not for AdamW), m′ = beta1·m + (1 − beta1)·g,
-//                                v′ = beta2·v + (1 − beta2)·g·g,
-//                                p′ = p·(1 − lr·decay) − lr/(1 − beta1ᵗ) · m′ / (√v′ / √(1 − beta2ᵗ) + eps)
-//                                (decay: AdamW's decoupled weight decay, 0 for Adam)
+//   sgd_update(p, g, lr, wd[, momentum, dampening, buf])
+//                                d = g′; with momentum buf′ = momentum·buf + dampening·d, d = buf′
+//                                (Nesterov: d = g′ + momentum·buf′); p′ = p − lr·d
+//   adam_update(p, g, m, v, vmax, weight1, beta2, weight2, step_size, bias_correction2_sqrt, eps, wd, decay)
+//                                g = g′ (Adam's L2 form; not for AdamW), m′ = lerp(m, g, weight1),
+//                                v′ = v·beta2 + (weight2·g)·g, v̂ = max(vmax, v′) (AMSGrad; else v′),
+//                                p′ = p·decay − (step_size·m′) / (√v̂ / bias_correction2_sqrt + eps)
+//                                (decay: AdamW's 1 − lr·wd; Adam's p is not multiplied)
+//   rmsprop_update(p, g, s, a, buf, lr, alpha, weight, eps, wd, momentum)
+//                                s′ = s·alpha + (weight·g′)·g′, a′ = lerp(a, g′, weight) (centered; else a = 0),
+//                                avg = √(s′ − a′·a′) + eps; with momentum buf′ = momentum·buf + g′/avg,
+//                                p′ = p − lr·buf′, else p′ = p − (lr·g′)/avg
+//   adagrad_update(p, g, s, step_size, eps, wd)
+//                                s′ = s + g′·g′, p′ = p − (step_size·g′)/(√s′ + eps)
 //
-// Each formula is written as shaders/optimizer.wgsl writes the single-tensor kernels (the same
+// lerp(a, b, w) is torch's: a + w·(b − a) below 0.5, b − (b − a)·(1 − w) from 0.5 on. Each
+// formula is written as shaders/optimizer.wgsl writes the single-tensor kernels (the same
 // operations in the same order), so the fused update gives the same bits as the moment and step
-// kernels one after another.
+// kernels one after another. The scalars torch computes in Python double (Adam's step_size =
+// lr/(1 − β₁ᵗ) and bias_correction2_sqrt, the weights 1 − β, decay, Adagrad's decayed rate) come
+// computed in the group's vector: nothing here takes a power or forms 1 − β in f32.
 //
 // Members: the parameters one dispatch updates (one for a plain fused update; many for a
 // multi-tensor update). The hyper-parameters are operands like the others (elements of their
-// parameter group's vector, which the runtime writes when the optimizer's values change, read at
-// literal offsets): each member's case passes its own group's, so members of different groups
-// share a kernel, and each group's vector is one binding. Member k owns a contiguous range of
+// parameter group's vector, which the runtime writes before a step, read at literal offsets):
+// each member's case passes its own group's, so members of different groups share a kernel, and
+// each group's vector is one binding. A state a form lacks (AMSGrad's vmax, RMSprop's a and buf)
+// is the literal 0 and its result is not stored. Member k owns a contiguous range of
 // workgroups, one per 256 of its elements; MEMBER_OF (a binary search over the ranges' first
 // workgroups, generated as nested ifs with literal bounds) finds the member of a workgroup,
 // and the member's case of the switch updates its elements. Each case names its own buffers:
 // WGSL cannot index a set of bindings at run time.
-// Bindings (group 0, generated from the KernelSpec): the buffers read (gradients, the step
-// count, each group's hyper-parameter vector, and the old values of updates that do not run in
-// place: x0, x1…), then every result's buffer (read_write; in place it holds the old value on
-// entry, so the case reads it there). A fused Adam update in place binds 6: the gradient, the
-// step count, the vector, p, m and v.
+// Bindings (group 0, generated from the KernelSpec): the buffers read (gradients, each group's
+// hyper-parameter vector, and the old values of updates that do not run in place: x0, x1…),
+// then every result's buffer (read_write; in place it holds the old value on entry, so the case
+// reads it there). A fused Adam update in place binds 5: the gradient, the vector, p, m and v.
 // Grid: the members' workgroups in total, folded into (GRID_X, y).
 //
 // Placeholders: BINDINGS, GRID_X, MEMBER_OF (the body of member_of), CASES (the switch's
-// cases); flags SGD_UPDATE, ADAM_UPDATE pick the formula,
-// HAS_MOMENTUM (SGD: a momentum buffer) and L2 (Adam: weight decay added to the gradient, not
-// decoupled as AdamW's) the terms present.
+// cases); flags SGD_UPDATE, ADAM_UPDATE, RMSPROP_UPDATE, ADAGRAD_UPDATE pick the formula,
+// HAS_MOMENTUM (SGD, RMSprop: a momentum buffer), NESTEROV (SGD), L2 (Adam: weight decay added
+// to the gradient, not decoupled as AdamW's), AMSGRAD (Adam) and CENTERED (RMSprop) the terms
+// present.
 
 {{BINDINGS}}
 
 const GRID_X: u32 = {{GRID_X}}u;
+
+fn lerp(start: f32, end: f32, weight: f32) -> f32 {
+    return select(end - (end - start) * (1.0 - weight), start + weight * (end - start), weight < 0.5);
+}
 
 //#if SGD_UPDATE
 //#if HAS_MOMENTUM
@@ -45,9 +60,14 @@ struct Updated {
     buf: f32,
 }
 
-fn update(p: f32, g: f32, lr: f32, weight_decay: f32, momentum: f32, buf: f32) -> Updated {
-    let new_buf = momentum * buf + (g + weight_decay * p);
-    return Updated(p - lr * new_buf, new_buf);
+fn update(p: f32, grad: f32, lr: f32, weight_decay: f32, momentum: f32, dampening: f32, buf: f32) -> Updated {
+    let new_buf = momentum * buf + dampening * (grad + weight_decay * p);
+//#if NESTEROV
+    let d = (grad + weight_decay * p) + momentum * new_buf;
+//#else
+    let d = new_buf;
+//#endif
+    return Updated(p - lr * d, new_buf);
 }
 //#else
 struct Updated {
@@ -65,22 +85,71 @@ struct Updated {
     p: f32,
     m: f32,
     v: f32,
+    vmax: f32,
 }
 
-fn update(p: f32, grad: f32, m: f32, v: f32, t: f32, lr: f32, beta1: f32, beta2: f32, eps: f32, weight_decay: f32) -> Updated {
+fn update(
+    p: f32, grad: f32, m: f32, v: f32, vmax: f32, weight1: f32, beta2: f32, weight2: f32, step_size: f32,
+    bias_correction2_sqrt: f32, eps: f32, weight_decay: f32, decay: f32,
+) -> Updated {
 //#if L2
     let g = grad + weight_decay * p;
-    let decay = 0.0;
+    let decayed = p;
 //#else
     let g = grad;
-    let decay = weight_decay;
+    let decayed = p * decay;
 //#endif
-    let new_m = beta1 * m + (1.0 - beta1) * g;
-    let new_v = beta2 * v + (1.0 - beta2) * g * g;
-    let bias1 = 1.0 - pow(beta1, t);
-    let bias2 = 1.0 - pow(beta2, t);
-    let new_p = p * (1.0 - lr * decay) - (lr / bias1) * new_m / (sqrt(new_v) / sqrt(bias2) + eps);
-    return Updated(new_p, new_m, new_v);
+    let new_m = lerp(m, g, weight1);
+    let new_v = v * beta2 + (weight2 * g) * g;
+//#if AMSGRAD
+    let denominator = select(new_v, vmax, new_v < vmax);
+//#else
+    let denominator = new_v;
+//#endif
+    let new_p = decayed - (step_size * new_m) / (sqrt(denominator) / bias_correction2_sqrt + eps);
+    return Updated(new_p, new_m, new_v, denominator);
+}
+//#endif
+
+//#if RMSPROP_UPDATE
+struct Updated {
+    p: f32,
+    s: f32,
+    a: f32,
+    buf: f32,
+}
+
+fn update(
+    p: f32, grad: f32, s: f32, a: f32, buf: f32, lr: f32, alpha: f32, weight: f32, eps: f32, weight_decay: f32,
+    momentum: f32,
+) -> Updated {
+    let g = grad + weight_decay * p;
+    let new_s = s * alpha + (weight * g) * g;
+//#if CENTERED
+    let new_a = lerp(a, g, weight);
+//#else
+    let new_a = 0.0;
+//#endif
+    let avg = sqrt(new_s - new_a * new_a) + eps;
+//#if HAS_MOMENTUM
+    let new_buf = momentum * buf + g / avg;
+    return Updated(p - lr * new_buf, new_s, new_a, new_buf);
+//#else
+    return Updated(p - (lr * g) / avg, new_s, new_a, buf);
+//#endif
+}
+//#endif
+
+//#if ADAGRAD_UPDATE
+struct Updated {
+    p: f32,
+    s: f32,
+}
+
+fn update(p: f32, grad: f32, s: f32, step_size: f32, eps: f32, weight_decay: f32) -> Updated {
+    let g = grad + weight_decay * p;
+    let new_s = s + g * g;
+    return Updated(p - (step_size * g) / (sqrt(new_s) + eps), new_s);
 }
 //#endif
 

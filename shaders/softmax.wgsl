@@ -4,7 +4,9 @@
 // sits at (row / INNER)·C·INNER + c·INNER + row % INNER, INNER being the product of the dims
 // after the axis: 1 for the last axis (contiguous rows), larger for an inner axis (strided
 // reads, but no transpose copy). Every row reduction (max, Σ) stays in the workgroup: each
-// thread combines a strided slice of the row, then a tree in workgroup memory.
+// thread combines a strided slice of the row, then a tree in workgroup memory. A row with a NaN,
+// or with +inf (inf − inf), gives NaN everywhere, as PyTorch: the max may drop a NaN, but exp(NaN)
+// reaches the sum and so every output (tests/test_nan_semantics.py).
 //
 //   softmax:           out = exp(x − m) / Σ exp(x − m),   m = the row's max (no overflow)
 //   log_softmax:       out = (x − m) − log Σ exp(x − m)

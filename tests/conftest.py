@@ -201,13 +201,17 @@ def check_rewrite(graph: Graph, rule: str | None = None, seed: int = 0, positive
 def interpreter_steps(program, feeds: list[dict[str, np.ndarray]]) -> tuple[list[float], dict[str, np.ndarray]]:
     """The program's training steps on the numpy interpreter (its traced, unfused graph), from its
     current parameters and its initial optimizer state (and its RNG's next steps): the losses and
-    the final parameters."""
+    the final parameters. Before step k the groups' hyper-parameter vectors get update k's values,
+    as Program.write_hypers writes them."""
     params = program.state_dict()
     states = dict(program.traced.initial_states)
+    optimizer = program.traced.optimizer
     losses = []
-    for index, feed in enumerate(feeds):
-        if program.rng_seed is not None:  # the RNG state the device's step `index` will draw from
-            states[RNG_STATE] = rng_state(program.rng_seed, program.rng_step + index)
+    for step, feed in enumerate(feeds, start=1):
+        if optimizer is not None:
+            states |= optimizer.hyper_values(step)
+        if program.rng_seed is not None:  # the RNG state the device's run `step` will draw from
+            states[RNG_STATE] = rng_state(program.rng_seed, program.rng_step + step - 1)
         result = interpret(program.graph, feed, params, {**states, **params})  # module buffers are states
         losses.append(float(result.outputs["loss"]))
         for name, value in result.updates.items():

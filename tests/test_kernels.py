@@ -529,12 +529,14 @@ def test_expressions_have_one_wgsl_form_per_function_and_stay_linear():
     for function in FUNCTIONS.values():  # each operand appears exactly once in the form
         assert sorted(re.findall(r"\{(\d)\}", function.wgsl)) == [str(i) for i in range(function.arity)], function.name
     value_of = {"0": "v0", "acc": "x"}.__getitem__
-    assert expressions.expr_to_wgsl(parse("relu(add($acc,$0))"), value_of) == "max((x + v0), 0.0)"
+    assert expressions.expr_to_wgsl(parse("relu(add($acc,$0))"), value_of) == "mn_relu((x + v0))"
     assert expressions.expr_to_wgsl(parse("mul($0,-2.5)"), value_of) == "(v0 * (-2.5f))"
     nested = parse("silu(" * 12 + "$0" + ")" * 12)
     assert expressions.expr_to_wgsl(nested, value_of).count("v0") == 1  # no argument is repeated
     assert "fn mn_silu" in expressions.helper_functions([parse("swiglu($0,$1)")])
-    assert expressions.helper_functions([parse("tanh($0)"), 1.0]) == ""
+    assert expressions.helper_functions([parse("exp($0)"), 1.0]) == ""
+    relu = expressions.helper_functions([parse("relu($0)")])  # a helper calls another: both, once each
+    assert relu.count("fn mn_relu(") == 1 and relu.count("fn mn_isnan(") == 1
 
 
 # -- elementwise ----------------------------------------------------------------------------------
@@ -1165,63 +1167,74 @@ def test_scatter_rows_inlines_a_constant_gradient():
 # -- optimizer updates ----------------------------------------------------------------------------
 
 
-HYPERS = {
-    "sgd_step": ("lr", "weight_decay"),
-    "momentum_buffer": ("momentum", "weight_decay"),
-    "adam_moment": ("beta", "weight_decay"),
-    "adam_step": ("lr", "beta1", "beta2", "eps", "weight_decay"),
+# Each single-tensor update: its tensor operands (the first is the leaf it replaces; "p" a
+# parameter, the others optimizer states or inputs) and its hyper-parameter operands, as fields of
+# a group's vector.
+UPDATE_OPERANDS = {
+    "sgd_step": (("p", "d"), ("lr", "weight_decay")),
+    "momentum_buffer": (("buf", "g", "p"), ("momentum", "dampening_factor", "weight_decay")),
+    "adam_moment": (("m", "g", "p"), ("beta", "weight", "weight_decay")),
+    "adam_step": (("p", "m", "v"), ("step_size", "bias_correction2_sqrt", "eps", "decay")),
+    "rms_step": (("p", "g", "s", "a"), ("lr", "eps", "weight_decay")),
+    "rms_buffer": (("buf", "g", "p", "s", "a"), ("momentum", "eps", "weight_decay")),
 }
+FIELD = {"beta": "beta2", "weight": "one_minus_beta2"}  # adam_moment's operands as Adam's fields
 
 
 def hyper_operands(graph: Graph, states: dict, op: str, values: dict) -> list[int]:
     """`op`'s hyper-parameter operands as optim/optimizers.py builds them: elements of a group's
     vector (a state leaf the runtime writes, laid out as HYPER_FIELDS), a weight decay of 0 as the
     constant 0 (inlined)."""
-    fields = {name: "beta1" if name == "beta" else name for name in HYPERS[op]}
+    names = UPDATE_OPERANDS[op][1]
     vector = typed_leaf(graph, "state", "hyper", (len(HYPER_FIELDS),))
-    states["hyper"] = hyper_vector({fields[name]: values[name] for name in HYPERS[op]})
+    states["hyper"] = hyper_vector({FIELD.get(name, name): values[name] for name in names})
     operands = []
-    for name in HYPERS[op]:
+    for name in names:
         if name == "weight_decay" and values[name] == 0.0:
             operands.append(const(graph, 0.0))
         else:
-            operands.append(emit(graph, "element", [vector], index=hyper_offset(fields[name])))
+            operands.append(emit(graph, "element", [vector], index=hyper_offset(FIELD.get(name, name))))
     return operands
 
 
 def optimizer_graph(op: str, **values) -> tuple[Graph, dict, dict, dict]:
-    """A graph updating one leaf with `op` (and Adam's step counter), with values for its leaves."""
+    """A graph updating one leaf with `op` (its first tensor operand: the parameter "p" or the
+    state "buf"), with values for its leaves: the other tensors are inputs (second moments and
+    square averages positive, the centered average smaller than its square's root)."""
     graph, shape = Graph(), (7, 33)
-    p = typed_leaf(graph, "param", "p", shape)
-    g = typed_leaf(graph, "input", "g", shape)
-    params, states, inputs = {"p": normal(*shape)}, {}, {"g": normal(*shape)}
     attrs = {"order": values.pop("order")} if "order" in values else {}
-    if op == "sgd_step":
-        graph.updates["p"] = emit(graph, op, [p, g, *hyper_operands(graph, states, op, values)])
-    elif op in ("momentum_buffer", "adam_moment"):
-        buf = typed_leaf(graph, "state", "buf", shape)
-        states["buf"] = normal(*shape)
-        decayed = p if values["weight_decay"] else const(graph, 0.0)  # p only where it is decayed
-        operands = [buf, g, decayed, *hyper_operands(graph, states, op, values)]
-        graph.updates["buf"] = emit(graph, op, operands, **attrs)
-    else:
-        v = typed_leaf(graph, "input", "v", shape)
-        inputs["v"] = np.abs(normal(*shape)) + 0.01
-        t = typed_leaf(graph, "state", "t", ())
-        states["t"] = np.zeros((), np.float32)
-        t_next = emit(graph, "add", [t, const(graph, 1.0)])
-        graph.updates["t"] = t_next
-        graph.updates["p"] = emit(graph, op, [p, g, v, t_next, *hyper_operands(graph, states, op, values)])
+    tensors, _ = UPDATE_OPERANDS[op]
+    params, states, inputs, leaves = {}, {}, {}, {}
+    for name in tensors:
+        if name == "p" and tensors[0] != "p" and values.get("weight_decay") == 0.0:
+            leaves["p"] = const(graph, 0.0)  # p only where it is decayed
+            continue
+        value = normal(*shape)
+        if name in ("v", "s"):
+            value = np.abs(value) + 0.5
+        elif name == "a":
+            value = value * 0.2  # a·a < s: the centered variance stays positive
+        if name == "p":
+            leaves[name], params[name] = typed_leaf(graph, "param", name, shape), value
+        elif name == tensors[0]:
+            leaves[name], states[name] = typed_leaf(graph, "state", name, shape), value
+        else:
+            leaves[name], inputs[name] = typed_leaf(graph, "input", name, shape), value
+    operands = [leaves[name] for name in tensors] + hyper_operands(graph, states, op, values)
+    graph.updates[tensors[0]] = emit(graph, op, operands, **attrs)
     return graph, params, states, inputs
 
 
 OPTIMIZER_CASES = [
     ("sgd_step", {"lr": 0.1, "weight_decay": 0.01}),
-    ("momentum_buffer", {"momentum": 0.9, "weight_decay": 0.001}),
-    ("adam_moment", {"beta": 0.9, "order": 1, "weight_decay": 0.01}),
-    ("adam_moment", {"beta": 0.999, "order": 2, "weight_decay": 0.0}),
-    ("adam_step", {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0}),
-    ("adam_step", {"lr": 0.01, "beta1": 0.8, "beta2": 0.99, "eps": 1e-3, "weight_decay": 0.1}),
+    ("momentum_buffer", {"momentum": 0.9, "dampening_factor": 0.7, "weight_decay": 0.001}),
+    ("adam_moment", {"beta": 0.9, "weight": 0.1, "order": 1, "weight_decay": 0.01}),
+    ("adam_moment", {"beta": 0.3, "weight": 0.7, "order": 1, "weight_decay": 0.0}),  # lerp's other form
+    ("adam_moment", {"beta": 0.999, "weight": 0.001, "order": 2, "weight_decay": 0.0}),
+    ("adam_step", {"step_size": 0.1, "bias_correction2_sqrt": 0.0316, "eps": 1e-8, "decay": 1.0}),
+    ("adam_step", {"step_size": 0.01, "bias_correction2_sqrt": 0.3, "eps": 1e-3, "decay": 0.999}),
+    ("rms_step", {"lr": 0.01, "eps": 1e-8, "weight_decay": 0.1}),
+    ("rms_buffer", {"momentum": 0.9, "eps": 1e-3, "weight_decay": 0.0}),
 ]
 
 
@@ -1252,7 +1265,7 @@ def test_optimizer_out_of_place_with_scalar_operands():
     p, d = typed_leaf(graph, "input", "p", (5, 3)), typed_leaf(graph, "input", "d", ())
     half, decay = const(graph, 0.5), const(graph, 0.1)
     graph.outputs["out"] = emit(graph, "sgd_step", [p, d, half, decay])
-    graph.outputs["m"] = emit(graph, "momentum_buffer", [p, const(graph, 2.0), p, half, decay])
+    graph.outputs["m"] = emit(graph, "momentum_buffer", [p, const(graph, 2.0), p, half, half, decay])
     executable = check(graph, {"p": normal(5, 3), "d": normal()})
     assert all(spec.inplace_input is None for spec in executable.kernels)
 

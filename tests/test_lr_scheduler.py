@@ -339,3 +339,25 @@ def test_a_checkpoint_restores_changed_hyper_parameters(tmp_path):
     assert fresh_opt.hyper_state() == opt.hyper_state()
     assert fresh_opt.param_groups[1]["weight_decay"] == 0.25 and fresh_opt.betas == (0.8, 0.99)
     assert fresh.train_step(**BATCHES[1]) == program.train_step(**BATCHES[1])
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_reduce_lr_on_plateau_rates_are_torchs_bit_for_bit(mode):
+    """Live against torch where it is installed (tests/test_optim_reference.py checks the stored
+    rates of five cases everywhere)."""
+    torch = pytest.importorskip("torch")
+    import torch.optim.lr_scheduler as theirs
+
+    rng = np.random.default_rng(3)
+    metrics = np.concatenate([np.linspace(1.0, 0.5, 10), 0.5 + rng.normal(0.0, 0.01, STEPS)])
+    w, b = torch.nn.Parameter(torch.zeros(2, 3)), torch.nn.Parameter(torch.zeros(2))
+    t_opt = torch.optim.SGD([{"params": [w]}, {"params": [b], "lr": BASE[1]}], lr=BASE[0], momentum=0.9)
+    ours = two_groups()
+    arguments = {"mode": mode, "factor": 0.3, "patience": 2, "cooldown": 1, "min_lr": [1e-3, 1e-4]}
+    mine, reference = lr_scheduler.ReduceLROnPlateau(ours, **arguments), theirs.ReduceLROnPlateau(t_opt, **arguments)
+    for metric in metrics if mode == "min" else -metrics:
+        mine.step(float(metric))
+        reference.step(float(metric))
+        assert mine.get_last_lr() == reference.get_last_lr()
+    assert mine.get_last_lr() != list(BASE)
+    assert json.loads(json.dumps(mine.state_dict())) == json.loads(json.dumps(reference.state_dict()))

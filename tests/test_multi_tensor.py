@@ -55,6 +55,19 @@ OPTIMIZERS = {
     "sgd momentum": lambda fused: optim.SGD(lr=0.05, momentum=0.9, fused=fused),
     "sgd": lambda fused: optim.SGD(lr=0.05, fused=fused),
 }
+# The other forms, in the interpreter here (on the device: tests/test_optim_forms.py).
+FORMS = {
+    "adamw amsgrad": lambda fused: optim.AdamW(lr=1e-2, amsgrad=True, fused=fused),
+    "sgd nesterov wd": lambda fused: optim.SGD(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01, fused=fused),
+    "sgd dampening": lambda fused: optim.SGD(lr=0.05, momentum=0.9, dampening=0.3, fused=fused),
+    "rmsprop": lambda fused: optim.RMSprop(lr=1e-2, fused=fused),
+    "rmsprop centered momentum wd": lambda fused: optim.RMSprop(
+        lr=1e-2, alpha=0.9, momentum=0.5, centered=True, weight_decay=0.1, fused=fused
+    ),
+    "adagrad": lambda fused: optim.Adagrad(
+        lr=0.1, lr_decay=0.01, weight_decay=0.1, initial_accumulator_value=0.1, fused=fused
+    ),
+}
 
 
 PARAMS = 2 * (len(WIDTHS) - 1) + 1
@@ -62,11 +75,11 @@ PARAMS = 2 * (len(WIDTHS) - 1) + 1
 
 def members_per_kernel(optimizer: str, limit: int) -> int:
     """Members of a multi-tensor kernel binding at most `limit` buffers: an Adam member binds p, m
-    and v (read_write) and its gradient, beside the shared step count and the group's
-    hyper-parameter vector; an SGD member with momentum p and buf (read_write) and its gradient,
-    beside the vector (p and its gradient without momentum)."""
+    and v (read_write) and its gradient, beside the group's hyper-parameter vector; an SGD member
+    with momentum p and buf (read_write) and its gradient, beside the vector (p and its gradient
+    without momentum)."""
     if "adam" in optimizer:
-        return (limit - 2) // 4
+        return (limit - 1) // 4
     return (limit - 1) // 3 if "momentum" in optimizer else (limit - 1) // 2
 
 
@@ -76,11 +89,13 @@ def batch(seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def interpreted_steps(graph, traced, steps: int) -> tuple[list[float], dict[str, np.ndarray]]:
-    """`steps` steps of `graph` in the interpreter from the traced step's initial values."""
+    """`steps` steps of `graph` in the interpreter from the traced step's initial values (each with
+    its update's hyper-parameter vectors, as Program.write_hypers writes them)."""
     params = {name: p.numpy() for name, p in traced.parameters.items()}
     states = dict(traced.initial_states)
     losses = []
-    for _ in range(steps):
+    for step in range(1, steps + 1):
+        states |= traced.optimizer.hyper_values(step)
         result = interpret(graph, batch(), params, states)
         losses.append(float(result.outputs["loss"]))
         for name, value in result.updates.items():
@@ -88,12 +103,12 @@ def interpreted_steps(graph, traced, steps: int) -> tuple[list[float], dict[str,
     return losses, {**params, **states}
 
 
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS | FORMS))
 def test_fused_updates_are_the_single_tensor_updates_in_the_interpreter(name):
     traced = {}
     for fused in (False, True):
         mn.manual_seed(1)
-        traced[fused] = trace_step(Ragged(), ce, SPEC, OPTIMIZERS[name](fused))
+        traced[fused] = trace_step(Ragged(), ce, SPEC, (OPTIMIZERS | FORMS)[name](fused))
     single = interpreted_steps(traced[False].graph, traced[False], 3)
     fused = interpreted_steps(traced[True].graph, traced[True], 3)
     grouped_graph = group_updates(traced[True].graph, Target("tight", 4, 14))
@@ -126,7 +141,7 @@ def test_updates_are_grouped_within_the_binding_limit():
         groups = plan_groups(traced.graph, target)
         assert [m for g in groups for m in g.members] == [n.id for n in updates]  # each once, in order
         assert all(g.bindings <= binding_limit(target) for g in groups)
-        # Each member binds p, m, v (read_write) and its gradient; the step count is shared.
+        # Each member binds p, m, v (read_write) and its gradient; the group's vector is shared.
         assert len(groups) == math.ceil(PARAMS / members_per_kernel("adamw", limit))
         step = compile_step(traced.graph, target)
         assert max(len(spec.bindings) for spec in step.kernels) <= limit

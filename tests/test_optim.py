@@ -31,7 +31,8 @@ def run_steps(optimizer, steps, x, t, model):
     params = {k: p.numpy() for k, p in traced.parameters.items()}
     states = dict(traced.initial_states)
     history = []
-    for _ in range(steps):
+    for step in range(1, steps + 1):
+        states |= optimizer.hyper_values(step)  # what Program.write_hypers writes before the step
         result = interpret(traced.graph, {"x": x, "t": t}, params, states)
         for name, value in result.updates.items():
             (params if name in params else states)[name] = value

@@ -62,22 +62,57 @@ def test_parameter_groups_have_their_own_weight_decay():
 
 
 def test_a_hyper_parameter_changed_in_place_reaches_the_device():
-    """A step writes the hyper-parameter vectors only when the groups changed (optimizer.hyper_key):
-    a list of betas edited in place is a change too."""
+    """A step writes the groups' vectors when their values for it differ from the last step's
+    (optimizer.hyper_key, step_key): Adam's bias corrections change with every update, and a list
+    of betas edited in place is a change too."""
     opt, program = program_of(lambda m: optim.Adam(m.parameters(), lr=0.05))
     leaf = next(iter(opt.hyper_values()))
+
+    def on_device():
+        return program.executable.read_state(leaf)
+
     program.train_step(**batch())
-    written = program.executable.read_state(leaf)
-    program.train_step(**batch())  # nothing changed: nothing written, the same vector
-    np.testing.assert_array_equal(program.executable.read_state(leaf), written)
+    np.testing.assert_array_equal(on_device(), opt.hyper_values(1)[leaf])
+    program.train_step(**batch())  # nothing changed but the step: update 2's bias corrections
+    np.testing.assert_array_equal(on_device(), opt.hyper_values(2)[leaf])
+    assert not np.array_equal(on_device(), opt.hyper_values(1)[leaf])
     opt.param_groups[0]["betas"] = [0.8, 0.95]
     program.train_step(**batch())
-    np.testing.assert_array_equal(program.executable.read_state(leaf), opt.hyper_values()[leaf])
+    np.testing.assert_array_equal(on_device(), opt.hyper_values(3)[leaf])
     opt.param_groups[0]["betas"][1] = 0.5
     program.train_step(**batch())
-    on_device = program.executable.read_state(leaf)
-    np.testing.assert_array_equal(on_device, opt.hyper_values()[leaf])
-    assert 0.5 in on_device.tolist() and not np.array_equal(on_device, written)
+    np.testing.assert_array_equal(on_device(), opt.hyper_values(4)[leaf])
+    assert 0.5 in on_device().tolist()
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda m: optim.SGD(m.parameters(), lr=0.1), [0, 0, 0, 1]),
+        (lambda m: optim.Adam(m.parameters(), lr=0.05), [0, 1, 2, 3]),
+    ],
+    ids=["sgd", "adam"],
+)
+def test_a_step_whose_values_did_not_change_writes_nothing(make, expected):
+    """Plain SGD's vector is the same every step: after compile() (which uploads update 1's) nothing
+    is written until a value changes (the lr before step 4); Adam's changes with each update
+    after the first (its bias corrections)."""
+    opt, program = program_of(make)
+    writes = []
+    write_state = program.executable.write_state
+
+    def counted(name, value):
+        writes.append(name)
+        write_state(name, value)
+
+    program.executable.write_state = counted
+    counts = []
+    for step in range(4):
+        if step == 3:
+            opt.lr = 0.01
+        program.train_step(**batch())
+        counts.append(len(writes))
+    assert counts == expected
 
 
 def test_constructor_forms_and_errors():
@@ -109,6 +144,19 @@ RUN_TIME_CHANGES = {
     "sgd momentum wd": (
         lambda m: optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
         {"momentum": 0.5, "weight_decay": 0.1, "lr": 0.3},
+    ),
+    "sgd dampening": (lambda m: optim.SGD(m.parameters(), lr=0.1, momentum=0.9), {"dampening": 0.4, "momentum": 0.7}),
+    "adamw amsgrad": (
+        lambda m: optim.AdamW(m.parameters(), lr=0.05, amsgrad=True),
+        {"betas": (0.5, 0.9), "weight_decay": 0.2, "lr": 0.02},
+    ),
+    "rmsprop": (
+        lambda m: optim.RMSprop(m.parameters(), lr=0.01, momentum=0.5, centered=True),
+        {"alpha": 0.9, "eps": 1e-3, "weight_decay": 0.1, "momentum": 0.8, "lr": 0.02},
+    ),
+    "adagrad": (
+        lambda m: optim.Adagrad(m.parameters(), lr=0.1),
+        {"lr_decay": 0.1, "eps": 1e-3, "weight_decay": 0.1, "lr": 0.05},
     ),
 }
 

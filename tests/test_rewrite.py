@@ -63,9 +63,10 @@ def test_mlp_permutes_vanish_into_transposed_matmul_operands():
 def test_mlp_backward_relu_mask_joins_the_dx_matmul():
     graph, *_ = mlp_step()
     fused, report = optimize(graph)
-    (masked,) = [n for n in live_nodes(fused, "fused_matmul") if "greater" in n.attr("epilogue")]
-    assert parse(masked.attr("epilogue")) == ("mul", ("$", "acc"), ("greater", ("$", "0"), 0.0))
-    assert "greater" not in ops(fused) and "mul" not in ops(fused)
+    (masked,) = [n for n in live_nodes(fused, "fused_matmul") if "less_equal" in n.attr("epilogue")]
+    # relu's threshold_backward: 0 where relu's output y ≤ 0, else the product (g·Wᵀ)
+    assert parse(masked.attr("epilogue")) == ("where", ("less_equal", ("$", "0"), 0.0), 0.0, ("$", "acc"))
+    assert "less_equal" not in ops(fused) and "where" not in ops(fused)
     assert report.rule("matmul_epilogue").uses == 3
 
 

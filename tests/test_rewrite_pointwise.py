@@ -198,7 +198,8 @@ def hyper(graph: Graph, name: str, constant_zero: bool = False) -> int:
         return const(graph, 0.0)
     vectors = [n.id for n in graph if n.op == "state" and n.attr("name") == "hyper"]
     vector = vectors[0] if vectors else leaf(graph, "hyper", (len(HYPER_FIELDS),), "state")
-    field = {"wd": "weight_decay", "beta": "beta1"}.get(name, name)
+    field = {"wd": "weight_decay", "beta": "beta1", "weight": "one_minus_beta1", "dampening": "dampening_factor"}
+    field = field.get(name, name)
     return node(graph, "element", (vector,), index=hyper_offset(field))
 
 
@@ -218,7 +219,8 @@ def test_lift_sgd_step(shape, no_decay, seed):
 def test_lift_momentum_buffer(shape, no_decay, seed):
     graph = Graph()
     p, buf, g = leaf(graph, "p", shape, "param"), leaf(graph, "buf", shape, "state"), leaf(graph, "g", shape)
-    operands = (buf, node(graph, "exp", (g,)), p, hyper(graph, "momentum"), hyper(graph, "wd", no_decay))
+    momentum, dampening = hyper(graph, "momentum"), hyper(graph, "dampening")
+    operands = (buf, node(graph, "exp", (g,)), p, momentum, dampening, hyper(graph, "wd", no_decay))
     graph.updates["buf"] = node(graph, "momentum_buffer", operands)
     fused, report = check_rewrite(graph, "lift_momentum_buffer", seed)
     assert kernels(fused) == 1 and report.rule("lift_momentum_buffer").uses == 1
@@ -236,13 +238,13 @@ def test_lift_adam_moment(shape, order, decoupled, seed):
     p, m, g = leaf(graph, "p", shape, "param"), leaf(graph, "m", shape, "state"), leaf(graph, "g", shape)
     # AdamW's moments read constants 0 for p and wd; Adam's the parameter and its decay leaf.
     decayed, wd = (const(graph, 0.0), const(graph, 0.0)) if decoupled else (p, hyper(graph, "wd"))
-    operands = (m, node(graph, "neg", (g,)), decayed, hyper(graph, "beta"), wd)
+    operands = (m, node(graph, "neg", (g,)), decayed, hyper(graph, "beta"), hyper(graph, "weight"), wd)
     graph.updates["m"] = node(graph, "adam_moment", operands, order=order)
     fused, report = check_rewrite(graph, "lift_adam_moment", seed)
     assert kernels(fused) == 1 and report.rule("lift_adam_moment").uses == 1
     (kernel,) = live_nodes(fused, "pointwise")
     assert "neg(" in kernel.attr("expr")  # the gradient's neg is inlined into the moment kernel
-    assert parse(kernel.attr("expr"))[0] == "add"
+    assert parse(kernel.attr("expr"))[0] == ("where" if order == 1 else "add")  # lerp's two forms, or mul_ + addcmul_
 
 
 def test_adam_moments_that_share_a_gradient_leave_it_stored():
@@ -254,7 +256,8 @@ def test_adam_moments_that_share_a_gradient_leave_it_stored():
     )
     grad = node(graph, "exp", (g,))
     zero, beta1, beta2 = const(graph, 0.0), hyper(graph, "beta1"), hyper(graph, "beta2")
-    graph.updates["m"] = node(graph, "adam_moment", (m, grad, zero, beta1, zero), order=1)
-    graph.updates["v"] = node(graph, "adam_moment", (v, grad, zero, beta2, zero), order=2)
+    weight1, weight2 = hyper(graph, "one_minus_beta1"), hyper(graph, "one_minus_beta2")
+    graph.updates["m"] = node(graph, "adam_moment", (m, grad, zero, beta1, weight1, zero), order=1)
+    graph.updates["v"] = node(graph, "adam_moment", (v, grad, zero, beta2, weight2, zero), order=2)
     fused, _ = check_rewrite(graph, "lift_adam_moment")
     assert kernels(fused) == 2  # exp is cheap enough to recompute in both moment kernels

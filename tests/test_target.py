@@ -224,8 +224,9 @@ def test_no_fused_kernel_binds_more_buffers_than_the_target_allows(limit):
 
 @pytest.mark.parametrize("make", [optim.Adam, optim.AdamW], ids=["adam", "adamw"])
 def test_a_target_of_webgpus_minimum_runs_a_fused_adam_step(make):
-    # Each fused update binds p, m, v, the gradient, the step count and its group's hyper-parameter
-    # vector: 6 buffers, so one member per multi-tensor kernel fits in 8, and the step runs.
+    # Each fused update binds p, m, v, the gradient and its group's hyper-parameter vector (which
+    # holds the step's bias corrections): 5 buffers, so one member per multi-tensor kernel fits
+    # in 8, and the step runs.
     spec = {"x": mn.f32[4, 16], "y": mn.f32[4, 16]}
     mn.manual_seed(0)
     model = Residual(2, 16)
@@ -265,23 +266,24 @@ def test_an_adam_update_binds_its_groups_hyper_parameters_as_one_buffer():
         return [graph[b.value].attr("name") for b in kernel.bindings if graph[b.value].op == "state"]
 
     # One parameter's fused update (a CPU target keeps one per parameter): p, m, v in place, its
-    # gradient, the step count and its group's vector, where it bound 10 with a leaf per value.
+    # gradient and its group's vector (the step's bias corrections included), where it bound 10
+    # with a leaf per value and the step count.
     alone = compile_plan(model, mse, spec, grouped(), target=Target("cpu", 2, 32, cpu=True))
     fused = update_kernels(alone)["adam_update"]
-    assert len(fused) == 8 and {len(k.bindings) for k in fused} == {6}
+    assert len(fused) == 8 and {len(k.bindings) for k in fused} == {5}
     assert (
         sorted(name for k in fused for name in bound(alone, k))
         == ["param_groups.0.hyper"] * 2 + ["param_groups.1.hyper"] * 6
     )
-    # All 8 in one multi-tensor kernel: 4 bindings a member, the step count and one vector per group.
+    # All 8 in one multi-tensor kernel: 4 bindings a member and one vector per group.
     wide = compile_plan(model, mse, spec, grouped(), target=Target("wide", 16, 1000))
     (multi,) = update_kernels(wide)["multi_adam_update"]
-    assert len(multi.bindings) == 8 * 4 + 1 + 2
+    assert len(multi.bindings) == 8 * 4 + 2
     assert sorted(bound(wide, multi)) == ["param_groups.0.hyper", "param_groups.1.hyper"]
-    # fused=False: the step binds m, v, the step count, the vector and p; a moment m, g, the vector.
+    # fused=False: the step binds m, v, the vector and p; a moment m, g, the vector.
     single = compile_plan(model, mse, spec, optim.AdamW(lr=1e-3, fused=False), target=Target("cpu", 2, 32, cpu=True))
     kernels = update_kernels(single)
-    assert {len(k.bindings) for k in kernels["adam_step"]} == {5}
+    assert {len(k.bindings) for k in kernels["adam_step"]} == {4}
     assert {len(k.bindings) for k in kernels["adam_moment"]} == {3}
 
 

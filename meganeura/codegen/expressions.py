@@ -52,9 +52,10 @@ def expr_to_wgsl(tree: Expr, value_of: Callable[[str], str]) -> str:
     return function.wgsl.format(*(expr_to_wgsl(arg, value_of) for arg in tree[1:]))
 
 
-def helper_functions(trees: Iterable[Expr]) -> str:
-    """The WGSL definitions of the helpers that `trees` call (empty text when none)."""
-    used: set[str] = set()
+def helper_functions(trees: Iterable[Expr], also: Iterable[str] = ()) -> str:
+    """The WGSL definitions of the helpers that `trees` call and of the functions named in `also`
+    (a kernel's own use of one, e.g. the max reduction's combine; empty text when none)."""
+    used: set[str] = set(also)
     for tree in trees:
         used |= functions_used(tree)
     helpers = sorted({helper for name in used for helper in FUNCTIONS[name].helpers})

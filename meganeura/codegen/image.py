@@ -10,7 +10,8 @@ Geometry (ir/ops/image.py): column row r = (c·kh + i)·kw + j, column l = ho·W
   image pixel (n, c, y, x) loops over the windows that contain it, oh ∈ [⌈(y + ph − kh + 1)/sh⌉,
   ⌊(y + ph)/sh⌋] ∩ [0, Ho) (the same for ow), and sums their gradient. max_pool2d_grad recomputes
   each such window's arg-max from x (the first maximum in scan order: a strict `>` while scanning
-  row by row) and takes the window's gradient only when the arg-max is this pixel.
+  row by row; the last NaN of a window that has one, as PyTorch) and takes the window's gradient
+  only when the arg-max is this pixel.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from meganeura.codegen.common import Operands, elementwise_kernel, shape_text
-from meganeura.codegen.expressions import literal
+from meganeura.codegen.expressions import helper_functions, literal
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.ir.graph import Graph, Node
@@ -150,11 +151,15 @@ def lower_pool(graph: Graph, node: Node) -> KernelSpec:
         f"let base = (i / {ho * wo}u) * {height * width}u;",
         f"var acc = {NEG_INF if maximum else '0.0'};",
     ]
-    # NaN propagates through the maximum, as in PyTorch (and numpy's max).
-    body = "if (v > acc || v != v) { acc = v; }" if maximum else "acc += v;"
+    # NaN propagates through the maximum, as in PyTorch (and numpy's max); tested from the bits,
+    # since a compiler may fold v != v to false (WGSL lets it assume there is no NaN).
+    body = "if (v > acc || mn_isnan(v)) { acc = v; }" if maximum else "acc += v;"
     lines += window_scan(lambda at: operands.read_at(x, at), (height, width), kernel, stride, padding, body)
     value = "acc" if maximum else f"acc / {float(kernel[0] * kernel[1])}"
-    return elementwise_kernel(graph, node, operands, "\n    ".join(lines), value, "", label(node, graph[x].shape))
+    functions = helper_functions([], ("isnan",)) if maximum else ""
+    return elementwise_kernel(
+        graph, node, operands, "\n    ".join(lines), value, functions, label(node, graph[x].shape)
+    )
 
 
 def covering_windows(image: tuple[int, int], out: tuple[int, int], kernel, stride, padding) -> list[str]:
@@ -192,21 +197,26 @@ def lower_pool_grad(graph: Graph, node: Node) -> KernelSpec:
         *covering_windows((height, width), (ho, wo), kernel, stride, padding),
     ]
     g_at = operands.read_at(g, f"gbase + u32(oh * {wo}i + ow)")
+    functions = ""
     if node.op == "max_pool2d_grad":
         x = node.inputs[0]
+        # PyTorch's arg-max: the window's first pixel, then each that is greater or NaN (so the
+        # first maximum, the last NaN, the first pixel of an all −inf window).
+        none = height * width
         scan = window_scan(
             lambda at: operands.read_at(x, at),
             (height, width),
             kernel,
             stride,
             padding,
-            "if (v > best) { best = v; arg = p; }",
+            f"if (arg == {none}u || v > best || mn_isnan(v)) {{ best = v; arg = p; }}",
         )
-        lines += [f"var best = {NEG_INF};", f"var arg = {height * width}u;", *scan]
+        lines += [f"var best = {NEG_INF};", f"var arg = {none}u;", *scan]
         lines += [f"if (arg == i % {height * width}u) {{ total += {g_at}; }}"]
         value = "total"
+        functions = helper_functions([], ("isnan",))
     else:
         lines.append(f"total += {g_at};")
         value = f"total / {float(kernel[0] * kernel[1])}"
     lines += ["}", "}"]
-    return elementwise_kernel(graph, node, operands, "\n    ".join(lines), value, "", label(node, node.shape))
+    return elementwise_kernel(graph, node, operands, "\n    ".join(lines), value, functions, label(node, node.shape))

@@ -1,15 +1,16 @@
 """Multi-tensor optimizer updates: the fused updates of many parameters in one dispatch.
 
-`group_updates(graph, target)` replaces the fused updates (sgd_update, adam_update: one node per
-parameter, ir/ops/optimizer.py) that have the same op and form (attributes and arity) by multi-tensor nodes
-(multi_sgd_update, multi_adam_update), as many members each as one kernel may bind buffers for;
+`group_updates(graph, target)` replaces the fused updates (sgd_update, adam_update, rmsprop_update,
+adagrad_update: one node per parameter, ir/ops/optimizer.py) that have the same op and form
+(attributes and arity) by multi-tensor nodes (multi_sgd_update, multi_adam_update, …), as many
+members each as one kernel may bind buffers for;
 the lowering (codegen/optimizer.py) runs each as one dispatch in which every member owns a range
 of workgroups. The hyper-parameters are operands (elements of one vector leaf per parameter
 group, optim/optimizers.py), so members of different parameter groups share a kernel: each member's case
 reads its own group's values, and a group's vector is bound once however many members read it.
 A SmolLM2-135M-shaped AdamW step has 272 parameters: 816 single-tensor kernels
 (two moments and the step each, `fused=False`), 272 fused ones, and 39 multi-tensor ones on a
-target of 31 buffers per kernel (7 members of 4 bindings, the step count and one group's vector).
+target of 31 buffers per kernel (7 members of 4 bindings and one group's vector).
 
 Why grouping after extraction, and why by bindings:
 - Grouping independent updates moves no byte more or less (each member reads and writes what it
@@ -55,7 +56,7 @@ from meganeura.codegen.common import bound_value, constant_value, storage
 from meganeura.codegen.optimizer import updates_in_place
 from meganeura.ir.graph import SKIP, Graph, Node
 from meganeura.ir.op import add_checked
-from meganeura.ir.ops.optimizer import MULTI_OF, UPDATED_OPERANDS, updated_operands
+from meganeura.ir.ops.optimizer import MULTI_OF, updated_operands
 from meganeura.target import GENERIC, Target
 
 # WebGPU's default maxBindingsPerBindGroup, which runtime/device.py does not raise: an adapter may
@@ -139,7 +140,7 @@ def plan_groups(graph: Graph, target: Target = GENERIC) -> list[Group]:
     open_groups: dict[tuple, Group] = {}
     groups: list[Group] = []
     for node in graph:
-        if node.op not in UPDATED_OPERANDS or node.id not in live or not groupable(graph, node.id, replaced_leaves):
+        if node.op not in MULTI_OF or node.id not in live or not groupable(graph, node.id, replaced_leaves):
             continue
         key = (node.op, node.attrs, len(node.inputs))
         reads = member_reads(graph, node.id)
@@ -186,7 +187,7 @@ def add_multi_node(graph: Graph, new: Graph, group: Group, new_id: dict[int, int
     inputs = [new_id[i] for m in members for i in m.inputs]
     multi_attrs = {**dict(attrs), "members": len(members)}
     if op == "sgd_update":  # the members' arity: with a momentum buffer each, or none
-        multi_attrs["momentum"] = len(members[0].inputs) == 6
+        multi_attrs["momentum"] = len(members[0].inputs) == 7
     multi = add_checked(new, MULTI_OF[op], inputs, multi_attrs, merged_sources(m.sources for m in members))
     types = new[multi].types
     index = 0

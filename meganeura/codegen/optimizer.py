@@ -1,10 +1,10 @@
 """Lowering of the optimizer updates, in place on the parameter or state they replace when
 nothing needs its old value afterwards.
 
-- The single-tensor ops (sgd_step, momentum_buffer, adam_moment, adam_step: `fused=False`) are
-  one kernel each (shaders/optimizer.wgsl).
-- The fused updates (sgd_update, adam_update) and their multi-tensor forms (multi_sgd_update,
-  multi_adam_update, formed by codegen/multi_tensor.py) share one kernel (shaders/
+- The single-tensor ops (sgd_step, momentum_buffer, adam_moment, adam_step, rms_step,
+  rms_buffer: `fused=False`) are one kernel each (shaders/optimizer.wgsl).
+- The fused updates (sgd_update, adam_update, rmsprop_update, adagrad_update) and their
+  multi-tensor forms (multi_…, formed by codegen/multi_tensor.py) share one kernel (shaders/
   optimizer_update.wgsl): one dispatch runs the whole update of every member parameter, each
   member in a range of workgroups of its own, writing a result per value it replaces.
 """
@@ -18,13 +18,7 @@ from meganeura.codegen.kernel import KernelSpec, Value
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.graph import SKIP, Graph, Node, TensorType
-from meganeura.ir.ops.optimizer import (
-    MULTI_OF,
-    UPDATED_OPERANDS,
-    member_results,
-    members_of,
-    updated_operands,
-)
+from meganeura.ir.ops.optimizer import MULTI_OF, member_attrs, members_of, replaced_operands, updated_operands
 
 
 def update_value(graph: Graph, name: str) -> Value | None:
@@ -65,7 +59,7 @@ def updates_in_place(graph: Graph, node: Node, position: int = 0, result: int = 
     return not (readers & downstream)
 
 
-SINGLE_TENSOR = ("sgd_step", "momentum_buffer", "adam_moment", "adam_step")
+SINGLE_TENSOR = ("sgd_step", "momentum_buffer", "adam_moment", "adam_step", "rms_step", "rms_buffer")
 
 
 @lowering(*SINGLE_TENSOR)
@@ -91,7 +85,7 @@ def lower_optimizer(graph: Graph, node: Node) -> KernelSpec:
             "GRID_X": max(grid[0], 1),
             **values,
             **flags,
-            "G_POWER": "g" if node.attr("order", 1) == 1 else "g * g",
+            "ORDER1": node.attr("order", 1) == 1,
         },
     )
     label = f"{node.op} {shape_text(node.shape)}{' in place' if inplace else ''}"
@@ -110,7 +104,13 @@ def lower_optimizer(graph: Graph, node: Node) -> KernelSpec:
 # ---------------------------------------------------------------------------------------------
 # The fused updates, of one parameter or many (shaders/optimizer_update.wgsl)
 
-UPDATE_FIELDS = {"sgd_update": ("p", "buf"), "adam_update": ("p", "m", "v")}  # the template's `Updated` fields
+# The template's `Updated` field that holds the new value of each operand a fused update replaces.
+UPDATE_FIELDS = {
+    "sgd_update": {0: "p", 6: "buf"},
+    "adam_update": {0: "p", 2: "m", 3: "v", 4: "vmax"},
+    "rmsprop_update": {0: "p", 2: "s", 3: "a", 4: "buf"},
+    "adagrad_update": {0: "p", 2: "s"},
+}
 MEMBER_OP = {multi: op for op, multi in MULTI_OF.items()}
 THREADS = 256
 
@@ -183,14 +183,14 @@ def member_reads(operands: Operands, inputs: list[int], shape, replaced: dict[in
     return [read(position, value) for position, value in enumerate(inputs)]
 
 
-GRADIENT = 1  # the gradient's operand position in sgd_update and adam_update
+GRADIENT = 1  # the gradient's operand position in every fused update
 # A gradient summed from at most this many parts is read as its parts by the update
 # (`updates_reading_parts`): its kernel unrolls one read a part.
 MAX_PARTS = 32
 
 
 def updates_reading_parts(graph: Graph) -> Graph:
-    """`graph` with each fused update (sgd_update, adam_update) whose gradient is a `sum` over the
+    """`graph` with each fused update (sgd_update, adam_update, …) whose gradient is a `sum` over the
     first axis of at most MAX_PARTS parts, read by nothing else, reading the parts instead: the
     update adds them as it reads its gradient (ir/ops/optimizer.py), and the sum's dispatch goes.
     Those sums complete split products' partials (a weight's gradient in parts of K) and
@@ -229,10 +229,10 @@ def lower_update(graph: Graph, node: Node) -> KernelSpec:
     """A fused optimizer update of one parameter, or of many (a multi-tensor node) in one dispatch."""
     op = member_op(node.op)
     attrs = node.attr_dict
-    count = attrs.pop("members", 1)
-    if op == "sgd_update":
-        attrs.setdefault("momentum", len(node.inputs) == 6)
-    fields = UPDATE_FIELDS[op][: member_results(op, attrs)]
+    count = attrs.get("members", 1)
+    arity = len(member_operands(node)[0])
+    positions = replaced_operands(op, member_attrs(attrs), arity)
+    fields = [UPDATE_FIELDS[op][position] for position in positions]
     inplace = tuple(
         node.inputs[position] if updates_in_place(graph, node, position, result) else None
         for result, position in enumerate(updated_operands(node))
@@ -245,7 +245,7 @@ def lower_update(graph: Graph, node: Node) -> KernelSpec:
     for k, inputs in enumerate(member_operands(node)):
         names = [f"o{k}_{field}" for field in fields]
         results = range(k * len(fields), (k + 1) * len(fields))
-        replaced = {UPDATED_OPERANDS[op][r]: names[r] for r, index in enumerate(results) if inplace[index] is not None}
+        replaced = {positions[r]: names[r] for r, index in enumerate(results) if inplace[index] is not None}
         reads = member_reads(operands, inputs, node.types[results[0]].shape, replaced)
         outputs += [output_binding(node, name, index) for name, index in zip(names, results, strict=True)]
         cases.append(member_case(k, first, sizes[k], reads, list(zip(names, fields, strict=True))))
@@ -254,7 +254,6 @@ def lower_update(graph: Graph, node: Node) -> KernelSpec:
         first += -(-sizes[k] // THREADS)
     bindings = operands.bindings + outputs
     grid = grid_for(first)
-    decoupled = attrs.get("decoupled_weight_decay", False)
     wgsl = render(
         "optimizer_update",
         {
@@ -262,10 +261,12 @@ def lower_update(graph: Graph, node: Node) -> KernelSpec:
             "GRID_X": max(grid[0], 1),
             "MEMBER_OF": member_search(starts or [(0, 0)]),
             "CASES": "\n".join(cases),
-            "SGD_UPDATE": op == "sgd_update",
-            "ADAM_UPDATE": op == "adam_update",
-            "HAS_MOMENTUM": len(member_operands(node)[0]) == 6 if op == "sgd_update" else False,
-            "L2": not decoupled,
+            **{name.upper(): op == name for name in UPDATE_FIELDS},
+            "HAS_MOMENTUM": arity == 7 if op == "sgd_update" else attrs.get("momentum_buffer", False),
+            "NESTEROV": attrs.get("nesterov", False),
+            "L2": not attrs.get("decoupled_weight_decay", False),
+            "AMSGRAD": attrs.get("amsgrad", False),
+            "CENTERED": attrs.get("centered", False),
         },
     )
     if op == node.op:

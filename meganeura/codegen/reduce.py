@@ -42,7 +42,26 @@ from meganeura.ir.ops.reduce import nonempty_splits, split_length
 from meganeura.target import GENERIC, Target
 
 REDUCE_INIT = {"sum": "0.0", "max": literal(float("-inf"))}
-REDUCE_COMBINE = {"sum": "a + b", "max": "max(a, b)"}
+# ⊕ of two items, f32 or vec4. WGSL's max returns the other operand where one is NaN; PyTorch's
+# max reductions (amax, and a fused reduction's) give NaN: maximum's helper, and its vec4 form here.
+REDUCE_COMBINE = {
+    ("sum", "f32"): "a + b",
+    ("sum", "vec4<f32>"): "a + b",
+    ("max", "f32"): "mn_maximum(a, b)",
+    ("max", "vec4<f32>"): "mn_maximum4(a, b)",
+}
+MAXIMUM4 = """fn mn_maximum4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    let magnitude = vec4<u32>(0x7fffffffu);
+    let infinity = vec4<u32>(0x7f800000u);
+    let nan = ((bitcast<vec4<u32>>(a) & magnitude) > infinity) | ((bitcast<vec4<u32>>(b) & magnitude) > infinity);
+    return select(max(a, b), a + b, nan);
+}"""
+
+
+def combine_functions(kind: str, item_type: str, trees) -> str:
+    """The helper functions of a reduction kernel: its expressions' and its combine's."""
+    text = helper_functions(trees, ("maximum",) if kind == "max" else ())
+    return text + "\n\n" + MAXIMUM4 if (kind, item_type) == ("max", "vec4<f32>") else text
 
 
 # reduce_columns: a workgroup computes COLUMNS neighbouring outputs, each with WG / COLUMNS
@@ -441,11 +460,11 @@ def lower_reduce(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
             "SERIAL_BODY": serial_body(items, f"{item_type}({REDUCE_INIT[kind]})"),
             "PART_LOOP": part_loop(loop_unroll(entry, target), f"{item_type}({REDUCE_INIT[kind]})"),
             "GRID_X": max(grid[0], 1),
-            "FUNCTIONS": helper_functions([prologue, epilogue]),
+            "FUNCTIONS": combine_functions(kind, item_type, [prologue, epilogue]),
             "READS": reads,
             "PROLOGUE": value,
             "INIT": f"{item_type}({REDUCE_INIT[kind]})",
-            "COMBINE": REDUCE_COMBINE[kind],
+            "COMBINE": REDUCE_COMBINE[kind, item_type],
             "EPILOGUE_READS": finish_reads,
             "EPILOGUE": finish,
         },

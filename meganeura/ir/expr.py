@@ -29,7 +29,7 @@ from meganeura.ir.op import ShapeError
 
 Expr = tuple | float  # ("fn", arg...) | ("$", name) | a float literal
 
-_TOKEN = re.compile(r"\s*(?:(\$[A-Za-z0-9_]+)|([A-Za-z_][A-Za-z0-9_]*)|([-+0-9.eE]+|nan|inf)|(.))")
+_TOKEN = re.compile(r"\s*(?:(\$[A-Za-z0-9_]+)|([A-Za-z_][A-Za-z0-9_]*)|([-+]?(?:nan|inf)|[-+0-9.eE]+)|(.))")
 
 
 class ExprError(ValueError):

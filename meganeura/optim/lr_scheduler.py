@@ -16,10 +16,14 @@ torch does, in the same order of float operations, and `step(epoch)` the closed 
 scheduler sets the group's `initial_lr` (once: a second scheduler on the same optimizer starts
 from the same base, as in torch) and applies the schedule's value for step 0.
 
+ReduceLROnPlateau is stepped with the metric it watches, `scheduler.step(val_loss)`, and changes
+the rates when it stops improving.
+
 The last scheduler made on an optimizer is `optimizer.scheduler` (SequentialLR: the sequence,
 not its parts); `program.save` stores its `state_dict()` in the checkpoint and `program.load`
 restores it into the scheduler made the same way before the load. State dicts are plain JSON
-values (MultiStepLR's milestones as a sorted list, OneCycleLR's strategy by name).
+values (MultiStepLR's milestones as a sorted list, OneCycleLR's strategy by name; ReduceLROnPlateau's
+best value of ±inf as JSON's Infinity, which Python's json reads back).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ __all__ = [
     "LinearLR",
     "SequentialLR",
     "OneCycleLR",
+    "ReduceLROnPlateau",
 ]
 
 
@@ -481,3 +486,117 @@ class OneCycleLR(LRScheduler):
                     break
                 start = end
         return lrs
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """lr ← max(lr·factor, min_lr) once the metric given to `step(metrics)` has not improved for
+    more than `patience` steps (then none for `cooldown` steps); an improvement beats the best by
+    `threshold` (relative or absolute, `threshold_mode`) in `mode` "min" or "max"; a reduction
+    smaller than `eps` is not made (torch.optim.lr_scheduler.ReduceLROnPlateau; its state dict
+    has torch's keys)."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        mode: str = "min",
+        factor: float = 0.1,
+        patience: int = 10,
+        threshold: float = 1e-4,
+        threshold_mode: str = "rel",
+        cooldown: int = 0,
+        min_lr: float | list[float] = 0,
+        eps: float = 1e-8,
+    ) -> None:
+        if factor >= 1.0:
+            raise ValueError("Factor should be < 1.0.")
+        self.factor = factor
+        check_optimizer(optimizer)
+        self.optimizer = optimizer
+        if isinstance(min_lr, (list, tuple)):
+            if len(min_lr) != len(optimizer.param_groups):
+                raise ValueError(f"expected {len(optimizer.param_groups)} min_lrs, got {len(min_lr)}")
+            self.default_min_lr = None
+            self.min_lrs = list(min_lr)
+        else:
+            self.default_min_lr = min_lr
+            self.min_lrs = [min_lr] * len(optimizer.param_groups)
+        self.patience = patience
+        self.cooldown = cooldown
+        self.eps = eps
+        self.last_epoch = 0
+        self._last_lr = group_values(optimizer, "lr")
+        self.init_is_better(mode, threshold, threshold_mode)
+        self.reset()
+        optimizer.scheduler = self
+
+    def init_is_better(self, mode: str, threshold: float, threshold_mode: str) -> None:
+        if mode not in {"min", "max"}:
+            raise ValueError("mode " + mode + " is unknown!")
+        if threshold_mode not in {"rel", "abs"}:
+            raise ValueError("threshold mode " + threshold_mode + " is unknown!")
+        self.mode_worse = math.inf if mode == "min" else -math.inf  # the worst value for the mode
+        self.mode = mode
+        self.threshold = threshold
+        self.threshold_mode = threshold_mode
+
+    def reset(self) -> None:
+        """No best value yet, and no bad steps or cooldown counted."""
+        self.best = self.mode_worse
+        self.cooldown_counter = 0
+        self.num_bad_epochs = 0
+
+    @property
+    def in_cooldown(self) -> bool:
+        return self.cooldown_counter > 0
+
+    def is_better(self, a: float, best: float) -> bool:
+        if self.mode == "min" and self.threshold_mode == "rel":
+            return a < best * (1.0 - self.threshold)
+        if self.mode == "min":
+            return a < best - self.threshold
+        if self.threshold_mode == "rel":
+            return a > best * (self.threshold + 1.0)
+        return a > best + self.threshold
+
+    def step(self, metrics: float, epoch: int | None = None) -> None:  # noqa: D102 (torch's signature)
+        current = float(metrics)
+        if epoch is None:
+            epoch = self.last_epoch + 1
+        else:
+            warnings.warn(
+                "scheduler.step(metrics, epoch) is deprecated (as in torch): call step(metrics) once per step",
+                UserWarning,
+                stacklevel=2,
+            )
+        self.last_epoch = epoch
+        if self.is_better(current, self.best):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.in_cooldown:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0  # bad steps in the cooldown do not count
+        if self.num_bad_epochs > self.patience:
+            self.reduce_lr()
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = group_values(self.optimizer, "lr")
+
+    def reduce_lr(self) -> None:
+        if len(self.optimizer.param_groups) != len(self.min_lrs):
+            if self.default_min_lr is None:
+                raise RuntimeError(
+                    f"ReduceLROnPlateau has {len(self.min_lrs)} min_lrs and the optimizer now "
+                    f"{len(self.optimizer.param_groups)} parameter groups: set its min_lrs to one per group"
+                )
+            self.min_lrs = [self.default_min_lr] * len(self.optimizer.param_groups)
+        for group, min_lr in zip(self.optimizer.param_groups, self.min_lrs, strict=True):
+            old_lr = float(group["lr"])
+            new_lr = max(old_lr * self.factor, min_lr)
+            if old_lr - new_lr > self.eps:
+                group["lr"] = new_lr
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.init_is_better(self.mode, self.threshold, self.threshold_mode)

@@ -1,4 +1,6 @@
-"""Optimizers as IR update rules, with exactly PyTorch's update formulas (meganeura.optim re-exports them).
+"""Optimizers as IR update rules, with exactly PyTorch's update formulas (meganeura.optim re-exports
+them): SGD (momentum, dampening, Nesterov), Adam and AdamW (amsgrad), RMSprop (centered, momentum),
+Adagrad (lr_decay).
 
 An optimizer does not run anything: `build_updates` appends the update of every parameter to the
 training graph (new state leaves for moments, and an `update` per parameter and state), so the
@@ -6,19 +8,27 @@ whole step — forward, backward, update — is one graph and one GPU submission
 
 `fused` is torch.optim's flag of the same name, with the same numbers either way. With
 `fused=True` (the default) each parameter's whole update is one node (`sgd_update`,
-`adam_update`: ir/ops/optimizer.py) and the compiler updates many parameters in one kernel
-(codegen/multi_tensor.py); with `fused=False` each formula is a node of its own (Adam: two
-moments and the step, PyTorch's single-tensor form), and each is a kernel per parameter.
+`adam_update`, `rmsprop_update`, `adagrad_update`: ir/ops/optimizer.py) and the compiler updates
+many parameters in one kernel (codegen/multi_tensor.py); with `fused=False` each formula is a node
+of its own (Adam: two moments and the step, PyTorch's single-tensor form), and each is a kernel
+per parameter. Either way the state is updated in place.
 
 The hyper-parameters are run-time values (`param_groups`, `optimizer.lr = …`: the next step
 uses them, with no recompilation); `meganeura.optim.lr_scheduler` changes them step by step.
-A checkpoint (meganeura/checkpoint.py) saves the groups' hyper-parameters (`hyper_state`) and
-the state of the scheduler last made on the optimizer (`optimizer.scheduler`).
+What fixes the graph's structure is fixed at compile() (a momentum buffer, Nesterov, AMSGrad,
+RMSprop's centering: changing it later is an error that says so). A checkpoint
+(meganeura/checkpoint.py) saves the groups' hyper-parameters (`hyper_state`) and the state of
+the scheduler last made on the optimizer (`optimizer.scheduler`).
 
 On the device each parameter group's hyper-parameters are one f32 vector, the state leaf
 `param_groups.<g>.hyper` (`hyper_leaf`), laid out as ir/ops/optimizer.py's HYPER_FIELDS; the
 update nodes read each value as an `element` of it, so an update kernel binds one buffer for
-all of its group's hyper-parameters.
+all of its group's hyper-parameters. The vector also holds what torch computes in Python double
+from the hyper-parameters and the step count t before its tensor ops (Adam's lr/(1 − β₁ᵗ) and
+√(1 − β₂ᵗ), the 1 − β of its lerp): `hyper_fields(group, t)` computes them in double on the host,
+and the Program writes the vectors before each step whose values differ from the last
+(compiler.py `Program.write_hypers`, with t = the updates applied so far + 1), so the device
+never computes a power or 1 − β in f32 and every adapter gets torch's scalars.
 
 >>> from meganeura import optim
 >>> optim.AdamW(lr=1e-3).weight_decay
@@ -28,6 +38,7 @@ all of its group's hyper-parameters.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,9 +103,10 @@ class Optimizer:
     values changed.
     """
 
-    # The run-time hyper-parameters: their fields in the group's vector (HYPER_FIELDS), and the
-    # group key and index each reads.
-    HYPERS: dict[str, tuple[str, int | None]] = {}
+    # The fields of the group's vector (HYPER_FIELDS) that the update nodes read.
+    FIELDS: tuple[str, ...] = ()
+    # The group keys that fix the graph's structure at compile() (`group_structure`).
+    STRUCTURE: tuple[str, ...] = ()
     # Keys torch's schedulers add to a group beside the hyper-parameters (read by them only).
     SCHEDULER_KEYS = frozenset({"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"})
 
@@ -158,28 +170,54 @@ class Optimizer:
         compares it with the last step's, and checks and builds the vectors only on a change."""
         return repr([[(key, value) for key, value in group.items() if key != "params"] for group in self.param_groups])
 
-    def hyper_values(self) -> dict[str, np.ndarray]:
-        """The value of every hyper-parameter leaf of the compiled step (a group's vector), by leaf name."""
+    def hyper_values(self, step: int = 1, checked: bool = False) -> dict[str, np.ndarray]:
+        """The value of every hyper-parameter leaf of the compiled step (a group's vector) for the
+        step that applies update number `step` (1 for the first: torch's state["step"] after its
+        increment), by leaf name. `checked`: the groups are as they were when last checked (a
+        step whose hyper_key did not change), so only the values are computed."""
         if self.structure is None:
             return {}
-        self.check_groups()
-        if len(self.param_groups) != len(self.structure):
-            raise ValueError(
-                f"the step was compiled with {len(self.structure)} parameter groups, the optimizer now has "
-                f"{len(self.param_groups)}: adding groups after compile() needs a new compile()"
-            )
-        values = {}
-        for index, group in enumerate(self.param_groups):
-            self.check_structure(index, group)
-            values[hyper_leaf(index)] = hyper_vector(self.hyper_fields(group))
-        return values
+        if not checked:
+            self.check_groups()
+            if len(self.param_groups) != len(self.structure):
+                raise ValueError(
+                    f"the step was compiled with {len(self.structure)} parameter groups, the optimizer now has "
+                    f"{len(self.param_groups)}: adding groups after compile() needs a new compile()"
+                )
+            for index, group in enumerate(self.param_groups):
+                self.check_structure(index, group)
+        return {
+            hyper_leaf(index): hyper_vector(self.hyper_fields(group, step))
+            for index, group in enumerate(self.param_groups)
+        }
 
-    def hyper_fields(self, group: dict[str, Any]) -> dict[str, Any]:
-        """A group's run-time hyper-parameters by their field in its vector (`HYPERS`)."""
-        return {name: group[key] if item is None else group[key][item] for name, (key, item) in self.HYPERS.items()}
+    def hyper_fields(self, group: dict[str, Any], step: int) -> dict[str, float]:
+        """A group's values by their field in its vector, computed in double as torch computes
+        them for update number `step` (each is rounded to f32 once, in `hyper_vector`)."""
+        raise NotImplementedError
+
+    def step_key(self, step: int) -> Any:
+        """What of the step count the vectors depend on: a step whose key equals the last one's
+        needs no new vectors (the default: every step does)."""
+        return step
+
+    def steps_in(self, state: dict[str, Any]) -> int:
+        """The updates an optimizer state (`optimizer_state_dict()`) has seen: its `step`, torch's
+        state["step"] (0 without one)."""
+        if "step" not in state:
+            return 0
+        return int(np.asarray(state["step"]).reshape(()))
 
     def check_structure(self, index: int, group: dict[str, Any]) -> None:
-        """A change that the compiled graph cannot follow (SGD's momentum from 0) is an error."""
+        """A change that the compiled graph cannot follow (AMSGrad switched on or off) is an error."""
+        compiled = self.structure[index]
+        now = self.group_structure(group)
+        for key in self.STRUCTURE:
+            if now[key] != compiled[key]:
+                raise ValueError(
+                    f"param_groups[{index}]: {key} was {compiled[key]} at compile(), which fixed the step's graph; "
+                    f"compile again with {key}={now[key]}"
+                )
 
     def build_updates(self, builder: GradBuilder, params: list[ParamGrad]) -> dict[str, np.ndarray]:
         """Append the update nodes; return the initial value of every state leaf they created
@@ -187,15 +225,16 @@ class Optimizer:
         groups = self.resolve_groups(params)
         self.structure = [self.group_structure(group) for group in self.param_groups]
         hypers = [self.hyper_operands(builder, index) for index in range(len(self.param_groups))]
-        return self.hyper_values() | self.build_group_updates(builder, groups, hypers)
+        return self.hyper_values(1) | self.build_group_updates(builder, groups, hypers)
 
     def hyper_operands(self, builder: GradBuilder, index: int) -> dict[str, int]:
         """Group `index`'s hyper-parameter operands by field: elements of the group's vector leaf."""
         vector = self.state_leaf(builder, hyper_leaf(index), (len(HYPER_FIELDS),))
-        return {name: builder.emit("element", [vector], index=hyper_offset(name)) for name in self.HYPERS}
+        return {name: builder.emit("element", [vector], index=hyper_offset(name)) for name in self.FIELDS}
 
     def group_structure(self, group: dict[str, Any]) -> dict[str, Any]:
-        return {}
+        """What of a group fixes the graph at compile() (`STRUCTURE`), by key."""
+        return {key: bool(group[key]) for key in self.STRUCTURE}
 
     def build_group_updates(self, builder, groups, hypers) -> dict[str, np.ndarray]:
         raise NotImplementedError
@@ -239,6 +278,24 @@ class Optimizer:
         attrs = {"name": name, "shape": shape, "dtype": "f32"}
         return builder.graph.add("state", (), TensorType(shape, "f32"), attrs, builder.sources)
 
+    def step_counter(self, builder: GradBuilder) -> dict[str, np.ndarray]:
+        """The state `step` (torch's state["step"], one for all parameters), counted on the device
+        with the updates (so a skipped step does not count); the kernels read the values derived
+        from it in the groups' vectors instead. Its initial value."""
+        step = self.state_leaf(builder, "step", ())
+        builder.graph.updates["step"] = builder.emit("add", [step, builder.const(1.0)])
+        return {"step": np.zeros((), np.float32)}
+
+    def state_leaves(self, builder: GradBuilder, p: ParamGrad, names: list[str]) -> list[int]:
+        """A state leaf of the parameter's shape for each of `names` (`<param>.<name>`)."""
+        return [self.state_leaf(builder, f"{p.name}.{name}", builder.shape(p.node)) for name in names]
+
+    @staticmethod
+    def record(builder: GradBuilder, update: int, names: list[str]) -> None:
+        """graph.updates[names[k]] = result k of the fused update node `update`."""
+        for index, name in enumerate(names):
+            builder.graph.updates[name] = builder.result(update, index) if len(names) > 1 else update
+
 
 HYPER_PREFIX = "param_groups."  # every hyper-parameter leaf's name starts so (`hyper_leaf`)
 
@@ -281,72 +338,122 @@ def parameter_groups(params) -> list[dict[str, Any]]:
     return [{"params": items}]
 
 
-class SGD(Optimizer):
-    """Stochastic gradient descent with optional momentum and L2 weight decay (torch.optim.SGD)."""
+def check_momentum_buffer(index: int, group: dict[str, Any], compiled: dict[str, Any]) -> None:
+    """A momentum other than 0 needs the buffer that compile() made only for one other than 0."""
+    if group["momentum"] != 0.0 and not compiled["momentum_buffer"]:
+        raise ValueError(
+            f"param_groups[{index}]: momentum was 0 at compile(), so the step has no momentum buffer; "
+            "compile with a momentum other than 0 to change it at run time"
+        )
 
-    HYPERS = {"lr": ("lr", None), "momentum": ("momentum", None), "weight_decay": ("weight_decay", None)}
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional momentum, dampening, Nesterov momentum and L2
+    weight decay (torch.optim.SGD). A momentum buffer exists where a group's momentum is not 0 at
+    compile(); set to 0 later, the step is plain SGD's (the buffer then holds the last direction,
+    where torch's keeps its old value)."""
+
+    FIELDS = ("lr", "weight_decay", "momentum", "dampening_factor")
+    STRUCTURE = ("nesterov",)
 
     def __init__(
-        self, params=None, lr: float = 1e-3, momentum: float = 0.0, weight_decay: float = 0.0, fused: bool = True
+        self,
+        params=None,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        fused: bool = True,
     ) -> None:
         self.fused = check_flag("fused", fused)
-        super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
+        if check_flag("nesterov", nesterov) and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        defaults = {"lr": lr, "momentum": momentum, "dampening": dampening, "weight_decay": weight_decay}
+        super().__init__(params, {**defaults, "nesterov": nesterov})
 
     momentum = group_property("momentum")
 
     def check_group(self, index, group):
         for key in ("lr", "momentum", "weight_decay"):
             check_hyper(f"param_groups[{index}] {key}", group[key])
+        check_hyper(f"param_groups[{index}] dampening", group["dampening"], -math.inf)
+        check_flag(f"param_groups[{index}] nesterov", group["nesterov"])
+
+    def hyper_fields(self, group, step):
+        # torch starts the buffer as the gradient itself (buf = d) and then adds (1 − dampening)·d:
+        # with the buffer's initial 0, a factor of 1 on the first step does the former.
+        momentum = group["momentum"]
+        first = step == 1 or momentum == 0
+        return {
+            "lr": group["lr"],
+            "weight_decay": group["weight_decay"],
+            "momentum": momentum,
+            "dampening_factor": 1.0 if first else 1 - group["dampening"],
+        }
+
+    def step_key(self, step):
+        return step == 1
+
+    def steps_in(self, state):
+        # torch's SGD keeps no step count, only whether a buffer exists: one that is not all 0 has
+        # been started (a state from a program that never stepped has zero buffers).
+        buffers = [np.asarray(v) for k, v in state.items() if k.endswith(".momentum_buffer")]
+        return int(any(np.any(b != 0) for b in buffers))
 
     def group_structure(self, group):
-        return {"momentum_buffer": group["momentum"] != 0.0}
+        buffer = group["momentum"] != 0.0
+        return {"momentum_buffer": buffer, "nesterov": buffer and bool(group["nesterov"])}
 
     def check_structure(self, index, group):
-        if group["momentum"] != 0.0 and not self.structure[index]["momentum_buffer"]:
-            raise ValueError(
-                f"param_groups[{index}]: momentum was 0 at compile(), so the step has no momentum buffer; "
-                "compile with a momentum other than 0 to change it at run time"
-            )
+        check_momentum_buffer(index, group, self.structure[index])
+        if self.structure[index]["momentum_buffer"]:  # (without a buffer, nesterov changes nothing)
+            super().check_structure(index, {**group, "momentum": 1.0})
 
     def build_group_updates(self, builder, groups, hypers):
         initial: dict[str, np.ndarray] = {}
         zero = builder.const(0.0)
         for params, h, structure in zip(groups, hypers, self.structure, strict=True):
             for p in params:
-                initial |= self.build_parameter_update(builder, p, h, structure["momentum_buffer"], zero)
+                initial |= self.build_parameter_update(builder, p, h, structure, zero)
         return initial
 
-    def build_parameter_update(self, builder, p: ParamGrad, h: dict[str, int], momentum: bool, zero: int):
+    def build_parameter_update(self, builder, p: ParamGrad, h: dict[str, int], structure: dict, zero: int):
         """The update of one parameter: fused (sgd_update) or one node per formula."""
         lr, wd = h["lr"], h["weight_decay"]
-        if not momentum:
+        if not structure["momentum_buffer"]:
             op = "sgd_update" if self.fused else "sgd_step"
             builder.graph.updates[p.name] = builder.emit(op, [p.node, p.grad, lr, wd])
             return {}
-        buf_name = f"{p.name}.momentum_buffer"
-        buf = self.state_leaf(builder, buf_name, builder.shape(p.node))
+        nesterov = structure["nesterov"]
+        (buf,) = self.state_leaves(builder, p, ["momentum_buffer"])
+        names = [p.name, f"{p.name}.momentum_buffer"]
         if self.fused:
-            update = builder.emit("sgd_update", [p.node, p.grad, lr, wd, h["momentum"], buf])
-            builder.graph.updates[p.name] = builder.result(update, 0)
-            builder.graph.updates[buf_name] = builder.result(update, 1)
+            operands = [p.node, p.grad, lr, wd, h["momentum"], h["dampening_factor"], buf]
+            self.record(builder, builder.emit("sgd_update", operands, nesterov=nesterov), names)
         else:
-            direction = builder.emit("momentum_buffer", [buf, p.grad, p.node, h["momentum"], wd])
-            builder.graph.updates[buf_name] = direction
+            # Nesterov's g′ = g + wd·p, emitted before the buffer's update, whose kernel computes
+            # the same: extraction then may read it there (a node after it could not be read).
+            decayed = builder.emit("add", [p.grad, builder.emit("mul", [wd, p.node])]) if nesterov else None
+            operands = [buf, p.grad, p.node, h["momentum"], h["dampening_factor"], wd]
+            direction = builder.graph.updates[names[1]] = builder.emit("momentum_buffer", operands)
+            if nesterov:  # g′ + momentum·buf′ (torch's grad.add(buf, alpha=momentum))
+                direction = builder.emit("add", [decayed, builder.emit("mul", [h["momentum"], direction])])
             builder.graph.updates[p.name] = builder.emit("sgd_step", [p.node, direction, lr, zero])
-        return {buf_name: np.zeros(builder.shape(p.node), np.float32)}
+        return {names[1]: np.zeros(builder.shape(p.node), np.float32)}
 
 
 class Adam(Optimizer):
-    """Adam with bias correction and L2 weight decay added to the gradient (torch.optim.Adam)."""
+    """Adam with bias correction, L2 weight decay added to the gradient and optional AMSGrad
+    (torch.optim.Adam)."""
 
     decoupled = False
-    HYPERS = {
-        "lr": ("lr", None),
-        "beta1": ("betas", 0),
-        "beta2": ("betas", 1),
-        "eps": ("eps", None),
-        "weight_decay": ("weight_decay", None),
-    }
+    FIELDS = (
+        "one_minus_beta1", "beta2", "one_minus_beta2", "step_size", "bias_correction2_sqrt", "eps", "weight_decay",
+        "decay",
+    )  # fmt: skip
+    STRUCTURE = ("amsgrad",)
 
     def __init__(
         self,
@@ -355,10 +462,13 @@ class Adam(Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
         fused: bool = True,
     ) -> None:
         self.fused = check_flag("fused", fused)
-        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad}
+        super().__init__(params, defaults)
 
     betas = group_property("betas")
     eps = group_property("eps")
@@ -371,43 +481,66 @@ class Adam(Optimizer):
             raise ValueError(f"param_groups[{index}]['betas'] must be two numbers, got {betas!r}")
         for k in (0, 1):
             check_hyper(f"param_groups[{index}] betas[{k}]", betas[k], 0.0, 1.0)
+        check_flag(f"param_groups[{index}] amsgrad", group["amsgrad"])
+
+    def hyper_fields(self, group, step):
+        # torch's _single_tensor_adam, in Python double: bias_correction1 = 1 − β₁ᵗ,
+        # step_size = lr / bias_correction1, bias_correction2_sqrt = (1 − β₂ᵗ)^0.5; lerp's weight
+        # 1 − β₁, addcmul's value 1 − β₂; AdamW's param.mul_(1 − lr·wd).
+        lr, weight_decay = group["lr"], group["weight_decay"]
+        beta1, beta2 = (float(b) for b in group["betas"])
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        return {
+            "lr": lr,
+            "weight_decay": weight_decay,
+            "beta1": beta1,
+            "beta2": beta2,
+            "one_minus_beta1": 1 - beta1,
+            "one_minus_beta2": 1 - beta2,
+            "eps": group["eps"],
+            "step_size": lr / bias_correction1,
+            "bias_correction2_sqrt": bias_correction2**0.5,
+            "decay": 1 - lr * weight_decay,
+        }
 
     def build_group_updates(self, builder, groups, hypers):
-        step = self.state_leaf(builder, "step", ())
-        new_step = builder.emit("add", [step, builder.const(1.0)])
-        builder.graph.updates["step"] = new_step
-        initial = {"step": np.zeros((), np.float32)}
-        zero = builder.const(0.0)
-        for params, h in zip(groups, hypers, strict=True):
+        initial = self.step_counter(builder)
+        constants = {"zero": builder.const(0.0), "one": builder.const(1.0)}
+        for params, h, structure in zip(groups, hypers, self.structure, strict=True):
             for p in params:
-                initial |= self.build_parameter_update(builder, p, h, new_step, zero)
+                initial |= self.build_parameter_update(builder, p, h, structure["amsgrad"], constants)
         return initial
 
-    def build_parameter_update(self, builder, p: ParamGrad, h: dict[str, int], new_step: int, zero: int):
-        """(p′, exp_avg′, exp_avg_sq′) of one parameter: one adam_update, or (fused=False) two
-        adam_moment and an adam_step, PyTorch's single-tensor form."""
-        names = (p.name, f"{p.name}.exp_avg", f"{p.name}.exp_avg_sq")
-        moments = [self.state_leaf(builder, name, builder.shape(p.node)) for name in names[1:]]
-        wd = h["weight_decay"]
-        hyper = [h["lr"], h["beta1"], h["beta2"], h["eps"], wd]
-        if self.fused:
-            update = builder.emit(
-                "adam_update", [p.node, p.grad, *moments, new_step, *hyper], decoupled_weight_decay=self.decoupled
-            )
-            for index, name in enumerate(names):
-                builder.graph.updates[name] = builder.result(update, index)
+    def build_parameter_update(self, builder, p: ParamGrad, h: dict[str, int], amsgrad: bool, constants: dict):
+        """(p′, exp_avg′, exp_avg_sq′[, max_exp_avg_sq′]) of one parameter: one adam_update, or
+        (fused=False) two adam_moment, AMSGrad's maximum and an adam_step, PyTorch's single-tensor
+        form."""
+        zero, one = constants["zero"], constants["one"]
+        states = ["exp_avg", "exp_avg_sq", *(["max_exp_avg_sq"] if amsgrad else [])]
+        leaves = self.state_leaves(builder, p, states)
+        names = [p.name, *(f"{p.name}.{state}" for state in states)]
+        step = [h["step_size"], h["bias_correction2_sqrt"], h["eps"]]
+        if self.fused:  # (adam_update reads weight_decay for Adam, decay for AdamW: its attribute says)
+            m, v, *vmax = leaves
+            operands = [p.node, p.grad, m, v, *(vmax or [zero]), h["one_minus_beta1"], h["beta2"]]
+            operands += [h["one_minus_beta2"], *step, h["weight_decay"], h["decay"]]
+            update = builder.emit("adam_update", operands, decoupled_weight_decay=self.decoupled, amsgrad=amsgrad)
+            self.record(builder, update, names)
         else:
-            # Adam adds wd·p to the gradient; AdamW reads neither (constants 0, inlined).
-            decayed, l2 = (zero, zero) if self.decoupled else (p.node, wd)
-            new = [
-                builder.emit("adam_moment", [leaf, p.grad, decayed, beta, l2], order=order)
-                for leaf, beta, order in zip(moments, (h["beta1"], h["beta2"]), (1, 2), strict=True)
-            ]
-            builder.graph.updates[names[1]], builder.graph.updates[names[2]] = new
-            decay = wd if self.decoupled else zero
-            builder.graph.updates[p.name] = builder.emit(
-                "adam_step", [p.node, *new, new_step, h["lr"], h["beta1"], h["beta2"], h["eps"], decay]
-            )
+            # Adam adds wd·p to the gradient and AdamW multiplies p by 1 − lr·wd: the other term is a
+            # constant (0 and 1), which kernels inline.
+            l2 = zero if self.decoupled else h["weight_decay"]
+            decay = h["decay"] if self.decoupled else one
+            decayed = zero if self.decoupled else p.node
+            m = builder.emit("adam_moment", [leaves[0], p.grad, decayed, zero, h["one_minus_beta1"], l2], order=1)
+            v = builder.emit("adam_moment", [leaves[1], p.grad, decayed, h["beta2"], h["one_minus_beta2"], l2], order=2)
+            builder.graph.updates[names[1]], builder.graph.updates[names[2]] = m, v
+            if amsgrad:  # torch.maximum(max_exp_avg_sq, exp_avg_sq): NaN in v wins
+                vmax = leaves[2]
+                v = builder.emit("where", [builder.emit("less", [v, vmax]), vmax, v])
+                builder.graph.updates[names[3]] = v
+            builder.graph.updates[p.name] = builder.emit("adam_step", [p.node, m, v, *step, decay])
         return {name: np.zeros(builder.shape(p.node), np.float32) for name in names[1:]}
 
 
@@ -417,6 +550,160 @@ class AdamW(Adam):
     decoupled = True
 
     def __init__(
-        self, params=None, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, fused: bool = True
+        self, params=None, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *, fused=True
     ) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, fused)
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, fused=fused)
+
+
+class RMSprop(Optimizer):
+    """RMSprop with optional momentum, centering and L2 weight decay (torch.optim.RMSprop). A
+    momentum buffer exists where a group's momentum is not 0 at compile(); set to 0 later, the
+    step still goes through the buffer (p − lr·(g′/avg), where torch computes p − (lr·g′)/avg:
+    the same to an ulp). torch's RMSprop has no `fused` flag; here it picks the fused or
+    single-tensor form, as for the others."""
+
+    FIELDS = ("lr", "weight_decay", "momentum", "alpha", "one_minus_alpha", "eps")
+    STRUCTURE = ("centered",)
+
+    def __init__(
+        self,
+        params=None,
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        *,
+        fused: bool = True,
+    ) -> None:
+        self.fused = check_flag("fused", fused)
+        defaults = {"lr": lr, "alpha": alpha, "eps": eps, "weight_decay": weight_decay, "momentum": momentum}
+        super().__init__(params, {**defaults, "centered": centered})
+
+    momentum = group_property("momentum")
+    eps = group_property("eps")
+
+    def check_group(self, index, group):
+        for key in ("lr", "alpha", "eps", "weight_decay", "momentum"):
+            check_hyper(f"param_groups[{index}] {key}", group[key])
+        check_flag(f"param_groups[{index}] centered", group["centered"])
+
+    def hyper_fields(self, group, step):
+        return {
+            "lr": group["lr"],
+            "weight_decay": group["weight_decay"],
+            "momentum": group["momentum"],
+            "alpha": group["alpha"],
+            "one_minus_alpha": 1 - group["alpha"],  # addcmul's value and lerp's weight
+            "eps": group["eps"],
+        }
+
+    def step_key(self, step):
+        return None  # nothing depends on the step count
+
+    def group_structure(self, group):
+        return {"centered": bool(group["centered"]), "momentum_buffer": group["momentum"] != 0.0}
+
+    def check_structure(self, index, group):
+        check_momentum_buffer(index, group, self.structure[index])
+        super().check_structure(index, group)
+
+    def build_group_updates(self, builder, groups, hypers):
+        initial = self.step_counter(builder)
+        zero = builder.const(0.0)
+        for params, h, structure in zip(groups, hypers, self.structure, strict=True):
+            for p in params:
+                initial |= self.build_parameter_update(builder, p, h, structure, zero)
+        return initial
+
+    def build_parameter_update(self, builder, p: ParamGrad, h: dict[str, int], structure: dict, zero: int):
+        """(p′, square_avg′[, grad_avg′][, momentum_buffer′]) of one parameter: one
+        rmsprop_update, or (fused=False) adam_moment for each average, then rms_step, or
+        rms_buffer and sgd_step."""
+        centered, buffer = structure["centered"], structure["momentum_buffer"]
+        states = ["square_avg", *(["grad_avg"] if centered else []), *(["momentum_buffer"] if buffer else [])]
+        leaves = dict(zip(states, self.state_leaves(builder, p, states), strict=True))
+        names = [p.name, *(f"{p.name}.{state}" for state in states)]
+        wd, average = h["weight_decay"], [h["alpha"], h["one_minus_alpha"]]
+        if self.fused:
+            operands = [p.node, p.grad, leaves["square_avg"], leaves.get("grad_avg", zero)]
+            operands += [leaves.get("momentum_buffer", zero), h["lr"], *average, h["eps"], wd]
+            operands.append(h["momentum"] if buffer else zero)
+            update = builder.emit("rmsprop_update", operands, centered=centered, momentum_buffer=buffer)
+            self.record(builder, update, names)
+        else:
+            updates = builder.graph.updates
+            s = updates[names[1]] = builder.emit(
+                "adam_moment", [leaves["square_avg"], p.grad, p.node, *average, wd], order=2
+            )
+            a = zero
+            if centered:
+                a = updates[names[2]] = builder.emit(
+                    "adam_moment", [leaves["grad_avg"], p.grad, p.node, *average, wd], order=1
+                )
+            if buffer:
+                operands = [leaves["momentum_buffer"], p.grad, p.node, s, a, h["momentum"], h["eps"], wd]
+                direction = updates[names[-1]] = builder.emit("rms_buffer", operands)
+                updates[p.name] = builder.emit("sgd_step", [p.node, direction, h["lr"], zero])
+            else:
+                updates[p.name] = builder.emit("rms_step", [p.node, p.grad, s, a, h["lr"], h["eps"], wd])
+        return {name: np.zeros(builder.shape(p.node), np.float32) for name in names[1:]}
+
+
+class Adagrad(Optimizer):
+    """Adagrad with learning-rate decay and L2 weight decay (torch.optim.Adagrad); each group's
+    `initial_accumulator_value` fills its sums at compile()."""
+
+    FIELDS = ("step_size", "eps", "weight_decay")
+
+    def __init__(
+        self,
+        params=None,
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+        *,
+        fused: bool = True,
+    ) -> None:
+        self.fused = check_flag("fused", fused)
+        defaults = {"lr": lr, "lr_decay": lr_decay, "weight_decay": weight_decay}
+        super().__init__(params, {**defaults, "initial_accumulator_value": initial_accumulator_value, "eps": eps})
+
+    eps = group_property("eps")
+
+    def check_group(self, index, group):
+        for key in ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"):
+            check_hyper(f"param_groups[{index}] {key}", group[key])
+
+    def hyper_fields(self, group, step):
+        # torch's _single_tensor_adagrad: clr = lr / (1 + (step − 1)·lr_decay), in double.
+        return {
+            "lr": group["lr"],
+            "weight_decay": group["weight_decay"],
+            "eps": group["eps"],
+            "step_size": group["lr"] / (1 + (step - 1) * group["lr_decay"]),
+        }
+
+    def build_group_updates(self, builder, groups, hypers):
+        initial = self.step_counter(builder)
+        zero, one = builder.const(0.0), builder.const(1.0)
+        for params, h, group in zip(groups, hypers, self.param_groups, strict=True):
+            for p in params:
+                (s,) = self.state_leaves(builder, p, ["sum"])
+                names = [p.name, f"{p.name}.sum"]
+                wd = h["weight_decay"]
+                if self.fused:
+                    update = builder.emit("adagrad_update", [p.node, p.grad, s, h["step_size"], h["eps"], wd])
+                    self.record(builder, update, names)
+                else:  # state_sum.addcmul_(grad, grad, value=1): a moment with beta = weight = 1
+                    s = builder.graph.updates[names[1]] = builder.emit(
+                        "adam_moment", [s, p.grad, p.node, one, one, wd], order=2
+                    )
+                    operands = [p.node, p.grad, s, zero, h["step_size"], h["eps"], wd]
+                    builder.graph.updates[p.name] = builder.emit("rms_step", operands)
+                shape = builder.shape(p.node)
+                initial[names[1]] = np.full(shape, group["initial_accumulator_value"], np.float32)
+        return initial

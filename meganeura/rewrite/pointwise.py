@@ -21,8 +21,8 @@ Matmul epilogues and reduction prologues are Pw bodies too, so they fuse by the 
   hyper-parameters are scalar operands, loaded (broadcast) like any tensor: run-time values as
   `element` views of their parameter group's vector (a kernel reading several binds the vector
   once), or literals where they are constants (`const_literal`).
-  `adam_step` stays one op: its bias correction needs β^t for a step count t held in a tensor,
-  which the expression language has no power function for (nor does the fused `adam_update`);
+  `adam_step`, `rms_step` and `rms_buffer` stay ops of their own: they read moments that the
+  moment kernels store anyway, so inlining those would only compute them twice;
 - `regenerate_random`: rand(state) ≡ (Kernel (Load philox(state)) s), the same random values
   drawn by whichever kernel reads them (ir/ops/random.py): stored, the kernel writes them; inline,
   `fuse_pointwise` puts the draw into every consumer (a dropout mask into the activation's kernel
@@ -94,42 +94,50 @@ LIFT_SGD_STEP = Rule(
     "sgd_step(p, d, lr, wd) = p − lr·(d + wd·p) as a kernel (and sgd_update(p, d, lr, wd), plain SGD's fused update)",
     tuple(
         rule(
-            [f"(= t {term(op, 'p', 'd', 'lr', 'wd')})", "(= s (shape t))"],
+            [f"(= t {term(op, 'p', 'd', 'lr', 'wd', **attrs)})", "(= s (shape t))"],
             f'(union t (Kernel (PBinary "sub" (Load p) (PBinary "mul" (Load lr) {decayed("(Load d)")})) s))',
         )
-        for op in ("sgd_step", "sgd_update")
+        for op, attrs in (("sgd_step", {}), ("sgd_update", {"nesterov": "false"}))
     ),
 )
 
 LIFT_MOMENTUM_BUFFER = Rule(
     "lift_momentum_buffer",
     FAMILY,
-    "momentum_buffer(buf, g, p, momentum, wd) = momentum·buf + (g + wd·p) as a kernel",
+    "momentum_buffer(buf, g, p, momentum, dampening, wd) = momentum·buf + dampening·(g + wd·p) as a kernel",
     (
         rule(
-            [f"(= t {term('momentum_buffer', 'buf', 'g', 'p', 'momentum', 'wd')})", "(= s (shape t))"],
-            f'(union t (Kernel (PBinary "add" (PBinary "mul" (Load momentum) (Load buf)) {decayed("(Load g)")}) s))',
+            [f"(= t {term('momentum_buffer', 'buf', 'g', 'p', 'momentum', 'dampening', 'wd')})", "(= s (shape t))"],
+            '(union t (Kernel (PBinary "add" (PBinary "mul" (Load momentum) (Load buf)) '
+            f'(PBinary "mul" (Load dampening) {decayed("(Load g)")})) s))',
         ),
     ),
 )
 
 
+def binary(op: str, a: str, b: str) -> str:
+    return f'(PBinary "{op}" {a} {b})'
+
+
 def moment_term(order: int) -> str:
-    grad = decayed("(Load g)")
-    power = grad if order == 1 else f'(PBinary "mul" {grad} {grad})'
-    return (
-        '(PBinary "add" (PBinary "mul" (Load beta) (Load m)) '
-        f'(PBinary "mul" (PBinary "sub" (Lit 1.0) (Load beta)) {power}))'
-    )
+    """adam_moment's body: torch's lerp(m, g′, w) (order 1; its two forms picked by w < 0.5) or
+    m·β + (w·g′)·g′ (order 2), as ir/ops/optimizer.py evaluates them."""
+    grad, m, w = decayed("(Load g)"), "(Load m)", "(Load w)"
+    if order == 2:
+        return binary("add", binary("mul", m, "(Load beta)"), binary("mul", binary("mul", w, grad), grad))
+    step = binary("sub", grad, m)
+    small = binary("add", m, binary("mul", w, step))
+    large = binary("sub", grad, binary("mul", step, binary("sub", "(Lit 1.0)", w)))
+    return f'(PTernary "where" {binary("less", w, "(Lit 0.5)")} {small} {large})'
 
 
 LIFT_ADAM_MOMENT = Rule(
     "lift_adam_moment",
     FAMILY,
-    "adam_moment(m, g, p, beta, wd) = β·m + (1−β)·gᵒʳᵈᵉʳ, g + wd·p, as a kernel",
+    "adam_moment(m, g, p, beta, w, wd) = lerp(m, g′, w) or m·β + (w·g′)·g′, g′ = g + wd·p, as a kernel",
     tuple(
         rule(
-            [f"(= t {term('adam_moment', 'm', 'g', 'p', 'beta', 'wd', order=str(order))})", "(= s (shape t))"],
+            [f"(= t {term('adam_moment', 'm', 'g', 'p', 'beta', 'w', 'wd', order=str(order))})", "(= s (shape t))"],
             f"(union t (Kernel {moment_term(order)} s))",
         )
         for order in (1, 2)

@@ -12,7 +12,7 @@ Importing this package registers every op in `meganeura.ir.op.OPS`; nothing else
 | matmul | `halves.py` | split_halves, split_matmul (tensor cores; made after extraction) |
 | rows | `rows.py` | softmax, log_softmax and their gradients; cross_entropy_rows(_grad) |
 | indexing | `indexing.py` | pick, scatter_rows, gather, scatter_add |
-| optimizer | `optimizer.py` | sgd_step, momentum_buffer, adam_moment, adam_step; sgd_update, adam_update; multi_… |
+| optimizer | `optimizer.py` | sgd_step, momentum_buffer, adam_moment, adam_step, rms_step, rms_buffer; *_update |
 | transformer | `transformer.py` | rope, rope_grad, attention, attention_grad_q, attention_grad_kv |
 | image | `image.py` | unfold, fold, max/avg_pool2d and their gradients; conv_gemm (fused) |
 | random | `random.py` | rand, philox (Philox4x32-10 random tensors; philox is made by the e-graph) |

@@ -355,8 +355,9 @@ CONV_GEMM = Op(
 # at most half the kernel, so every window holds at least one image pixel. Attributes: kernel,
 # stride, padding (pairs). The gradients:
 # - max_pool2d_grad(x, g) → [N, C, H, W]: each window's gradient goes to its arg-max, the first
-#   maximal element in window scan order (row by row, as PyTorch picks on ties), summed where
-#   windows overlap. It recomputes the arg-max from x (no index buffer).
+#   maximal element in window scan order (row by row, as PyTorch picks on ties), or the last NaN
+#   of a window that has one (PyTorch's scan takes a value that is greater or NaN), summed where
+#   windows overlap. It recomputes the arg-max from x (no index buffer). max_pool2d propagates NaN.
 # - avg_pool2d_grad(g; …, image=(H, W)) → [N, C, H, W]: g/(kh·kw) summed over the windows that
 #   cover each pixel (padding receives nothing).
 
@@ -423,11 +424,20 @@ def evaluate_max_pool2d(x, kernel, stride, padding):
     return patches.max(axis=2).reshape(n, c, ho, wo)
 
 
+def window_argmax(patches: np.ndarray) -> np.ndarray:
+    """The tap [N, C, L] of each window's maximum in patches [N, C, kh·kw, L], as PyTorch's
+    max_pool2d picks it: the first maximum in scan order, or the last NaN (its scan takes a value
+    that is greater or NaN); the first pixel where all are −inf."""
+    nan = np.isnan(patches)
+    last_nan = patches.shape[2] - 1 - nan[:, :, ::-1].argmax(axis=2)
+    return np.where(nan.any(axis=2), last_nan, np.where(nan, -np.inf, patches).argmax(axis=2))
+
+
 def evaluate_max_pool2d_grad(x, g, kernel, stride, padding):
-    """g of every window added at its arg-max (np.argmax: the first maximum in scan order)."""
+    """g of every window added at its arg-max (`window_argmax`)."""
     n, c, h, w = x.shape
     patches, rows, cols, _ = pool_windows(x, kernel, stride, padding, -np.inf)
-    tap = patches.argmax(axis=2)  # [N, C, L]
+    tap = window_argmax(patches)  # [N, C, L]
     position = np.arange(tap.shape[-1])
     flat = rows[tap, position] * w + cols[tap, position]  # [N, C, L] index into H·W
     out = np.zeros((n * c, h * w), dtype=np.result_type(x, g))
