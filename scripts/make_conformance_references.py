@@ -30,7 +30,11 @@ them; the values are there for the day it does not). The file holds, by case id:
     <id>/step<k>/<name>       an optimizer case: p and q after step k (float64)
     <id>/lr                   a scheduler case: every group's learning rate after construction
                               and after each step, [steps + 1, groups]
-    <id>/sample               an init case: the filled tensor (float64), or calculate_gain's value
+    <id>/value                an init case of a deterministic fill: the filled tensor; calculate_gain's value
+    <id>/points, cdf, moments an init case of a distribution: the summary (tests/conformance.py
+                              distribution_summary) of SAMPLE_SIZE numbers drawn by filling the
+                              tensor again and again
+    <id>/gram                 nn.init.orthogonal_: W·Wᵀ (or Wᵀ·W, the smaller) of the first draw
 """
 
 from __future__ import annotations
@@ -219,15 +223,25 @@ def scheduler_case(case_id: str, case, arrays: dict) -> None:
     arrays[f"{case_id}/lr"] = np.array(rates, dtype=np.float64)
 
 
-def init_case(case_id: str, case, arrays: dict) -> None:
+def init_case(case_id: str, case, arrays: dict, table) -> None:
     torch.manual_seed(case_seed(case_id))
     if not case.shape:
-        arrays[f"{case_id}/sample"] = np.float64(eval(case.expr, namespace()))
+        arrays[f"{case_id}/value"] = np.float64(eval(case.expr, namespace()))
         return
     w = torch.zeros(case.shape, dtype=torch.float32)
+    draws = []
     with torch.no_grad():
-        eval(case.expr, namespace() | {"w": w})
-    arrays[f"{case_id}/sample"] = w.numpy().astype(np.float64)
+        for _ in range(1 if case.compare == "values" else table.draws_needed(case.shape)):
+            eval(case.expr, namespace() | {"w": w})
+            draws.append(w.numpy().astype(np.float64))
+    if case.compare == "values":
+        arrays[f"{case_id}/value"] = draws[0]
+        return
+    for key, value in table.distribution_summary(np.concatenate([d.ravel() for d in draws])).items():
+        arrays[f"{case_id}/{key}"] = value
+    if case.compare == "gram":
+        rows = draws[0].reshape(case.shape[0], -1)
+        arrays[f"{case_id}/gram"] = rows @ rows.T if rows.shape[0] <= rows.shape[1] else rows.T @ rows
 
 
 def generate() -> dict[str, np.ndarray]:
@@ -240,7 +254,10 @@ def generate() -> dict[str, np.ndarray]:
         meta[case_id] = case.fingerprint()
         write = {"Case": expression_case, "OptimizerCase": optimizer_case, "SchedulerCase": scheduler_case}
         try:
-            write.get(type(case).__name__, init_case)(case_id, case, arrays)
+            if type(case).__name__ == "InitCase":
+                init_case(case_id, case, arrays, table)
+            else:
+                write[type(case).__name__](case_id, case, arrays)
         except Exception as error:
             raise RuntimeError(f"{case_id}: {case}: {error}") from error
     return {"meta": np.array(json.dumps(meta, sort_keys=True))} | arrays
