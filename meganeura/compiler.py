@@ -88,7 +88,7 @@ class TracedStep:
     graph: Graph
     parameters: dict[str, nn.Parameter]  # every parameter and module buffer (nn.Buffer), in state_dict order
     initial_states: dict[str, np.ndarray]
-    label_bounds: dict[str, tuple[int, str]]  # i32 input -> (rows it may index, what it is used as)
+    label_bounds: dict[str, LabelBound]  # i32 input -> the rows it may index, its ignored value, its use
     recognition: Any = None  # the RewriteReport of the recognition pass on the forward graph, if it ran
     timings: dict[str, float] = field(default_factory=dict)  # seconds: trace, recognize, autodiff
     # The gate's own states (meganeura/gate.py: gradient accumulators, the micro-step counter),
@@ -299,22 +299,45 @@ def check_input_specs(inputs: dict[str, InputSpec]) -> None:
             raise TypeError(f"input {name!r}: expected a spec such as mn.f32[32, 64], got {spec!r}")
 
 
-def label_bounds(graph: Graph) -> dict[str, tuple[int, str]]:
+@dataclass(frozen=True)
+class LabelBound:
+    """What an i32 input used directly as indices may hold: values in [0, rows), or one of
+    `ignored` (the ignore_index of nll_loss / cross_entropy, where every use ignores it)."""
+
+    rows: int
+    what: str
+    ignored: frozenset[int] = frozenset()
+
+    def bad_values(self, values: np.ndarray) -> np.ndarray:
+        allowed = (values >= 0) & (values < self.rows)
+        for value in self.ignored:
+            allowed |= values == value
+        return values[~allowed]
+
+    def describe(self) -> str:
+        ignored = "".join(f" or {value}" for value in sorted(self.ignored))
+        return f"{self.what} must lie in [0, {self.rows}){ignored}"
+
+
+def label_bounds(graph: Graph) -> dict[str, LabelBound]:
     """For each i32 input used directly as indices (class labels, embedding ids): the number of
-    rows it may index (the smallest over its uses) and what it is used as. Checked on every step."""
-    bounds: dict[str, tuple[int, str]] = {}
+    rows it may index (the smallest over its uses), the ignore_index every use skips (class labels
+    only), and what it is used as. Checked on every step."""
+    bounds: dict[str, LabelBound] = {}
     for node in graph:
-        if node.op in ("cross_entropy_rows", "pick"):
-            index, limit, what = node.inputs[1], graph[node.inputs[0]].shape[1], "class labels"
+        if node.op in ("cross_entropy_rows", "pick") and graph[node.inputs[0]].shape:  # a scalar has no classes
+            index, limit, what = node.inputs[1], graph[node.inputs[0]].shape[-1], "class labels"
+            ignored = frozenset({node.attr("ignore_index")})
         elif node.op == "gather":
             index, limit, what = node.inputs[1], graph[node.inputs[0]].shape[0], "embedding ids"
+            ignored = frozenset()
         else:
             continue
         if graph[index].op == "input":
             name = graph[index].attr("name")
-            bound, uses = bounds.get(name, (limit, what))
-            uses = uses if what in uses else f"{uses} and {what}"
-            bounds[name] = (min(bound, limit), uses)
+            seen = bounds.get(name, LabelBound(limit, what, ignored))
+            uses = seen.what if what in seen.what else f"{seen.what} and {what}"
+            bounds[name] = LabelBound(min(seen.rows, limit), uses, seen.ignored & ignored)
     return bounds
 
 
@@ -667,12 +690,12 @@ class Program:
         for name, spec in plan.inputs.items():
             checked[name] = coerce_input(name, arrays[name], spec)
             if name in plan.traced.label_bounds:
-                bound, what = plan.traced.label_bounds[name]
-                values = checked[name]
-                if values.size and (values.min() < 0 or values.max() >= bound):
+                bound = plan.traced.label_bounds[name]
+                bad = bound.bad_values(checked[name])
+                if bad.size:
                     raise ValueError(
-                        f"input {name!r}: {what} must lie in [0, {bound}), got values in "
-                        f"[{values.min()}, {values.max()}]"
+                        f"input {name!r}: {bound.describe()}, got {bad.size} value(s) outside, in "
+                        f"[{bad.min()}, {bad.max()}]"
                     )
         return checked
 

@@ -123,11 +123,11 @@ class Parameter(Tensor):
 
         self.copy_(state_array(value))
 
-    def detach(self) -> Parameter:
-        """Outside a trace, the parameter itself (`p.detach().cpu().numpy()` reads its value); inside
-        one there is no stop-gradient op yet, so refuse rather than silently keep the gradient."""
+    def detach(self):
+        """Outside a trace, the parameter itself (`p.detach().cpu().numpy()` reads its value);
+        inside one, its value with no gradient (torch's detach: a `detach` node)."""
         if is_tracing():
-            raise NotImplementedError("detach() inside a traced forward is unsupported (there is no stop-gradient op)")
+            return Tensor.detach(self)
         return self
 
     def cpu(self) -> Parameter:

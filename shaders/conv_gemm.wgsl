@@ -1,30 +1,35 @@
 // conv_gemm.wgsl: implicit-GEMM convolution, out = epilogue(A · B, extras…), where the im2col
 // operand is gathered from the image while its tile is staged: no column buffer is written.
 //
-// One GEMM per dispatch, [M, K] · [K, N] → [M, N], every image folded into the rows, columns or
-// reduction (so small late-stage images still fill whole tiles). Per mode (see ir/ops/image.py):
-// - FORWARD:     rows o, columns (n, ho, wo), reduction (c, i, j); a = weight [O, C·KH·KW],
-//                b = x [NIMG, C, H, W] gathered; out [NIMG, O, HO, WO].
+// One GEMM per dispatch and convolution group, [M, K] · [K, N] → [M, N], every image folded into
+// the rows, columns or reduction (so small late-stage images still fill whole tiles). C and O are
+// one group's channels and filters: the image has CG·C channels, the output (or its gradient)
+// CG·O; group cg reads channels cg·C + c and filters cg·O + o. Per mode (see ir/ops/image.py):
+// - FORWARD:     rows o, columns (n, ho, wo), reduction (c, i, j); a = weight [CG·O, C·KH·KW],
+//                b = x [NIMG, CG·C, H, W] gathered at (ho·SH − PH + i·DH, wo·SW − PW + j·DW);
+//                out [NIMG, CG·O, HO, WO].
 // - GRAD_INPUT:  rows c, columns (n, y, x), reduction (o, i, j); a = weight read permuted,
-//                b = g [NIMG, O, HO·WO] gathered at the output positions whose windows cover
-//                (y, x); out [NIMG, C, H, W]. Split by stride phase (y mod SH, x mod SW): only
-//                the taps i ≡ y + PH (mod SH), j ≡ x + PW (mod SW) reach a pixel, so each phase
-//                is its own GEMM over those ti·tj taps (ti = ⌈(KH − i0)/SH⌉ for the phase's first
-//                tap i0, so the phases share the KH·KW taps out) and the pixels of that phase
-//                (HP·WP per image, the last row/column of a phase possibly past the image: skipped).
-// - GRAD_WEIGHT: rows o, columns (c, i, j), reduction (n, ho, wo); a = g [NIMG, O, HO·WO],
-//                b = x gathered; out [O, C·KH·KW]. With GROUPS > 1 (split-K), one GEMM per part
-//                of the reduction: part s covers (n, ho, wo) flattened in [s·K, (s+1)·K) ∩
+//                b = g [NIMG, CG·O, HO·WO] gathered at the output positions whose windows cover
+//                (y, x); out [NIMG, CG·C, H, W]. Split by stride phase (y mod SH, x mod SW): only
+//                the taps i with (y + PH − i·DH) ≡ 0 (mod SH) reach a pixel, i0, i0 + STEP_H, …
+//                (STEP_H = SH / gcd(DH, SH); `phase_taps`), so each phase is its own GEMM over
+//                its ti·tj taps (the phases share the KH·KW taps out; a phase no tap reaches
+//                writes zeros) and the pixels of that phase (HP·WP per image, the last
+//                row/column of a phase possibly past the image: skipped).
+// - GRAD_WEIGHT: rows o, columns (c, i, j), reduction (n, ho, wo); a = g [NIMG, CG·O, HO·WO],
+//                b = x gathered; out [CG·O, C·KH·KW]. With PARTS > 1 (split-K), one GEMM per
+//                part of the reduction: part s covers (n, ho, wo) flattened in [s·K, (s+1)·K) ∩
 //                [0, K_TOTAL) (K_TOTAL = NIMG·HO·WO; the last part may be shorter) and writes
-//                out[s, O, C·KH·KW].
+//                out[s, CG·O, C·KH·KW].
 // Split-K of forward and a stride-1 grad_input (PARTS > 1, `chunks` in ir/ops/image.py): part s
 // of the reduction covers [s·K_PART, (s+1)·K_PART) ∩ [0, K) and writes the partials out[s, …]
 // (OUT_PART elements each), summed by a reduction after the kernel.
 // Bindings (group 0, generated from the KernelSpec): a (read), b (read), the epilogue's extras
 // that are buffers (x0, x1, …, read; scalar constants are inlined), out (read_write); a and out
 // are arrays of vec4 where the generator loads or stores them as such.
-// Grid: TILES = GROUPS · TILES_M · TILES_N workgroups of (TX, TY) threads (GROUPS: the parts of
-// the reduction times grad_input's stride phases, PHASES, the phase varying fastest), tile t = x + y · GRID_X (y only when x
+// Grid: TILES = GROUPS · TILES_M · TILES_N workgroups of (TX, TY) threads (GROUPS: the
+// convolution groups CG times the parts of the reduction PARTS times grad_input's stride phases,
+// PHASES, the phase varying fastest, then the part), tile t = x + y · GRID_X (y only when x
 // would exceed the per-dimension limit), the row tile varying fastest (neighbouring workgroups
 // share the gathered B tile); workgroups past TILES return.
 //
@@ -35,8 +40,9 @@
 // mode's gathers, zero past the matrix edges, in the padding and between strided positions),
 // and where `store4` puts an output element (NCHW, or the weight matrix).
 //
-// Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_X; the geometry C, O, H, W, HO, WO, KH,
-// KW, SH, SW, PH, PW; GROUPS, PHASES, K_TOTAL, K_PART, OUT_PART, HP, WP; A_IN / B_IN (the bound checks of the scalar loads,
+// Placeholders: BINDINGS, M, N, K, TILES_M, TILES, GRID_X; the geometry C, O, CG, H, W, HO, WO,
+// KH, KW, SH, SW, PH, PW, DH, DW, STEP_H, STEP_W, DGH, DGW; GROUPS, PARTS, PHASES, K_TOTAL, K_PART,
+// OUT_PART, HP, WP; A_IN / B_IN (the bound checks of the scalar loads,
 // a WGSL bool of (m or n, k)); FUNCTIONS (helpers the epilogue calls), READS (`let` statements
 // loading the epilogue's extras at the output's row-major index `i`), EPILOGUE (an f32 expression
 // of `x`, the dot product, and the READS), STORE4 (the function storing 4 columns); and
@@ -49,8 +55,11 @@
 //#include gemm_sizes
 const GRID_X: u32 = {{GRID_X}}u;
 
-const C: u32 = {{C}}u;   // image channels
-const O: u32 = {{O}}u;   // filters
+const C: u32 = {{C}}u;   // image channels of a group
+const O: u32 = {{O}}u;   // filters of a group
+const CG: u32 = {{CG}}u;  // convolution groups
+const CX: u32 = C * CG;  // the image's channels
+const OX: u32 = O * CG;  // the output's channels
 const H: u32 = {{H}}u;   // image size
 const W: u32 = {{W}}u;
 const HO: u32 = {{HO}}u;  // output positions
@@ -63,7 +72,14 @@ const SH: u32 = {{SH}}u;
 const SW: u32 = {{SW}}u;
 const PH: u32 = {{PH}}u;
 const PW: u32 = {{PW}}u;
-const GROUPS: u32 = {{GROUPS}}u;  // independent GEMMs of one dispatch (parts of K, phases)
+const DH: u32 = {{DH}}u;  // dilation: the taps' spacing in the image
+const DW: u32 = {{DW}}u;
+const STEP_H: u32 = {{STEP_H}}u;  // grad_input: a stride phase's taps are STEP_H apart, SH / gcd(DH, SH)
+const STEP_W: u32 = {{STEP_W}}u;
+const DGH: u32 = {{DGH}}u;  // grad_input: and DGH output rows apart, DH / gcd(DH, SH)
+const DGW: u32 = {{DGW}}u;
+const GROUPS: u32 = {{GROUPS}}u;  // independent GEMMs of one dispatch (convolution groups, parts of K, phases)
+const PARTS: u32 = {{PARTS}}u;  // the parts of the reduction (split-K)
 const PHASES: u32 = {{PHASES}}u;  // grad_input: the stride phases, SH·SW (1 for the others)
 const K_TOTAL: u32 = {{K_TOTAL}}u;  // grad_weight: the whole reduction, NIMG·HO·WO
 const K_PART: u32 = {{K_PART}}u;  // forward, grad_input: the reduction of one part (K unsplit)
@@ -71,10 +87,13 @@ const OUT_PART: u32 = {{OUT_PART}}u;  // forward, grad_input: the elements of on
 const HP: u32 = {{HP}}u;  // grad_input: rows and columns of a stride phase, ⌈H/SH⌉ and ⌈W/SW⌉
 const WP: u32 = {{WP}}u;
 
-// The workgroup's GEMM: the end of its reduction kend (K, but for grad_input and the last part of
-// a grad_weight); grad_weight, its part's first reduction index k_first; grad_input, its stride
-// phase (py, px), the phase's first tap (i0, j0), its taps per kernel row and column (ti, tj) and
-// (py + PH) / SH, (px + PW) / SW.
+// The workgroup's GEMM: its convolution group cg and part of the reduction; the end of its
+// reduction kend (K, but for grad_input and the last part of a grad_weight); grad_weight, its
+// part's first reduction index k_first; grad_input, its stride phase (py, px), the phase's first
+// tap (i0, j0), its taps per kernel row and column (ti, tj) and (py + PH − i0·DH) / SH,
+// (px + PW − j0·DW) / SW.
+var<private> cg: u32;
+var<private> part: u32;
 var<private> kend: u32;
 var<private> k_first: u32;
 var<private> ti: u32;
@@ -83,8 +102,8 @@ var<private> py: u32;
 var<private> px: u32;
 var<private> i0: u32;
 var<private> j0: u32;
-var<private> qy: u32;
-var<private> qx: u32;
+var<private> qy: i32;
+var<private> qx: i32;
 
 var<workgroup> tile_a: array<vec4<f32>, BK * BM / 4u>;  // [k][m / 4]
 var<workgroup> tile_b: array<vec4<f32>, BK * BN / 4u>;  // [k][n / 4]
@@ -93,15 +112,28 @@ var<workgroup> tile_b: array<vec4<f32>, BK * BN / 4u>;  // [k][n / 4]
 
 //#if GRAD_INPUT
 //#else
-// x[img, c, ho·SH − PH + i, wo·SW − PW + j]: one element of the column im2col would write; 0 in
-// the padding.
+// x[img, c, ho·SH − PH + i·DH, wo·SW − PW + j·DW] (c: a channel of the image): one element of the
+// column im2col would write; 0 in the padding.
 fn gather_x(img: u32, c: u32, i: u32, j: u32, ho: u32, wo: u32) -> f32 {
-    let y = i32(ho * SH + i) - i32(PH);
-    let x = i32(wo * SW + j) - i32(PW);
+    let y = i32(ho * SH + i * DH) - i32(PH);
+    let x = i32(wo * SW + j * DW) - i32(PW);
     if (y >= 0 && y < i32(H) && x >= 0 && x < i32(W)) {
-        return b[((img * C + c) * H + u32(y)) * W + u32(x)];
+        return b[((img * CX + c) * H + u32(y)) * W + u32(x)];
     }
     return 0.0;
+}
+//#endif
+
+//#if GRAD_INPUT
+// The first tap i0 of stride phase p along one axis and the phase's taps: those i < kk with
+// (p + pad − i·d) ≡ 0 (mod s), i0, i0 + step, … (step = s / gcd(d, s)); (0, 0) where none is.
+fn phase_taps(p: u32, pad: u32, s: u32, d: u32, kk: u32, step: u32) -> vec2<u32> {
+    for (var i = 0u; i < step; i++) {
+        if ((p + pad + s * d - i * d) % s == 0u) {
+            return select(vec2<u32>(0u, 0u), vec2<u32>(i, (kk - min(i, kk) + step - 1u) / step), i < kk);
+        }
+    }
+    return vec2<u32>(0u, 0u);
 }
 //#endif
 
@@ -113,17 +145,17 @@ fn load_a(bat: u32, m: u32, k: u32) -> f32 {
         return 0.0;
     }
 //#if FORWARD
-    return a[m * K + k];  // weight [O, C·KH·KW] as stored
+    return a[(cg * M + m) * K + k];  // weight [CG·O, C·KH·KW] as stored
 //#endif
 //#if GRAD_INPUT
-    let o = k / (ti * tj);  // A[c, (o, i, j)] = weight[o, (c·KH + i)·KW + j], (i, j) of the phase
-    let i = i0 + SH * ((k / tj) % ti);
-    let j = j0 + SW * (k % tj);
-    return a[(o * C + m) * TAPS + i * KW + j];
+    let o = k / (ti * tj);  // A[c, (o, i, j)] = weight[cg·O + o, (c·KH + i)·KW + j], (i, j) of the phase
+    let i = i0 + STEP_H * ((k / tj) % ti);
+    let j = j0 + STEP_W * (k % tj);
+    return a[((cg * O + o) * C + m) * TAPS + i * KW + j];
 //#endif
 //#if GRAD_WEIGHT
-    let nl = k_first + k;  // A[o, (n, l)] = g[n, o, l]
-    return a[((nl / L) * O + m) * L + nl % L];
+    let nl = k_first + k;  // A[o, (n, l)] = g[n, cg·O + o, l]
+    return a[((nl / L) * OX + cg * O + m) * L + nl % L];
 //#endif
 }
 //#endif
@@ -138,30 +170,31 @@ fn load_b(bat: u32, n: u32, k: u32) -> f32 {
     let ij = k % TAPS;
     let img = n / L;
     let l = n % L;
-    return gather_x(img, c, ij / KW, ij % KW, l / WO, l % WO);
+    return gather_x(img, cg * C + c, ij / KW, ij % KW, l / WO, l % WO);
 //#endif
 //#if GRAD_INPUT
-    // B[(o, a, b), (n, yp, xp)] = g[n, o, ho, wo] for the pixel y = py + SH·yp, x = px + SW·xp and
-    // the tap i = i0 + SH·a, j = j0 + SW·b of its phase: ho·SH − PH + i = y, so ho = yp + qy − a.
+    // B[(o, a, b), (n, yp, xp)] = g[n, cg·O + o, ho, wo] for the pixel y = py + SH·yp,
+    // x = px + SW·xp and the tap i = i0 + STEP_H·a, j = j0 + STEP_W·b of its phase:
+    // ho·SH − PH + i·DH = y, so ho = yp + qy − a·DGH.
     let o = k / (ti * tj);
     let ta = (k / tj) % ti;
     let tb = k % tj;
     let img = n / (HP * WP);
     let yp = (n / WP) % HP;
     let xp = n % WP;
-    let ho = i32(yp + qy) - i32(ta);
-    let wo = i32(xp + qx) - i32(tb);
+    let ho = i32(yp) + qy - i32(ta * DGH);
+    let wo = i32(xp) + qx - i32(tb * DGW);
     if (ho < 0 || wo < 0 || ho >= i32(HO) || wo >= i32(WO)) {
         return 0.0;
     }
-    return b[(img * O + o) * L + u32(ho) * WO + u32(wo)];
+    return b[(img * OX + cg * O + o) * L + u32(ho) * WO + u32(wo)];
 //#endif
 //#if GRAD_WEIGHT
     let nl = k_first + k;  // B[(n, ho, wo), (c, i, j)]
     let img = nl / L;
     let l = nl % L;
     let ij = n % TAPS;
-    return gather_x(img, n / TAPS, ij / KW, ij % KW, l / WO, l % WO);
+    return gather_x(img, cg * C + n / TAPS, ij / KW, ij % KW, l / WO, l % WO);
 //#endif
 }
 
@@ -173,7 +206,7 @@ fn load_a4(bat: u32, m: u32, k: u32) -> vec4<f32> {
         return vec4<f32>(0.0);
     }
     let nl = k_first + k;
-    return a[(((nl / L) * O + m) * L + nl % L) / 4u];
+    return a[(((nl / L) * OX + cg * O + m) * L + nl % L) / 4u];
 }
 //#endif
 
@@ -195,23 +228,23 @@ fn b_at(row: u32, x: i32, width: u32) -> f32 {
 
 //#if GRAD_INPUT
 //#else
-// gather_x at output positions wo .. wo + 3 of row ho: x at columns wo·SW − PW + j, SW apart.
+// gather_x at output positions wo .. wo + 3 of row ho: x at columns wo·SW − PW + j·DW, SW apart.
 // Forward's (units of 4 columns) with no branch on the row: a row in the padding reads as one of
 // width 0; the weight gradient's (units along K) leave at once there. Each form measured faster
 // in its mode on the H200 (codegen/conv.py `gathers_units`).
 fn gather_x4(img: u32, c: u32, i: u32, j: u32, ho: u32, wo: u32) -> vec4<f32> {
-    let y = i32(ho * SH + i) - i32(PH);
+    let y = i32(ho * SH + i * DH) - i32(PH);
 //#if FORWARD
     let w = select(0u, W, y >= 0 && y < i32(H));
-    let row = ((img * C + c) * H + u32(clamp(y, 0, i32(H) - 1))) * W;
+    let row = ((img * CX + c) * H + u32(clamp(y, 0, i32(H) - 1))) * W;
 //#else
     if (y < 0 || y >= i32(H)) {
         return vec4<f32>(0.0);
     }
     let w = W;
-    let row = ((img * C + c) * H + u32(y)) * W;
+    let row = ((img * CX + c) * H + u32(y)) * W;
 //#endif
-    let x = i32(wo * SW + j) - i32(PW);
+    let x = i32(wo * SW + j * DW) - i32(PW);
     let s = i32(SW);
     return vec4<f32>(b_at(row, x, w), b_at(row, x + s, w), b_at(row, x + 2 * s, w), b_at(row, x + 3 * s, w));
 }
@@ -225,35 +258,36 @@ fn load_b4(bat: u32, n: u32, k: u32) -> vec4<f32> {
     let c = k / TAPS;
     let ij = k % TAPS;
     let l = n % L;
-    return gather_x4(n / L, c, ij / KW, ij % KW, l / WO, l % WO);
+    return gather_x4(n / L, cg * C + c, ij / KW, ij % KW, l / WO, l % WO);
 //#endif
 //#if GRAD_INPUT
     let o = k / (ti * tj);  // pixels xp .. xp + 3 of a row of the phase read g at wo .. wo + 3
     let ta = (k / tj) % ti;
     let tb = k % tj;
-    let ho = i32((n / WP) % HP + qy) - i32(ta);
+    let ho = i32((n / WP) % HP) + qy - i32(ta * DGH);
     if (ho < 0 || ho >= i32(HO)) {
         return vec4<f32>(0.0);
     }
-    let row = ((n / (HP * WP)) * O + o) * L + u32(ho) * WO;
-    let wo = i32(n % WP + qx) - i32(tb);
+    let row = ((n / (HP * WP)) * OX + cg * O + o) * L + u32(ho) * WO;
+    let wo = i32(n % WP) + qx - i32(tb * DGW);
     return vec4<f32>(b_at(row, wo, WO), b_at(row, wo + 1, WO), b_at(row, wo + 2, WO), b_at(row, wo + 3, WO));
 //#endif
 //#if GRAD_WEIGHT
     let nl = k_first + k;
     let l = nl % L;
     let ij = n % TAPS;
-    return gather_x4(nl / L, n / TAPS, ij / KW, ij % KW, l / WO, l % WO);
+    return gather_x4(nl / L, cg * C + n / TAPS, ij / KW, ij % KW, l / WO, l % WO);
 //#endif
 }
 //#endif
 
 const NO_ELEMENT: u32 = 0xffffffffu;
 
-// The row-major index in out of element (row, col) of GEMM `group` (NO_ELEMENT: none).
+// The row-major index in out of element (row, col) of the workgroup's GEMM (NO_ELEMENT: none;
+// `group` is read from the privates cg and part).
 fn out_index(group: u32, row: u32, col: u32) -> u32 {
 //#if FORWARD
-    return group * OUT_PART + ((col / L) * O + row) * L + col % L;
+    return part * OUT_PART + ((col / L) * OX + cg * O + row) * L + col % L;
 //#endif
 //#if GRAD_INPUT
     let y = py + SH * ((col / WP) % HP);  // the phase's pixel; past the image: no element
@@ -261,10 +295,10 @@ fn out_index(group: u32, row: u32, col: u32) -> u32 {
     if (y >= H || x >= W) {
         return NO_ELEMENT;
     }
-    return (group / PHASES) * OUT_PART + ((col / (HP * WP)) * C + row) * (H * W) + y * W + x;
+    return part * OUT_PART + ((col / (HP * WP)) * CX + cg * C + row) * (H * W) + y * W + x;
 //#endif
 //#if GRAD_WEIGHT
-    return group * M * N + row * N + col;
+    return (part * CG + cg) * M * N + row * N + col;
 //#endif
 }
 
@@ -288,37 +322,42 @@ fn conv_gemm(
     let tiles_per_group = TILES / GROUPS;
     let group = t / tiles_per_group;
     let phase = group % PHASES;
-    let part = group / PHASES;
+    let part_t = (group / PHASES) % PARTS;
+    cg = group / (PHASES * PARTS);
+    part = part_t;
     // The reduction's range: lets from workgroup_id, uniform, for the barriers' loop.
 //#if FORWARD
-    let kbegin = part * K_PART;
+    let kbegin = part_t * K_PART;
     let klimit = min(K, kbegin + K_PART);
 //#endif
 //#if GRAD_INPUT
-    py = phase / SW;
-    px = phase % SW;
-    i0 = (py + PH) % SH;
-    j0 = (px + PW) % SW;
-    qy = (py + PH) / SH;
-    qx = (px + PW) / SW;
-    ti = (KH + SH - 1u - min(i0, KH)) / SH;  // ⌈(KH − i0)/SH⌉, 0 when the phase has no tap
-    tj = (KW + SW - 1u - min(j0, KW)) / SW;
-    let kphase = O * ((KH + SH - 1u - min((phase / SW + PH) % SH, KH)) / SH)
-        * ((KW + SW - 1u - min((phase % SW + PW) % SW, KW)) / SW);
-    let kbegin = part * K_PART;
+    let phase_y = phase / SW;
+    let phase_x = phase % SW;
+    let taps_y = phase_taps(phase_y, PH, SH, DH, KH, STEP_H);  // (i0, ti)
+    let taps_x = phase_taps(phase_x, PW, SW, DW, KW, STEP_W);
+    py = phase_y;
+    px = phase_x;
+    i0 = taps_y.x;
+    j0 = taps_x.x;
+    ti = taps_y.y;
+    tj = taps_x.y;
+    qy = (i32(phase_y + PH) - i32(taps_y.x * DH)) / i32(SH);  // exact
+    qx = (i32(phase_x + PW) - i32(taps_x.x * DW)) / i32(SW);
+    let kphase = O * taps_y.y * taps_x.y;
+    let kbegin = part_t * K_PART;
     let klimit = min(kphase, kbegin + K_PART);
 //#endif
 //#if GRAD_WEIGHT
-    k_first = group * K;
+    k_first = part_t * K;
     let kbegin = 0u;
-    let klimit = min(K, K_TOTAL - group * K);
+    let klimit = min(K, K_TOTAL - part_t * K);
 //#endif
     kend = klimit;
     let bat = group;  // the loads' and stores' GEMM
     let obat = group;
     let m0 = (t % tiles_per_group) % TILES_M * BM;
     let n0 = (t % tiles_per_group) / TILES_M * BN;
-    let a_base = 0u;  // forward's vec4 loads of the weight
+    let a_base = (group / (PHASES * PARTS)) * M * K;  // forward's vec4 loads of the weight: its group's rows
     let tx = local.x;
     let ty = local.y;
 //#include gemm_loop

@@ -6,16 +6,17 @@
 // Subtracting the row max keeps exp() from overflowing; the max and the sum are read in one pass
 // (`row_stats`), so the forward reads the logits once and the backward twice. Against a max pass
 // and then a sum pass, on the H200 (2026-12-03, one profiled step, one process): the
-// SmolLM2-shaped step 82.07 → 81.80 ms GPU ([2048, 49152] logits), GPT-2-small's 62.93 → 62.51. A label outside [0, C) gives NaN
-// rather than reading another row. A row with a NaN or a +inf gives NaN (loss and gradient), as
+// SmolLM2-shaped step 82.07 → 81.80 ms GPU ([2048, 49152] logits), GPT-2-small's 62.93 → 62.51. A label equal to
+// IGNORE (PyTorch's ignore_index) gives 0 forward and a row of zeros backward; another label outside [0, C) gives
+// NaN rather than reading another row. A row with a NaN or a +inf gives NaN (loss and gradient), as
 // PyTorch: a NaN fails `z > m` and goes into the sum, inf − inf is NaN (tests/test_nan_semantics.py).
 // Bindings (group 0, generated from the KernelSpec): logits (read, f32 [ROWS, C]), labels
 // (read, i32 [ROWS]), grad (read, f32 [ROWS]; backward only, unless inlined as GRAD_AT), out
 // (read_write: [ROWS] forward, [ROWS, C] backward).
 // Grid: ROWS workgroups of WG threads (a power of two), folded into (GRID_X, y).
 //
-// Placeholders: BINDINGS, ROWS, C, WG, GRID_X; flag GRAD selects the backward entry point;
-// GRAD_AT is the f32 expression of the incoming gradient of `row` (backward only).
+// Placeholders: BINDINGS, ROWS, C, WG, GRID_X, IGNORE (an i32); flag GRAD selects the backward
+// entry point; GRAD_AT is the f32 expression of the incoming gradient of `row` (backward only).
 
 {{BINDINGS}}
 
@@ -23,6 +24,7 @@ const ROWS: u32 = {{ROWS}}u;
 const C: u32 = {{C}}u;
 const WG: u32 = {{WG}}u;
 const GRID_X: u32 = {{GRID_X}}u;
+const IGNORE: i32 = {{IGNORE}}i;
 
 //#include workgroup_combine
 
@@ -65,7 +67,7 @@ fn cross_entropy_rows_grad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local
     for (var c = lid; c < C; c += WG) {
         let p = exp(logits[row * C + c] - shift) * scale;
         let hit = select(0.0, 1.0, valid && u32(label) == c);
-        out[row * C + c] = select(nan(), (p - hit) * g, valid);
+        out[row * C + c] = select(select(nan(), (p - hit) * g, valid), 0.0, label == IGNORE);
     }
 }
 //#else
@@ -80,7 +82,9 @@ fn cross_entropy_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
     let total = stats.y;
     if (lid == 0u) {
         let label = labels[row];
-        if (label >= 0 && u32(label) < C) {
+        if (label == IGNORE) {
+            out[row] = 0.0;
+        } else if (label >= 0 && u32(label) < C) {
             out[row] = log(total) + shift - logits[row * C + u32(label)];
         } else {
             out[row] = nan();

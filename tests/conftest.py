@@ -222,11 +222,14 @@ def interpreter_steps(program, feeds: list[dict[str, np.ndarray]]) -> tuple[list
 def interpreted_steps(traced, feeds: list[dict[str, np.ndarray]], dtype=np.float64):
     """A traced training step (compiler.trace_step, no device) taken once per feed on the numpy
     interpreter in `dtype`, from the model's values and the optimizer's initial state: the losses
-    and the final parameters and buffers (a float64 run to compare with PyTorch's float64 one)."""
+    and the final parameters and buffers (a float64 run to compare with PyTorch's float64 one).
+    Before update k the groups' hyper-parameter vectors get its values (Program.write_hypers)."""
     params = {name: p.numpy().astype(dtype) for name, p in traced.parameters.items()}
     states = {name: np.asarray(value, dtype) for name, value in traced.initial_states.items()}
     losses = []
-    for feed in feeds:
+    for step, feed in enumerate(feeds, start=1):
+        if traced.optimizer is not None:
+            states |= {name: np.asarray(value, dtype) for name, value in traced.optimizer.hyper_values(step).items()}
         result = interpret(traced.graph, feed, params, {**states, **params}, dtype=dtype)  # buffers are states
         losses.append(float(result.outputs["loss"]))
         for name, value in result.updates.items():

@@ -22,6 +22,7 @@ from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.registry import node_workgroups
 from meganeura.codegen.transformer import balanced_grad_kv_workgroups, lower_attention_tiles
 from meganeura.ir.graph import Graph, TensorType
+from meganeura.ir.interpret import interpret
 from meganeura.ir.op import ShapeError
 from meganeura.ir.ops.transformer import (
     attention_delta,
@@ -107,7 +108,7 @@ def test_sdpa_defaults_and_refusals():
         trace_sdpa((1, 4, 3, 8), (1, 2, 3, 8))
     with pytest.raises(ShapeError, match="heads dividing"):
         trace_sdpa((1, 4, 3, 8), (1, 3, 3, 8), enable_gqa=True)
-    with pytest.raises(NotImplementedError, match="attn_mask"):
+    with pytest.raises(TypeError, match="expected a Tensor"):
         trace_sdpa((1, 2, 3, 8), (1, 2, 3, 8), attn_mask=np.zeros((3, 3)))
     with pytest.raises(ValueError, match="between 0 and 1"):
         trace_sdpa((1, 2, 3, 8), (1, 2, 3, 8), dropout_p=1.5)
@@ -675,3 +676,174 @@ def test_causal_key_tiles_past_every_query_walk_nothing(route, monkeypatch):
     assert any(f"tiles {tiles} " in spec.label for spec in executable.kernels)
     got = executable.run(inputs, read=("dk",))["dk"]
     assert np.abs(got[:, :, 7:]).max() == 0 and np.abs(got[:, :, :7]).max() > 0
+
+
+# -- attention with attn_mask (traced plain: matmuls, the masked softmax) --------------------------
+
+
+def masked_reference(q, k, v, mask, scale, boolean):
+    """torch's reference: bias −inf where a boolean mask is False (or the additive mask), repeated
+    KV heads, a softmax whose row of hidden keys gives zeros (torch's _safe_softmax)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    bias = np.where(mask, 0.0, -np.inf) if boolean else mask
+    s = q @ np.swapaxes(k, -1, -2) * scale + bias
+    top = s.max(-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(top), top, 0.0))
+    p = np.where(np.isneginf(top), 0.0, p / np.where(np.isneginf(top), 1.0, p.sum(-1, keepdims=True)))
+    return p @ v
+
+
+def masked_graph(q_shape, kv_shape, mask_shape, boolean: bool, **kwargs):
+    """out = sdpa(q, k, v, attn_mask) with the mask an input `m` (boolean: passed as `m > 0`)."""
+    tracer = Tracer()
+    with tracing(tracer):
+        q, k, v = (
+            trace_leaf(tracer, "input", n, TensorType(s)) for n, s in (("q", q_shape), ("k", kv_shape), ("v", kv_shape))
+        )
+        m = trace_leaf(tracer, "input", "m", TensorType(mask_shape))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=m > 0.0 if boolean else m, **kwargs)
+    tracer.graph.outputs["out"] = out.node
+    return tracer.graph
+
+
+@pytest.mark.parametrize("boolean", [True, False], ids=["bool", "additive"])
+@pytest.mark.parametrize(
+    "q_shape, kv_shape, mask_shape",
+    [
+        ((2, 2, 5, 4), (2, 2, 6, 4), (5, 6)),
+        ((2, 4, 3, 4), (2, 2, 7, 4), (2, 1, 3, 7)),
+        ((1, 3, 4, 2), (1, 1, 4, 2), (1, 3, 1, 4)),
+    ],
+    ids=["mha-[sq,skv]", "gqa-[b,1,sq,skv]", "mqa-[1,h,1,skv]"],
+)
+def test_masked_attention_matches_the_reference(boolean, q_shape, kv_shape, mask_shape):
+    rng = np.random.default_rng(11)
+    q, k, v = rng.normal(size=q_shape), rng.normal(size=kv_shape), rng.normal(size=kv_shape)
+    if boolean:
+        m = np.where(rng.random(mask_shape) < 0.5, 1.0, -1.0)
+        m[..., 0] = 1.0
+    else:
+        m = np.where(rng.random(mask_shape) < 0.3, -np.inf, rng.normal(size=mask_shape))
+    m.reshape(-1, mask_shape[-1])[-1] = -1.0 if boolean else -np.inf  # a row that hides every key
+    graph = masked_graph(q_shape, kv_shape, mask_shape, boolean, scale=0.7, enable_gqa=True)
+    got = interpret(graph, {"q": q, "k": k, "v": v, "m": m}, dtype=np.float64).outputs["out"]
+    expected = masked_reference(q, k, v, m > 0 if boolean else m, 0.7, boolean)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    assert np.isfinite(got).all() and (got == 0).all(axis=-1).any()  # the hidden rows give zeros, not NaN
+    check(graph, {name: value.astype(np.float32) for name, value in (("q", q), ("k", k), ("v", v), ("m", m))})
+
+
+def test_masked_attention_gradients_mid_chain():
+    """Through q, k, v and an additive mask that is a parameter (a learned bias [sq, skv]); and
+    through q, k, v under a boolean mask made by a comparison (causal_mask(…) == 0)."""
+
+    def additive(q, k, v, bias):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True)
+
+    shapes = [(1, 4, 3, 2), (1, 2, 5, 2), (1, 2, 5, 2), (3, 5)]
+    assert gradcheck(additive, shapes, np.random.default_rng(2)) < 1e-6
+
+    def boolean(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=F.causal_mask(4, 5) == 0.0, scale=0.5)
+
+    assert gradcheck(boolean, [(2, 2, 4, 3), (2, 2, 5, 3), (2, 2, 5, 3)], np.random.default_rng(3)) < 1e-6
+
+
+def test_a_causal_boolean_mask_gives_the_fused_causal_attention():
+    rng = np.random.default_rng(4)
+    tracer = Tracer()
+    with tracing(tracer):
+        q, k, v = (trace_leaf(tracer, "input", n, TensorType((2, 2, 5, 4))) for n in "qkv")
+        masked = F.scaled_dot_product_attention(q, k, v, attn_mask=F.causal_mask(5) == 0.0)
+        causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    tracer.graph.outputs.update(masked=masked.node, causal=causal.node)
+    out = interpret(tracer.graph, {n: rng.normal(size=(2, 2, 5, 4)) for n in "qkv"}, dtype=np.float64).outputs
+    np.testing.assert_allclose(out["masked"], out["causal"], rtol=1e-12, atol=1e-12)
+
+
+def test_boolean_masks_are_comparisons_and_other_masks_add():
+    tracer = Tracer()
+    with tracing(tracer):
+        x = trace_leaf(tracer, "input", "x", TensorType((3, 4)))
+        y = trace_leaf(tracer, "input", "y", TensorType((3, 4)))
+        assert F.is_boolean_mask(x > 0) and F.is_boolean_mask(x == y)
+        assert F.is_boolean_mask((x > 0).reshape(1, 3, 4)) and F.is_boolean_mask((x > 0)[:, :2])
+        assert F.is_boolean_mask((x > 0) * (y < 1)) and F.is_boolean_mask(F.where(x > 0, y > 0, x < 0))
+        assert (
+            not F.is_boolean_mask(x) and not F.is_boolean_mask((x > 0) * 2.0) and not F.is_boolean_mask((x > 0) + 0.0)
+        )
+
+
+def test_masked_attention_refusals():
+    mask = Tracer()
+    with pytest.raises(
+        RuntimeError, match=r"test_attention\.py:\d+: _scaled_dot_product_attention: Explicit attn_mask"
+    ):
+        with tracing(mask):
+            m = trace_leaf(mask, "input", "m", TensorType((3, 3)))
+            q = trace_leaf(mask, "input", "q", TensorType((1, 2, 3, 8)))
+            F.scaled_dot_product_attention(q, q, q, attn_mask=m, is_causal=True)
+    tracer = Tracer()
+    with tracing(tracer):
+        q = trace_leaf(tracer, "input", "q", TensorType((1, 2, 3, 8)))
+        with pytest.raises(ShapeError, match=r"attn_mask must be an f32 additive mask or a comparison's mask"):
+            F.scaled_dot_product_attention(
+                q, q, q, attn_mask=trace_leaf(tracer, "input", "i", TensorType((3, 3), "i32"))
+            )
+        with pytest.raises(ShapeError, match=r"attn_mask f32\[3,4\] does not broadcast to \[1, 2, 3, 3\]"):
+            F.scaled_dot_product_attention(q, q, q, attn_mask=trace_leaf(tracer, "input", "w", TensorType((3, 4))))
+        k = trace_leaf(tracer, "input", "k", TensorType((1, 3, 3, 8)))
+        with pytest.raises(ShapeError, match="heads dividing 2"):
+            F.scaled_dot_product_attention(q, k, k, attn_mask=q[0, 0, :, :3] > 0, enable_gqa=True)
+
+
+class MaskedAttention(nn.Module):
+    """A self-attention over padded sequences: a boolean padding mask from the input (keys whose
+    `keep` is 0 are hidden; a sequence of all padding hides every key) plus a learned additive
+    bias over positions."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(EMBED, 3 * HEADS * HEAD_DIM, bias=False)
+        self.bias = nn.Parameter(np.zeros((SEQ, SEQ), np.float32))
+        self.head = nn.Linear(HEADS * HEAD_DIM, CLASSES)
+
+    def forward(self, x, keep):
+        batch = x.shape[0]
+        q, k, v = (
+            t.reshape(batch, SEQ, HEADS, HEAD_DIM).transpose(1, 2)
+            for t in (self.qkv(x)[..., i * HEADS * HEAD_DIM : (i + 1) * HEADS * HEAD_DIM] for i in range(3))
+        )
+        padding = (keep > 0.5).reshape(batch, 1, 1, SEQ)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=padding) + F.scaled_dot_product_attention(
+            q, k, v, attn_mask=self.bias
+        )
+        return self.head(y.transpose(1, 2).reshape(batch * SEQ, HEADS * HEAD_DIM))
+
+
+def test_masked_attention_trains_on_the_gpu_like_the_interpreter():
+    mn.manual_seed(0)
+    batch = 3
+    program = mn.compile(
+        MaskedAttention(),
+        loss=lambda model, x, keep, y: F.cross_entropy(model(x, keep), y),
+        inputs={"x": mn.f32[batch, SEQ, EMBED], "keep": mn.f32[batch, SEQ], "y": mn.i32[batch * SEQ]},
+        optimizer=optim.Adam(lr=1e-2),
+    )
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(batch, SEQ, EMBED)).astype(np.float32)
+    keep = (rng.random((batch, SEQ)) < 0.7).astype(np.float32)
+    keep[0, 0], keep[2] = 1.0, 0.0  # the last sequence is all padding: its rows give zeros
+    y = rng.integers(0, CLASSES, size=batch * SEQ).astype(np.int32)
+    losses = assert_steps_follow_interpreter(program, [{"x": x, "keep": keep, "y": y}] * 3)
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
+    assert np.abs(program.state_dict()["bias"]).max() > 0  # the additive mask learns
+
+
+def test_a_negative_infinity_literal_reads_back_from_its_text():
+    """A boolean mask's −inf becomes an expression literal in the fused kernels: its text must parse."""
+    from meganeura.ir.expr import format_expr, parse
+
+    tree = ("where", ("$", "1"), 0.0, -math.inf)
+    assert format_expr(tree) == "where($1,0.0,-inf)" and parse(format_expr(tree)) == tree

@@ -83,7 +83,9 @@ def test_cross_entropy_gradient_mid_chain():
     rng = np.random.default_rng(7)
     labels = np.array([0, 2, 4, 1, 2], dtype=np.int32)
     for reduction in ("mean", "sum", "none"):
-        err = gradcheck(lambda z, labels, r=reduction: F.cross_entropy(z, labels, r), [(5, 5)], rng, labels=labels)
+        err = gradcheck(
+            lambda z, labels, r=reduction: F.cross_entropy(z, labels, reduction=r), [(5, 5)], rng, labels=labels
+        )
         assert err < 1e-6, reduction
 
 
@@ -161,7 +163,7 @@ def test_nll_loss_pick_and_scatter_rows_gradients_mid_chain():
     rng = np.random.default_rng(17)
     labels = np.array([0, 2, 4, 1, 2], dtype=np.int32)
     for reduction in ("mean", "sum", "none"):
-        err = gradcheck(lambda z, labels, r=reduction: F.nll_loss(z, labels, r), [(5, 5)], rng, labels=labels)
+        err = gradcheck(lambda z, labels, r=reduction: F.nll_loss(z, labels, reduction=r), [(5, 5)], rng, labels=labels)
         assert err < 1e-6, reduction
     scatter = lambda g, labels: apply("scatter_rows", g, labels, classes=6)  # noqa: E731
     assert gradcheck(scatter, [(5,)], rng, labels=labels) < 1e-6
@@ -180,8 +182,8 @@ def test_cross_entropy_and_nll_loss_follow_pytorch():
         with tracing(tracer):
             logits = trace_leaf(tracer, "input", "z", TensorType((4, 3)))
             labels = trace_leaf(tracer, "input", "y", TensorType((4,), "i32"))
-            tracer.graph.outputs["ce"] = F.cross_entropy(logits, labels, reduction).node
-            tracer.graph.outputs["nll"] = F.nll_loss(-logits, labels, reduction).node
+            tracer.graph.outputs["ce"] = F.cross_entropy(logits, labels, reduction=reduction).node
+            tracer.graph.outputs["nll"] = F.nll_loss(-logits, labels, reduction=reduction).node
         out = interpret(tracer.graph, {"z": z, "y": y}, dtype=np.float64).outputs
         np.testing.assert_allclose(out["ce"], ce, rtol=1e-12)
         np.testing.assert_allclose(out["nll"], nll, rtol=1e-12)

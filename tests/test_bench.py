@@ -1,7 +1,8 @@
 """The side-by-side bench (`python -m meganeura bench`, meganeura/bench/): the command line parses
 and rejects unknown workloads; every workload runs at its small size and reports real numbers; where
 torch is installed, each PyTorch mirror's first-step loss (and its loss after one optimizer update)
-matches ours, which is the check that the mirrors are the same models with the same weights; where
+matches ours, which is the check that the mirrors are the same models with the same weights (for
+the workloads with dropout, whose masks differ on each side, an eval-mode forward's loss); where
 it is not, the torch columns say so; a mirror that disagrees gets no ratios.
 
 The bench runs in a child process, as a user runs it: torch must be imported before the WebGPU
@@ -24,12 +25,24 @@ import pytest
 from meganeura.__main__ import main
 from meganeura.bench import gemm
 from meganeura.bench.harness import LOSS_RTOL, TOP_KINDS, StepResult, TorchRun
-from meganeura.bench.report import label_share, markdown, share_line, source_digest, step_text
+from meganeura.bench.report import (
+    dropout_costs,
+    dropout_text,
+    label_share,
+    markdown,
+    share_line,
+    source_digest,
+    step_text,
+)
 from meganeura.bench.workloads import STEPS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 STEP_NAMES = list(STEPS)
+STOCHASTIC = {"gpt2-dropout", "vit"}  # the workloads with dropout
+# The workloads whose attention runs as the fused kernels (labelled attention…); SDPA with
+# dropout_p > 0 is traced unfused (softmax, dropout and the products).
+FUSED_ATTENTION = {"smollm2", "gpt2", "vit", "unet"}
 
 
 def test_help_lists_every_workload(capsys):
@@ -105,6 +118,57 @@ def test_a_mirror_that_disagrees_gets_no_ratios():
     assert "MIRROR MISMATCH" in text and "ours/torch" not in text
     row = table_row(off)
     assert row.split(" | ")[3] == "–" and row.split(" | ")[5] == "–"  # the ratio columns
+
+
+def stochastic_result(eval_ours: list[float], eval_theirs: list[float]) -> StepResult:
+    """A workload with dropout: training losses far apart (each side's own masks)."""
+    result = result_with_losses([2.0, 1.9], [2.3, 1.7])
+    result.stochastic, result.eval_losses = True, eval_ours
+    result.torch["fp32"].eval_losses = eval_theirs
+    return result
+
+
+def test_a_workload_with_dropout_is_checked_by_its_eval_mode_loss():
+    """Dropout's masks differ on each side: the check is the eval-mode (dropout-off) loss before any
+    update; the training losses are printed, not compared; the losses after an update are reported."""
+    agreeing = stochastic_result([2.1, 1.95], [2.1 * (1 + LOSS_RTOL / 2), 1.96])
+    assert agreeing.stochastic and agreeing.check == "eval-mode forward (dropout off)"
+    assert agreeing.mirror_ok and agreeing.ratio("fp32") == pytest.approx(2.0)  # though 2.0 vs 2.3 in training
+    assert agreeing.loss_difference == pytest.approx(LOSS_RTOL / 2 / (1 + LOSS_RTOL / 2))
+    assert agreeing.second_loss_difference is None
+    assert agreeing.eval_update_difference == pytest.approx(0.01 / 1.96)
+    text = step_text(agreeing, ("fp32", "bf16"))
+    assert "eval-mode (dropout off) loss before any update: ours 2.100000" in text and "same model" in text
+    assert "training losses with dropout (not compared): ours 2.000000, 1.900000; PyTorch fp32 2.300000" in text
+    record = agreeing.as_dict()
+    assert record["check"] == agreeing.check and record["eval_losses"] == [2.1, 1.95]
+    assert record["modes"]["fp32"]["eval_losses"] == [2.1 * (1 + LOSS_RTOL / 2), 1.96]
+    assert table_row(agreeing).split(" | ")[8].endswith("(eval)")
+
+    off = stochastic_result([2.1, 1.95], [2.1 * (1 + 3 * LOSS_RTOL), 1.95])
+    assert off.mirror_ok is False and off.ratio("fp32") is None and off.ratio("bf16") is None
+    assert "MIRROR MISMATCH" in step_text(off, ("fp32", "bf16"))
+    unchecked = stochastic_result([2.1, 1.95], [])  # PyTorch's eval-mode loss did not run: no check, no ratios
+    assert unchecked.mirror_ok is None and unchecked.ratio("fp32") is None
+
+
+def test_what_dropout_adds_pairs_a_workload_with_its_dropout_variant():
+    base = result_with_losses([2.0, 1.9], [2.0, 1.9])
+    base.name, base.ours_ms = "gpt2", 40.0
+    dropped = stochastic_result([2.0, 1.9], [2.0, 1.9])
+    dropped.name, dropped.ours_ms = "gpt2-dropout", 50.0
+    dropped.torch["fp32"].ms, dropped.torch["bf16"].ms = 30.0, None
+    costs = dropout_costs([base, dropped, result_with_losses([1.0], [1.0])])
+    assert costs == {
+        "gpt2-dropout": {
+            "meganeura": {"ms": 10.0, "relative": 0.25},
+            "torch fp32": {"ms": 5.0, "relative": 0.2},  # bf16 has no time with dropout: left out
+        }
+    }
+    assert dropout_text(costs) == (
+        "== what dropout adds to gpt2's step: meganeura +10.000 ms (+25.0%), torch fp32 +5.000 ms (+20.0%)"
+    )
+    assert dropout_costs([dropped]) == {}  # without the step it adds to
 
 
 def test_the_table_keeps_three_digits_of_a_short_step():
@@ -196,6 +260,30 @@ def test_our_step_keeps_every_kernels_time_for_shares():
 
 
 @pytest.mark.gpu
+def test_the_eval_mode_loss_is_the_step_without_dropout():
+    """gpt2-dropout's eval-mode loss before any update is gpt2's first training loss from the same
+    weights (the eval program drops nothing and starts from the weights the training program does);
+    its training steps drop (their loss is another), and its eval-mode loss after one update is
+    lower. The model is back in training mode after its eval program compiled."""
+    import numpy as np
+
+    from meganeura import nn
+    from meganeura.bench.harness import run_ours
+
+    results = {}
+    for name in ("gpt2", "gpt2-dropout"):
+        nn.manual_seed(7)  # the same initial weights: Dropout draws none
+        workload = STEPS[name].build(small=True)
+        results[name] = run_ours(workload, workload.batch(np.random.default_rng(0)), 1, 2)
+        assert workload.model.training and all(module.training for module in workload.model.modules())
+    plain, dropped = results["gpt2"], results["gpt2-dropout"]
+    assert not plain.stochastic and plain.eval_losses == [] and dropped.stochastic
+    assert dropped.eval_losses[0] == pytest.approx(plain.ours_losses[0], rel=1e-5)
+    assert abs(dropped.ours_losses[0] - dropped.eval_losses[0]) > 1e-3
+    assert dropped.eval_losses[1] < dropped.eval_losses[0]
+
+
+@pytest.mark.gpu
 def test_every_workload_runs_and_reports_real_numbers(bench_run):
     stdout, record = bench_run
     assert record["small"] and record["steps"] == 3 and record["adapter"] in stdout
@@ -206,7 +294,11 @@ def test_every_workload_runs_and_reports_real_numbers(bench_run):
         assert finite_positive(w["ours_ms"]) and finite_positive(w["compile_s"]), w["workload"]
         assert len(w["ours_times_ms"]) == 3 and w["dispatches"] > 10
         assert all(math.isfinite(loss) and loss > 0 for loss in w["ours_losses"])
-        assert w["ours_losses"][1] < w["ours_losses"][0]  # one update on the same batch lowers its loss
+        assert w["stochastic"] == (w["workload"] in STOCHASTIC) and w["parameters"] > 0
+        # One update on the same batch lowers its loss (with dropout: the eval-mode loss, each
+        # training step drawing its own masks).
+        checked = w["eval_losses"] if w["stochastic"] else w["ours_losses"]
+        assert len(checked) == 2 and checked[1] < checked[0], w["workload"]
         kinds = w["top_kinds"]
         assert 1 <= len(kinds) <= TOP_KINDS and sum(k["share"] for k in kinds) <= 1 + 1e-9
         assert kinds == sorted(kinds, key=lambda k: -k["ms"]) and all(k["ms"] > 0 for k in kinds)
@@ -216,7 +308,7 @@ def test_every_workload_runs_and_reports_real_numbers(bench_run):
         assert sum(k["ms"] for k in kernels) <= w["gpu_ms"] * (1 + 1e-9)
         assert finite_positive(w["gpu_one_pass_ms"])  # the warm-up step before it, as one pass
         share = w["shares"]["^attention"]  # --share: the attention kernels over every kernel the step ran
-        attention = "smollm2" in w["workload"] or "gpt2" in w["workload"]
+        attention = w["workload"] in FUSED_ATTENTION
         assert (share["kernels"] > 0) == attention and 0 <= share["ms"] < w["gpu_ms"], w["workload"]
         assert math.isclose(share["share"], share["ms"] / w["gpu_ms"]) and "matching '^attention'" in stdout
         if attention:  # the forward, dQ's kernel or product, dK/dV: at least the forward and dK/dV
@@ -225,6 +317,8 @@ def test_every_workload_runs_and_reports_real_numbers(bench_run):
             )
         assert f"== {w['workload']}:" in stdout
         assert any(line.startswith(f"| {w['workload']} |") for line in stdout.splitlines())  # the Markdown row
+    assert record["dropout_cost"].keys() == {"gpt2-dropout"}  # gpt2 and gpt2-dropout both ran
+    assert "== what dropout adds to gpt2's step: meganeura " in stdout
     products = record["gemm"]
     assert len(products) == 3 * len(gemm.SMALL_SHAPES)
     for p in products:
@@ -239,7 +333,12 @@ def test_each_mirror_starts_from_our_weights_and_matches_our_loss(bench_run):
         name = w["workload"]
         assert w["mirror_ok"] is True, name
         assert w["loss_difference"] < 1e-4, name  # fp32 on both sides: rounding only
-        assert w["second_loss_difference"] < 1e-3, name  # the optimizer update agrees too
+        if w["stochastic"]:  # the eval-mode loss is the check; after an update that saw other masks, close
+            assert w["check"] == "eval-mode forward (dropout off)" and w["second_loss_difference"] is None, name
+            assert w["eval_update_difference"] < 5e-2, name
+            assert len(w["modes"]["fp32"]["eval_losses"]) == 2 and f"== {name}:" in stdout
+        else:
+            assert w["second_loss_difference"] < 1e-3, name  # the optimizer update agrees too
         for mode in ("fp32", "bf16"):
             run = w["modes"][mode]
             assert finite_positive(run["ms"]) and finite_positive(run["ratio"]), (name, mode, run["note"])

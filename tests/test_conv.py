@@ -132,16 +132,24 @@ def test_unsupported_conv_options_are_refused_clearly():
     with tracing(tracer):
         x = trace_leaf(tracer, "input", "x", TensorType((1, 2, 6, 6)))
         w = trace_leaf(tracer, "input", "w", TensorType((3, 2, 3, 3)))
-        with pytest.raises(NotImplementedError, match=r"test_conv\.py:\d+: conv2d: dilation=2 is not supported"):
-            F.conv2d(x, w, dilation=2)
-        with pytest.raises(NotImplementedError, match=r"test_conv\.py:\d+: conv2d: groups=2"):
+        with pytest.raises(
+            mn.ShapeError, match=r"test_conv\.py:\d+: conv2d: Given groups=2, expected weight to be divisible by 2"
+        ):
             F.conv2d(x, w, groups=2)
+        with pytest.raises(ValueError, match=r"test_conv\.py:\d+: conv2d: non-positive groups"):
+            F.conv2d(x, w, groups=0)
+        with pytest.raises(mn.ShapeError, match=r"conv2d: expected input \[N, 6, H, W\] .* in 3 group\(s\)"):
+            F.conv2d(x, trace_leaf(tracer, "input", "g", TensorType((3, 2, 3, 3))), groups=3)
         with pytest.raises(ValueError, match="padding='same' is not supported for strided"):
             F.conv2d(x, w, stride=2, padding="same")
-        with pytest.raises(NotImplementedError, match=r"test_conv\.py:\d+: unfold: dilation=\(1, 2\)"):
-            F.unfold(x, 3, dilation=(1, 2))
-        with pytest.raises(NotImplementedError, match="fold: dilation=3"):
-            F.fold(trace_leaf(tracer, "input", "c", TensorType((1, 18, 16))), (6, 6), 3, dilation=3)
+        with pytest.raises(ValueError, match="padding must be an int, a pair, 'valid' or 'same'"):
+            F.conv2d(x, w, padding="full")
+        with pytest.raises(
+            mn.ShapeError, match=r"test_conv\.py:\d+: unfold: kernel \(3, 3\) \(dilated to 7\) is larger"
+        ):
+            F.unfold(x, 3, dilation=3)
+        with pytest.raises(mn.ShapeError, match=r"test_conv\.py:\d+: conv2d: dilation: expected an int or a pair"):
+            F.conv2d(x, w, dilation=(1, 2, 3))
         with pytest.raises(mn.ShapeError, match=r"test_conv\.py:\d+: conv2d: expected input \[N, 2, H, W\]"):
             F.conv2d(trace_leaf(tracer, "input", "y", TensorType((1, 3, 6, 6))), w)
         with pytest.raises(mn.ShapeError, match=r"test_conv\.py:\d+: unfold: kernel \(7, 7\) is larger"):
@@ -284,8 +292,14 @@ def test_conv2d_module_uses_pytorch_layout_names_and_init_bounds():
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 4 * 4, 2))
     assert list(model.state_dict()) == ["0.weight", "0.bias", "3.weight", "3.bias"]
     assert repr(nn.Flatten()) == "Flatten(start_dim=1, end_dim=-1)"
-    with pytest.raises(NotImplementedError, match="groups=1"):
-        nn.Conv2d(4, 4, 3, groups=2)
+    grouped = nn.Conv2d(4, 6, 3, groups=2, dilation=2, padding_mode="reflect", padding=2)
+    assert grouped.weight.shape == (6, 2, 3, 3) and grouped.dilation == (2, 2)
+    assert repr(grouped) == (
+        "Conv2d(4, 6, kernel_size=(3, 3), stride=(1, 1), padding=(2, 2), dilation=(2, 2), groups=2, "
+        "padding_mode=reflect)"
+    )
+    with pytest.raises(ValueError, match="in_channels must be divisible by groups"):
+        nn.Conv2d(4, 4, 3, groups=3)
 
 
 class ChannelMismatch(nn.Module):

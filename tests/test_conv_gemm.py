@@ -419,8 +419,8 @@ def test_unknown_attributes_are_refused():
     node = graph[graph.outputs["out"]]
     bad = Graph()
     inputs = [typed_leaf(bad, "input", f"x{i}", graph[j].shape) for i, j in enumerate(node.inputs)]
-    with pytest.raises(ShapeError, match=r"unknown attribute\(s\) \['dilation'\]"):
-        emit(bad, "conv_gemm", inputs, **{**node.attr_dict, "dilation": (2, 2)})
+    with pytest.raises(ShapeError, match=r"unknown attribute\(s\) \['rotation'\]"):
+        emit(bad, "conv_gemm", inputs, **{**node.attr_dict, "rotation": (2, 2)})
 
 
 def test_large_grids_fold_into_two_dimensions(monkeypatch):

@@ -65,9 +65,13 @@ def plan_graph(program, feed):
 
 def interpreted(program, feeds, params, states):
     """The run of `feeds` on the interpreter, each through its own shape's traced step, from
-    `params` and `states` (updated in place): the losses and each step's outputs."""
+    `params` and `states` (updated in place): the losses and each step's outputs. Before update k
+    the groups' hyper-parameter vectors get its values, as Program.write_hypers writes them."""
     losses, outputs = [], []
-    for feed in feeds:
+    optimizer = program.traced.optimizer
+    for step, feed in enumerate(feeds, start=1):
+        if optimizer is not None:
+            states |= optimizer.hyper_values(step)
         result = interpret(plan_graph(program, feed), feed, params, {**states, **params})
         losses.append(float(result.outputs["loss"]))
         outputs.append(result.outputs)
@@ -230,7 +234,9 @@ def test_a_new_shape_the_model_cannot_take_raises_its_trace_error_and_changes_no
     after = program.state_dict() | program.optimizer_state_dict()
     assert all(np.array_equal(after[name], value) for name, value in before.items())
     assert len(program.plans) == 1
-    assert program.compilation.optimizer.structure == [{"momentum_buffer": True}]  # kept: the step still runs
+    assert program.compilation.optimizer.structure == [
+        {"momentum_buffer": True, "nesterov": False}
+    ]  # kept: the step still runs
     program.train_step(**batch(8))
 
 

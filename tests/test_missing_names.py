@@ -89,13 +89,3 @@ def test_the_hints_name_only_what_meganeura_lacks():
                 module = {"meganeura": mn, "meganeura.functional": F, "meganeura.nn": nn}.get(owner)
                 if module is not None:
                     assert name not in vars(module), f"{owner}.{name}"
-
-
-def test_no_hint_names_a_name_that_exists():
-    """A hint is for a name meganeura lacks: once the name is added, its hint must go."""
-    import importlib
-
-    for module_name, table in ANOTHER_WAY.items():
-        owner = Tensor if module_name == "meganeura.Tensor" else importlib.import_module(module_name)
-        present = [name for name in table if name in dir(owner)]
-        assert not present, f"{module_name} has {present}: delete their hints in meganeura/pytorch_names.py"

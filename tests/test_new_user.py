@@ -117,7 +117,7 @@ def test_pytorch_names_meganeura_lacks_say_what_to_use():
 
     cases = [
         (lambda: nn.LSTM(4, 4), r"meganeura.nn has no 'LSTM' \(PyTorch's torch.nn.LSTM\): no recurrent layers"),
-        (lambda: functional.interpolate, r"torch.nn.functional.interpolate"),
+        (lambda: functional.grid_sample, r"torch.nn.functional.grid_sample"),
         (lambda: optim.NAdam, r"torch.optim.NAdam"),
         (lambda: nn.Linearr, r"no 'Linearr'; names here that are close: Linear"),
     ]

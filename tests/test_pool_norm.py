@@ -128,10 +128,20 @@ def test_pool_shapes_and_errors_follow_pytorch():
     assert trace(lambda x: F.max_pool2d(x, 2), (3, 7, 5)) == (3, 3, 2)  # unbatched [C, H, W]
     with pytest.raises(ShapeError, match="at most half"):
         trace(lambda x: F.max_pool2d(x, 2, padding=2))
-    with pytest.raises(NotImplementedError, match="output_size"):
-        trace(lambda x: F.adaptive_avg_pool2d(x, 2))
-    with pytest.raises(NotImplementedError, match="ceil_mode"):
-        trace(lambda x: F.avg_pool2d(x, 2, ceil_mode=True))
+    assert trace(lambda x: F.adaptive_avg_pool2d(x, 2)) == (2, 3, 2, 2)
+    assert trace(lambda x: F.adaptive_max_pool2d(x, (None, 3))) == (2, 3, 7, 3)  # None keeps a dim
+    assert trace(lambda x: F.avg_pool2d(x, 2, ceil_mode=True)) == (2, 3, 4, 3)
+    assert trace(lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True)) == (2, 3, 4, 3)  # no window starts in the padding
+    assert trace(lambda x: F.max_pool2d(x, 2, 1, dilation=2)) == (2, 3, 5, 3)
+    assert trace(lambda x: F.max_pool1d(x[0], 3, 2, 1, ceil_mode=True), (2, 3, 8)) == (3, 5)  # unbatched [C, L]
+    with pytest.raises(NotImplementedError, match="return_indices"):
+        trace(lambda x: F.max_pool2d(x, 2, return_indices=True))
+    with pytest.raises(NotImplementedError, match="return_indices"):
+        trace(lambda x: F.adaptive_max_pool2d(x, 2, return_indices=True))
+    with pytest.raises(ValueError, match="divisor_override must be a positive int"):
+        trace(lambda x: F.avg_pool2d(x, 2, divisor_override=0))
+    with pytest.raises(ShapeError, match="output_size must hold positive ints"):
+        trace(lambda x: F.adaptive_avg_pool2d(x, (0, 2)))
 
 
 # -- finite differences, mid-chain -----------------------------------------------------------------

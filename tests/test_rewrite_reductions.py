@@ -194,7 +194,16 @@ def ce_values(batch: int, classes: int, scale: float, seed: int, **shapes) -> di
 
 
 def ce_ops(graph: Graph) -> list[str]:
-    return [op for op in ops(graph) if op in CE_KERNELS + DECOMPOSED]
+    """The cross-entropy ops of the live nodes, leaving out picks from a [classes] table or a
+    scalar: the target weights whose sum "mean" divides by (F.nll_loss, ignore_index)."""
+    live = graph.live_ids()
+    return [
+        n.op
+        for n in graph
+        if n.id in live
+        and n.op in CE_KERNELS + DECOMPOSED
+        and not (n.op == "pick" and len(graph[n.inputs[0]].shape) < 2)
+    ]
 
 
 @PROPERTY
@@ -233,7 +242,7 @@ def test_traced_cross_entropy_and_its_gradient_become_the_fused_kernels(batch, c
     with tracing(tracer):
         x = trace_leaf(tracer, "param", "x", TensorType((batch, classes)))
         y = trace_leaf(tracer, "input", "y", TensorType((batch,), "i32"))
-        loss = F.cross_entropy(x, y, reduction)
+        loss = F.cross_entropy(x, y, reduction=reduction)
         if reduction == "none":
             loss = F.sum(loss * trace_leaf(tracer, "input", "w", TensorType((batch,))))
     graph = tracer.graph

@@ -7,7 +7,9 @@ workload at a size that runs in seconds on lavapipe), --torch-compile (adds torc
 compiles for minutes), --no-torch, --json FILE, --markdown, --repeat and --gemm-shapes (GEMM).
 A workload that raises is printed with its traceback and the others still run; the JSON file is
 rewritten after every workload (a run stopped part way keeps what it measured). The exit status
-is 1 when a workload raised, a mirror's first-step loss differs from ours or a GEMM result is wrong.
+is 1 when a workload raised, a mirror's checked loss differs from ours or a GEMM result is wrong.
+When `<name>` and `<name>-dropout` both ran (gpt2 and gpt2-dropout), what dropout adds to the step
+is printed, ours and PyTorch's, and recorded (`dropout_cost`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,17 @@ import traceback
 
 from meganeura.bench import gemm as gemm_bench
 from meganeura.bench.harness import preload_torch, run_step_workload
-from meganeura.bench.report import gemm_text, header, label_share, markdown, settings_text, source_digest, step_text
+from meganeura.bench.report import (
+    dropout_costs,
+    dropout_text,
+    gemm_text,
+    header,
+    label_share,
+    markdown,
+    settings_text,
+    source_digest,
+    step_text,
+)
 from meganeura.bench.workloads import STEPS
 
 GEMM = "gemm"
@@ -130,7 +142,7 @@ def run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 steps.append(result)
                 print(step_text(result, modes), flush=True)
                 if result.torch and not result.mirror_ok:
-                    failed.append(f"{name} (the mirror's first-step loss)")
+                    failed.append(f"{name} (the mirror's {result.check} loss)")
         except Exception:  # noqa: BLE001  (printed in full; the other workloads still run)
             traceback.print_exc()
             errors.append({"workload": name, "error": traceback.format_exc(limit=-3)})
@@ -138,6 +150,9 @@ def run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         gc.collect()
         if options.json:  # after every workload: a run stopped part way keeps what it measured
             write_json(options.json, record, modes, steps, gemms, errors)
+    costs = dropout_costs(steps)
+    if costs:
+        print("\n" + dropout_text(costs))
     if options.markdown:
         print("\n" + markdown(steps, gemms, modes, record))
     if options.json:
@@ -152,6 +167,7 @@ def write_json(path: str, record: dict, modes, steps, gemms, errors) -> None:
     data = record | {
         "modes": list(modes),
         "workloads": [r.as_dict() for r in steps],
+        "dropout_cost": dropout_costs(steps),
         "gemm": [g.as_dict() for g in gemms],
         "errors": errors,
     }

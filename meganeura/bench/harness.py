@@ -15,6 +15,14 @@ The check that the mirror is the same model: the first step's loss (before any u
 sides in fp32; when they differ by more than LOSS_RTOL relative, the result carries no ratios
 (a mirror bug, not a speed result). The second step's loss (after one optimizer update) is
 compared too and reported.
+
+A stochastic workload (dropout) draws its masks from Philox here and from torch's generator
+there, so no training-step loss is comparable. Its check is the loss of an eval-mode (dropout
+off) forward from the initial weights on both sides: ours from an inference program compiled
+from the model in eval mode (it shares the weights with the training program), PyTorch's from
+the fp32 mirror under model.eval() and no_grad. The eval-mode loss after one update is kept on
+both sides and reported, not checked (the updates themselves saw different masks); the
+training-step losses are reported, not compared.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.util
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -30,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import meganeura as mn
+from meganeura import nn
 from meganeura.bench.workloads import Workload
 from meganeura.runtime import default_device
 
@@ -113,6 +123,7 @@ class TorchRun:
     note: str = ""  # an error, when it failed
     first_ms: float | None = None  # its first step (torch.compile compiles there)
     times_ms: list[float] = field(default_factory=list)
+    eval_losses: list[float] = field(default_factory=list)  # stochastic workloads, fp32: before and after one update
 
 
 @dataclass
@@ -138,25 +149,46 @@ class StepResult:
     torch_note: str = ""  # "torch not installed", or where torch ran
     torch_on_gpu: bool = False
     torch: dict[str, TorchRun] = field(default_factory=dict)
+    parameters: int = 0  # the model's trained values
+    stochastic: bool = False  # dropout: the check is the eval-mode loss (see the module docstring)
+    eval_losses: list[float] = field(default_factory=list)  # ours, eval mode: before and after one update
+
+    @property
+    def check(self) -> str:
+        """What the mirror check compares."""
+        return "eval-mode forward (dropout off)" if self.stochastic else "first training step"
 
     @property
     def loss_difference(self) -> float | None:
-        """|our first loss − PyTorch fp32's| / |PyTorch's|, when both ran."""
+        """|our checked loss − PyTorch fp32's| / |PyTorch's|, when both ran: the first training
+        step's, or for a stochastic workload the eval-mode forward's before any update."""
         run = self.torch.get("fp32")
-        if run is None or not run.losses:
+        if run is None:
             return None
-        return relative_difference(self.ours_losses[0], run.losses[0])
+        ours, theirs = (self.eval_losses, run.eval_losses) if self.stochastic else (self.ours_losses, run.losses)
+        return relative_difference(ours[0], theirs[0]) if ours and theirs else None
 
     @property
     def second_loss_difference(self) -> float | None:
+        """The same after one optimizer update; None for a stochastic workload, whose updates saw
+        different dropout masks on each side (`eval_update_difference` says how far apart)."""
         run = self.torch.get("fp32")
-        if run is None or len(run.losses) < 2:
+        if self.stochastic or run is None or len(run.losses) < 2:
             return None
         return relative_difference(self.ours_losses[1], run.losses[1])
 
     @property
+    def eval_update_difference(self) -> float | None:
+        """A stochastic workload's eval-mode losses after one update, ours against PyTorch fp32's
+        (reported, not checked)."""
+        run = self.torch.get("fp32")
+        if not self.stochastic or run is None or len(run.eval_losses) < 2 or len(self.eval_losses) < 2:
+            return None
+        return relative_difference(self.eval_losses[1], run.eval_losses[1])
+
+    @property
     def mirror_ok(self) -> bool | None:
-        """True when the first losses agree, False when they do not, None when unchecked."""
+        """True when the checked losses (`check`) agree, False when they do not, None when unchecked."""
         difference = self.loss_difference
         return None if difference is None else difference <= LOSS_RTOL
 
@@ -177,6 +209,7 @@ class StepResult:
             "ours_times_ms": self.times_ms,
             "compile_s": self.compile_s,
             "dispatches": self.dispatches,
+            "parameters": self.parameters,
             "ours_losses": self.ours_losses,
             "gpu_ms": self.gpu_ms,
             "gpu_one_pass_ms": self.gpu_pass_ms,
@@ -186,8 +219,12 @@ class StepResult:
             "profile_note": self.profile_note,
             "torch": self.torch_note,
             "torch_on_gpu": self.torch_on_gpu,
+            "check": self.check,
+            "stochastic": self.stochastic,
+            "eval_losses": self.eval_losses,
             "loss_difference": self.loss_difference,
             "second_loss_difference": self.second_loss_difference,
+            "eval_update_difference": self.eval_update_difference,
             "mirror_ok": self.mirror_ok,
             "modes": {
                 mode: {
@@ -196,6 +233,7 @@ class StepResult:
                     "losses": run.losses,
                     "first_ms": run.first_ms,
                     "times_ms": run.times_ms,
+                    "eval_losses": run.eval_losses,
                     "note": run.note,
                 }
                 for mode, run in self.torch.items()
@@ -203,12 +241,39 @@ class StepResult:
         }
 
 
+class LossOf(nn.Module):
+    """`loss(model, **inputs)` as a model's forward: what an inference program of the loss compiles."""
+
+    def __init__(self, model: nn.Module, loss: Callable) -> None:
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def forward(self, **inputs):
+        return self.loss(self.model, **inputs)
+
+
+def eval_program(workload: Workload) -> mn.Program:
+    """An inference program of the workload's loss with its model in eval mode (dropout off),
+    sharing the model's weights; the model is back in training mode after."""
+    workload.model.eval()
+    try:
+        return mn.compile(LossOf(workload.model, workload.loss), inputs=workload.inputs)
+    finally:
+        workload.model.train()
+
+
 def run_ours(workload: Workload, batch: dict[str, np.ndarray], steps: int, warmup: int) -> StepResult:
-    """Compile and time our step; the first CHECK_STEPS losses are kept for the mirror check."""
+    """Compile and time our step; the first CHECK_STEPS losses are kept for the mirror check
+    (for a stochastic workload, the eval-mode losses before and after the first update)."""
+    evaluate = eval_program(workload) if workload.stochastic else None
     started = time.perf_counter()
     program = mn.compile(workload.model, loss=workload.loss, inputs=workload.inputs, optimizer=workload.optimizer)
     compile_s = time.perf_counter() - started
-    losses = [program.train_step(**batch) for _ in range(CHECK_STEPS)]
+    eval_losses = [] if evaluate is None else [np.asarray(evaluate(**batch)).item()]  # before any update
+    losses = [program.train_step(**batch)]
+    if evaluate is not None:
+        eval_losses.append(np.asarray(evaluate(**batch)).item())  # after one
+    losses += [program.train_step(**batch) for _ in range(CHECK_STEPS - 1)]
     warm_up(lambda: program.train_step(**batch), max(0, warmup - CHECK_STEPS))
     times = step_seconds(lambda: program.train_step(**batch), steps)
     result = StepResult(
@@ -221,6 +286,9 @@ def run_ours(workload: Workload, batch: dict[str, np.ndarray], steps: int, warmu
         ours_ms=1e3 * statistics.median(times),
         ours_losses=losses,
         times_ms=[1e3 * t for t in times],
+        parameters=sum(math.prod(p.shape) for _, p in workload.model.named_parameters()),
+        stochastic=workload.stochastic,
+        eval_losses=eval_losses,
     )
     if default_device().has_timestamps:
         profile = program.profile(warmup=1, **batch)  # its warm-up step timed as one pass
@@ -257,12 +325,19 @@ def torch_note(torch, device) -> str:
     return f"torch {torch.__version__} on the CPU (no CUDA): ratios are NOT GPU-vs-GPU"
 
 
-def timed_run(run: TorchRun, step: Callable[[], float], steps: int, warmup: int) -> list[float]:
+def timed_run(
+    run: TorchRun, step: Callable[[], float], steps: int, warmup: int, evaluate: Callable[[], float] | None = None
+) -> list[float]:
     """The first CHECK_STEPS losses into `run` (and the first step's time: torch.compile compiles
-    there), the rest of the warm-up, then the time of each of `steps` steps."""
+    there), with `evaluate()` before and after the first step when given (the eval-mode losses),
+    the rest of the warm-up, then the time of each of `steps` steps."""
+    if evaluate is not None:
+        run.eval_losses = [evaluate()]
     started = time.perf_counter()
     run.losses = [step()]
     run.first_ms = 1e3 * (time.perf_counter() - started)
+    if evaluate is not None:
+        run.eval_losses.append(evaluate())
     run.losses += [step() for _ in range(CHECK_STEPS - 1)]
     warm_up(step, max(0, warmup - CHECK_STEPS))
     return step_seconds(step, steps)
@@ -293,8 +368,17 @@ def run_torch_mode(mirror, batch, mode: str, steps: int, warmup: int) -> TorchRu
         optimizer.step()
         return loss.item()  # waits for the step's work on the stream
 
+    def evaluate() -> float:  # the loss with dropout off, without gradients; training mode after
+        model.eval()
+        try:
+            with torch.no_grad():
+                return loss_of(tensors).item()
+        finally:
+            model.train()
+
+    checked = mode == "fp32" and mirror.workload.stochastic  # the check runs in fp32 eager
     try:
-        times = timed_run(run, step, steps, warmup)
+        times = timed_run(run, step, steps, warmup, evaluate if checked else None)
     except Exception as error:
         if mode != "compile":  # eager PyTorch failing on the mirror is a bug here: loudly
             raise

@@ -100,15 +100,17 @@ def llama_loss(model, tokens, targets, cos, sin):
 
 
 class GPT2Block(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.dropout = heads, dropout
         self.ln_1 = nn.LayerNorm(dim)
         self.c_attn = nn.Linear(dim, 3 * dim)
         self.c_proj = nn.Linear(dim, dim)
+        self.resid_dropout = nn.Dropout(dropout)
         self.ln_2 = nn.LayerNorm(dim)
         self.c_fc = nn.Linear(dim, 4 * dim)
         self.mlp_proj = nn.Linear(4 * dim, dim)
+        self.mlp_dropout = nn.Dropout(dropout)
 
     def forward(self, x):
         batch, seq, dim = x.shape
@@ -116,22 +118,24 @@ class GPT2Block(nn.Module):
             part.reshape(batch, seq, self.heads, dim // self.heads).transpose(1, 2)
             for part in self.c_attn(self.ln_1(x)).split(dim, dim=-1)
         )
-        attended = TF.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.c_proj(attended.transpose(1, 2).reshape(batch, seq, dim))
-        return x + self.mlp_proj(TF.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        p = self.dropout if self.training else 0.0
+        attended = TF.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        x = x + self.resid_dropout(self.c_proj(attended.transpose(1, 2).reshape(batch, seq, dim)))
+        return x + self.mlp_dropout(self.mlp_proj(TF.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")))
 
 
 class GPT2(nn.Module):
-    def __init__(self, depth: int, vocab: int, seq: int, dim: int, heads: int) -> None:
+    def __init__(self, depth: int, vocab: int, seq: int, dim: int, heads: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.dim = dim
         self.wte = nn.Embedding(vocab, dim)
         self.wpe = nn.Embedding(seq, dim)
-        self.h = nn.ModuleList([GPT2Block(dim, heads) for _ in range(depth)])
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList([GPT2Block(dim, heads, dropout) for _ in range(depth)])
         self.ln_f = nn.LayerNorm(dim)
 
     def forward(self, tokens, positions):
-        x = self.wte(tokens) + self.wpe(positions)
+        x = self.drop(self.wte(tokens) + self.wpe(positions))
         for block in self.h:
             x = block(x)
         return TF.linear(self.ln_f(x).reshape(-1, self.dim), self.wte.weight)
@@ -139,6 +143,219 @@ class GPT2(nn.Module):
 
 def gpt2_loss(model, tokens, positions, targets):
     return TF.cross_entropy(model(tokens, positions), targets)
+
+
+# --------------------------------------------------------------------------------------------
+# ViT (models.ViT)
+
+
+class ViTAttention(nn.Module):
+    def __init__(self, dim: int, heads: int, attn_drop: float, proj_drop: float) -> None:
+        super().__init__()
+        self.heads, self.attn_drop = heads, attn_drop
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x):
+        batch, seq, dim = x.shape
+        q, k, v = (
+            part.reshape(batch, seq, self.heads, dim // self.heads).transpose(1, 2)
+            for part in self.qkv(x).split(dim, dim=-1)
+        )
+        p = self.attn_drop if self.training else 0.0
+        out = TF.scaled_dot_product_attention(q, k, v, dropout_p=p)
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(batch, seq, dim)))
+
+
+class ViTMlp(nn.Module):
+    def __init__(self, dim: int, hidden: int, drop: float) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.drop1 = nn.Dropout(drop)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop2 = nn.Dropout(drop)
+
+    def forward(self, x):
+        return self.drop2(self.fc2(self.drop1(TF.gelu(self.fc1(x)))))
+
+
+class ViTBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, hidden: int, drop: float, attn_drop: float) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = ViTAttention(dim, heads, attn_drop, drop)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = ViTMlp(dim, hidden, drop)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class PatchEmbed(nn.Module):
+    def __init__(self, patch: int, channels: int, dim: int) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(channels, dim, patch, stride=patch)
+
+    def forward(self, x):
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class ViT(nn.Module):
+    def __init__(
+        self,
+        size: int,
+        patch: int,
+        dim: int,
+        depth: int,
+        heads: int,
+        hidden: int,
+        classes: int,
+        drop: float = 0.0,
+        attn_drop: float = 0.0,
+    ) -> None:
+        super().__init__()
+        tokens = (size // patch) ** 2 + 1
+        self.patch_embed = PatchEmbed(patch, 3, dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, tokens, dim))
+        self.pos_drop = nn.Dropout(drop)
+        self.blocks = nn.ModuleList([ViTBlock(dim, heads, hidden, drop, attn_drop) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.patch_embed(x)
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+        x = self.pos_drop(x + self.pos_embed)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)[:, 0])
+
+
+# --------------------------------------------------------------------------------------------
+# U-Net denoiser (models.UNet)
+
+
+def timestep_embedding(t, dim: int):
+    half = dim // 2
+    frequencies = torch.exp(
+        torch.arange(half, dtype=torch.float32, device=t.device) * (-math.log(10000.0) / (half - 1))
+    )
+    angles = t[:, None] * frequencies[None, :]
+    return torch.cat((torch.sin(angles), torch.cos(angles)), dim=1)
+
+
+class ResBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, tdim: int, groups: int) -> None:
+        super().__init__()
+        self.norm1 = nn.GroupNorm(groups, cin)
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.temb_proj = nn.Linear(tdim, cout)
+        self.norm2 = nn.GroupNorm(groups, cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else None
+
+    def forward(self, x, temb):
+        h = self.conv1(TF.silu(self.norm1(x)))
+        h = h + self.temb_proj(TF.silu(temb))[:, :, None, None]
+        h = self.conv2(TF.silu(self.norm2(h)))
+        return h + (x if self.skip is None else self.skip(x))
+
+
+class AttnBlock(nn.Module):
+    def __init__(self, channels: int, head_dim: int, groups: int) -> None:
+        super().__init__()
+        self.heads = channels // head_dim
+        self.norm = nn.GroupNorm(groups, channels)
+        self.qkv = nn.Conv2d(channels, 3 * channels, 1)
+        self.proj = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x, temb):
+        batch, channels, height, width = x.shape
+        qkv = self.qkv(self.norm(x)).reshape(batch, 3 * channels, height * width)
+        q, k, v = (
+            part.reshape(batch, self.heads, channels // self.heads, height * width).transpose(-2, -1)
+            for part in qkv.chunk(3, dim=1)
+        )
+        out = TF.scaled_dot_product_attention(q, k, v)
+        return x + self.proj(out.transpose(-2, -1).reshape(batch, channels, height, width))
+
+
+class Downsample(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, stride=2, padding=1)
+
+    def forward(self, x, temb):
+        return self.conv(x)
+
+
+class Upsample(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x, temb):
+        return self.conv(self.up(x))
+
+
+class UNet(nn.Module):
+    def __init__(
+        self, channels: int, mult: tuple[int, ...], blocks: int, groups: int, head_dim: int, image_channels: int = 3
+    ) -> None:
+        super().__init__()
+        self.channels, tdim = channels, 4 * channels
+        self.time_fc1 = nn.Linear(channels, tdim)
+        self.time_fc2 = nn.Linear(tdim, tdim)
+        self.conv_in = nn.Conv2d(image_channels, channels, 3, padding=1)
+        down, skips, width = [], [channels], channels
+        for level, factor in enumerate(mult):
+            for _ in range(blocks):
+                down.append(ResBlock(width, channels * factor, tdim, groups))
+                width = channels * factor
+                skips.append(width)
+            if level < len(mult) - 1:
+                down.append(Downsample(width))
+                skips.append(width)
+        self.down = nn.ModuleList(down)
+        self.mid = nn.ModuleList(
+            [
+                ResBlock(width, width, tdim, groups),
+                AttnBlock(width, head_dim, groups),
+                ResBlock(width, width, tdim, groups),
+            ]
+        )
+        up = []
+        for level, factor in reversed(list(enumerate(mult))):
+            for _ in range(blocks + 1):
+                up.append(ResBlock(width + skips.pop(), channels * factor, tdim, groups))
+                width = channels * factor
+            if level > 0:
+                up.append(Upsample(width))
+        self.up = nn.ModuleList(up)
+        self.norm_out = nn.GroupNorm(groups, width)
+        self.conv_out = nn.Conv2d(width, image_channels, 3, padding=1)
+
+    def forward(self, x, t):
+        temb = self.time_fc2(TF.silu(self.time_fc1(timestep_embedding(t, self.channels))))
+        h = self.conv_in(x)
+        skips = [h]
+        for module in self.down:
+            h = module(h, temb)
+            skips.append(h)
+        for module in self.mid:
+            h = module(h, temb)
+        for module in self.up:
+            h = module(torch.cat((h, skips.pop()), dim=1), temb) if isinstance(module, ResBlock) else module(h, temb)
+        return self.conv_out(TF.silu(self.norm_out(h)))
+
+
+def diffusion_loss(model, x0, noise, t, signal, sigma):
+    x_t = signal[:, None, None, None] * x0 + sigma[:, None, None, None] * noise
+    return TF.mse_loss(model(x_t, t), noise)
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,8 +426,12 @@ def build_module(workload: Workload) -> nn.Module:
     c = workload.config
     if workload.name == "smollm2":
         return Llama(c["vocab"], c["dim"], c["depth"], c["heads"], c["kv_heads"], c["hidden"])
-    if workload.name == "gpt2":
-        return GPT2(c["depth"], c["vocab"], c["seq"], c["dim"], c["heads"])
+    if workload.name in ("gpt2", "gpt2-dropout"):
+        return GPT2(c["depth"], c["vocab"], c["seq"], c["dim"], c["heads"], c.get("dropout", 0.0))
+    if workload.name == "vit":
+        return ViT(c["size"], c["patch"], c["dim"], c["depth"], c["heads"], c["hidden"], c["classes"], c["drop"])
+    if workload.name == "unet":
+        return UNet(c["channels"], c["mult"], c["blocks"], c["groups"], c["head_dim"])
     if workload.name in ("resnet", "resnet18"):
         return ResNetStack(c["depth"], c["width"])
     if workload.name == "digits-mlp":
@@ -221,6 +442,9 @@ def build_module(workload: Workload) -> nn.Module:
 LOSSES: dict[str, Callable] = {
     "smollm2": llama_loss,
     "gpt2": gpt2_loss,
+    "gpt2-dropout": gpt2_loss,
+    "vit": cross_entropy,
+    "unet": diffusion_loss,
     "resnet": cross_entropy,
     "resnet18": cross_entropy,
     "digits-mlp": cross_entropy,

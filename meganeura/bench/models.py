@@ -7,7 +7,12 @@ meganeura/bench/mirrors.py).
   self-attention with grouped KV heads and rotary embeddings → RMSNorm → SwiGLU, a final RMSNorm
   and a head tied to the embedding. Attention and RoPE are written out by hand (softmax of
   q·kᵀ·scale plus the additive causal mask; q·cos + rotate_half(q)·sin): the e-graph recognises them.
-- `GPT2`: LayerNorm, GELU (tanh), learned positions, F.scaled_dot_product_attention, tied head.
+- `GPT2`: LayerNorm, GELU (tanh), learned positions, F.scaled_dot_product_attention, tied head;
+  nanoGPT's dropout when asked (embeddings, attention probabilities, residual branches).
+- `ViT`: timm's VisionTransformer (patch embedding by a strided conv, class token, learned
+  positions, pre-LN blocks with SDPA and a GELU MLP, dropout).
+- `UNet`: DDPM's U-Net denoiser (GroupNorm, SiLU, time embedding, stride-2 conv down, nearest
+  upsampling and conv up, skip concatenations, self-attention in the middle) and its noise loss.
 - `ResNetStack`: torchvision's BasicBlock in four stages on CIFAR shapes (ResNet-18 at 8 blocks).
 - `MLP`: Linear layers with ReLU between them (the digits MLP, 784-1024-1024-10).
 - `ResidualMLP`: x + fc2(relu(fc1(x))) blocks and a linear head (compile_scale's sweep).
@@ -136,15 +141,20 @@ def normal_init(model: nn.Module, std: float, skip) -> None:
 
 
 class GPT2Block(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
+    """nanoGPT's block: dropout (when p > 0) on the attention probabilities (SDPA's dropout_p, in
+    training only) and on both residual branches."""
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.dropout = heads, dropout
         self.ln_1 = nn.LayerNorm(dim)
         self.c_attn = nn.Linear(dim, 3 * dim)
         self.c_proj = nn.Linear(dim, dim)
+        self.resid_dropout = nn.Dropout(dropout)
         self.ln_2 = nn.LayerNorm(dim)
         self.c_fc = nn.Linear(dim, 4 * dim)
         self.mlp_proj = nn.Linear(4 * dim, dim)
+        self.mlp_dropout = nn.Dropout(dropout)
 
     def forward(self, x):
         batch, seq, dim = x.shape
@@ -154,26 +164,29 @@ class GPT2Block(nn.Module):
             qkv[..., i * dim : (i + 1) * dim].reshape(batch, seq, self.heads, head_dim).transpose(1, 2)
             for i in range(3)
         )
-        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.c_proj(attended.transpose(1, 2).reshape(batch, seq, dim))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        p = self.dropout if self.training else 0.0  # SDPA drops whatever the mode, as PyTorch's
+        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        x = x + self.resid_dropout(self.c_proj(attended.transpose(1, 2).reshape(batch, seq, dim)))
+        return x + self.mlp_dropout(self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")))
 
 
 class GPT2(nn.Module):
     """Token ids [batch, seq] and positions [seq] → logits [batch·seq, vocab]; GPT-2's init
-    (matrices and embeddings N(0, 0.02), biases zero, the norms at ones)."""
+    (matrices and embeddings N(0, 0.02), biases zero, the norms at ones); `dropout` on the
+    embeddings and in every block (nanoGPT's), none by default."""
 
-    def __init__(self, depth: int, vocab: int, seq: int, dim: int, heads: int) -> None:
+    def __init__(self, depth: int, vocab: int, seq: int, dim: int, heads: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.dim = dim
         self.wte = nn.Embedding(vocab, dim)
         self.wpe = nn.Embedding(seq, dim)
-        self.h = nn.ModuleList([GPT2Block(dim, heads) for _ in range(depth)])
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList([GPT2Block(dim, heads, dropout) for _ in range(depth)])
         self.ln_f = nn.LayerNorm(dim)
         normal_init(self, std=0.02, skip=lambda name: "ln_" in name)
 
     def forward(self, tokens, positions):
-        x = self.wte(tokens) + self.wpe(positions)
+        x = self.drop(self.wte(tokens) + self.wpe(positions))
         for block in self.h:
             x = block(x)
         return F.linear(self.ln_f(x).reshape(-1, self.dim), self.wte.weight)  # tied head
@@ -181,6 +194,255 @@ class GPT2(nn.Module):
 
 def gpt2_loss(model, tokens, positions, targets):
     return F.cross_entropy(model(tokens, positions), targets)
+
+
+# --------------------------------------------------------------------------------------------
+# ViT
+
+
+class ViTAttention(nn.Module):
+    """Multi-head self-attention over the tokens (timm's Attention): qkv, SDPA (dropout_p on the
+    probabilities in training), proj, dropout."""
+
+    def __init__(self, dim: int, heads: int, attn_drop: float, proj_drop: float) -> None:
+        super().__init__()
+        self.heads, self.attn_drop = heads, attn_drop
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x):
+        batch, seq, dim = x.shape
+        q, k, v = (
+            part.reshape(batch, seq, self.heads, dim // self.heads).transpose(1, 2)
+            for part in self.qkv(x).split(dim, dim=-1)
+        )
+        p = self.attn_drop if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(batch, seq, dim)))
+
+
+class ViTMlp(nn.Module):
+    """fc1, GELU (erf), dropout, fc2, dropout (timm's Mlp)."""
+
+    def __init__(self, dim: int, hidden: int, drop: float) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.drop1 = nn.Dropout(drop)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop2 = nn.Dropout(drop)
+
+    def forward(self, x):
+        return self.drop2(self.fc2(self.drop1(F.gelu(self.fc1(x)))))
+
+
+class ViTBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, hidden: int, drop: float, attn_drop: float) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = ViTAttention(dim, heads, attn_drop, drop)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = ViTMlp(dim, hidden, drop)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class PatchEmbed(nn.Module):
+    """Non-overlapping patches by a strided convolution, as tokens [batch, patches, dim]."""
+
+    def __init__(self, patch: int, channels: int, dim: int) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(channels, dim, patch, stride=patch)
+
+    def forward(self, x):
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class ViT(nn.Module):
+    """timm's VisionTransformer layout (vit_tiny_patch16_224 at its defaults): images [batch, 3,
+    size, size] → logits [batch, classes]; patch embedding, class token, learned positions,
+    dropout `drop` after them, pre-LN blocks (dropout `drop` on the residual branches and after
+    the MLP's GELU, `attn_drop` on the attention probabilities), a final LayerNorm and a linear
+    head on the class token. Initialised as timm's: positions and class token N(0, 0.02), Linear
+    weights N(0, 0.02) with zero biases, the norms at ones, the patch convolution PyTorch's."""
+
+    def __init__(
+        self,
+        size: int,
+        patch: int,
+        dim: int,
+        depth: int,
+        heads: int,
+        hidden: int,
+        classes: int,
+        drop: float = 0.0,
+        attn_drop: float = 0.0,
+    ) -> None:
+        super().__init__()
+        tokens = (size // patch) ** 2 + 1
+        self.patch_embed = PatchEmbed(patch, 3, dim)
+        self.cls_token = nn.Parameter(np.zeros((1, 1, dim), np.float32))
+        self.pos_embed = nn.Parameter(np.zeros((1, tokens, dim), np.float32))
+        self.pos_drop = nn.Dropout(drop)
+        self.blocks = nn.ModuleList([ViTBlock(dim, heads, hidden, drop, attn_drop) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, classes)
+        normal_init(self, std=0.02, skip=lambda name: "norm" in name or name.startswith("patch_embed"))
+
+    def forward(self, x):
+        x = self.patch_embed(x)
+        x = mn.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+        x = self.pos_drop(x + self.pos_embed)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)[:, 0])
+
+
+# --------------------------------------------------------------------------------------------
+# U-Net denoiser
+
+
+def timestep_embedding(t, dim: int):
+    """DDPM's sinusoidal embedding of timesteps t [batch] (float) → [batch, dim]: sin and cos of
+    t·10000^(−i/(dim/2 − 1)), built in the step from constants."""
+    half = dim // 2
+    frequencies = mn.exp(mn.arange(half, dtype=mn.float32) * (-math.log(10000.0) / (half - 1)))
+    angles = t[:, None] * frequencies[None, :]
+    return mn.cat((mn.sin(angles), mn.cos(angles)), dim=1)
+
+
+class ResBlock(nn.Module):
+    """DDPM's residual block: GroupNorm, SiLU, 3×3 conv, plus the projected time embedding,
+    GroupNorm, SiLU, 3×3 conv; a 1×1 conv on the shortcut where the channels change."""
+
+    def __init__(self, cin: int, cout: int, tdim: int, groups: int) -> None:
+        super().__init__()
+        self.norm1 = nn.GroupNorm(groups, cin)
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.temb_proj = nn.Linear(tdim, cout)
+        self.norm2 = nn.GroupNorm(groups, cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else None
+
+    def forward(self, x, temb):
+        h = self.conv1(F.silu(self.norm1(x)))
+        h = h + self.temb_proj(F.silu(temb))[:, :, None, None]
+        h = self.conv2(F.silu(self.norm2(h)))
+        return h + (x if self.skip is None else self.skip(x))
+
+
+class AttnBlock(nn.Module):
+    """Self-attention over the pixels (DDPM's, with heads of `head_dim` channels as ADM's):
+    GroupNorm, 1×1 conv to q, k, v, SDPA, 1×1 conv, residual."""
+
+    def __init__(self, channels: int, head_dim: int, groups: int) -> None:
+        super().__init__()
+        self.heads = channels // head_dim
+        self.norm = nn.GroupNorm(groups, channels)
+        self.qkv = nn.Conv2d(channels, 3 * channels, 1)
+        self.proj = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x, temb):
+        batch, channels, height, width = x.shape
+        qkv = self.qkv(self.norm(x)).reshape(batch, 3 * channels, height * width)
+        q, k, v = (
+            part.reshape(batch, self.heads, channels // self.heads, height * width).transpose(-2, -1)
+            for part in qkv.chunk(3, dim=1)
+        )
+        out = F.scaled_dot_product_attention(q, k, v)  # [batch, heads, pixels, head_dim]
+        return x + self.proj(out.transpose(-2, -1).reshape(batch, channels, height, width))
+
+
+class Downsample(nn.Module):
+    """A stride-2 3×3 convolution (halves the resolution)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, stride=2, padding=1)
+
+    def forward(self, x, temb):
+        return self.conv(x)
+
+
+class Upsample(nn.Module):
+    """Nearest-neighbour upsampling by 2, then a 3×3 convolution."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x, temb):
+        return self.conv(self.up(x))
+
+
+class UNet(nn.Module):
+    """DDPM's U-Net (Ho et al. 2020, its CIFAR-10 layout) at `channels`·`mult` widths: noisy
+    images [batch, 3, size, size] and timesteps [batch] → predicted noise of the images' shape.
+    A sinusoidal time embedding through Linear-SiLU-Linear (4·channels wide) feeds every residual
+    block; `blocks` residual blocks per level, each level after the first at half the resolution
+    (stride-2 conv); a middle of block, self-attention (heads of `head_dim`), block; the way up
+    with `blocks` + 1 blocks per level, each on the concatenation of the previous output and a
+    skip from the way down, nearest-neighbour upsampling and a conv between levels; GroupNorm,
+    SiLU and a 3×3 conv out. No dropout. PyTorch's default init."""
+
+    def __init__(
+        self, channels: int, mult: tuple[int, ...], blocks: int, groups: int, head_dim: int, image_channels: int = 3
+    ) -> None:
+        super().__init__()
+        self.channels, tdim = channels, 4 * channels
+        self.time_fc1 = nn.Linear(channels, tdim)
+        self.time_fc2 = nn.Linear(tdim, tdim)
+        self.conv_in = nn.Conv2d(image_channels, channels, 3, padding=1)
+        down, skips, width = [], [channels], channels
+        for level, factor in enumerate(mult):
+            for _ in range(blocks):
+                down.append(ResBlock(width, channels * factor, tdim, groups))
+                width = channels * factor
+                skips.append(width)
+            if level < len(mult) - 1:
+                down.append(Downsample(width))
+                skips.append(width)
+        self.down = nn.ModuleList(down)
+        self.mid = nn.ModuleList(
+            [
+                ResBlock(width, width, tdim, groups),
+                AttnBlock(width, head_dim, groups),
+                ResBlock(width, width, tdim, groups),
+            ]
+        )
+        up = []
+        for level, factor in reversed(list(enumerate(mult))):
+            for _ in range(blocks + 1):
+                up.append(ResBlock(width + skips.pop(), channels * factor, tdim, groups))
+                width = channels * factor
+            if level > 0:
+                up.append(Upsample(width))
+        self.up = nn.ModuleList(up)
+        self.norm_out = nn.GroupNorm(groups, width)
+        self.conv_out = nn.Conv2d(width, image_channels, 3, padding=1)
+
+    def forward(self, x, t):
+        temb = self.time_fc2(F.silu(self.time_fc1(timestep_embedding(t, self.channels))))
+        h = self.conv_in(x)
+        skips = [h]
+        for module in self.down:
+            h = module(h, temb)
+            skips.append(h)
+        for module in self.mid:
+            h = module(h, temb)
+        for module in self.up:
+            h = module(mn.cat((h, skips.pop()), dim=1), temb) if isinstance(module, ResBlock) else module(h, temb)
+        return self.conv_out(F.silu(self.norm_out(h)))
+
+
+def diffusion_loss(model, x0, noise, t, signal, sigma):
+    """DDPM's simple objective: the noise of x_t = signal·x0 + sigma·noise predicted, by MSE
+    (signal = √ᾱ_t and sigma = √(1 − ᾱ_t) per image, from the host's noise schedule)."""
+    x_t = signal[:, None, None, None] * x0 + sigma[:, None, None, None] * noise
+    return F.mse_loss(model(x_t, t), noise)
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,12 +22,16 @@ def step_text(result: StepResult, modes: tuple[str, ...]) -> str:
     lines = [
         f"== {result.name}: {result.title}",
         f"  meganeura: {result.ours_ms:.3f} ms/step (median of {result.steps} after {result.warmup} warm-up), "
-        f"{result.dispatches} dispatches per step, compiled in {result.compile_s:.2f} s",
+        f"{result.dispatches} dispatches per step, compiled in {result.compile_s:.2f} s, "
+        f"{result.parameters:,} parameters",
     ]
     if result.torch:
         lines.append(f"  {result.torch_note}")
     if result.torch:
         lines.append(mirror_line(result))
+    elif result.stochastic and result.eval_losses:  # what the mirror check compares, where torch ran
+        before, after = result.eval_losses
+        lines.append(f"  eval-mode (dropout off) loss: {before:.6f} before any update, {after:.6f} after one")
     for mode in modes:
         run = result.torch.get(mode)
         title = MODE_TITLES[mode]
@@ -73,6 +77,8 @@ def mirror_line(result: StepResult) -> str:
     run = result.torch["fp32"]
     if not run.losses:
         return f"  mirror check: PyTorch fp32 did not run ({run.note})"
+    if result.stochastic:
+        return stochastic_mirror_line(result, run)
     ours, theirs = result.ours_losses, run.losses
     verdict = "same model" if result.mirror_ok else f"MIRROR MISMATCH (> {LOSS_RTOL:g}): ratios withheld"
     line = (
@@ -82,6 +88,55 @@ def mirror_line(result: StepResult) -> str:
     if result.second_loss_difference is not None:
         line += f"; after one update {ours[1]:.6f} vs {theirs[1]:.6f} ({result.second_loss_difference:.1e})"
     return line
+
+
+def stochastic_mirror_line(result: StepResult, run) -> str:
+    """The check of a workload with dropout: the eval-mode losses, and the training losses shown
+    uncompared (each side draws its own masks)."""
+    if not run.eval_losses:
+        return f"  mirror check: PyTorch fp32's eval-mode loss did not run ({run.note})"
+    ours, theirs = result.eval_losses, run.eval_losses
+    verdict = "same model" if result.mirror_ok else f"MIRROR MISMATCH (> {LOSS_RTOL:g}): ratios withheld"
+    lines = [
+        f"  eval-mode (dropout off) loss before any update: ours {ours[0]:.6f}, PyTorch fp32 {theirs[0]:.6f}, "
+        f"relative difference {result.loss_difference:.1e}: {verdict}",
+    ]
+    if result.eval_update_difference is not None:
+        lines.append(
+            f"  after one update (each side's own dropout masks: not checked) {ours[1]:.6f} vs {theirs[1]:.6f} "
+            f"({result.eval_update_difference:.1e})"
+        )
+    train = ", ".join(f"{loss:.6f}" for loss in result.ours_losses)
+    torch_train = ", ".join(f"{loss:.6f}" for loss in run.losses)
+    lines.append(f"  training losses with dropout (not compared): ours {train}; PyTorch fp32 {torch_train}")
+    return "\n".join(lines)
+
+
+def dropout_costs(steps: list[StepResult]) -> dict[str, dict]:
+    """What dropout adds to a step: for each `<name>-dropout` result whose `<name>` ran too, the
+    difference of their median steps, ours and each PyTorch mode's (ms, and relative to the step
+    without dropout)."""
+    by_name = {result.name: result for result in steps}
+    costs = {}
+    for name, with_dropout in by_name.items():
+        base = by_name.get(name.removesuffix("-dropout")) if name.endswith("-dropout") else None
+        if base is None:
+            continue
+        sides = {"meganeura": (base.ours_ms, with_dropout.ours_ms)}
+        for mode, run in base.torch.items():
+            other = with_dropout.torch.get(mode)
+            if run.ms is not None and other is not None and other.ms is not None:
+                sides[f"torch {mode}"] = (run.ms, other.ms)
+        costs[name] = {side: {"ms": b - a, "relative": (b - a) / a} for side, (a, b) in sides.items()}
+    return costs
+
+
+def dropout_text(costs: dict[str, dict]) -> str:
+    lines = []
+    for name, sides in costs.items():
+        parts = [f"{side} {c['ms']:+.3f} ms ({100 * c['relative']:+.1f}%)" for side, c in sides.items()]
+        lines.append(f"== what dropout adds to {name.removesuffix('-dropout')}'s step: " + ", ".join(parts))
+    return "\n".join(lines)
 
 
 def gemm_text(results: list[GemmResult]) -> str:
@@ -126,7 +181,8 @@ def markdown(steps: list[StepResult], gemms: list[GemmResult], modes: tuple[str,
                     row += [ms_cell(run.ms if run else None), cell(r.ratio(mode))]
             diff = r.loss_difference
             kinds = ", ".join(f"{k.kind} {100 * k.share:.0f}% {k.tflops:.3g}" for k in r.top_kinds[:3])
-            row += [str(r.dispatches), cell(r.compile_s), "–" if diff is None else f"{diff:.0e}", kinds or "–"]
+            shown = "–" if diff is None else f"{diff:.0e}" + (" (eval)" if r.stochastic else "")
+            row += [str(r.dispatches), cell(r.compile_s), shown, kinds or "–"]
             out.append("| " + " | ".join(row) + " |")
         out.append("")
     if gemms:

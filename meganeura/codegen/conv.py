@@ -12,10 +12,20 @@ neighbouring words), and where an output element is stored (`conv_store4`: NCHW 
 grad_input, the weight matrix for grad_weight). The images are folded into the GEMM's columns
 (forward, grad_input) or its reduction (grad_weight), so there is no batch dimension in the grid;
 independent GEMMs of one dispatch ("groups") are the stride phases of grad_input (each pixel only
-meets the taps of its phase: no multiplications by the zeros between strided positions) and the
+meets the taps of its phase: no multiplications by the zeros between strided positions), the
 parts of the reduction (split-K: `chunks`; grad_weight's, see `weight_splits`, and a stride-1
-grad_input's, `reduction_splits`); the tiling counts them as the batch of matrices a matmul would
-have.
+grad_input's, `reduction_splits`) and the groups of a grouped convolution (`groups`: one GEMM per
+group, M its filters or channels, so a depthwise convolution's GEMMs are one row high and take
+the ladder's tile shrunk to 4·RM rows); the tiling counts them as the batch of matrices a matmul
+would have.
+
+A convolution of one channel a group (depthwise, any filters a channel) is no GEMM worth tiling:
+its per-group GEMMs are one row high (grad_input's), or a few rows over 9 taps (forward's), or a
+few rows of 9 columns (grad_weight's), so a tile computes mostly padding. Such a conv_gemm runs
+as a direct convolution instead (`direct_conv`, `lower_direct_conv`; shaders/elementwise.wgsl): a
+thread per output element sums its taps (forward), the filter taps that reach its pixel
+(grad_input), or its part of the (n, ho, wo) reduction (grad_weight, split-K across threads:
+`direct_weight_splits`).
 
 The epilogue reads `$acc` and the extras `$0…`, each broadcast to the node's output shape and
 indexed by the output element's row-major index.
@@ -25,7 +35,15 @@ from __future__ import annotations
 
 import math
 
-from meganeura.codegen.common import Operands, bindings_wgsl, expression_code, grid_for, output_binding, shape_text
+from meganeura.codegen.common import (
+    Operands,
+    bindings_wgsl,
+    elementwise_kernel,
+    expression_code,
+    grid_for,
+    output_binding,
+    shape_text,
+)
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.gemm_operands import OperandTile, store_guard
 from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling, shrunk, table_for
@@ -35,7 +53,7 @@ from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import Graph, Node
-from meganeura.ir.ops.image import conv_gemm_geometry, conv_output_size
+from meganeura.ir.ops.image import conv_dilation, conv_gemm_geometry, conv_groups_of, conv_output_size
 from meganeura.ir.ops.matmul import part_length
 from meganeura.ir.ops.reduce import split_length
 from meganeura.target import GENERIC, Target
@@ -48,13 +66,14 @@ def conv_gemm_dims(attrs: dict, a: tuple[int, ...], b: tuple[int, ...], out: tup
     taps = kernel[0] * kernel[1]
     chunks = attrs.get("chunks", 1)
     image = out[-4:]  # forward, grad_input: [S,] N, C or O, H, W
+    # (per group: a is the weight [O, C·taps] or [G, Og, Cg·taps], or the gradient [N, O, L] or [N, G, Og, L])
     if mode == "forward":  # [O, C·taps] · [C·taps, N·L]
-        return a[0], image[0] * math.prod(image[2:]), part_length(a[1], chunks)
+        return a[-2], image[0] * math.prod(image[2:]), part_length(a[-1], chunks)
     if mode == "grad_input":  # per stride phase: [C, O·ti·tj] · [O·ti·tj, N·HP·WP], ti·tj ≤ TI·TJ
         (ti, tj), (hp, wp) = phase_sizes(attrs)
-        return a[1] // taps, image[0] * hp * wp, part_length(a[0] * ti * tj, chunks)
+        return a[-1] // taps, image[0] * hp * wp, part_length(a[-2] * ti * tj, chunks)
     # grad_weight: [O, N·L] · [N·L, C·taps], per part of N·L
-    return a[1], out[-1], split_length(a[0] * a[2], chunks)
+    return a[-2], out[-1], split_length(a[0] * a[-1], chunks)
 
 
 def conv_reduction(attrs: dict, a: tuple[int, ...]) -> int:
@@ -62,19 +81,33 @@ def conv_reduction(attrs: dict, a: tuple[int, ...]) -> int:
     the largest stride phase (grad_input), N·L (grad_weight)."""
     mode, kernel, _, _, _ = conv_gemm_geometry(attrs)
     if mode == "forward":
-        return a[1]
+        return a[-1]
     if mode == "grad_input":
         (ti, tj), _ = phase_sizes(attrs)
-        return a[0] * ti * tj
-    return a[0] * a[2]
+        return a[-2] * ti * tj
+    return a[0] * a[-1]
+
+
+def phase_steps(attrs: dict) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((STEP_H, STEP_W), (DGH, DGW)) of a grad_input: the taps of one stride phase are
+    s / gcd(d, s) apart along an axis (every s-th tap without dilation), and d / gcd(d, s) output
+    positions apart (shaders/conv_gemm.wgsl `phase_taps`)."""
+    _, _, stride, _, _ = conv_gemm_geometry(attrs)
+    dilation = conv_dilation(attrs)
+    common = [math.gcd(d, s) for d, s in zip(dilation, stride, strict=True)]
+    steps = tuple(s // c for s, c in zip(stride, common, strict=True))
+    spans = tuple(d // c for d, c in zip(dilation, common, strict=True))
+    return steps, spans
 
 
 def phase_sizes(attrs: dict) -> tuple[tuple[int, int], tuple[int, int]]:
     """((TI, TJ), (HP, WP)) of a grad_input: the most taps of a stride phase per kernel row and column
-    (⌈KH/SH⌉, ⌈KW/SW⌉; the kernel bounds its reduction per phase), and the rows and columns of
-    pixels of a phase (the largest phase: ⌈H/SH⌉, ⌈W/SW⌉)."""
+    (⌈KH/STEP_H⌉, ⌈KW/STEP_W⌉, `phase_steps`: ⌈KH/SH⌉ without dilation; the kernel bounds its
+    reduction per phase), and the rows and columns of pixels of a phase (the largest phase:
+    ⌈H/SH⌉, ⌈W/SW⌉)."""
     _, kernel, stride, _, image = conv_gemm_geometry(attrs)
-    taps = tuple(-(-k // s) for k, s in zip(kernel, stride, strict=True))
+    steps, _ = phase_steps(attrs)
+    taps = tuple(-(-k // s) for k, s in zip(kernel, steps, strict=True))
     pixels = tuple(-(-extent // s) for extent, s in zip(image, stride, strict=True))
     return taps, pixels
 
@@ -87,8 +120,8 @@ def conv_phases(attrs: dict) -> int:
 
 def conv_groups(attrs: dict) -> int:
     """The independent GEMMs of one dispatch: the stride phases of grad_input, times the parts of
-    the reduction where it is split (`chunks`)."""
-    return conv_phases(attrs) * attrs.get("chunks", 1)
+    the reduction where it is split (`chunks`), times the convolution's groups (`groups`)."""
+    return conv_phases(attrs) * attrs.get("chunks", 1) * conv_groups_of(attrs)
 
 
 def b_along_k(mode: str) -> bool:
@@ -111,6 +144,33 @@ def conv_tiling(
     return gemm_tiling(m, n, k, groups, target, b_along_k(attrs["mode"]), kind=kind)
 
 
+def direct_conv(attrs: dict, a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether a conv_gemm runs as a direct convolution (module docstring): in groups of one
+    channel each, unsplit but for a weight gradient."""
+    groups = conv_groups_of(attrs)
+    if groups == 1:
+        return False
+    mode, kernel, _, _, _ = conv_gemm_geometry(attrs)
+    channels = b[1] // groups if mode == "grad_weight" else a[-1] // (kernel[0] * kernel[1])
+    return channels == 1 and (mode == "grad_weight" or attrs.get("chunks", 1) == 1)
+
+
+# The direct weight gradient's split (`direct_weight_splits`): parts enough for DIRECT_THREADS
+# threads a compute unit, each part at least MIN_SPLIT_K long.
+DIRECT_THREADS = 1024
+
+
+def direct_weight_splits(outputs: int, reduction: int, target: Target) -> int:
+    """The parts to split a direct weight gradient's reduction (N·L long, `outputs` elements) into
+    on `target`: a thread per output element and part, so parts enough for DIRECT_THREADS threads
+    a compute unit, at most MAX_SPLITS, each part at least MIN_SPLIT_K long (1 on a CPU, whose
+    few threads the output already fills)."""
+    if target.cpu or target.compute_units < 2:
+        return 1
+    wanted = -(-DIRECT_THREADS * target.compute_units // outputs)
+    return max(1, min(wanted, MAX_SPLITS, reduction // MIN_SPLIT_K))
+
+
 def conv_workgroups(attrs: dict, operands, results, target: Target = GENERIC) -> int:
     """The workgroups the cost model counts for a conv_gemm: one per output tile of each of the
     dispatch's GEMMs; for a weight gradient on a GPU, and for an input gradient whose reduction
@@ -130,6 +190,8 @@ def conv_counted(attrs: dict, operands, results, dispatched: int | None, target:
     """`dispatched` workgroups of a conv_gemm's kernel (None: the ones its tiling launches) as the
     cost model counts them (`conv_workgroups`)."""
     a, b, out = operands[0].shape, operands[1].shape, results[0].shape
+    if direct_conv(attrs, a, b):
+        return -(-results[0].numel // 256) if dispatched is None else dispatched
     m, n, _ = conv_gemm_dims(attrs, a, b, out)
     tiling = conv_tiling(attrs, a, b, out, target)
     if dispatched is None:
@@ -177,16 +239,17 @@ def largest_tiling(m: int, n: int, target: Target, transpose_b: bool) -> GemmTil
     return shrunk(table_for(target, "conv").largest(transpose_b, target), m, n, target.workgroup_memory)
 
 
-def weight_splits(filters: int, columns: int, reduction: int, target: Target) -> int:
-    """The parts to split a weight gradient's reduction (N·L long, output [filters, columns]) into
-    on `target`: 1 where the one GEMM's tiles already fill the compute units FILL_WAVES times,
+def weight_splits(filters: int, columns: int, reduction: int, target: Target, groups: int = 1) -> int:
+    """The parts to split a weight gradient's reduction (N·L long, output [filters, columns] per
+    group, `groups` of them) into on `target`: 1 where the GEMMs' tiles already fill the compute
+    units FILL_WAVES times,
     else as many as give SPLIT_WAVES workgroups per unit (at most MAX_SPLITS), each part at
     least MIN_SPLIT_K long, none empty. Tiles are counted in the table's largest for the output
     (as `matmul.matmul_splits` does): the tile the ladder gives the split GEMM once its parts
     fill the units, where the whole-batch GEMM alone would take the smallest rung. The
     cost model decides whether the split is used (rewrite/conv.py `conv_split_k`)."""
     tiling = largest_tiling(filters, columns, target, b_along_k("grad_weight"))
-    tiles = -(-filters // tiling.bm) * -(-columns // tiling.bn)
+    tiles = groups * -(-filters // tiling.bm) * -(-columns // tiling.bn)
     if target.compute_units == 1 or tiles >= FILL_WAVES * target.compute_units or reduction < 2 * MIN_SPLIT_K:
         return 1  # (one unit: nothing to fill)
     return parts_to_fill(tiles, reduction, SPLIT_WAVES * target.compute_units, MIN_SPLIT_K, MAX_SPLITS)
@@ -313,14 +376,20 @@ def conv_store4(mode: str, m: int, n: int, tiling: GemmTiling, vector: bool) -> 
 
 @lowering("conv_gemm", workgroups=conv_workgroups, per_target=True, counted=conv_counted)
 def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSpec:
-    """One conv_gemm node as a tiled implicit GEMM (see the module docstring)."""
+    """One conv_gemm node as a tiled implicit GEMM (see the module docstring), or as a direct
+    convolution (`direct_conv`)."""
+    if direct_conv(node.attr_dict, graph[node.inputs[0]].shape, graph[node.inputs[1]].shape):
+        return lower_direct_conv(graph, node)
     mode, kernel, stride, padding, image = conv_gemm_geometry(node.attr_dict)
+    dilation, conv_group_count = conv_dilation(node.attr_dict), conv_groups_of(node.attr_dict)
     a, b, *extras = node.inputs
     m, n, k = conv_gemm_dims(node.attr_dict, graph[a].shape, graph[b].shape, node.shape)
-    ho, wo = conv_output_size(image, kernel, stride, padding, "conv_gemm")
+    ho, wo = conv_output_size(image, kernel, stride, padding, "conv_gemm", dilation)
     taps = kernel[0] * kernel[1]
-    channels = graph[a].shape[1] // taps if mode != "grad_weight" else graph[b].shape[1]
-    filters = graph[a].shape[0] if mode != "grad_weight" else graph[a].shape[1]
+    # per convolution group: C its channels, O its filters
+    channels = graph[a].shape[-1] // taps if mode != "grad_weight" else graph[b].shape[1] // conv_group_count
+    filters = graph[a].shape[-2]
+    (step_h, step_w), (span_h, span_w) = phase_steps(node.attr_dict)
     epilogue_text = node.attr("epilogue", "$acc")
     tree = parse_expr(epilogue_text)
     operands = Operands(graph)
@@ -375,6 +444,14 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
             "GRID_X": grid[0],
             "C": channels,
             "O": filters,
+            "CG": conv_group_count,
+            "PARTS": chunks,
+            "DH": dilation[0],
+            "DW": dilation[1],
+            "STEP_H": step_h,
+            "STEP_W": step_w,
+            "DGH": span_h,
+            "DGW": span_w,
             "H": image[0],
             "W": image[1],
             "HO": ho,
@@ -401,6 +478,8 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
         },
     )
     geometry = f"{kernel[0]}x{kernel[1]}{pair_text('s', stride, 1)}{pair_text('p', padding, 0)}"
+    geometry += pair_text("d", dilation, 1)
+    geometry += f" in {conv_group_count} groups" if conv_group_count > 1 else ""
     geometry += f" in {chunks} parts" if chunks > 1 else ""
     label = f"conv_gemm {mode} {geometry} {shape_text(graph[a].shape)},{shape_text(graph[b].shape)}"
     label += f" -> {shape_text(node.shape)} ({m}x{k}x{n})"
@@ -417,3 +496,101 @@ def lower_conv_gemm(graph: Graph, node: Node, target: Target = GENERIC) -> Kerne
         workgroup_memory=tiling.workgroup_bytes,
         keeps_checks=tiling.checked,
     )
+
+
+def lower_direct_conv(graph: Graph, node: Node) -> KernelSpec:
+    """A conv_gemm of one channel a group as a direct convolution, a thread per output element
+    (shaders/elementwise.wgsl), the epilogue applied to its sum `acc`."""
+    attrs = node.attr_dict
+    mode, kernel, stride, padding, image = conv_gemm_geometry(attrs)
+    dilation, groups = conv_dilation(attrs), conv_groups_of(attrs)
+    a, b, *extras = node.inputs
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (height, width) = kernel, stride, padding, dilation, image
+    ho, wo = conv_output_size(image, kernel, stride, padding, "conv_gemm", dilation)
+    # O, all the filters: of the weight [G, Og, kh·kw], or of the gradient [N, G, Og, L]
+    filters = math.prod(graph[a].shape[:2] if mode != "grad_weight" else graph[a].shape[1:3])
+    per_group = filters // groups  # Og
+    channels = groups  # one a group
+    operands = Operands(graph)
+
+    def weight_at(o: str, i: str, j: str) -> str:  # weight [O, 1, kh, kw]
+        return operands.read_at(a, f"({o} * {kh}u + {i}) * {kw}u + {j}")
+
+    if mode == "forward":
+        x_at = operands.read_at(
+            b, f"(n * {channels}u + o / {per_group}u) * {height * width}u + u32(y) * {width}u + u32(x)"
+        )
+        lines = [
+            f"let ow = i % {wo}u;",
+            f"let oh = (i / {wo}u) % {ho}u;",
+            f"let o = (i / {ho * wo}u) % {filters}u;",
+            f"let n = i / {filters * ho * wo}u;",
+            "var acc = 0.0;",
+            f"for (var ki = 0u; ki < {kh}u; ki++) {{",
+            f"    let y = i32(oh * {sh}u + ki * {dh}u) - {ph}i;",
+            f"    if (y < 0i || y >= {height}i) {{ continue; }}",
+            f"    for (var kj = 0u; kj < {kw}u; kj++) {{",
+            f"        let x = i32(ow * {sw}u + kj * {dw}u) - {pw}i;",
+            f"        if (x < 0i || x >= {width}i) {{ continue; }}",
+            f"        acc += {weight_at('o', 'ki', 'kj')} * {x_at};",
+            "    }",
+            "}",
+        ]
+    elif mode == "grad_input":  # pixel (n, c, y, x) sums the filters of its group whose taps reach it
+        g_at = operands.read_at(b, f"(n * {filters}u + o) * {ho * wo}u + u32(gy / {sh}i) * {wo}u + u32(gx / {sw}i)")
+        lines = [
+            f"let x = i32(i % {width}u);",
+            f"let y = i32((i / {width}u) % {height}u);",
+            f"let c = (i / {height * width}u) % {channels}u;",
+            f"let n = i / {channels * height * width}u;",
+            "var acc = 0.0;",
+            f"for (var f = 0u; f < {per_group}u; f++) {{",
+            f"    let o = c * {per_group}u + f;",
+            f"    for (var ki = 0u; ki < {kh}u; ki++) {{",
+            f"        let gy = y + {ph}i - i32(ki * {dh}u);",
+            f"        if (gy < 0i || gy % {sh}i != 0i || gy / {sh}i >= {ho}i) {{ continue; }}",
+            f"        for (var kj = 0u; kj < {kw}u; kj++) {{",
+            f"            let gx = x + {pw}i - i32(kj * {dw}u);",
+            f"            if (gx < 0i || gx % {sw}i != 0i || gx / {sw}i >= {wo}i) {{ continue; }}",
+            f"            acc += {weight_at('o', 'ki', 'kj')} * {g_at};",
+            "        }",
+            "    }",
+            "}",
+        ]
+    else:  # weight element (part, o, ki, kj) sums g·x over its part of (n, ho, wo)
+        images = graph[a].shape[0]
+        reduction = images * ho * wo
+        length = split_length(reduction, node.attr("chunks", 1))
+        g_at = operands.read_at(a, f"(n * {filters}u + o) * {ho * wo}u + l")
+        x_at = operands.read_at(
+            b, f"(n * {channels}u + o / {per_group}u) * {height * width}u + u32(y) * {width}u + u32(x)"
+        )
+        lines = [
+            f"let kj = i % {kw}u;",
+            f"let ki = (i / {kw}u) % {kh}u;",
+            f"let o = (i / {kh * kw}u) % {filters}u;",
+            f"let first = (i / {filters * kh * kw}u) * {length}u;",
+            "var acc = 0.0;",
+            f"for (var k = first; k < min(first + {length}u, {reduction}u); k++) {{",
+            f"    let n = k / {ho * wo}u;",
+            f"    let l = k % {ho * wo}u;",
+            f"    let y = i32((l / {wo}u) * {sh}u + ki * {dh}u) - {ph}i;",
+            f"    let x = i32((l % {wo}u) * {sw}u + kj * {dw}u) - {pw}i;",
+            f"    if (y < 0i || y >= {height}i || x < 0i || x >= {width}i) {{ continue; }}",
+            f"    acc += {g_at} * {x_at};",
+            "}",
+        ]
+    epilogue_text = node.attr("epilogue", "$acc")
+    tree = parse_expr(epilogue_text)
+
+    def read(name: str) -> str:
+        return "acc" if name == "acc" else operands.read(extras[int(name)], node.shape, "i")
+
+    reads, value = expression_code(tree, read)
+    body = "\n    ".join([*lines, reads] if reads else lines)
+    geometry = f"{kh}x{kw}{pair_text('s', stride, 1)}{pair_text('p', padding, 0)}{pair_text('d', dilation, 1)}"
+    parts = f" in {node.attr('chunks')} parts" if node.attr("chunks", 1) > 1 else ""
+    label = f"conv_direct {mode} {geometry} in {groups} groups{parts} {shape_text(graph[a].shape)},"
+    label += f"{shape_text(graph[b].shape)} -> {shape_text(node.shape)}"
+    label += "" if epilogue_text == "$acc" else f" {epilogue_text}"
+    return elementwise_kernel(graph, node, operands, body, value, helper_functions([tree]), label)

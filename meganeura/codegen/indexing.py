@@ -24,25 +24,33 @@ NAN = literal(float("nan"))
 
 @lowering("pick")
 def lower_pick(graph: Graph, node: Node) -> KernelSpec:
-    """pick: out[i] = x[i, labels[i]] (NaN for a label outside [0, classes))."""
+    """pick: out[i] = x[i, labels[i]], x[labels[i]] of a table x [classes], or x of a scalar (0 for
+    ignore_index, NaN for another label outside [0, classes))."""
     x, labels = node.inputs
-    classes = graph[x].shape[1]
     operands = Operands(graph)
-    value = operands.read_at(x, f"i * {classes}u + min(u32(label), {classes - 1}u)")
     reads = f"let label = {operands.read_at(labels, 'i')};"
-    value = f"select({NAN}, {value}, label >= 0i && label < {classes}i)"
+    if graph[x].shape:
+        classes = graph[x].shape[-1]
+        row = f"i * {classes}u + " if len(graph[x].shape) == 2 else ""
+        value = operands.read_at(x, f"{row}min(u32(label), {classes - 1}u)")
+        value = f"select({NAN}, {value}, label >= 0i && label < {classes}i)"
+    else:
+        value = operands.read_at(x, "0u")
+    value = f"select({value}, 0.0, label == {node.attr('ignore_index')}i)"
     return elementwise_kernel(graph, node, operands, reads, value, "", f"pick {shape_text(graph[x].shape)}")
 
 
 @lowering("scatter_rows")
 def lower_scatter_rows(graph: Graph, node: Node) -> KernelSpec:
-    """scatter_rows: out[i, c] = g[i] where c == labels[i], else 0 (a row of NaN for a bad label)."""
+    """scatter_rows: out[i, c] = g[i] where c == labels[i], else 0 (a row of zeros for ignore_index,
+    of NaN for another label outside [0, classes))."""
     g, labels = node.inputs
     classes = node.shape[1]
     operands = Operands(graph)
     reads = f"let row = i / {classes}u;\n    let label = {operands.read_at(labels, 'row')};"
     hit = f"select(0.0, {operands.read_at(g, 'row')}, i32(i % {classes}u) == label)"
     value = f"select({NAN}, {hit}, label >= 0i && label < {classes}i)"
+    value = f"select({value}, 0.0, label == {node.attr('ignore_index')}i)"
     return elementwise_kernel(graph, node, operands, reads, value, "", f"scatter_rows {shape_text(node.shape)}")
 
 

@@ -50,6 +50,7 @@ def lower_cross_entropy(graph: Graph, node: Node) -> KernelSpec:
             "GRID_X": max(grid[0], 1),
             "GRAD": is_grad,
             "GRAD_AT": grad_at,
+            "IGNORE": node.attr("ignore_index"),
         },
     )
     return KernelSpec(node.id, f"{node.op} {rows}x{classes}", wgsl, node.op, tuple(bindings), grid, (wg, 1, 1))

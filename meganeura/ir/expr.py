@@ -29,7 +29,8 @@ from meganeura.ir.op import ShapeError
 
 Expr = tuple | float  # ("fn", arg...) | ("$", name) | a float literal
 
-_TOKEN = re.compile(r"\s*(?:(\$[A-Za-z0-9_]+)|([A-Za-z_][A-Za-z0-9_]*)|([-+]?(?:nan|inf)|[-+0-9.eE]+)|(.))")
+# A number: a signed inf or nan first (format_expr writes clamp's missing bound as -inf), then digits.
+_TOKEN = re.compile(r"\s*(?:(\$[A-Za-z0-9_]+)|([A-Za-z_][A-Za-z0-9_]*)|([-+]?(?:inf|nan)|[-+0-9.eE]+)|(.))")
 
 
 class ExprError(ValueError):

@@ -390,6 +390,9 @@ FUNCTIONS: dict[str, Function] = {
         unary("silu", lambda x: x * sigmoid(x), "mn_silu({0})", vjp_silu, "x·sigmoid(x) (swish)", ("mn_silu",)),
         unary("erf", erf, "mn_erf({0})", vjp_erf, "the error function 2/√π ∫₀ˣ exp(−t²) dt", ("mn_erf",)),
         unary("abs", np.abs, "abs({0})", vjp_abs, "|x| (gradient sign(x), 0 at 0)"),
+        # torch's detach: the value itself, cut off from autodiff (its VJP gives no gradient); a
+        # copy in the graph, which the pointwise rules inline into whatever reads it.
+        unary("detach", lambda x: np.array(x, copy=True), "{0}", no_gradient, "x, with no gradient (stop-gradient)"),
         # Read from the bits, not as x == x or x - x == 0: WGSL lets a compiler assume that no
         # value is NaN or infinite, and such a test may then be folded to true.
         unary(

@@ -10,7 +10,7 @@
 The package: `module.py` (nn.Module), `container.py` (Sequential, ModuleList, ModuleDict,
 ParameterList, ParameterDict), `init.py` (nn.init), `activation.py`, `loss.py`, `conv.py` (Conv1d
 and the transposed convolutions), `pooling.py` (1-d pools, adaptive max pooling, Upsample); the
-layers below (Linear, the normalisations, Embedding, Conv2d, the 2-d pools) are defined here.
+layers below (Linear, the normalisations, Embedding, the 2-d pools) are defined here.
 Parameters are drawn from `_rng`, the generator `manual_seed` seeds.
 """
 
@@ -22,7 +22,6 @@ import warnings
 import numpy as np
 
 from meganeura import functional as F
-from meganeura.ir.ops.image import pair
 from meganeura.ir.trace import user_source_line
 from meganeura.nn import init
 from meganeura.nn.activation import (
@@ -41,7 +40,7 @@ from meganeura.nn.activation import (
     Unflatten,
 )
 from meganeura.nn.container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
-from meganeura.nn.conv import Conv1d, ConvTranspose1d, ConvTranspose2d
+from meganeura.nn.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from meganeura.nn.loss import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -343,56 +342,6 @@ class Flatten(Module):
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
-
-
-class Conv2d(Module):
-    """A 2-D convolution over [N, C, H, W] (torch.nn.Conv2d): weight [out_channels, in_channels,
-    kh, kw] and bias [out_channels], both U(−1/√fan_in, 1/√fan_in) with fan_in = in_channels·kh·kw
-    (PyTorch's default init: kaiming_uniform_(a=√5) reduces to that bound). kernel_size, stride and
-    padding are ints or pairs (padding also "valid" or "same"); dilation and groups must be 1 and
-    padding_mode "zeros"."""
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size,
-        stride=1,
-        padding=0,
-        dilation=1,
-        groups: int = 1,
-        bias: bool = True,
-        padding_mode: str = "zeros",
-    ) -> None:
-        super().__init__()
-        if groups != 1 or dilation not in (1, (1, 1)) or padding_mode != "zeros":
-            raise NotImplementedError(
-                f"Conv2d: only groups=1, dilation=1 and padding_mode='zeros' are supported, got groups={groups!r}, "
-                f"dilation={dilation!r}, padding_mode={padding_mode!r}"
-            )
-        self.in_channels = int(in_channels)
-        self.out_channels = int(out_channels)
-        self.kernel_size = pair(kernel_size, "Conv2d: kernel_size")
-        self.stride = pair(stride, "Conv2d: stride")
-        self.padding = padding if isinstance(padding, str) else pair(padding, "Conv2d: padding")
-        self.dilation = (1, 1)
-        self.groups = 1
-        self.padding_mode = padding_mode
-        fan_in = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
-        bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-        self.weight = Parameter(uniform(bound, (self.out_channels, self.in_channels, *self.kernel_size)))
-        self.bias = Parameter(uniform(bound, (self.out_channels,))) if bias else None
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding)
-
-    def extra_repr(self) -> str:
-        text = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
-        if self.padding != (0, 0):
-            text += f", padding={self.padding!r}"
-        if self.bias is None:
-            text += ", bias=False"
-        return text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,12 +1,11 @@
-"""Conv1d and the transposed convolutions (ConvTranspose1d, ConvTranspose2d) with torch.nn's
+"""Conv1d, Conv2d and the transposed convolutions (ConvTranspose1d, ConvTranspose2d) with torch.nn's
 signatures, checks, parameter shapes, default initialisation and printing.
 
 As PyTorch's _ConvNd: weight [out, in/groups, k…] ([in, out/groups, k…] when transposed) and bias
 [out]; `reset_parameters` draws the weight with kaiming_uniform_(a=√5) and the bias from
 U(−1/√fan_in, 1/√fan_in), fan_in from PyTorch's fan computation on the weight (for a transposed
-weight: out/groups·k…). The forward calls F.conv1d / F.conv_transpose1d / F.conv_transpose2d
+weight: out/groups·k…). The forward calls F.conv1d / F.conv2d / F.conv_transpose1d / F.conv_transpose2d
 with PyTorch's arguments; padding_mode other than "zeros" pads with F.pad first, as PyTorch does.
-(nn.Conv2d, older, is in nn/__init__.py.)
 """
 
 from __future__ import annotations
@@ -146,6 +145,34 @@ class Conv1d(ConvNd):
             padded = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             return F.conv1d(padded, self.weight, self.bias, self.stride, (0,), self.dilation, self.groups)
         return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class Conv2d(ConvNd):
+    """A 2-D convolution over [N, C, H, W] or [C, H, W] (torch.nn.Conv2d): weight
+    [out, in/groups, kh, kw]; stride, padding ("valid", "same" too), dilation, groups (depthwise
+    where groups == in_channels) and padding_mode as torch."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+    ) -> None:
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, False, 0, groups, bias, padding_mode, 2
+        )
+
+    def forward(self, input: Tensor) -> Tensor:
+        if self.padding_mode != "zeros":
+            padded = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            return F.conv2d(padded, self.weight, self.bias, self.stride, (0, 0), self.dilation, self.groups)
+        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
 class ConvTransposeNd(ConvNd):

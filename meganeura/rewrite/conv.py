@@ -3,15 +3,22 @@
 `F.conv2d` traces a convolution as `unfold` (im2col) and a matmul with the weight matrix, and
 autodiff differentiates exactly that (ir/ops/image.py), so a training step holds three GEMMs over
 columns [N, C·kh·kw, L] that a plain plan writes to memory. These rules give each GEMM the
-implicit-GEMM kernel `(ConvKernel mode a b kernel stride padding image chunks epilogue)` (IR:
-`conv_gemm`), which gathers
-the column operand from the image (or from the output gradient) while it loads its tiles, so the
-columns are never written:
+implicit-GEMM kernel `(ConvKernel mode a b kernel stride padding dilation image chunks groups
+epilogue)` (IR: `conv_gemm`), which gathers the column operand from the image (or from the output
+gradient) while it loads its tiles, so the columns are never written. A convolution in G > 1
+groups is traced with the columns seen per group, c4 = reshape(unfold(x), [N, G, Cg·kh·kw, L]),
+and the weight W3 [G, Og, Cg·kh·kw] broadcast over the batch (`group_split` names the reshape's
+G); each rule below has a second form for it, whose kernel runs one GEMM per group. A transposed
+convolution (F.conv_transpose2d) is traced as the input gradient's form, so `conv_grad_input`
+makes its forward and `conv_forward` and `conv_grad_weight` its gradients:
 
 - `conv_forward`: reshape(matmul(W, unfold(x)), [N, O, Ho, Wo]) → ConvKernel "forward" W x;
-- `conv_grad_input`: fold(matmul(Wᵀ, g)) → ConvKernel "grad_input" W g (g [N, O, L]);
+  grouped, reshape(matmul(broadcast(W3), c4), [N, O, Ho, Wo]) → ConvKernel "forward" W3 x;
+- `conv_grad_input`: fold(matmul(Wᵀ, g)) → ConvKernel "grad_input" W g (g [N, O, L]); grouped,
+  fold(reshape(matmul(broadcast(W3)ᵀ, g4))) → ConvKernel "grad_input" W3 g4 (g4 [N, G, Og, L]);
 - `conv_grad_weight`: sum over the batch of matmul(g, unfold(x)ᵀ) → ConvKernel "grad_weight" g x
-  (one GEMM over the whole batch), and the per-image products matmul(g, unfold(x)ᵀ) → the same
+  (one GEMM over the whole batch; grouped, of matmul(g4, c4ᵀ)), and the per-image products
+  matmul(g, unfold(x)ᵀ) → the same
   kernel in chunks of one image (N GEMMs in one dispatch, summed after it). Which one the plan
   uses is the cost model's call: the whole-batch GEMM has a small output and a long reduction, so
   few workgroups; where that leaves most of the adapter idle, N times the workgroups and the sum
@@ -47,15 +54,19 @@ columns are never written:
   (batched) matmul, which the matmul family then fuses like any other.
 
 Guards (facts the encoder adds for this family, `facts`): `(rank t r)` for every tensor; the
-window (kernel, stride, padding) of each unfold/fold is `(spatial_window k s p)` or
-`(pointwise_window k s p)` (1×1, stride 1, padding 0); `(image x "H,W")` for every 4-D tensor;
+window (kernel, stride, padding, dilation) of each unfold/fold is `(spatial_window k s p d)` or
+`(pointwise_window k s p d)` (1×1, stride 1, padding 0); `(image x "H,W")` for every 4-D tensor;
 `(positions t n ho wo)` for an unfold's result [N, C·kh·kw, Ho·Wo], and
-`(splits_positions t n o ho wo)` for a 4-D reshape [N, O, Ho, Wo] of a 3-D [N, O, Ho·Wo]: the
-forward rule needs the reshape to be the one that unflattens the output positions. The weight
-is a matrix (rank 2), the gradient g of rank 3. Target facts (`target_facts`): `(weight_split m S p)`
+`(splits_positions t n o ho wo)` for a 4-D reshape [N, O, Ho, Wo] of a 3-D [N, O, Ho·Wo] (or of a
+grouped product [N, G, Og, Ho·Wo], G·Og = O): the forward rule needs the reshape to be the one
+that unflattens the output positions; `(group_split t G)` for a reshape between [N, G·K, L] and
+[N, G, K, L], G > 1; `(leading t d)`, the first dim of every 3-D tensor (a grouped weight
+[G, Og, Cg·kh·kw] broadcast over the batch only). The weight is a matrix (rank 2; grouped, rank
+3), the gradient g of rank 3 (grouped, 4). Target facts (`target_facts`): `(weight_split m S p)`
 for a per-image weight-gradient product m whose sum the target splits into S parts, p the
-partials' shape; `(reduction_split t S p)` for a stride-1 input gradient's fold t that the
-target splits into S parts along K; `(winograd t flip m u v p pad image size)` for a stride-1 3×3
+partials' shape (`codegen.conv.weight_splits`, or `direct_weight_splits` for one channel a
+group); `(reduction_split t S p)` for a stride-1 input gradient's fold t that the target splits
+into S parts along K; `(winograd t flip m u v p pad image size)` for a stride-1 3×3
 convolution t (its reshape, or its input gradient's fold) that the target may run as Winograd's
 F(m×m, 3×3): the filter transform's flip, m, the shapes of the two transforms and of their
 product, and the input and output transforms' attributes; `(winograd_grad t m u v p size)` for
@@ -65,7 +76,9 @@ shapes of the two transforms and of their product, and the output size.
 
 from __future__ import annotations
 
-from meganeura.codegen.conv import reduction_splits, weight_splits
+import math
+
+from meganeura.codegen.conv import direct_weight_splits, reduction_splits, weight_splits
 from meganeura.codegen.winograd import winograd_tile
 from meganeura.ir.graph import Graph
 from meganeura.ir.ops.image import conv_output_size
@@ -76,9 +89,10 @@ from meganeura.target import Target
 
 FAMILY = "conv"
 
-UNFOLD = "(= c (Unfold x wk ws wp))"  # x's columns for window (k, st, p)
-CONV = "(ConvKernel mode a b wk ws wp img chunks e)"
-PLAIN_CONV = "(ConvKernel mode a b wk ws wp img chunks (Acc))"  # the epilogue $acc
+UNFOLD = "(= c (Unfold x wk ws wp wd))"  # x's columns for window (k, st, p, d)
+GROUPED_COLUMNS = [UNFOLD, "(= c4 (Reshape c s4))", "(group_split c4 grp)"]  # seen per group [N, G, K, L]
+WINDOW = "(spatial_window wk ws wp wd)"
+PLAIN_CONV = "(ConvKernel mode a b wk ws wp wd img chunks grp (Acc))"  # the epilogue $acc
 
 CONV_FORWARD = Rule(
     "conv_forward",
@@ -90,13 +104,28 @@ CONV_FORWARD = Rule(
                 "(= t (Reshape m s))",
                 "(= m (Matmul w c false false))",
                 UNFOLD,
-                "(spatial_window wk ws wp)",
+                WINDOW,
                 "(image x img)",
                 "(rank w 2)",
                 "(positions c n ho wo)",
                 "(splits_positions t n o ho wo)",
             ],
-            '(union t (ConvKernel "forward" w x wk ws wp img 1 (Acc)))',
+            '(union t (ConvKernel "forward" w x wk ws wp wd img 1 1 (Acc)))',
+        ),
+        rule(
+            [
+                "(= t (Reshape m s))",
+                "(= m (Matmul wb c4 false false))",
+                "(= wb (BroadcastTo w bs))",
+                *GROUPED_COLUMNS,
+                WINDOW,
+                "(image x img)",
+                "(rank w 3)",
+                "(leading w grp)",
+                "(positions c n ho wo)",
+                "(splits_positions t n o ho wo)",
+            ],
+            '(union t (ConvKernel "forward" w x wk ws wp wd img 1 grp (Acc)))',
         ),
     ),
 )
@@ -107,14 +136,22 @@ CONV_GRAD_INPUT = Rule(
     "fold(Wᵀ·g) → implicit-GEMM input gradient (operand gathered from g, no column buffer)",
     (
         rule(
+            ["(= t (Fold m img wk ws wp wd))", "(= m (Matmul w g true false))", WINDOW, "(rank w 2)", "(rank g 3)"],
+            '(union t (ConvKernel "grad_input" w g wk ws wp wd img 1 1 (Acc)))',
+        ),
+        rule(
             [
-                "(= t (Fold m img wk ws wp))",
-                "(= m (Matmul w g true false))",
-                "(spatial_window wk ws wp)",
-                "(rank w 2)",
-                "(rank g 3)",
+                "(= t (Fold r img wk ws wp wd))",
+                "(= r (Reshape m s))",
+                "(group_split r grp)",
+                "(= m (Matmul wb g true false))",
+                "(= wb (BroadcastTo w bs))",
+                WINDOW,
+                "(rank w 3)",
+                "(leading w grp)",
+                "(rank g 4)",
             ],
-            '(union t (ConvKernel "grad_input" w g wk ws wp img 1 (Acc)))',
+            '(union t (ConvKernel "grad_input" w g wk ws wp wd img 1 grp (Acc)))',
         ),
     ),
 )
@@ -122,9 +159,16 @@ CONV_GRAD_INPUT = Rule(
 PARTIAL_WEIGHT_GRADIENT = [  # g·unfold(x)ᵀ per image, before autodiff's sum over the batch
     "(= m (Matmul g c false true))",
     UNFOLD,
-    "(spatial_window wk ws wp)",
+    WINDOW,
     "(image x img)",
     "(rank g 3)",
+]
+GROUPED_WEIGHT_GRADIENT = [  # the same per group: g4·c4ᵀ
+    "(= m (Matmul g c4 false true))",
+    *GROUPED_COLUMNS,
+    WINDOW,
+    "(image x img)",
+    "(rank g 4)",
 ]
 CONV_GRAD_WEIGHT = Rule(
     "conv_grad_weight",
@@ -132,32 +176,43 @@ CONV_GRAD_WEIGHT = Rule(
     "Σₙ g·unfold(x)ᵀ → implicit-GEMM weight gradient (columns gathered from x): one GEMM over the "
     "batch, or one per image summed after them (the cost model's choice)",
     (
-        rule(
-            ['(= t (Reduce "sum" m "0" false))', *PARTIAL_WEIGHT_GRADIENT],
-            '(union t (ConvKernel "grad_weight" g x wk ws wp img 1 (Acc)))',
+        *(
+            rule(
+                ['(= t (Reduce "sum" m "0" false))', *partial],
+                f'(union t (ConvKernel "grad_weight" g x wk ws wp wd img 1 {groups} (Acc)))',
+            )
+            for partial, groups in ((PARTIAL_WEIGHT_GRADIENT, 1), (GROUPED_WEIGHT_GRADIENT, "grp"))
         ),
-        rule(
-            [*PARTIAL_WEIGHT_GRADIENT, "(batch_images m images)", "(> images 1)"],
-            '(union m (ConvKernel "grad_weight" g x wk ws wp img images (Acc)))',
+        *(
+            rule(
+                [*partial, "(batch_images m images)", "(> images 1)"],
+                f'(union m (ConvKernel "grad_weight" g x wk ws wp wd img images {groups} (Acc)))',
+            )
+            for partial, groups in ((PARTIAL_WEIGHT_GRADIENT, 1), (GROUPED_WEIGHT_GRADIENT, "grp"))
         ),
     ),
 )
 
-SPLIT_CONV = '(ConvKernel "grad_weight" g x wk ws wp img n (Acc))'
+
+def split_conv(groups: str) -> str:
+    return f'(ConvKernel "grad_weight" g x wk ws wp wd img n {groups} (Acc))'
+
+
 CONV_SPLIT_K = Rule(
     "conv_split_k",
     FAMILY,
     "Σₙ g·unfold(x)ᵀ → an implicit-GEMM weight gradient split along its reduction (split-K) into "
     "partials, summed after it",
-    (
+    tuple(
         rule(
-            ['(= t (Reduce "sum" m "0" false))', *PARTIAL_WEIGHT_GRADIENT, "(weight_split m n p)"],
-            [f"(set (shape {SPLIT_CONV}) p)", f'(union t (Reduce "sum" {SPLIT_CONV} "0" false))'],
-        ),
+            ['(= t (Reduce "sum" m "0" false))', *partial, "(weight_split m n p)"],
+            [f"(set (shape {split_conv(groups)}) p)", f'(union t (Reduce "sum" {split_conv(groups)} "0" false))'],
+        )
+        for partial, groups in ((PARTIAL_WEIGHT_GRADIENT, "1"), (GROUPED_WEIGHT_GRADIENT, "grp"))
     ),
 )
 
-SPLIT_REDUCTION = "(ConvKernel mode a b wk ws wp img n (Acc))"
+SPLIT_REDUCTION = "(ConvKernel mode a b wk ws wp wd img n grp (Acc))"
 CONV_SPLIT_REDUCTION = Rule(
     "conv_split_reduction",
     FAMILY,
@@ -165,7 +220,7 @@ CONV_SPLIT_REDUCTION = Rule(
     "implicit GEMMs over parts of its reduction (split-K)",
     (
         rule(
-            ["(= t (ConvKernel mode a b wk ws wp img 1 (Acc)))", "(reduction_split t n p)"],
+            ["(= t (ConvKernel mode a b wk ws wp wd img 1 grp (Acc)))", "(reduction_split t n p)"],
             [f"(set (shape {SPLIT_REDUCTION}) p)", f'(union t (Reduce "sum" {SPLIT_REDUCTION} "0" false))'],
         ),
     ),
@@ -182,7 +237,7 @@ CONV_WINOGRAD = Rule(
     "multiplications than the direct GEMM, more bytes between the kernels)",
     (
         rule(
-            ["(= t (ConvKernel mode a b wk ws wp img 1 (Acc)))", "(winograd t flip wt u v m wpad wimg wsize)"],
+            ["(= t (ConvKernel mode a b wk ws wp wd img 1 grp (Acc)))", "(winograd t flip wt u v m wpad wimg wsize)"],
             [
                 f"(set (shape {WINOGRAD_WEIGHT}) u)",
                 f"(set (shape {WINOGRAD_INPUT}) v)",
@@ -204,7 +259,7 @@ CONV_WINOGRAD_WEIGHT = Rule(
     "filters' transform",
     (
         rule(
-            ['(= t (ConvKernel "grad_weight" g x wk ws wp img 1 (Acc)))', "(winograd_grad t wt u v m wsize)"],
+            ['(= t (ConvKernel "grad_weight" g x wk ws wp wd img 1 grp (Acc)))', "(winograd_grad t wt u v m wsize)"],
             [
                 f"(set (shape {WINOGRAD_GRADIENT}) u)",
                 f"(set (shape {WINOGRAD_IMAGE}) v)",
@@ -229,7 +284,7 @@ CONV_EPILOGUE = Rule(
     (
         rule(
             ["(= k (Kernel body s))", "(= d (mentions body t))", f"(= t {PLAIN_CONV})", "(= s (shape t))"],
-            "(union k (ConvKernel mode a b wk ws wp img chunks (Replace body t (Acc))))",
+            "(union k (ConvKernel mode a b wk ws wp wd img chunks grp (Replace body t (Acc))))",
         ),
     ),
 )
@@ -239,9 +294,10 @@ POINTWISE_CONV = Rule(
     FAMILY,
     "a 1×1 convolution (stride 1, no padding) is a plain matmul: unfold and fold are views",
     (
-        rule([UNFOLD, "(pointwise_window wk ws wp)", "(= s (shape c))"], "(union c (Reshape x s))"),
+        rule([UNFOLD, "(pointwise_window wk ws wp wd)", "(= s (shape c))"], "(union c (Reshape x s))"),
         rule(
-            ["(= t (Fold c img wk ws wp))", "(pointwise_window wk ws wp)", "(= s (shape t))"], "(union t (Reshape c s))"
+            ["(= t (Fold c img wk ws wp wd))", "(pointwise_window wk ws wp wd)", "(= s (shape t))"],
+            "(union t (Reshape c s))",
         ),
     ),
 )
@@ -260,8 +316,10 @@ RULES = [
 ]
 
 DECLARATIONS = """(relation rank (Term i64))
-(relation spatial_window (String String String))
-(relation pointwise_window (String String String))
+(relation spatial_window (String String String String))
+(relation pointwise_window (String String String String))
+(relation group_split (Term i64))
+(relation leading (Term i64))
 (relation image (Term String))
 (relation positions (Term i64 i64 i64))
 (relation splits_positions (Term i64 i64 i64 i64))
@@ -278,15 +336,42 @@ def window(node) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     return node.attr("kernel"), node.attr("stride"), node.attr("padding")
 
 
-def batch_images(graph: Graph, node) -> int | None:
-    """For matmul(g [N, O, L], unfold(x), transpose_b) (a weight gradient before its batch sum): N;
-    None for other nodes."""
+def full_window(node) -> tuple[tuple[int, ...], ...]:
+    """(kernel, stride, padding, dilation) of an unfold or fold node."""
+    return (*window(node), node.attr("dilation"))
+
+
+def group_split(graph: Graph, node) -> int:
+    """G where `node` reshapes between [N, G·K, L] and [N, G, K, L] (either way) with G > 1 (the
+    columns of a grouped convolution seen per group, or its input gradient's seen whole); else 0."""
+    if node.op != "reshape":
+        return 0
+    shapes = sorted((graph[node.inputs[0]].shape, node.shape), key=len)
+    if [len(shape) for shape in shapes] != [3, 4]:
+        return 0
+    (n, gk, length), (n4, groups, k, length4) = shapes
+    return groups if (n, length, gk) == (n4, length4, groups * k) and groups > 1 else 0
+
+
+def weight_product(graph: Graph, node):
+    """(g, the unfold node, G) where `node` is a weight gradient's per-image product before its
+    batch sum: matmul(g [N, O, L], unfold(x), transpose_b) (G = 1) or, grouped,
+    matmul(g [N, G, Og, L], reshape(unfold(x)) [N, G, Cg·kh·kw, L], transpose_b); else None."""
     if node.op != "matmul" or not node.attr("transpose_b") or node.attr("transpose_a"):
         return None
     g, columns = (graph[i] for i in node.inputs)
-    if columns.op != "unfold" or g.type.rank != 3:
-        return None
-    return g.shape[0]
+    if columns.op == "unfold" and g.type.rank == 3:
+        return g, columns, 1
+    groups = group_split(graph, columns)
+    if groups and g.type.rank == 4 and graph[columns.inputs[0]].op == "unfold":
+        return g, graph[columns.inputs[0]], groups
+    return None
+
+
+def batch_images(graph: Graph, node) -> int | None:
+    """For a weight gradient's per-image product (`weight_product`): N; None for other nodes."""
+    product = weight_product(graph, node)
+    return None if product is None else product[0].shape[0]
 
 
 def facts(graph: Graph, node_ids: list[int]) -> list[str]:
@@ -297,23 +382,31 @@ def facts(graph: Graph, node_ids: list[int]) -> list[str]:
         if node.results != 1:
             continue
         lines.append(f"(rank (Ref {node_id}) {node.type.rank})")
+        if node.type.rank == 3:
+            lines.append(f"(leading (Ref {node_id}) {node.shape[0]})")
         if node.type.rank == 4:
             lines.append(f"(image (Ref {node_id}) {ints(node.shape[2:])})")
         if node.op in ("unfold", "fold"):
-            windows.add(window(node))
+            windows.add(full_window(node))
         if node.op == "unfold":
-            ho, wo = conv_output_size(graph[node.inputs[0]].shape[2:], *window(node))
+            kernel, stride, padding, dilation = full_window(node)
+            ho, wo = conv_output_size(graph[node.inputs[0]].shape[2:], kernel, stride, padding, dilation=dilation)
             lines.append(f"(positions (Ref {node_id}) {node.shape[0]} {ho} {wo})")
-        if node.op == "reshape" and node.type.rank == 4 and graph[node.inputs[0]].type.rank == 3:
+        if node.op == "reshape" and node.type.rank == 4:
             n, o, ho, wo = node.shape
-            if graph[node.inputs[0]].shape == (n, o, ho * wo):
+            source = graph[node.inputs[0]].shape
+            grouped = len(source) == 4 and source[0] == n and source[1] * source[2] == o and source[3] == ho * wo
+            if source == (n, o, ho * wo) or grouped:
                 lines.append(f"(splits_positions (Ref {node_id}) {n} {o} {ho} {wo})")
+        groups = group_split(graph, node)
+        if groups:
+            lines.append(f"(group_split (Ref {node_id}) {groups})")
         images = batch_images(graph, node)
         if images is not None:
             lines.append(f"(batch_images (Ref {node_id}) {images})")
-    for kernel, stride, padding in sorted(windows):
+    for kernel, stride, padding, dilation in sorted(windows):
         kind = "pointwise" if (kernel, stride, padding) == ((1, 1), (1, 1), (0, 0)) else "spatial"
-        lines.append(f"({kind}_window {ints(kernel)} {ints(stride)} {ints(padding)})")
+        lines.append(f"({kind}_window {ints(kernel)} {ints(stride)} {ints(padding)} {ints(dilation)})")
     return lines
 
 
@@ -330,14 +423,17 @@ def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]
         split = reduction_split(graph, node, target)
         if split > 1:
             lines.append(f"(reduction_split (Ref {node_id}) {split} {ints((split, *node.shape))})")
-        images = batch_images(graph, node)
-        if images is None:
+        product = weight_product(graph, node)
+        if product is None:
             continue
-        g = graph[node.inputs[0]]  # [N, O, L]
-        filters, columns = node.shape[1], node.shape[2]
-        splits = weight_splits(filters, columns, images * g.shape[2], target)
+        g, columns_node, groups = product  # g [N, O, L] or [N, G, Og, L]; node [N, O, K] or [N, G, Og, K]
+        filters, columns, reduction = node.shape[-2], node.shape[-1], g.shape[0] * g.shape[-1]
+        if graph[columns_node.inputs[0]].shape[1] == groups:  # one channel a group: a direct kernel's split
+            splits = direct_weight_splits(math.prod(node.shape[1:]), reduction, target)
+        else:
+            splits = weight_splits(filters, columns, reduction, target, groups)
         if splits > 1:
-            lines.append(f"(weight_split (Ref {node_id}) {splits} {ints((splits, filters, columns))})")
+            lines.append(f"(weight_split (Ref {node_id}) {splits} {ints((splits, *node.shape[1:]))})")
     return lines
 
 
@@ -394,11 +490,11 @@ def winograd_gradient_facts(graph: Graph, node, target: Target) -> list[str]:
     tile = winograd_tile(target)
     if tile is None or node.op != "sum" or tuple(node.attr("axes")) != (0,) or node.attr("keepdim"):
         return []
-    product = graph[node.inputs[0]]
-    images = batch_images(graph, product)
-    if images is None or not winograd_window(columns := graph[product.inputs[1]]):
+    product = weight_product(graph, graph[node.inputs[0]])
+    if product is None or product[2] != 1 or not winograd_window(columns := product[1]):
         return []
-    g, x = graph[product.inputs[0]], graph[columns.inputs[0]]
+    g, x = product[0], graph[columns.inputs[0]]
+    images = g.shape[0]
     size = conv_output_size(x.shape[2:], *window(columns))
     th, tw = tiles(size, tile)
     planes, count = positions(tile), images * th * tw
@@ -439,6 +535,6 @@ def winograd_input_gradient(graph: Graph, node) -> tuple | None:
 
 
 def winograd_window(node) -> bool:
-    """Whether an unfold or fold's window is 3×3, stride 1, padding at most 2 (Winograd's F(m×m, 3×3))."""
-    kernel, stride, padding = window(node)
-    return tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and max(padding) <= 2
+    """Whether an unfold or fold's window is 3×3, stride 1, dilation 1, padding at most 2 (Winograd's F(m×m, 3×3))."""
+    kernel, stride, padding, dilation = full_window(node)
+    return tuple(kernel) == (3, 3) and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1) and max(padding) <= 2

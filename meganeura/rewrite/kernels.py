@@ -16,7 +16,8 @@ what the cost model prices them as.
     (ReduceSplit kind "axes" keepdim "in_shape" splits prologue epilogue)
                                                      the partials [splits, *out] of a two-level
                                                      reduction (rewrite/reductions.py)
-    (ConvKernel mode a b "kernel" "stride" "padding" "image" chunks epilogue)  implicit-GEMM convolution
+    (ConvKernel mode a b "kernel" "stride" "padding" "dilation" "image" chunks groups epilogue)
+                                                     implicit-GEMM convolution
 
 `Kernel` carries its shape: a body alone does not fix it (broadcast_to(x, s) is `(Kernel (Load x)
 s)`, and two bodies that read the same tensors must not merge two kernels of different shapes);
@@ -102,8 +103,10 @@ CONV_KERNEL = Constructor(
         primitive("kernel", "String", True),
         primitive("stride", "String", True),
         primitive("padding", "String", True),
+        primitive("dilation", "String", True),
         primitive("image", "String", True),
         primitive("chunks", "i64"),
+        primitive("groups", "i64"),
         body("epilogue"),
     ),
 )
@@ -184,8 +187,9 @@ def encode_fused(node: Node, graph: Graph) -> tuple[str, tuple]:
         a, b = node.inputs[:2]
         extras = {str(index): ("load", i) for index, i in enumerate(node.inputs[2:])}
         epilogue = pw_from_expr(parse_expr(attrs["epilogue"]), {**extras, "acc": ("acc",)})
-        geometry = (attrs["kernel"], attrs["stride"], attrs["padding"], attrs["image"])
-        return ("ConvKernel", (attrs["mode"], ("T", a), ("T", b), *geometry, attrs["chunks"], ("P", epilogue)))
+        geometry = (attrs["kernel"], attrs["stride"], attrs["padding"], attrs["dilation"], attrs["image"])
+        counts = (attrs["chunks"], attrs["groups"])
+        return ("ConvKernel", (attrs["mode"], ("T", a), ("T", b), *geometry, *counts, ("P", epilogue)))
     raise ValueError(f"no kernel form for op {node.op!r}")
 
 
@@ -241,7 +245,9 @@ def decode_matmul_split(entry: PlanEntry, plan: Plan):
 def decode_reduce_kernel(entry: PlanEntry, plan: Plan):
     kind, axes, keepdim, in_shape = entry.node.primitives
     prologue, epilogue = entry.bodies
-    if prologue[0] == "load" and epilogue == ("r",):
+    # The plain reduction of a load, where the load is of the reduced shape (a load broadcast to
+    # in_shape, a bias's gradient through a mean, is summed over its copies: a fused_reduce).
+    if prologue[0] == "load" and epilogue == ("r",) and plan.types[prologue[1]][0].shape == tuple(in_shape):
         return kind, [prologue[1]], {"axes": axes, "keepdim": keepdim}
     loads: list[int] = []
     attrs = {
@@ -271,20 +277,18 @@ def decode_reduce_split(entry: PlanEntry, plan: Plan):
     return "fused_reduce", loads, attrs
 
 
+def conv_kernel_attrs(primitives: tuple) -> dict:
+    """The conv_gemm attributes of a ConvKernel's primitives (all but the epilogue)."""
+    return dict(
+        zip(("mode", "kernel", "stride", "padding", "dilation", "image", "chunks", "groups"), primitives, strict=True)
+    )
+
+
 def decode_conv_kernel(entry: PlanEntry, plan: Plan):
-    mode, kernel, stride, padding, image, chunks = entry.node.primitives
     a, b = entry.node.children[:2]
     (epilogue,) = entry.bodies
     loads: list[int] = []
-    attrs = {
-        "mode": mode,
-        "kernel": kernel,
-        "stride": stride,
-        "padding": padding,
-        "image": image,
-        "chunks": chunks,
-        "epilogue": format_expr(expression(epilogue, loads)),
-    }
+    attrs = {**conv_kernel_attrs(entry.node.primitives), "epilogue": format_expr(expression(epilogue, loads))}
     return "conv_gemm", [a, b, *loads], attrs
 
 
@@ -343,9 +347,7 @@ def priced_as(op: str, primitives: tuple, children_types: list, out: tuple[Tenso
         attrs = {"kind": kind, "axes": axes, "keepdim": keepdim, "in_shape": in_shape, "splits": splits}
         return "fused_reduce", attrs, []
     if op == "ConvKernel":
-        mode, kernel, stride, padding, image, chunks = primitives
-        attrs = {"mode": mode, "kernel": kernel, "stride": stride, "padding": padding, "image": image}
-        return "conv_gemm", {**attrs, "chunks": chunks}, children_types[:2]
+        return "conv_gemm", conv_kernel_attrs(primitives), children_types[:2]
     raise ValueError(f"{op} is not a kernel form")
 
 
@@ -362,7 +364,5 @@ def form_type(op: str, primitives: tuple, term_types: list) -> TensorType | None
         attrs = {"transpose_a": ta, "transpose_b": tb, "splits": splits, "epilogue": "$acc", "prologue": "$a"}
         return infer_type("fused_matmul", term_types, attrs)
     if op == "ConvKernel" and len(term_types) == 2 and None not in term_types:
-        mode, kernel, stride, padding, image, chunks = primitives
-        attrs = {"mode": mode, "kernel": kernel, "stride": stride, "padding": padding, "image": image}
-        return infer_type("conv_gemm", term_types, {**attrs, "chunks": chunks, "epilogue": "$acc"})
+        return infer_type("conv_gemm", term_types, {**conv_kernel_attrs(primitives), "epilogue": "$acc"})
     return None

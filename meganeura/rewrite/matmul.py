@@ -50,11 +50,11 @@ further requires one of F's loads to have that full shape (it becomes `$a`, the 
 input), so a broadcast-only body (an outer product) is never a prologue.
 
 `matmul_prologue_rows`: the same through the reshape with which a Linear on [batch, seq,
-features] flattens its input to rows: a ≡ (Reshape k s2) that keeps the last dim and merges the
-others (fact `(flattens_rows a)`), k ≡ (Kernel F s) → (MatmulPrologue F s b ta tb E) with s the
-kernel's own shape: the kernel computes F over s and reads A as the matrix of its rows (IR:
-`fused_matmul(…, flatten_a=True)`), so F's loads keep broadcasting over s. RMSNorm → the q/k/v
-projections of a transformer layer.
+features] flattens its input to rows: a ≡ (Reshape k rows) where reshaping k's shape s to rows
+keeps the last dim and merges the others (fact `(flattens_rows s rows)`, of the two shapes), k ≡
+(Kernel F s) → (MatmulPrologue F s b ta tb E) with s the kernel's own shape: the kernel computes
+F over s and reads A as the matrix of its rows (IR: `fused_matmul(…, flatten_a=True)`), so F's
+loads keep broadcasting over s. RMSNorm → the q/k/v projections of a transformer layer.
 
 `matmul_split_k`: a plain matmul kernel t whose output has too few tiles to fill the target's
 compute units over a long reduction (a weight gradient xᵀ·g over 2048 tokens with a 576×192
@@ -184,9 +184,9 @@ MATMUL_PROLOGUE_ROWS = Rule(
             [
                 "(= t (MatmulKernel a b ta tb e))",
                 "(= a (Reshape k rows))",
-                "(flattens_rows a)",
                 "(= k (Kernel f s))",
                 "(= s (shape k))",
+                "(flattens_rows s rows)",
             ],
             "(union t (MatmulPrologue f s b ta tb e))",
         ),
@@ -216,13 +216,17 @@ RULES = [
     MATMUL_SPLIT_K,
 ]
 
-DECLARATIONS = """(relation flattens_rows (Term))
+DECLARATIONS = """(relation flattens_rows (String String))
 (relation matmul_split (Term i64 String))
 """
 
 
 def facts(graph: Graph, node_ids: list[int]) -> list[str]:
-    """`(flattens_rows r)` for the reshapes among `node_ids` of a tensor of rank > 2 to [rows, last dim]."""
+    """`(flattens_rows s rows)` for the reshapes among `node_ids` of a tensor of rank > 2, shape s,
+    to [rows, last dim]. The fact names the two shapes, not the reshape's e-class: that class also
+    holds other reshapes to the same shape (merge_reshapes makes reshape(g, [24, 1]) of a
+    reshape([2, 3, 4] → [2, 3, 4, 1] → [24, 1])), and only one whose source keeps the last dim
+    flattens rows."""
     lines = []
     for node_id in node_ids:
         node = graph[node_id]
@@ -230,8 +234,8 @@ def facts(graph: Graph, node_ids: list[int]) -> list[str]:
             continue
         source = graph[node.inputs[0]].type
         if source.rank > 2 and node.shape[-1] == source.shape[-1]:
-            lines.append(f"(flattens_rows (Ref {node_id}))")
-    return lines
+            lines.append(f"(flattens_rows {ints(source.shape)} {ints(node.shape)})")
+    return list(dict.fromkeys(lines))
 
 
 def target_facts(graph: Graph, node_ids: list[int], target: Target) -> list[str]:

@@ -43,6 +43,9 @@ cross-entropy kernels, which never write the [B, C] log-probabilities nor the on
   → cross_entropy_rows_grad(x, y, h), since g − softmax(x)·Σg with g = −h·onehot(y) is
   (softmax(x) − onehot(y))·h.
 
+Each fused op carries the `ignore_index` of the pick (forward) or scatter_rows (backward) it
+replaces: a row with that label is 0 forward and a row of zeros backward on both sides.
+
 Guards: the log_softmax is over axis 1 of a [B, C] tensor, the class axis (pick and
 cross_entropy_rows take [B, C] values and [B] labels, so axis 1 is also the only one for which
 the rules are sound; log_softmax over the batch axis never matches), and the log_softmax_grad is
@@ -146,8 +149,8 @@ CROSS_ENTROPY_FORWARD = Rule(
     "neg(pick(log_softmax(x, 1), y)) → cross_entropy_rows(x, y): nll_loss of log_softmax in one kernel",
     (
         rule(
-            ['(= t (Unary "neg" p))', "(= p (Pick l y))", "(= l (LogSoftmax x 1))"],
-            "(union t (CrossEntropyRows x y))",
+            ['(= t (Unary "neg" p))', "(= p (Pick l y ignore))", "(= l (LogSoftmax x 1))"],
+            "(union t (CrossEntropyRows x y ignore))",
         ),
     ),
 )
@@ -161,10 +164,10 @@ CROSS_ENTROPY_BACKWARD = Rule(
             [
                 "(= t (LogSoftmaxGrad l s 1))",
                 "(= l (LogSoftmax x 1))",
-                "(= s (ScatterRows n y c))",
+                "(= s (ScatterRows n y c ignore))",
                 '(= n (Unary "neg" h))',
             ],
-            "(union t (CrossEntropyRowsGrad x y h))",
+            "(union t (CrossEntropyRowsGrad x y h ignore))",
         ),
     ),
 )

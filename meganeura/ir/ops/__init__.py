@@ -14,7 +14,7 @@ Importing this package registers every op in `meganeura.ir.op.OPS`; nothing else
 | indexing | `indexing.py` | pick, scatter_rows, gather, scatter_add |
 | optimizer | `optimizer.py` | sgd_step, momentum_buffer, adam_moment, adam_step, rms_step, rms_buffer; *_update |
 | transformer | `transformer.py` | rope, rope_grad, attention, attention_grad_q, attention_grad_kv |
-| image | `image.py` | unfold, fold, max/avg_pool2d and their gradients; conv_gemm (fused) |
+| image | `image.py` | unfold, fold, max/avg/adaptive_max pools + gradients, adaptive_pool_matrix; conv_gemm (fused) |
 | random | `random.py` | rand, philox (Philox4x32-10 random tensors; philox is made by the e-graph) |
 | image | `winograd.py` | winograd_input/weight/output, winograd_gradient/weight_gradient (made by the e-graph) |
 | constants | `constants.py` | arange, constant (arrays known at trace time: leaves uploaded once) |

@@ -1,9 +1,12 @@
-"""Indexing by i32 tensors: label indexing for nll_loss (`pick`) and its gradient
+"""Indexing by i32 tensors: label indexing for nll_loss (`pick`; from a [classes] table too, the
+class weights of a weighted loss, and from a scalar, 1 per target not ignored) and its gradient
 (`scatter_rows`), embedding lookup (`gather`) and its gradient (`scatter_add`), which reads the
 ids grouped by a stable sort (`sort_ids`) so that its kernel never compares every id with every row.
 
 An index outside [0, num) gives NaN forward (a NaN value or a row of NaN, as on the device) and
-contributes nothing backward.
+contributes nothing backward. `pick` and `scatter_rows` carry PyTorch's `ignore_index` (default
+−100, nll_loss's): a label equal to it, in range or not, picks 0 and scatters a row of zeros, so
+that an ignored target contributes nothing to a loss or its gradient.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import numpy as np
 
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import INT, Attr, Op, ShapeError, require_float
-from meganeura.ir.ops.rows import check_labels
+from meganeura.ir.ops.rows import IGNORE, IGNORE_INDEX, check_labels
 
 FAMILY = "indexing"
 
@@ -23,18 +26,27 @@ def valid_labels(labels: np.ndarray, classes: int) -> np.ndarray:
 
 def infer_pick(types, attrs) -> TensorType:
     x, labels = types
-    if x.rank != 2 or x.dtype != "f32":
-        raise ShapeError(f"pick: expected f32 values [batch, classes], got {x}")
-    check_labels("pick", labels, x.shape[0], f"values {x}")
-    return TensorType(x.shape[:1], "f32")
+    if x.rank > 2 or x.dtype != "f32":
+        raise ShapeError(f"pick: expected f32 values [batch, classes], a table [classes] or a scalar, got {x}")
+    if x.rank < 2 and labels.rank != 1:
+        raise ShapeError(f"pick: expected i32 class labels [batch] for values {x}, got {labels}")
+    rows = x.shape[0] if x.rank == 2 else labels.shape[0]
+    check_labels("pick", labels, rows, f"values {x}")
+    return TensorType((rows,), "f32")
 
 
-def evaluate_pick(x, labels):
-    """x[row, labels[row]] for each row (NaN where a label is outside [0, classes), as on the device)."""
+def evaluate_pick(x, labels, ignore_index=IGNORE_INDEX):
+    """x[row, labels[row]] for each row, x[labels[row]] of a table x [classes], or a scalar x
+    itself: 0 where the label is ignore_index, NaN where it is otherwise outside [0, classes)
+    (as on the device; a scalar has no classes to be outside of)."""
     labels = labels.astype(np.int64)
-    valid = valid_labels(labels, x.shape[1])
-    picked = x[np.arange(x.shape[0]), np.where(valid, labels, 0)]
-    return np.where(valid, picked, np.nan).astype(x.dtype)
+    if x.ndim == 0:
+        picked = np.broadcast_to(x, labels.shape)
+    else:
+        valid = valid_labels(labels, x.shape[-1])
+        at = np.where(valid, labels, 0)
+        picked = np.where(valid, x[at] if x.ndim == 1 else x[np.arange(x.shape[0]), at], np.nan)
+    return np.where(labels == ignore_index, 0.0, picked).astype(x.dtype)
 
 
 def infer_scatter_rows(types, attrs) -> TensorType:
@@ -47,11 +59,13 @@ def infer_scatter_rows(types, attrs) -> TensorType:
     return TensorType((g.shape[0], classes), "f32")
 
 
-def evaluate_scatter_rows(g, labels, classes):
-    """out[row, c] = g[row] if c == labels[row] else 0: pick's VJP (a row of NaN for a bad label)."""
+def evaluate_scatter_rows(g, labels, classes, ignore_index=IGNORE_INDEX):
+    """out[row, c] = g[row] if c == labels[row] else 0: pick's VJP (a row of zeros where the label
+    is ignore_index, a row of NaN for another label outside [0, classes))."""
     labels = labels.astype(np.int64)
     out = (np.arange(classes)[None, :] == labels[:, None]) * g[:, None]
-    return np.where(valid_labels(labels, classes)[:, None], out, np.nan).astype(g.dtype)
+    out = np.where(valid_labels(labels, classes)[:, None], out, np.nan)
+    return np.where((labels == ignore_index)[:, None], 0.0, out).astype(g.dtype)
 
 
 PICK = Op(
@@ -60,7 +74,8 @@ PICK = Op(
     infer=infer_pick,
     evaluate=evaluate_pick,
     operands=("x", "labels"),
-    doc="x[row, labels[row]] per row",
+    attrs=IGNORE,
+    doc="x[row, labels[row]] per row (x[labels[row]] of a table x, x of a scalar; 0 where the label is ignore_index)",
 )
 SCATTER_ROWS = Op(
     "scatter_rows",
@@ -68,20 +83,25 @@ SCATTER_ROWS = Op(
     infer=infer_scatter_rows,
     evaluate=evaluate_scatter_rows,
     operands=("g", "labels"),
-    attrs=(Attr("classes", INT),),
-    doc="g[row] at column labels[row] of [batch, classes] zeros (pick's VJP)",
+    attrs=(Attr("classes", INT), *IGNORE),
+    doc="g[row] at column labels[row] of [batch, classes] zeros (pick's VJP; no row for ignore_index)",
 )
 
 
 @PICK.vjp
 def _pick(b, node, g):
     x, labels = node.inputs
-    return [b.emit("scatter_rows", [g, labels], classes=b.shape(x)[1]), None]
+    ignore = node.attr("ignore_index")
+    if not b.shape(x):  # Σ of g over the rows not ignored
+        kept = b.emit("pick", [b.const(1.0), labels], ignore_index=ignore)
+        return [b.emit("sum", [b.emit("mul", [g, kept])], axes=(0,), keepdim=False), None]
+    rows = b.emit("scatter_rows", [g, labels], classes=b.shape(x)[-1], ignore_index=ignore)
+    return [rows if len(b.shape(x)) == 2 else b.unbroadcast(rows, b.shape(x)), None]
 
 
 @SCATTER_ROWS.vjp
 def _scatter_rows(b, node, g):
-    return [b.emit("pick", [g, node.inputs[1]]), None]
+    return [b.emit("pick", [g, node.inputs[1]], ignore_index=node.attr("ignore_index")), None]
 
 
 def infer_gather(types, attrs) -> TensorType:

@@ -6,7 +6,8 @@ Each row (the values along `axis` for fixed other indices) is one workgroup's wo
 gradients read the forward's output, not its input. `cross_entropy_rows(logits, labels)` is
 −log softmax(logits)[row, label] per row of [batch, classes] logits with i32 labels [batch];
 `cross_entropy_rows_grad(logits, labels, g)` its gradient w.r.t. the logits, (softmax −
-onehot)·g[row] (rewrite/reductions.py makes both).
+onehot)·g[row] (rewrite/reductions.py makes both). Both carry `ignore_index`, as `pick` and
+`scatter_rows` do (ir/ops/indexing.py): a row whose label is it gives 0 and a gradient row of zeros.
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ def _log_softmax(b, node, g):
 # Cross-entropy with integer labels, one value per row (the mean is an ordinary reduction).
 
 
+IGNORE_INDEX = -100  # PyTorch's default ignore_index of nll_loss and cross_entropy
+IGNORE = (Attr("ignore_index", INT, IGNORE_INDEX),)
+
+
 def check_labels(op: str, labels: TensorType, rows: int, what: str) -> None:
     if labels.dtype != "i32" or labels.shape != (rows,):
         raise ShapeError(f"{op}: expected i32 class labels [{rows}] for {what}, got {labels}")
@@ -117,10 +122,13 @@ def log_softmax_rows(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
 
 
-def evaluate_ce_rows(logits, labels):
-    """−log softmax(logits)[row, label] for each row."""
-    logp = log_softmax_rows(logits)
-    return -logp[np.arange(logits.shape[0]), labels.astype(np.int64)]
+def evaluate_ce_rows(logits, labels, ignore_index=IGNORE_INDEX):
+    """−log softmax(logits)[row, label] for each row: 0 where the label is ignore_index, NaN
+    where it is otherwise outside [0, classes)."""
+    labels = labels.astype(np.int64)
+    valid = (labels >= 0) & (labels < logits.shape[1])
+    rows = -log_softmax_rows(logits)[np.arange(logits.shape[0]), np.where(valid, labels, 0)]
+    return np.where(labels == ignore_index, 0.0, np.where(valid, rows, np.nan)).astype(logits.dtype)
 
 
 def infer_ce_rows_grad(types, attrs) -> TensorType:
@@ -130,11 +138,15 @@ def infer_ce_rows_grad(types, attrs) -> TensorType:
     return types[0]
 
 
-def evaluate_ce_rows_grad(logits, labels, grad):
-    """(softmax(logits) − onehot(labels)) · grad[row]."""
+def evaluate_ce_rows_grad(logits, labels, grad, ignore_index=IGNORE_INDEX):
+    """(softmax(logits) − onehot(labels)) · grad[row]: a row of zeros where the label is
+    ignore_index, of NaN where it is otherwise outside [0, classes)."""
+    labels = labels.astype(np.int64)
+    valid = (labels >= 0) & (labels < logits.shape[1])
     probs = np.exp(log_softmax_rows(logits))
-    probs[np.arange(logits.shape[0]), labels.astype(np.int64)] -= 1.0
-    return probs * grad[:, None]
+    probs[np.arange(logits.shape[0]), np.where(valid, labels, 0)] -= valid
+    out = np.where(valid[:, None], probs * grad[:, None], np.nan)
+    return np.where((labels == ignore_index)[:, None], 0.0, out).astype(logits.dtype)
 
 
 CROSS_ENTROPY_ROWS = Op(
@@ -143,7 +155,8 @@ CROSS_ENTROPY_ROWS = Op(
     infer=infer_ce_rows,
     evaluate=evaluate_ce_rows,
     operands=("logits", "labels"),
-    doc="−log softmax(logits)[row, label] per row",
+    attrs=IGNORE,
+    doc="−log softmax(logits)[row, label] per row (0 where the label is ignore_index)",
 )
 CROSS_ENTROPY_ROWS_GRAD = Op(
     "cross_entropy_rows_grad",
@@ -151,6 +164,7 @@ CROSS_ENTROPY_ROWS_GRAD = Op(
     infer=infer_ce_rows_grad,
     evaluate=evaluate_ce_rows_grad,
     operands=("logits", "labels", "g"),
+    attrs=IGNORE,
     doc="(softmax(logits) − onehot(labels))·g[row]: cross_entropy_rows's VJP",
 )
 
@@ -158,4 +172,4 @@ CROSS_ENTROPY_ROWS_GRAD = Op(
 @CROSS_ENTROPY_ROWS.vjp
 def _ce_rows(b, node, g):
     logits, labels = node.inputs
-    return [b.emit("cross_entropy_rows_grad", [logits, labels, g]), None]
+    return [b.emit("cross_entropy_rows_grad", [logits, labels, g], ignore_index=node.attr("ignore_index")), None]

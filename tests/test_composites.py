@@ -1,0 +1,136 @@
+"""The composites PyTorch keeps on torch and Tensor (split, chunk, stack, repeat, var, norm,
+logsumexp, amin, broadcasting matmul, einsum… in meganeura/tensor.py) and the functional ones
+(normalize, cosine_similarity, pad, interpolate… in meganeura/functional.py): PyTorch's values and
+gradients (tests/reference/ops/composites.npz), gradients by finite differences mid-chain, every case
+compiled and run on the device against the interpreter, and the errors for what is not supported."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import trace_leaf
+from reference_cases import check_against_torch, check_gradients_by_differences, check_on_device, load
+
+import meganeura as mn
+import meganeura.functional as F
+from meganeura.ir.graph import TensorType
+from meganeura.ir.op import ShapeError
+from meganeura.ir.trace import Tracer, tracing
+
+FILE = "composites"
+CASES, _ = load(FILE)
+# Not smooth where a case's inputs sit: ties of the minimum (integers), a zero row under normalize's clamp.
+NOT_SMOOTH = {"amin", "amin_keepdim", "normalize_zero_row"}
+DIFFERENTIABLE = sorted(name for name, meta in CASES.items() if meta["grads"] and name not in NOT_SMOOTH)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_values_and_gradients_follow_pytorch(name):
+    check_against_torch(FILE, name)
+
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+def test_gradients_by_finite_differences(name):
+    assert check_gradients_by_differences(FILE, name) < 1e-6
+
+
+GROUPS: dict[str, list[str]] = {}  # cases compiled together, by the first word of their name: one program each
+for _name in sorted(CASES):
+    GROUPS.setdefault(_name.split("_")[0], []).append(_name)
+
+
+@pytest.mark.parametrize("prefix", sorted(GROUPS))
+def test_on_device_against_the_interpreter(prefix):
+    check_on_device(FILE, GROUPS[prefix])
+
+
+# -- what is refused, and where ---------------------------------------------------------------
+
+
+def traced(**shapes):
+    tracer = Tracer()
+    with tracing(tracer):
+        return tracer, {name: trace_leaf(tracer, "input", name, TensorType(shape)) for name, shape in shapes.items()}
+
+
+def test_unsupported_arguments_raise_naming_the_users_line():
+    tracer, t = traced(x=(2, 3, 4), v=(5,), m=(3, 3))
+    x = t["x"]
+    with tracing(tracer):
+        cases = [
+            (NotImplementedError, "repeat_interleave: only an int", lambda: x.repeat_interleave(x)),
+            (NotImplementedError, "p='nuc' is not supported", lambda: mn.norm(x, p="nuc")),
+            (NotImplementedError, "mode 'bicubic' is not supported", lambda: F.interpolate(x[None], 2, mode="bicubic")),
+            (NotImplementedError, "antialias=True", lambda: F.interpolate(x, 5, mode="linear", antialias=True)),
+            (NotImplementedError, "mode 'area' is supported where", lambda: F.interpolate(x, 3, mode="area")),
+            (NotImplementedError, "needs a 2-D or 3-D input", lambda: F.pad(t["v"], (1, 1), mode="reflect")),
+            (ValueError, "reflect padding \\(4, 0\\) must be less", lambda: F.pad(x, (4, 0), mode="reflect")),
+            (ValueError, "only one of size or scale_factor", lambda: F.interpolate(x, 2, 2.0)),
+            (ValueError, "do not add up to 3", lambda: mn.split(x, [1, 1], 1)),
+            (ValueError, "subscripts must be letters", lambda: mn.einsum("i1,i->", t["v"], t["v"])),
+            (ValueError, "'ij' does not fit an operand of 1 dims", lambda: mn.einsum("ij->", t["v"])),
+            (ShapeError, "subscript 'i' has size 3 and 5", lambda: mn.einsum("i,i->", t["v"], t["m"][0])),
+            (ShapeError, "do not broadcast", lambda: mn.matmul(x, mn.stack([t["m"]] * 3))),
+            (ShapeError, "stack: expects each tensor to be equal size", lambda: mn.stack([x, t["m"]])),
+            (TypeError, "pass either unbiased or correction", lambda: x.var(1, unbiased=True, correction=0)),
+        ]
+        for error, message, call in cases:
+            with pytest.raises(error, match=f"test_composites\\.py:\\d+: .*{message}"):
+                call()
+
+
+def test_matmul_keeps_the_shared_operand_form_when_a_batch_is_all_ones():
+    tracer, t = traced(a=(3, 4, 6), b=(1, 6, 5), c=(2, 1, 4, 6), d=(3, 6, 5))
+    with tracing(tracer):
+        shared = t["a"] @ t["b"]
+        broadcast = t["c"] @ t["d"]
+    products = [n for n in tracer.graph if n.op == "matmul"]
+    assert shared.shape == (3, 4, 5) and broadcast.shape == (2, 3, 4, 5)
+    assert tracer.graph[products[0].inputs[1]].shape == (6, 5)  # b is one matrix: no copy
+    assert [tracer.graph[i].shape for i in products[1].inputs] == [(2, 3, 4, 6), (2, 3, 6, 5)]
+    assert sum(n.op == "broadcast_to" for n in tracer.graph) == 2
+
+
+def test_einsum_lowers_to_one_batched_product_with_transposes_folded():
+    from meganeura.rewrite import optimize
+
+    tracer, t = traced(q=(2, 3, 4, 5), k=(2, 3, 6, 5))
+    with tracing(tracer):
+        tracer.graph.outputs["s"] = mn.einsum("bhqd,bhkd->bhqk", t["q"], t["k"]).node
+    fused, _ = optimize(tracer.graph)
+    live = fused.live_ids()
+    kernels = [n for n in fused if n.id in live and n.op not in ("input", "reshape")]
+    assert [n.op for n in kernels] in (["matmul"], ["fused_matmul"]) and kernels[0].attr("transpose_b")
+
+
+def test_split_chunk_and_unbind_follow_torchs_sizes():
+    tracer, t = traced(x=(2, 7, 3))
+    with tracing(tracer):
+        assert [p.shape[1] for p in t["x"].split(3, 1)] == [3, 3, 1]
+        assert [p.shape[1] for p in t["x"].chunk(4, 1)] == [2, 2, 2, 1]
+        assert [p.shape[1] for p in mn.chunk(t["x"], 3, 1)] == [3, 3, 1]
+        assert [p.shape for p in mn.unbind(t["x"], -1)] == [(2, 7)] * 3
+
+
+def test_the_reference_files_are_what_the_script_writes():
+    """Where torch is importable: scripts/make_composite_references.py rewrites both files byte for byte."""
+    pytest.importorskip("torch")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "make_composite_references.py"
+    spec = importlib.util.spec_from_file_location("make_composite_references", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for file in script.FILES:
+        assert script.npz_bytes(script.generate(file)) == (script.REFERENCE_DIR / f"{file}.npz").read_bytes(), file
+
+
+def test_fused_expressions_read_signed_infinities():
+    """clamp(x, max=t) is clamp(x, -inf, t): a fused kernel's expression text must read -inf back."""
+    from meganeura.ir.expr import format_expr, parse
+
+    trees = [("clamp", ("$", "1"), -math.inf, ("$", "2")), ("add", ("$", "0"), math.inf), ("mul", -2.5, ("$", "r"))]
+    for tree in trees:
+        assert parse(format_expr(tree)) == tree
