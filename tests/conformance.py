@@ -260,10 +260,18 @@ TENSOR = [
         "torch.add",
         case("x + y", x=X3, y=normal(3, 4)),
         case("torch.add(x, y, alpha=2)", x=X, y=X),
+        case("x.add(y, alpha=-0.5)", x=X, y=normal(5)),
     ),
-    tensor("torch.sub", case("x - y", x=X3, y=normal(4)), case("2.5 - x", x=X)),
-    tensor("torch.mul", case("x * y", x=X3, y=normal(2, 1, 4)), case("x * 3", x=X)),
-    tensor("torch.div", case("x / y", x=X3, y=away(3, 4)), case("1.5 / y", y=away(3, 4))),
+    tensor("torch.sub", case("x - y", x=X3, y=normal(4)), case("2.5 - x", x=X), case("x.sub(y)", x=X, y=X)),
+    tensor("torch.mul", case("x * y", x=X3, y=normal(2, 1, 4)), case("x * 3", x=X), case("x.mul(y)", x=X, y=X)),
+    tensor(
+        "torch.div",
+        case("x / y", x=X3, y=away(3, 4)),
+        case("1.5 / y", y=away(3, 4)),
+        case("x.div(y)", x=X, y=away(3, 5)),
+        case("torch.div(x, y, rounding_mode='floor')", x=uniform(-9.0, 9.0, 3, 5), y=away(3, 5)),
+        case("x.div(y, rounding_mode='trunc')", x=uniform(-9.0, 9.0, 3, 5), y=away(3, 5)),
+    ),
     tensor("torch.neg", case("-x", x=X)),
     tensor(
         "torch.pow",
@@ -465,7 +473,12 @@ TENSOR = [
     tensor("torch.unbind", case("torch.unbind(x, dim=1)", x=X3)),
     tensor("torch.Tensor.repeat", case("x.repeat(2, 3)", x=normal(2, 3)), case("x.repeat(2, 1, 1)", x=normal(3, 2))),
     tensor("torch.repeat_interleave", case("torch.repeat_interleave(x, 2, dim=1)", x=normal(2, 3))),
-    tensor("torch.flip", case("torch.flip(x, (0, 2))", x=X3), case("x.flip(-1)", x=X3)),
+    tensor(
+        "torch.flip",
+        case("torch.flip(x, (0, 2))", x=X3),
+        case("x.flip(-1)", x=X3),
+        case("(torch.fliplr(x), x.flipud())", x=X),
+    ),
     tensor("torch.roll", case("torch.roll(x, (1, -2), (0, 2))", x=X3), case("x.roll(4)", x=X3)),
     tensor("torch.tril", case("torch.tril(x)", x=normal(4, 6)), case("x.tril(-1)", x=normal(2, 4, 6))),
     tensor("torch.triu", case("torch.triu(x, 2)", x=normal(5, 3)), case("x.triu()", x=normal(4, 4))),
@@ -538,9 +551,37 @@ TENSOR = [
         case("torch.rand(64, 64)", compare="sample"),
         case("torch.randn(64, 64)", compare="sample"),
         case("torch.rand_like(x)", x=normal(64, 64), compare="sample"),
+        case("torch.randn_like(x) * 2 + 1", x=normal(64, 64), compare="sample"),
         note=NOT_TORCH_RNG,
     ),
     tensor("torch.bernoulli", case("torch.bernoulli(x)", x=probs(64, 64), compare="sample"), note=NOT_TORCH_RNG),
+    tensor(
+        "torch.mm",
+        case("torch.mm(a, b)", a=normal(3, 4), b=normal(4, 5)),
+        case("a.mm(b)", a=normal(2, 3), b=normal(3, 2)),
+    ),
+    tensor(
+        "torch.addmm", case("torch.addmm(c, a, b, beta=0.5, alpha=2.0)", c=normal(5), a=normal(3, 4), b=normal(4, 5))
+    ),
+    tensor("torch.baddbmm", case("torch.baddbmm(c, a, b)", c=normal(2, 3, 5), a=normal(2, 3, 4), b=normal(2, 4, 5))),
+    tensor("torch.narrow", case("torch.narrow(x, 1, 1, 2)", x=X3), case("x.narrow(-1, 0, 3)", x=X3)),
+    tensor("torch.tile", case("torch.tile(x, (2, 1, 3))", x=normal(3, 2)), case("x.tile((2,))", x=normal(2, 3))),
+    tensor("torch.std_mean", case("torch.std_mean(x, dim=-1)", x=X3)),
+    tensor("torch.Tensor.detach", case("x.detach() * x", x=X), case("(x * y).detach() + y", x=X, y=X)),
+    tensor("torch.Tensor.contiguous", case("x.transpose(0, 1).contiguous().view(-1)", x=X)),
+    tensor(
+        "torch.Tensor.view_as, reshape_as",
+        case("x.view_as(y) + y", x=normal(15), y=X),
+        case("x.reshape_as(y)", x=X3, y=normal(4, 6)),
+    ),
+    tensor("torch.Tensor.type_as", case("i.type_as(x) * x", i=ints(-3, 4, 3, 5), x=X)),
+    tensor(
+        "torch.Tensor.new_zeros, new_ones, new_full, new_tensor",
+        case("x.new_zeros(3, 5) + x.new_ones((3, 5)) * x", x=X),
+        case("x.new_full((5,), 2.0) * x - x.new_tensor([1.0, 2.0, 3.0, 4.0, 5.0])", x=X),
+    ),
+    tensor("torch.as_tensor", case("x * torch.as_tensor([0.5, -1.0, 2.0])", x=normal(4, 3))),
+    tensor("torch.selu, celu", case("(torch.selu(x), torch.celu(x))", x=X)),
     tensor("torch.nan_to_num", case("torch.nan_to_num(x)", x=special(3, 5))),
     tensor("torch.diff", case("torch.diff(x, dim=1)", x=X)),
     tensor("torch.prod", case("x.prod(1)", x=normal(3, 5))),
@@ -782,6 +823,8 @@ FUNCTIONAL = [
         note=DROPOUT,
     ),
     functional("dropout2d", case("F.dropout2d(x, 0.5, training=False)", x=IMG)),
+    functional("dropout1d", case("F.dropout1d(x, 0.5, training=False)", x=normal(2, 3, 5))),
+    functional("adaptive_max_pool1d", case("F.adaptive_max_pool1d(x, 4)", x=normal(2, 3, 9))),
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -850,19 +893,57 @@ LOSS = [
             "F.kl_div(x.log_softmax(-1), y.log_softmax(-1), log_target=True, reduction='batchmean')", x=LOGITS, y=LOGITS
         ),
     ),
-    loss("torch.nn.functional.gaussian_nll_loss", case("F.gaussian_nll_loss(x, y, v)", x=X, y=X, v=positive(3, 5))),
-    loss("torch.nn.functional.poisson_nll_loss", case("F.poisson_nll_loss(x, y)", x=X, y=positive(3, 5))),
+    loss(
+        "torch.nn.functional.gaussian_nll_loss",
+        case("F.gaussian_nll_loss(x, y, v)", x=X, y=X, v=positive(3, 5)),
+        *[
+            case(f"F.gaussian_nll_loss(x, y, v, full=True, reduction='{r}')", x=X, y=X, v=positive(3, 5))
+            for r in REDUCTIONS
+        ],
+    ),
+    loss(
+        "torch.nn.functional.poisson_nll_loss",
+        case("F.poisson_nll_loss(x, y)", x=X, y=positive(3, 5)),
+        *[
+            case(f"F.poisson_nll_loss(x, y, log_input=False, reduction='{r}')", x=positive(3, 5), y=positive(3, 5))
+            for r in REDUCTIONS
+        ],
+    ),
     loss(
         "torch.nn.functional.margin_ranking_loss",
         case(
             "F.margin_ranking_loss(x, y, t.sign(), margin=0.2)", x=normal(6), y=normal(6), t=away(6), grads=("x", "y")
         ),
+        *[
+            case(
+                f"F.margin_ranking_loss(x, y, t.sign(), reduction='{r}')",
+                x=normal(6),
+                y=normal(6),
+                t=away(6),
+                grads=("x", "y"),
+            )
+            for r in REDUCTIONS
+        ],
     ),
     loss(
         "torch.nn.functional.cosine_embedding_loss",
         case("F.cosine_embedding_loss(x, y, t.sign())", x=X, y=X, t=away(3), grads=("x", "y")),
+        *[
+            case(
+                f"F.cosine_embedding_loss(x, y, t.sign(), margin=0.3, reduction='{r}')",
+                x=X,
+                y=X,
+                t=away(3),
+                grads=("x", "y"),
+            )
+            for r in REDUCTIONS
+        ],
     ),
-    loss("torch.nn.functional.triplet_margin_loss", case("F.triplet_margin_loss(a, p, n)", a=X, p=X, n=X)),
+    loss(
+        "torch.nn.functional.triplet_margin_loss",
+        case("F.triplet_margin_loss(a, p, n)", a=X, p=X, n=X),
+        *[case(f"F.triplet_margin_loss(a, p, n, margin=2.0, p=1, reduction='{r}')", a=X, p=X, n=X) for r in REDUCTIONS],
+    ),
     loss(
         "torch.nn.CrossEntropyLoss",
         mod("nn.CrossEntropyLoss(label_smoothing=0.05)", "m(x, y)", x=LOGITS, y=LABELS),
@@ -932,7 +1013,17 @@ MODULE = [
         mod("nn.Dropout(0.25)", x=uniform(1.0, 1.0, 64, 64), compare="sample"),
         note=DROPOUT,
     ),
+    module(
+        "Dropout1d, Dropout2d",
+        mod("nn.Dropout1d(0.5)", x=normal(2, 3, 5), train=False),
+        mod("nn.Dropout2d()", x=IMG, train=False),
+    ),
     module("Identity", mod("nn.Identity()", x=X)),
+    module(
+        "Parameter, ParameterList, ParameterDict",
+        mod("nn.ParameterList([nn.Parameter(torch.zeros(5)), nn.Parameter(torch.ones(5))])", "x * m[1] + m[0]", x=X),
+        mod("nn.ParameterDict({'scale': nn.Parameter(torch.randn(5))})", "x * m['scale']", x=X),
+    ),
     module("Flatten", mod("nn.Flatten()", x=IMG), mod("nn.Flatten(0, 1)", x=X3)),
     module("Unflatten", mod("nn.Unflatten(2, (2, 2))", x=X3)),
     module("Sequential", mod("nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))", x=X, device=False)),
@@ -1176,6 +1267,10 @@ NO_OPTIMIZER = "no such optimizer in meganeura"
 NO_SCHEDULER = "no such scheduler in meganeura"
 NO_PROMOTION = "no type promotion: i32 · f32 is refused (write .float())"
 EMBEDDING_PADDING = "F.embedding has no padding_idx (nn.Embedding has)"
+CONSTANTS_OUTSIDE_TRACE = (
+    "torch.zeros/ones/randn exist only inside a traced forward: nn.Parameter(torch.zeros(n)) in __init__ fails "
+    "(write nn.Parameter(np.zeros(n)))"
+)
 SEQUENCE_MODELS = "not in meganeura yet (issue 40's sequence models)"
 
 UNSUPPORTED: dict[str, str] = {  # by item
@@ -1213,6 +1308,11 @@ UNSUPPORTED_CASES: dict[str, str] = {  # by case id: the cases that fail in an i
     "torch.max[4]": MAX_NAN_GRADIENT,
     "torch.min[3]": MAX_NAN_GRADIENT,
     "torch.nn.functional.embedding[1]": EMBEDDING_PADDING,
+    "torch.div[3]": TOP_LEVEL,
+    **dict.fromkeys(
+        ["torch.nn.Parameter, ParameterList, ParameterDict[0]", "torch.nn.Parameter, ParameterList, ParameterDict[1]"],
+        CONSTANTS_OUTSIDE_TRACE,
+    ),
 }  # fmt: skip
 
 # The cases that fail on the device (a bug): kept off the device run, listed in the README's limits.
@@ -1311,7 +1411,11 @@ def case_text(case, shapes: bool = False) -> str:
     """The case as a user writes it (`shapes`: with its inputs' shapes)."""
     if isinstance(case, Case):
         text = f"`{case.module}: {case.expr}`" if case.module else f"`{case.expr}`"
-        described = [f"{name} {list(d[1])}" for name, d in case.inputs.items() if d[0] != "values"]
+        described = [
+            f"{name} {list(d[1])}" + (" with NaN and ±inf" if d[0] == "special" else "")
+            for name, d in case.inputs.items()
+            if d[0] != "values"
+        ]
         return text + (f" ({', '.join(described)})" if shapes and described else "")
     if isinstance(case, (OptimizerCase, SchedulerCase)):
         return f"`{case.scheduler or case.optimizer}`"
