@@ -104,6 +104,7 @@ COMPOSITES = [
     "adaptive_max_pool2d", "batch_norm", "group_norm",
     "dropout", "dropout1d", "dropout2d",
     "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign", "logsigmoid",
+    "tanhshrink", "softshrink", "hardshrink", "instance_norm",
 ]  # fmt: skip
 LOSSES_AND_RESAMPLING = [
     "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
@@ -401,8 +402,9 @@ def gaussian_nll_loss(
 ) -> Tensor:
     """0.5·(log(max(var, eps)) + (input − target)² / max(var, eps)) (+ 0.5·log 2π with full),
     reduced (torch.nn.functional.gaussian_nll_loss; var as input's shape, one dim short of it, with
-    one dim of size 1, or a number). PyTorch clamps var outside autograd; here the clamp is traced, so
-    var's gradient is 0 where var < eps. A negative var gives NaN (PyTorch raises)."""
+    one dim of size 1, or a number). As PyTorch, var is clamped outside autograd: where var < eps
+    its value is eps and its gradient that of the unclamped var. A negative var gives NaN (PyTorch
+    raises)."""
     check_reduction(reduction, "gaussian_nll_loss")
     input, target = float_operands("gaussian_nll_loss", input, target)
     if is_number(var):
@@ -419,7 +421,7 @@ def gaussian_nll_loss(
                 and builtins.sum(v for i, v in zip(input.shape, var.shape, strict=True) if i != v) == 1
             ):
                 raise ValueError(f"{user_source_line()}: gaussian_nll_loss: var is of incorrect size {var.type}")
-    var = clamp(var, min=float(eps))
+    var = clamped_outside_autograd(var, float(eps))
     diff = input - target
     values = (log(var) + diff * diff / var) * 0.5
     if full:
@@ -672,18 +674,24 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, o
     return x / clamp(vector_norm(x, p, dim, keepdim=True), min=float(eps))
 
 
+def clamped_outside_autograd(x: Tensor, low: float) -> Tensor:
+    """max(x, low) whose gradient is x's own (PyTorch's `with torch.no_grad(): x.clamp_(min=low)`
+    on a tensor autograd tracks): detach(max(x, low)) + (x − detach(x)), the second term exactly 0."""
+    return clamp(x, min=low).detach() + (x - x.detach())
+
+
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """Σ (x1 / max(‖x1‖, eps))·(x2 / max(‖x2‖, eps)) along `dim`, PyTorch's current formula
-    (torch.nn.functional.cosine_similarity; x1 and x2 broadcast). PyTorch clamps the norms outside
-    autograd; here the clamp is traced, so a norm below eps passes no gradient."""
+    (torch.nn.functional.cosine_similarity; x1 and x2 broadcast). As PyTorch, the norms are clamped
+    outside autograd: a norm below eps divides as eps, its gradient that of the unclamped norm."""
     x1, x2 = lift(x1), lift(x2)
     try:
         shape = broadcast_shapes(x1.shape, x2.shape, "cosine_similarity")
     except ShapeError as error:
         raise ShapeError(f"{user_source_line()}: {error}") from None
     x1, x2 = broadcast_to(x1, shape), broadcast_to(x2, shape)
-    unit1 = x1 / clamp(vector_norm(x1, 2, dim, keepdim=True), min=float(eps))
-    unit2 = x2 / clamp(vector_norm(x2, 2, dim, keepdim=True), min=float(eps))
+    unit1 = x1 / clamped_outside_autograd(vector_norm(x1, 2, dim, keepdim=True), float(eps))
+    unit2 = x2 / clamped_outside_autograd(vector_norm(x2, 2, dim, keepdim=True), float(eps))
     return sum(unit1 * unit2, dim)
 
 
@@ -1823,6 +1831,30 @@ def group_norm(
     return y if bias is None else y + channel_view(lift(bias), x.ndim)
 
 
+def instance_norm(
+    input: Tensor,
+    running_mean=None,
+    running_var=None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """torch.nn.functional.instance_norm over [N, C, *]: each (sample, channel) normalised with its
+    own mean and biased variance over the trailing dims, then a per-channel affine (group_norm with
+    a group per channel). Running statistics (track_running_stats) are not supported."""
+    if running_mean is not None or running_var is not None or not use_input_stats:
+        raise NotImplementedError(
+            f"{user_source_line()}: instance_norm: running statistics are not supported (use_input_stats=True, "
+            "no running_mean/running_var)"
+        )
+    x = lift(input)
+    if x.ndim < 3:
+        raise ShapeError(f"{user_source_line()}: instance_norm: expected [N, C, *] with spatial dims, got {x.type}")
+    return group_norm(x, x.shape[1], weight, bias, eps)
+
+
 # ---------------------------------------------------------------------------------------------
 # Activations of torch.nn.functional (issue 40). The ones whose values or gradients differ from
 # any composition of the ops at NaN, at ±∞ or at a kink are functions of ir/functions.py (elu,
@@ -1899,6 +1931,26 @@ def softsign(input: Tensor) -> Tensor:
     """x / (1 + |x|) (torch.nn.functional.softsign)."""
     x = lift(input)
     return x / (apply("abs", x) + 1.0)
+
+
+def tanhshrink(input: Tensor) -> Tensor:
+    """x − tanh(x) (torch.nn.functional.tanhshrink)."""
+    x = lift(input)
+    return x - tanh(x)
+
+
+def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """x − λ above λ, x + λ below −λ, 0 between (torch.nn.functional.softshrink); NaN stays NaN."""
+    x = lift(input)
+    lambd = float(lambd)
+    return x - clamp(x, -lambd, lambd)  # 0 inside (x − x), NaN for NaN; gradient 1 outside only
+
+
+def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """x where |x| > λ, else 0 (torch.nn.functional.hardshrink); NaN stays NaN."""
+    x = lift(input)
+    lambd = float(lambd)
+    return where(apply("abs", x) <= lambd, 0.0, x)
 
 
 def logsigmoid(input: Tensor) -> Tensor:

@@ -16,13 +16,7 @@ import sys
 
 ANOTHER_WAY = {
     "meganeura.nn": {
-        "MultiheadAttention": "F.scaled_dot_product_attention on your own q/k/v projections (nn.Linear)",
-        "TransformerEncoderLayer": "write the block with nn.Linear, nn.LayerNorm and F.scaled_dot_product_attention",
         "Conv3d": "no 3-D convolution: nn.Conv1d and nn.Conv2d",
-        "InstanceNorm2d": "nn.GroupNorm(num_channels, num_channels)",
-        "LSTM": "no recurrent layers: unroll one with nn.Linear",
-        "GRU": "no recurrent layers: unroll one with nn.Linear",
-        "RNN": "no recurrent layers: unroll one with nn.Linear",
     },
     "meganeura.functional": {
         "conv3d": "no 3-D convolution: F.conv1d and F.conv2d",

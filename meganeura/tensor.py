@@ -1861,11 +1861,54 @@ def einsum_pair(a: Tensor, la: str, b: Tensor, lb: str, keep: set[str], sizes: d
     return reshape(product, batch_shape + tuple(sizes[c] for c in rows + cols)), "".join(batch + rows + cols)
 
 
+def diagonal(input, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The diagonal of the dims dim1 and dim2 (torch.diagonal): x[..., i, i + offset], that pair
+    of dims removed and the diagonal appended last; a strided slice of the pair flattened."""
+    x = lift(input)
+    first, second = dim_index(x, dim1, "diagonal"), dim_index(x, dim2, "diagonal")
+    if first == second:
+        raise ShapeError(f"{user_source_line()}: diagonal: dim1 and dim2 cannot be the same dim, got {dim1}")
+    rows, cols = x.shape[first], x.shape[second]
+    offset = int(offset)
+    length = max(0, min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols))
+    rest = [i for i in range(x.ndim) if i not in (first, second)]
+    flat = reshape(permute(x, (*rest, first, second)), tuple(x.shape[i] for i in rest) + (rows * cols,))
+    start = offset if offset >= 0 else -offset * cols
+    if length == 0:
+        return getitem(flat, (..., slice(0, 0)))
+    return getitem(flat, (..., slice(start, start + (length - 1) * (cols + 1) + 1, cols + 1)))
+
+
+def diff(input, n: int = 1, dim: int = -1, prepend=None, append=None) -> Tensor:
+    """The n-th forward difference along `dim` (torch.diff): x[1:] − x[:-1], n times, after
+    joining `prepend` and `append` (tensors) along that dim."""
+    x = lift(input)
+    axis = dim_index(x, dim, "diff")
+    parts = [lift(t) for t in (prepend, x, append) if t is not None]
+    x = cat(parts, axis) if len(parts) > 1 else x
+    for _ in range(int(n)):
+        if x.shape[axis] == 0:
+            break
+        x = narrow(x, axis, 1, x.shape[axis] - 1) - narrow(x, axis, 0, x.shape[axis] - 1)
+    return x
+
+
+def nan_to_num(input, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
+    """input with NaN, +inf and −inf replaced (torch.nan_to_num: by default 0, and the largest and
+    smallest finite f32); the gradient flows where input is finite."""
+    x = lift(input)
+    top = float(np.finfo(np.float32).max) if posinf is None else float(posinf)
+    bottom = float(np.finfo(np.float32).min) if neginf is None else float(neginf)
+    x = where(apply("isnan", x), float(nan), x)
+    x = where(apply("equal", x, math.inf), top, x)
+    return where(apply("equal", x, -math.inf), bottom, x)
+
+
 # Tensor methods of the composites above (torch.Tensor's names; each takes the tensor first).
 for _name, _function in {
     "split": split, "chunk": chunk, "unbind": unbind, "narrow": narrow, "repeat": repeat, "tile": tile,
     "repeat_interleave": repeat_interleave, "amin": amin, "prod": prod, "var": var, "std": std, "norm": norm,
     "logsumexp": logsumexp, "matmul": matmul, "mm": mm, "bmm": bmm, "outer": outer, "addmm": addmm,
-    "baddbmm": baddbmm,
+    "baddbmm": baddbmm, "diagonal": diagonal, "diff": diff, "nan_to_num": nan_to_num,
 }.items():  # fmt: skip
     setattr(Tensor, _name, _function)

@@ -228,6 +228,26 @@ COMPOSITES = {
     ),
     "interpolate_trilinear": case("F.interpolate(x, size=(3, 4, 5), mode='trilinear')", x=normal(1, 2, 2, 3, 4)),
     "interpolate_area": case("F.interpolate(x, size=(3, 2), mode='area')", x=normal(2, 3, 6, 4)),
+    "diagonal": case("torch.diagonal(x)", x=normal(4, 6)),
+    "diagonal_offset_dims": case("x.diagonal(offset=-1, dim1=2, dim2=0)", x=normal(5, 3, 4)),
+    "diagonal_offset_past": case("torch.diagonal(x, 2)", x=normal(3, 4)),
+    "diff": case("torch.diff(x)", x=X),
+    "diff_twice_prepend": case("x.diff(n=2, dim=1, prepend=p, append=a)", x=X, p=normal(3, 1, 7), a=normal(3, 2, 7)),
+    # nan_to_num's default bounds are the dtype's extremes: float64's here, so the cases name theirs.
+    "nan_to_num": case(
+        "x.nan_to_num(nan=1.5, posinf=9.0, neginf=-9.0)", grads=(), x=fixed([[math.nan, math.inf, -math.inf, 3.0]])
+    ),
+    "nan_to_num_finite": case("torch.nan_to_num(x, posinf=1.0)", x=X),
+    "tanhshrink": case("F.tanhshrink(x)", x=X),
+    # At NaN torch's vectorised and scalar kernels disagree on the gradient: values only there.
+    "softshrink": case("F.softshrink(x, 0.3)", x=normal(4, 5)),
+    "softshrink_nan": case("F.softshrink(x, 0.3)", grads=(), x=with_rows(normal(4, 5), {0: math.nan, 1: 0.3})),
+    "hardshrink": case("F.hardshrink(x, lambd=0.7)", x=normal(4, 5)),
+    "hardshrink_nan": case("F.hardshrink(x, lambd=0.7)", grads=(), x=with_rows(normal(4, 5), {0: math.nan, 1: 0.7})),
+    "instance_norm": case(
+        "F.instance_norm(x, weight=w, bias=b, eps=1e-3)", x=normal(2, 3, 5, 4), w=normal(3), b=normal(3)
+    ),
+    "instance_norm_1d": case("F.instance_norm(x)", x=normal(3, 4, 6)),
 }
 
 P = uniform(0.02, 0.98, 4, 5)

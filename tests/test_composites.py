@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from conftest import trace_leaf
 from reference_cases import check_against_torch, check_gradients_by_differences, check_on_device, load
 
 import meganeura as mn
 import meganeura.functional as F
+from meganeura import nn
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import ShapeError
 from meganeura.ir.trace import Tracer, tracing
@@ -134,3 +136,29 @@ def test_fused_expressions_read_signed_infinities():
     trees = [("clamp", ("$", "1"), -math.inf, ("$", "2")), ("add", ("$", "0"), math.inf), ("mul", -2.5, ("$", "r"))]
     for tree in trees:
         assert parse(format_expr(tree)) == tree
+
+
+class NanToNum(nn.Module):
+    def forward(self, x):
+        return mn.nan_to_num(x)
+
+
+def test_nan_to_num_defaults_to_float32s_extremes():
+    """torch.nan_to_num replaces ±inf by the dtype's largest finite values: float32's here."""
+    value = np.array([np.nan, np.inf, -np.inf, 2.0], np.float32)
+    program = mn.compile(NanToNum(), inputs={"x": mn.f32[4]})
+    out = program(x=value)
+    np.testing.assert_array_equal(out, [0.0, np.finfo(np.float32).max, np.finfo(np.float32).min, 2.0])
+
+
+def test_instance_norm_modules_normalise_each_sample_and_channel():
+    layer = nn.InstanceNorm2d(3, affine=True)
+    assert repr(layer) == "InstanceNorm2d(3, eps=1e-05, momentum=0.1, affine=True, track_running_stats=False)"
+    assert [name for name, _ in layer.named_parameters()] == ["weight", "bias"]
+    layer.weight.copy_(np.array([1.0, 2.0, 0.5], np.float32))
+    value = np.random.default_rng(1).normal(size=(3, 5, 4)).astype(np.float32)  # unbatched [C, H, W]
+    out = mn.compile(layer, inputs={"input": mn.f32[3, 5, 4]})(input=value)
+    mean, var = value.mean((1, 2), keepdims=True), value.var((1, 2), keepdims=True)
+    np.testing.assert_allclose(out, (value - mean) / np.sqrt(var + 1e-5) * [[[1.0]], [[2.0]], [[0.5]]], atol=1e-5)
+    with pytest.raises(NotImplementedError, match="track_running_stats"):
+        nn.InstanceNorm1d(4, track_running_stats=True)

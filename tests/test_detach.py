@@ -93,3 +93,35 @@ def test_operator_methods_follow_the_operators():
     }  # fmt: skip
     for name, value in want.items():
         np.testing.assert_allclose(got[name], value, err_msg=name)
+
+
+def gradient_of(build, value: np.ndarray):
+    """(loss, d loss / d x) of `build(x)` summed, on the float64 interpreter."""
+    tracer = Tracer()
+    with tracing(tracer):
+        x = Tensor(tracer, tracer.leaf("input", "x", TensorType(value.shape)))
+        loss = build(x).sum()
+    graph = tracer.graph
+    graph.outputs["loss"] = loss.node
+    graph.outputs["grad"] = gradients(graph, loss.node, [x.node])[x.node]
+    out = interpret(graph, {"x": value}, {}, {}, dtype=np.float64).outputs
+    return float(out["loss"]), out["grad"]
+
+
+def test_gaussian_nll_clamps_var_outside_autograd_as_pytorch():
+    """torch clamps var under no_grad: the value is eps, the gradient the unclamped formula's."""
+    eps, diff = 1e-2, 0.3
+    var = np.array([1e-4, 0.5, 2e-3])
+    _, grad = gradient_of(lambda v: F.gaussian_nll_loss(v * 0.0 + diff, v * 0.0, v, eps=eps, reduction="sum"), var)
+    clamped = np.maximum(var, eps)
+    np.testing.assert_allclose(grad, 0.5 * (1 / clamped - diff**2 / clamped**2))  # d/dv at the clamped value
+
+
+def test_cosine_similarity_divides_a_tiny_norm_by_eps_with_its_gradient():
+    x1 = np.array([[1e-9, 2e-9], [3.0, 4.0]])
+    loss, grad = gradient_of(lambda x: F.cosine_similarity(x, x * 0.0 + 1.0, dim=1, eps=1e-8), x1)
+    norms = np.maximum(np.linalg.norm(x1, axis=1, keepdims=True), 1e-8)
+    np.testing.assert_allclose(loss, np.sum((x1 / norms) * (1 / np.sqrt(2))))
+    # torch 2.13, float64: x.grad of this sum (a traced clamp would give the first row ~0 instead)
+    torch_grad = [[61223845.138149604, 51737012.157644466], [0.02262741699796955, -0.016970562748477136]]
+    np.testing.assert_allclose(grad, torch_grad, rtol=1e-12)

@@ -116,7 +116,7 @@ def test_pytorch_names_meganeura_lacks_say_what_to_use():
     import meganeura.functional as functional
 
     cases = [
-        (lambda: nn.LSTM(4, 4), r"meganeura.nn has no 'LSTM' \(PyTorch's torch.nn.LSTM\): no recurrent layers"),
+        (lambda: nn.Conv3d(4, 4, 3), r"meganeura.nn has no 'Conv3d' \(PyTorch's torch.nn.Conv3d\): no 3-D convolution"),
         (lambda: functional.grid_sample, r"torch.nn.functional.grid_sample"),
         (lambda: optim.NAdam, r"torch.optim.NAdam"),
         (lambda: nn.Linearr, r"no 'Linearr'; names here that are close: Linear"),
@@ -124,4 +124,4 @@ def test_pytorch_names_meganeura_lacks_say_what_to_use():
     for attempt, message in cases:
         with pytest.raises(MissingName, match=message):
             attempt()
-    assert not hasattr(nn, "LSTM") and hasattr(nn, "Linear")  # still an AttributeError for hasattr
+    assert not hasattr(nn, "Conv3d") and hasattr(nn, "Linear")  # still an AttributeError for hasattr

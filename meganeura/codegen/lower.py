@@ -2,7 +2,7 @@
 
 The kernel families register their lowerings in `codegen/registry.py`; this module imports them
 all (elementwise, shape, matmul, matmul_halves, halves_split, reduce, rows, indexing, optimizer,
-transformer, image, conv, select), so `lower_node`, `lower_graph` and `workgroups` see every op.
+recurrent, transformer, image, conv, select), so `lower_node`, `lower_graph` and `workgroups` see every op.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from meganeura.codegen import (  # noqa: F401  (imported for their registered lo
     matmul,
     matmul_halves,
     optimizer,
+    recurrent,
     reduce,
     rows,
     select,

@@ -9,15 +9,16 @@
 
 The package: `module.py` (nn.Module), `container.py` (Sequential, ModuleList, ModuleDict,
 ParameterList, ParameterDict), `init.py` (nn.init), `activation.py`, `loss.py`, `conv.py` (Conv1d
-and the transposed convolutions), `pooling.py` (1-d pools, adaptive max pooling, Upsample); the
-layers below (Linear, the normalisations, Embedding, the 2-d pools) are defined here.
+and the transposed convolutions), `pooling.py` (1-d pools, adaptive max pooling, Upsample),
+`transformer.py` (MultiheadAttention and the Transformer's layers), `rnn.py` (RNN, LSTM, GRU and
+their cells); the layers below (Linear, the normalisations, Embedding, the 2-d pools) are defined
+here.
 Parameters are drawn from `_rng`, the generator `manual_seed` seeds.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from meganeura.ir.trace import user_source_line
 from meganeura.nn import init
 from meganeura.nn.activation import (
     ELU,
+    Hardshrink,
     Hardsigmoid,
     Hardswish,
     Hardtanh,
@@ -37,6 +39,8 @@ from meganeura.nn.activation import (
     SiLU,
     Softmax,
     Softplus,
+    Softshrink,
+    Tanhshrink,
     Unflatten,
 )
 from meganeura.nn.container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
@@ -62,13 +66,17 @@ __all__ = [
     "Module", "Parameter", "Buffer", "ParameterStorage", "RemovableHandle", "init", "manual_seed",
     "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
     "Linear", "Identity", "Flatten", "Unflatten", "Embedding", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d",
-    "LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
+    "LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "InstanceNorm1d", "InstanceNorm2d",
+    "Tanhshrink", "Softshrink", "Hardshrink",
     "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d",
     "Upsample",
     "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardtanh", "Hardswish",
     "Hardsigmoid", "Softplus", "Softmax", "LogSoftmax",
     "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
     "KLDivLoss",
+    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+    "TransformerDecoder", "Transformer", "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell",
+    "GRUCell",
 ]  # fmt: skip
 
 _rng = np.random.default_rng(0)
@@ -178,11 +186,9 @@ class Embedding(Module):
     """A lookup table: rows of weight [num_embeddings, embedding_dim] at i32 indices of any shape
     (torch.nn.Embedding: weight initialised N(0, 1); `_weight` gives it instead, `_freeze` freezes it).
 
-    padding_idx (negative counts from the end): that row is initialised to zeros and gets no
-    gradient, so training never moves it, as in PyTorch. The forward gives zeros at those positions
-    (the lookups are masked: there is no stop-gradient op to keep the row's value and drop its
-    gradient), which is PyTorch's result while the row is zero; a non-zero row (loaded) warns when
-    the model is traced. max_norm and scale_grad_by_freq are not supported; sparse=True gives the
+    padding_idx (negative counts from the end): that row is initialised to zeros, its lookups give
+    its value (a loaded one too) and no gradient, so training never moves it, as in PyTorch.
+    max_norm and scale_grad_by_freq are not supported; sparse=True gives the
     same updates from dense gradients."""
 
     def __init__(
@@ -255,18 +261,13 @@ class Embedding(Module):
 
 
 def padded_embedding(input: Tensor, weight: Parameter, padding_idx: int) -> Tensor:
-    """F.embedding with the lookups of row `padding_idx` masked to zero, so that row's gradient is
-    zero: the mask is the lookup of a [num, 1] table of ones with a zero at padding_idx."""
-    row = weight._host[padding_idx] if weight.storage is None else weight.numpy()[padding_idx]
-    if np.any(row):
-        warnings.warn(
-            f"{user_source_line()}: nn.Embedding: row padding_idx={padding_idx} is not zero; meganeura gives "
-            "zeros at the padding positions (PyTorch gives that row)",
-            stacklevel=2,
-        )
+    """F.embedding whose lookups of row `padding_idx` give that row's value but no gradient
+    (torch's padding_idx): keep = the lookup of a [num, 1] table of ones with a zero at padding_idx,
+    and the rows are rows·keep + detach(rows)·(1 − keep)."""
     runs = ((1.0, padding_idx), (0.0, 1), (1.0, weight.shape[0] - padding_idx - 1))
     mask = F.cat([F.broadcast_to(value, (rows, 1)) for value, rows in runs if rows], 0)
-    return F.embedding(input, weight) * F.embedding(input, mask)
+    rows, keep = F.embedding(input, weight), F.embedding(input, mask)
+    return rows * keep + rows.detach() * (1.0 - keep)
 
 
 class ReLU(Module):
@@ -520,5 +521,59 @@ class GroupNorm(Module):
         bias = self.bias is not None
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, bias={bias}"
 
+
+class InstanceNorm(Module):
+    """torch.nn.InstanceNorm1d/2d: each sample's channels normalised over their own spatial dims
+    (F.instance_norm); affine=False by default; track_running_stats is not supported."""
+
+    spatial = 1
+
+    def __init__(
+        self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = False, track_running_stats=False
+    ) -> None:
+        super().__init__()
+        if track_running_stats:
+            raise NotImplementedError(
+                f"{user_source_line()}: {type(self).__name__}: track_running_stats=True is not supported"
+            )
+        self.num_features, self.eps, self.momentum = int(num_features), eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = Parameter(np.ones((self.num_features,), np.float32)) if affine else None
+        self.bias = Parameter(np.zeros((self.num_features,), np.float32)) if affine else None
+
+    def forward(self, input: Tensor) -> Tensor:
+        rank = self.spatial + 2
+        if input.ndim not in (rank - 1, rank):
+            raise ValueError(f"{type(self).__name__}: expected {rank - 1}D or {rank}D input (got {input.ndim}D input)")
+        if input.ndim == rank - 1:  # unbatched [C, *]
+            out = F.instance_norm(input.unsqueeze(0), None, None, self.weight, self.bias, True, self.momentum, self.eps)
+            return out.squeeze(0)
+        return F.instance_norm(input, None, None, self.weight, self.bias, True, self.momentum, self.eps)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
+
+
+class InstanceNorm1d(InstanceNorm):
+    spatial = 1
+
+
+class InstanceNorm2d(InstanceNorm):
+    spatial = 2
+
+
+# Attention, the Transformer and the recurrent layers, built on the layers above.
+from meganeura.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: E402
+from meganeura.nn.transformer import (  # noqa: E402
+    MultiheadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __getattr__ = missing_names(__name__)  # PyTorch names meganeura lacks say what to use (meganeura/pytorch_names.py)

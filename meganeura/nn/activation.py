@@ -205,6 +205,34 @@ class LogSoftmax(Module):
         return f"dim={self.dim}"
 
 
+class Tanhshrink(Module):
+    """x − tanh(x) (torch.nn.Tanhshrink)."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.tanhshrink(input)
+
+
+class Softshrink(Module):
+    """torch.nn.Softshrink(lambd): x ∓ λ outside [−λ, λ], 0 inside."""
+
+    def __init__(self, lambd: float = 0.5) -> None:
+        super().__init__()
+        self.lambd = lambd
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.softshrink(input, self.lambd)
+
+    def extra_repr(self) -> str:
+        return str(self.lambd)
+
+
+class Hardshrink(Softshrink):
+    """torch.nn.Hardshrink(lambd): x where |x| > λ, else 0."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.hardshrink(input, self.lambd)
+
+
 class Unflatten(Module):
     """Dim `dim` split into `unflattened_size` (torch.nn.Unflatten; one size may be −1): a reshape."""
 

@@ -18,7 +18,9 @@
   three [8, 256, 2304] slice_grads and their sum a layer). `drop_full_slice_grad`:
   slice_grad(x, s, the whole of s) → x; `flatten_concats`: concat(concat(a, b), c) and
   concat(a, concat(b, c)) along one axis → concat(a, b, c). The ranges a graph can join are
-  computed from its slice_grads (`slice_facts`: `slice_join`, `full_slice`).
+  followed through its own adds of slice_grads (`slice_facts`: `slice_join`, `full_slice`),
+  linear in the graph; the time steps of an unrolled recurrence (autodiff adds their gradients
+  pairwise) join in log₂(steps) iterations.
 - `rope_layout`: rope(permute(x, [b, s, h, d] → [b, h, s, d])) → rope(x, seq_first) and
   permute(rope_grad(g), back) → rope_grad(g, seq_first): rotary embeddings read the q and k
   projections, and write their gradients, in the Linear's [batch, seq, heads, D] layout, and the
@@ -300,40 +302,48 @@ DECLARATIONS = """(relation slice_join (String String String String String Strin
 
 def facts(graph: Graph, node_ids: list[int]) -> list[str]:
     """The guards of `join_slice_grads` and `drop_full_slice_grad` for the slice_grads among
-    `node_ids` (`slice_facts`)."""
-    groups: dict[tuple, set] = {}
+    `node_ids` and the sums of them that the graph adds up (`slice_facts`)."""
+    return slice_facts(graph, node_ids)
+
+
+def slice_facts(graph: Graph, node_ids: list[int]) -> list[str]:
+    """`(slice_join s st a0 a1 b0 b1 axis j0 j1 cat)` for every add of the graph whose operands are
+    (or join into) slice_grads of one shape `s` and steps 1 with ranges A and B (starts, stops),
+    where B starts along `axis` where A stops and they agree on every other dim: J = A∪B, and `cat`
+    the shape of the joined part (concat(x, y) along `axis`); `(full_slice s z st)` where a range,
+    a slice_grad's or a join's, is the whole of `s`.
+
+    The ranges are followed through the graph's own adds, bottom up, so the facts are linear in
+    the graph: the joins the rule can make are those of its sums (it does not reorder a sum). An
+    unrolled recurrence adds the gradients of its T time steps' slices of one tensor: every pair
+    of ranges would be O(T²) joins found in O(T⁴) pair tests."""
+    spans: dict[int, tuple[tuple, tuple]] = {}  # node -> ((shape, steps), (starts, stops)) it equals
+    lines: dict[str, None] = {}
     for node_id in node_ids:
         node = graph[node_id]
         if node.op == "slice_grad" and all(step == 1 for step in node.attr("steps")):
             key = (tuple(node.attr("shape")), tuple(node.attr("steps")))
-            groups.setdefault(key, set()).add((tuple(node.attr("starts")), tuple(node.attr("stops"))))
-    lines = []
-    for (shape, steps), ranges in groups.items():
-        lines += slice_facts(shape, steps, ranges)
-    return lines
-
-
-def slice_facts(shape: tuple[int, ...], steps: tuple[int, ...], ranges: set) -> list[str]:
-    """`(slice_join s st a0 a1 b0 b1 axis j0 j1 cat)` for every two ranges of `shape` (starts,
-    stops), among `ranges` and the unions of neighbouring ones, where B starts along `axis` where
-    A stops and they agree on every other dim: J = A∪B, and `cat` the shape of the joined part
-    (concat(x, y) along `axis`); `(full_slice s z st)` where a union is the whole of `shape`."""
-    s, st = ints(shape), ints(steps)
-    seen, joins = set(ranges), {}
-    while True:  # until no pair of ranges joins into a new one (a few ranges: a split's parts)
-        found = {(a, b): joined for a in seen for b in seen if (joined := join_ranges(a, b)) is not None}
-        joins |= found
-        new = {j for _, j in found.values()} - seen
-        if not new:
-            break
-        seen |= new
-    lines = [
-        f"(slice_join {s} {st} {ints(a[0])} {ints(a[1])} {ints(b[0])} {ints(b[1])} {axis} {ints(j[0])} {ints(j[1])} "
-        f"{ints(tuple(stop - start for start, stop in zip(*j, strict=True)))})"
-        for (a, b), (axis, j) in joins.items()
-    ]
-    full = [starts for starts, stops in seen if stops == shape and not any(starts)]
-    return lines + [f"(full_slice {s} {ints(starts)} {st})" for starts in full]
+            spans[node_id] = (key, (tuple(node.attr("starts")), tuple(node.attr("stops"))))
+        elif node.op == "add" and len(node.inputs) == 2 and all(i in spans for i in node.inputs):
+            (key, a), (other, b) = (spans[i] for i in node.inputs)
+            if key != other:
+                continue
+            for first, second in ((a, b), (b, a)):
+                joined = join_ranges(first, second)
+                if joined is not None:
+                    axis, j = joined
+                    spans[node_id] = (key, j)
+                    s, st = ints(key[0]), ints(key[1])
+                    cat = ints(tuple(stop - start for start, stop in zip(*j, strict=True)))
+                    lines[
+                        f"(slice_join {s} {st} {ints(first[0])} {ints(first[1])} {ints(second[0])} "
+                        f"{ints(second[1])} {axis} {ints(j[0])} {ints(j[1])} {cat})"
+                    ] = None
+                    break
+    for (shape, steps), (starts, stops) in spans.values():
+        if stops == shape and not any(starts):
+            lines[f"(full_slice {ints(shape)} {ints(starts)} {ints(steps)})"] = None
+    return list(lines)
 
 
 def join_ranges(a: tuple, b: tuple) -> tuple[int, tuple] | None:

@@ -16,6 +16,7 @@ Importing this package registers every op in `meganeura.ir.op.OPS`; nothing else
 | transformer | `transformer.py` | rope, rope_grad, attention, attention_grad_q, attention_grad_kv |
 | image | `image.py` | unfold, fold, max/avg/adaptive_max pools + gradients, adaptive_pool_matrix; conv_gemm (fused) |
 | random | `random.py` | rand, philox (Philox4x32-10 random tensors; philox is made by the e-graph) |
+| recurrent | `recurrent.py` | lstm_cell, gru_cell and their gradients (one time step's elementwise part) |
 | image | `winograd.py` | winograd_input/weight/output, winograd_gradient/weight_gradient (made by the e-graph) |
 | constants | `constants.py` | arange, constant (arrays known at trace time: leaves uploaded once) |
 | select | `select.py` | cast, flip, cumsum/cumprod(_grad), gather_axis/scatter_axis_add, flat_index, arg_reduce, topk |
@@ -31,6 +32,7 @@ from meganeura.ir.ops import (  # noqa: F401  (imported for their declarations)
     matmul,
     optimizer,
     random,
+    recurrent,
     reduce,
     rows,
     select,
