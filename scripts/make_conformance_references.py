@@ -6,7 +6,8 @@ This script imports only torch and numpy (and the table, which is data), so it r
 torch installs. It is deterministic: each case draws its inputs from a numpy generator seeded by
 the case's id (float32 values, so that meganeura's float32 device run starts from the same
 numbers), torch runs on the CPU in float64 with one thread (its default dtype float64, so that
-constants such as torch.zeros(3, 4) are float64 too), modules and random draws are seeded by the
+constants such as torch.zeros(3, 4) are float64 too; a case may ask for float32, where torch's
+semantics depend on the dtype), modules and random draws are seeded by the
 case's id, and the zip members carry a fixed date, so running it again writes the same bytes.
 
 Every case of the table is evaluated, the unsupported items' too (meganeura's side must fail on
@@ -124,7 +125,7 @@ def as_array(value) -> np.ndarray:
 
 
 def float32_exact(module: nn.Module) -> None:
-    """Round every float parameter and buffer to float32's values (kept in float64)."""
+    """Round every float parameter and buffer to float32's values (kept in the module's dtype)."""
     with torch.no_grad():
         for tensor in list(module.parameters()) + list(module.buffers()):
             if tensor.is_floating_point():
@@ -137,6 +138,8 @@ def state_array(value: torch.Tensor) -> np.ndarray:
 
 
 def expression_case(case_id: str, case, arrays: dict) -> None:
+    dtype = getattr(torch, case.torch_dtype)
+    torch.set_default_dtype(dtype)  # back to float64 in generate()
     rng = np.random.default_rng(case_seed(case_id))
     inputs = {name: generated(d, rng) for name, d in case.inputs.items()}
     differentiated = [n for n, v in inputs.items() if v.dtype != np.int32 and (case.grads is None or n in case.grads)]
@@ -144,12 +147,13 @@ def expression_case(case_id: str, case, arrays: dict) -> None:
     for name, value in inputs.items():
         arrays[f"{case_id}/input/{name}"] = value
         tensor = torch.from_numpy(value.astype(np.int64) if value.dtype == np.int32 else value.copy())
+        tensor = tensor if tensor.dtype == torch.int64 else tensor.to(dtype)
         tensors[name] = tensor.requires_grad_(True) if name in differentiated else tensor
     scope = namespace() | tensors
     torch.manual_seed(case_seed(case_id))
     if case.module:
         m = eval(case.module, scope)
-        m.double()
+        m.to(dtype)
         float32_exact(m)
         m.train(case.train)
         for name, value in m.state_dict().items():
@@ -161,8 +165,9 @@ def expression_case(case_id: str, case, arrays: dict) -> None:
         arrays[f"{case_id}/out/{k}"] = as_array(out)
         if case.compare == "values" and isinstance(out, torch.Tensor) and out.requires_grad:
             weight = np.where(np.isfinite(as_array(out)), rng.normal(size=tuple(out.shape)), 0.0)
+            weight = weight.astype(np.float32).astype(np.float64)  # exact in either dtype
             arrays[f"{case_id}/weight/{k}"] = weight
-            term = (out * torch.from_numpy(weight)).sum()
+            term = (out * torch.from_numpy(weight).to(out.dtype)).sum()
             total = term if total is None else total + term
     if case.module:
         for name, value in scope["m"].named_buffers():
@@ -175,7 +180,7 @@ def expression_case(case_id: str, case, arrays: dict) -> None:
     grads = torch.autograd.grad(total, list(wrt.values()), allow_unused=True)
     for key, grad in zip(wrt, grads, strict=True):
         if grad is not None:
-            arrays[f"{case_id}/{key}"] = grad.numpy()
+            arrays[f"{case_id}/{key}"] = grad.to(torch.float64).numpy()
 
 
 OPTIMIZER_SHAPES = {"p": (3, 4), "q": (4,)}
@@ -253,6 +258,7 @@ def generate() -> dict[str, np.ndarray]:
     for case_id, (_, case) in table.cases().items():
         meta[case_id] = case.fingerprint()
         write = {"Case": expression_case, "OptimizerCase": optimizer_case, "SchedulerCase": scheduler_case}
+        torch.set_default_dtype(torch.float64)
         try:
             if type(case).__name__ == "InitCase":
                 init_case(case_id, case, arrays, table)
