@@ -59,7 +59,7 @@ CATEGORIES = {  # category: the README's heading
 # (HARDSIGMOID: torch's backward multiplies by 1.0f / 6.0f, float32's 1/6, in float64 too: 3e-8
 # relative.)
 RTOL, ATOL = 1e-9, 1e-12
-DEVICE_RTOL, DEVICE_ATOL = 2e-4, 2e-5
+DEVICE_RTOL, DEVICE_ATOL = 1e-5, 5e-6  # every case on lavapipe stays within 9e-7 of its scale
 
 
 @dataclass(frozen=True)
