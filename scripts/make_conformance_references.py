@@ -68,9 +68,7 @@ def load_table():
     return table
 
 
-def case_seed(case_id: str) -> int:
-    """A seed from the case's id (stable across runs and Python versions, unlike hash())."""
-    return int.from_bytes(case_id.encode(), "little") % (2**32 - 5)
+TABLE = load_table()
 
 
 def generated(description: tuple, rng: np.random.Generator) -> np.ndarray:
@@ -140,7 +138,7 @@ def state_array(value: torch.Tensor) -> np.ndarray:
 def expression_case(case_id: str, case, arrays: dict) -> None:
     dtype = getattr(torch, case.torch_dtype)
     torch.set_default_dtype(dtype)  # back to float64 in generate()
-    rng = np.random.default_rng(case_seed(case_id))
+    rng = np.random.default_rng(TABLE.case_seed(case_id))
     inputs = {name: generated(d, rng) for name, d in case.inputs.items()}
     differentiated = [n for n, v in inputs.items() if v.dtype != np.int32 and (case.grads is None or n in case.grads)]
     tensors = {}
@@ -150,7 +148,7 @@ def expression_case(case_id: str, case, arrays: dict) -> None:
         tensor = tensor if tensor.dtype == torch.int64 else tensor.to(dtype)
         tensors[name] = tensor.requires_grad_(True) if name in differentiated else tensor
     scope = namespace() | tensors
-    torch.manual_seed(case_seed(case_id))
+    torch.manual_seed(TABLE.case_seed(case_id))
     if case.module:
         m = eval(case.module, scope)
         m.to(dtype)
@@ -193,7 +191,7 @@ def optimizer_loss(p, q, s, a, b):
 
 
 def optimizer_case(case_id: str, case, arrays: dict) -> None:
-    rng = np.random.default_rng(case_seed(case_id))
+    rng = np.random.default_rng(TABLE.case_seed(case_id))
     params = {}
     for name, shape in OPTIMIZER_SHAPES.items():
         value = rng.normal(size=shape).astype(np.float32)
@@ -228,21 +226,21 @@ def scheduler_case(case_id: str, case, arrays: dict) -> None:
     arrays[f"{case_id}/lr"] = np.array(rates, dtype=np.float64)
 
 
-def init_case(case_id: str, case, arrays: dict, table) -> None:
-    torch.manual_seed(case_seed(case_id))
+def init_case(case_id: str, case, arrays: dict) -> None:
+    torch.manual_seed(TABLE.case_seed(case_id))
     if not case.shape:
         arrays[f"{case_id}/value"] = np.float64(eval(case.expr, namespace()))
         return
     w = torch.zeros(case.shape, dtype=torch.float32)
     draws = []
     with torch.no_grad():
-        for _ in range(1 if case.compare == "values" else table.draws_needed(case.shape)):
+        for _ in range(1 if case.compare == "values" else TABLE.draws_needed(case.shape)):
             eval(case.expr, namespace() | {"w": w})
             draws.append(w.numpy().astype(np.float64))
     if case.compare == "values":
         arrays[f"{case_id}/value"] = draws[0]
         return
-    for key, value in table.distribution_summary(np.concatenate([d.ravel() for d in draws])).items():
+    for key, value in TABLE.distribution_summary(np.concatenate([d.ravel() for d in draws])).items():
         arrays[f"{case_id}/{key}"] = value
     if case.compare == "gram":
         rows = draws[0].reshape(case.shape[0], -1)
@@ -251,19 +249,17 @@ def init_case(case_id: str, case, arrays: dict, table) -> None:
 
 def generate() -> dict[str, np.ndarray]:
     torch.set_num_threads(1)
-    torch.set_default_dtype(torch.float64)
-    table = load_table()
     arrays: dict[str, np.ndarray] = {}
     meta = {}
-    for case_id, (_, case) in table.cases().items():
+    write = {
+        "Case": expression_case, "OptimizerCase": optimizer_case, "SchedulerCase": scheduler_case,
+        "InitCase": init_case,
+    }  # fmt: skip
+    for case_id, (_, case) in TABLE.cases().items():
         meta[case_id] = case.fingerprint()
-        write = {"Case": expression_case, "OptimizerCase": optimizer_case, "SchedulerCase": scheduler_case}
         torch.set_default_dtype(torch.float64)
         try:
-            if type(case).__name__ == "InitCase":
-                init_case(case_id, case, arrays, table)
-            else:
-                write[type(case).__name__](case_id, case, arrays)
+            write[type(case).__name__](case_id, case, arrays)
         except Exception as error:
             raise RuntimeError(f"{case_id}: {case}: {error}") from error
     return {"meta": np.array(json.dumps(meta, sort_keys=True))} | arrays

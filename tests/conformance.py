@@ -25,15 +25,21 @@ Inputs are described, not stored here: `normal(3, 5)` is a seeded standard norma
 gradient unless the case names `grads=`; the gradient is that of Σ_k Σ(out_k · r_k) for a fixed
 random cotangent r_k per output (0 where the output is not finite).
 
-`compare=` says what is compared with torch: "values" (outputs and gradients; the default),
+`compare=` says what is compared with torch: "values" (outputs and gradients; the default), or
 "sample" (random numbers: meganeura's generator is not torch's, so the outputs' distribution is
-compared, two-sample Kolmogorov-Smirnov, and no gradients), "gram" (nn.init.orthogonal_: W·Wᵀ and
-the distribution). Every supported case runs on the numpy interpreter; `device=` says whether it
-also runs on the device: None (the default) for an item's first supported case, the cases of NaN
-and ±inf inputs and the random ones; True or False to choose (lavapipe compiles each kernel
-afresh, 0.1 s for most, 2-4 s for a product's or a convolution's: the device run takes the cases
-that reach other kernels, and device=False keeps a module or a variant whose kernels another
-case compiles off it).
+compared, two-sample Kolmogorov-Smirnov, and no gradients; InitCase has its own modes). torch
+computes in float64 unless a case says `torch_dtype="float32"` (where torch's result depends on
+the dtype). Every supported case runs on the numpy interpreter; `device=` says whether it also
+runs on the device: None (the default) for an item's first supported case, the cases of NaN and
+±inf inputs and the random ones; True or False to choose (lavapipe compiles each kernel afresh,
+0.1 s for most, 2-4 s for a product's or a convolution's: the device run takes the cases that
+reach other kernels, and device=False keeps a module or a variant whose kernels another case
+compiles off it).
+
+What meganeura lacks is marked, with the reason, by item name (UNSUPPORTED) or by case id
+(UNSUPPORTED_CASES, `<item name>[<index>]`); a case that passes on the interpreter but fails on
+the device is marked in DEVICE_FAILS. The test asserts that every marked case still fails, so a
+mark cannot outlive its reason; the README's limits list them.
 """
 
 from __future__ import annotations
@@ -153,6 +159,12 @@ class Item:
 
     def case_ids(self) -> list[str]:
         return [f"{self.name}[{index}]" for index in range(len(self.cases))]
+
+
+def case_seed(case_id: str) -> int:
+    """The seed of a case's inputs, cotangents and draws: from its id, so that adding a case does
+    not change the others' numbers (and stable across Python versions, unlike hash())."""
+    return int.from_bytes(case_id.encode(), "little") % (2**32 - 5)
 
 
 # ---------------------------------------------------------------------------------------------

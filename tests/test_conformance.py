@@ -5,12 +5,12 @@ Every expression case is traced with meganeura's names standing for torch's (`to
 `F` meganeura.functional, ...): its float inputs that torch differentiates are parameters, the loss
 is Σ_k Σ(out_k · r_k) with torch's cotangents r_k, and autodiff gives the gradients. The numpy
 interpreter in float64 must give torch's outputs, gradients (inputs' and a module's parameters')
-and module buffers; the supported cases are also compiled, many to a program (the e-graph, the
-kernels), and run on the device in float32. Optimizer cases train a few steps on the device,
-scheduler cases step on the host, init cases fill a parameter. A case the table marks
-unsupported must fail (raise, or differ from torch): when it starts to pass, the table is out of
-date. The README's "Supported PyTorch surface" section and its unsupported items are the table's
-(scripts/conformance_table.py writes them).
+and module buffers; a selection of the supported cases (conformance.py's docstring) is also
+compiled, many to a program (the e-graph, the kernels), and run on the device in float32.
+Optimizer cases train a few steps on the device, scheduler cases step on the host, init cases
+fill a parameter. A case the table marks unsupported must fail (raise, or differ from torch):
+when it starts to pass, the table is out of date. The README's "Supported PyTorch surface"
+section and its unsupported items are the table's (scripts/conformance_table.py writes them).
 """
 
 from __future__ import annotations
@@ -58,8 +58,7 @@ def stored() -> dict[str, dict[str, dict[str, np.ndarray]]]:
         for key in data.files:
             if key == "meta":
                 continue
-            case_id, rest = key.split("/", 1)[0], key.split("/", 1)[1]
-            # ids hold no "/"; a kind's name may ("grad/x"): split at the first one of the rest
+            case_id, rest = key.split("/", 1)  # an id holds no "/" (test_the_table_is_well_formed)
             kind, _, name = rest.partition("/")
             by_case.setdefault(case_id, {}).setdefault(kind, {})[name] = data[key]
     return by_case
@@ -76,10 +75,6 @@ def flattened(value) -> list:
     if isinstance(value, (tuple, list)):
         return [leaf for part in value for leaf in flattened(part)]
     return [value]
-
-
-def case_seed(case_id: str) -> int:
-    return int.from_bytes(case_id.encode(), "little") % (2**32 - 5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,7 +383,7 @@ def distribution_problems(key: str, got: dict, expected: dict) -> list[str]:
 def init_problems(case_id: str, case) -> list[str]:
     if not case.shape:
         return value_problems("value", eval(case.expr, dict(NAMESPACE)), reference(case_id, "value")[""], 1e-15, 0.0)
-    nn.manual_seed(case_seed(case_id))
+    nn.manual_seed(conformance.case_seed(case_id))
     w = nn.Parameter(np.zeros(case.shape, np.float32))
     draws = []
     for _ in range(1 if case.compare == "values" else conformance.draws_needed(case.shape)):
