@@ -643,6 +643,8 @@ FUNCTIONAL = [
     functional("sigmoid, tanh", case("(F.sigmoid(x), F.tanh(x))", x=X)),
     functional("softsign", case("F.softsign(x)", x=X)),
     functional("tanhshrink", case("F.tanhshrink(x)", x=X)),
+    functional("softshrink", case("F.softshrink(x)", x=X), case("F.softshrink(x, 0.8)", x=X)),
+    functional("hardshrink", case("F.hardshrink(x, lambd=0.3)", x=X)),
     functional("glu", case("F.glu(x)", x=normal(3, 6)), case("F.glu(x, dim=0)", x=normal(4, 3))),
     functional(
         "softmax",
@@ -1021,6 +1023,7 @@ MODULE = [
     module("RMSNorm", mod("nn.RMSNorm(4)", x=X3, rtol=1e-6, atol=2e-6), mod("nn.RMSNorm(4, eps=1e-2)", x=X3)),
     module("GroupNorm", mod("nn.GroupNorm(2, 4)", x=normal(2, 4, 3, 5))),
     module("InstanceNorm1d", mod("nn.InstanceNorm1d(3)", x=normal(2, 3, 5))),
+    module("InstanceNorm2d", mod("nn.InstanceNorm2d(3, affine=True)", x=IMG)),
     module(
         "Embedding",
         mod("nn.Embedding(10, 4)", x=ints(0, 10, 3, 5)),
