@@ -39,7 +39,7 @@ TRUSTED_ENTRY_POINTS = frozenset(
     {
         "attention", "attention_grad_kv", "attention_grad_q", "conv_gemm", "cross_entropy_rows",
         "cross_entropy_rows_grad", "elementwise", "lines", "log_softmax", "log_softmax_grad", "matmul", "matmul_halves",
-        "multi_top", "optimizer_update", "reduce_columns", "reduce_rows", "reduce_serial", "reduce_tree",
+        "multi_top", "optimizer_update", "recurrent", "reduce_columns", "reduce_rows", "reduce_serial", "reduce_tree",
         "scatter_add", "softmax", "softmax_grad", "sort_ids", "split_halves", "transpose", "winograd",
     }
 )  # fmt: skip
