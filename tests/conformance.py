@@ -1230,7 +1230,7 @@ OPTIMIZER = [
     optimizer("RAdam", OptimizerCase("optim.RAdam(params, lr=0.01)")),
     optimizer("Adadelta", OptimizerCase("optim.Adadelta(params)")),
     optimizer(
-        "a scheduler changing the learning rate between steps",
+        "Optimizer (its learning rate set by a scheduler between steps)",
         OptimizerCase("optim.SGD(params, lr=0.1, momentum=0.9)", "lr_scheduler.StepLR(opt, 2, gamma=0.5)", steps=5),
         OptimizerCase("optim.AdamW(params, lr=0.01)", "lr_scheduler.CosineAnnealingLR(opt, T_max=4)", steps=5),
     ),
@@ -1297,6 +1297,7 @@ CONSTANTS_OUTSIDE_TRACE = (
 SEQUENCE_MODELS = "not in meganeura yet (issue 40's sequence models)"
 
 UNSUPPORTED: dict[str, str] = {  # by item
+    "torch.nn.Parameter, ParameterList, ParameterDict": CONSTANTS_OUTSIDE_TRACE,
     "torch.nn.Bilinear": NO_MODULE,
     "torch.nn.SELU": NO_MODULE,
     **dict.fromkeys(
@@ -1322,10 +1323,6 @@ UNSUPPORTED_CASES: dict[str, str] = {  # by case id: the cases that fail in an i
     "torch.min[3]": MAX_NAN_GRADIENT,
     "torch.nn.functional.embedding[1]": EMBEDDING_PADDING,
     "torch.div[3]": TOP_LEVEL,
-    **dict.fromkeys(
-        ["torch.nn.Parameter, ParameterList, ParameterDict[0]", "torch.nn.Parameter, ParameterList, ParameterDict[1]"],
-        CONSTANTS_OUTSIDE_TRACE,
-    ),
 }  # fmt: skip
 
 # The cases that fail on the device (a bug): kept off the device run, listed in the README's limits.

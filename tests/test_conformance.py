@@ -598,3 +598,5 @@ def test_the_table_is_well_formed():
             modes = {"Case": ("values", "sample"), "InitCase": ("values", "sample", "bounded", "gram")}
             assert getattr(case, "compare", "values") in modes.get(type(case).__name__, ("values",)), item.name
         assert "/" not in item.name, f"{item.name}: a case id may hold no '/' (the reference file's separator)"
+        if not item.unsupported:  # an item none of whose cases works is unsupported as a whole
+            assert any(not case.unsupported for case in item.cases), f"{item.name}: mark the item unsupported"
