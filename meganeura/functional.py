@@ -949,14 +949,37 @@ def area_resample(x: Tensor, axis: int, out: int, at: str) -> Tensor:
     return mean(blocks, axis + 1)
 
 
-def embedding(input: Tensor, weight: Tensor) -> Tensor:
+def embedding(
+    input: Tensor,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
     """Rows of `weight` [num_embeddings, embedding_dim] at i32 indices `input` of any shape:
     the result is [*input.shape, embedding_dim] (torch.nn.functional.embedding). The gradient is
-    a scatter-add of the incoming rows into [num_embeddings, embedding_dim]."""
+    a scatter-add of the incoming rows into [num_embeddings, embedding_dim]; with padding_idx
+    (negative counts from the end) the lookups of that row give its value and no gradient.
+    max_norm and scale_grad_by_freq are not supported; sparse changes nothing (dense gradients)."""
     input, weight = lift(input), lift(weight)
     if input.dtype != "i32":
         raise ShapeError(f"{user_source_line()}: embedding: expected i32 indices, got {input.type}")
-    return apply("gather", weight, input)
+    if max_norm is not None or scale_grad_by_freq:
+        raise NotImplementedError(f"{user_source_line()}: embedding: max_norm and scale_grad_by_freq are not supported")
+    rows = apply("gather", weight, input)
+    if padding_idx is None:
+        return rows
+    count = weight.shape[0]
+    if not -count <= int(padding_idx) < count:
+        raise ValueError(f"{user_source_line()}: embedding: Padding_idx must be within num_embeddings")
+    padding_idx = int(padding_idx) % count
+    # keep: 1 for every row but padding_idx, looked up as a [num, 1] table; the padding lookups
+    # then read the row's value through a detach (no gradient), as torch's padding_idx.
+    runs = ((1.0, padding_idx), (0.0, 1), (1.0, count - padding_idx - 1))
+    keep = apply("gather", cat([broadcast_to(lift(value), (n, 1)) for value, n in runs if n], 0), input)
+    return rows * keep + rows.detach() * (1.0 - keep)
 
 
 def causal_mask(rows: int, cols: int | None = None) -> Tensor:

@@ -151,6 +151,13 @@ class Tensor:
     def t(self) -> Tensor:
         return transpose2d(self)
 
+    @property
+    def mT(self) -> Tensor:  # noqa: N802 (torch's name)
+        """The last two dims swapped (torch.Tensor.mT), for any tensor of at least 2 dims."""
+        if self.ndim < 2:
+            raise ShapeError(f"{user_source_line()}: .mT needs at least 2 dims, got {self.type}")
+        return transpose(self, -2, -1)
+
     def transpose(self, dim0: int, dim1: int) -> Tensor:
         return transpose(self, dim0, dim1)
 
@@ -288,7 +295,10 @@ def apply(op: str, *operands: Any, **attrs: Any) -> Tensor:
         if t.tracer is not tracer:
             raise ValueError(f"{op}: operand comes from another trace (a Tensor kept from an earlier compile?)")
     if op in FUNCTIONS and any(t.dtype == "i32" for t in tensors):
-        tensors = integer_operands(op, tensors)  # comparisons of indices; see the selection section
+        floating = any(
+            isinstance(x, (float, np.floating)) or (isinstance(x, Tensor) and x.dtype == "f32") for x in operands
+        )
+        tensors = integer_operands(op, tensors, floating)  # see the selection section
     return Tensor(tracer, tracer.emit(op, [t.node for t in tensors], **attrs))
 
 
@@ -678,8 +688,16 @@ def random_options(name: str, generator, dtype, requires_grad) -> None:
         )
     if dtype is not None and str(dtype) not in ("f32", "mn.f32", "float32", "torch.float32"):
         raise NotImplementedError(f"{user_source_line()}: {name}: only f32 random tensors are supported, got {dtype}")
-    if requires_grad:
+    if requires_grad and not outside_trace():
         raise NotImplementedError(f"{user_source_line()}: {name}: requires_grad=True is not supported")
+
+
+def host_generator() -> np.random.Generator:
+    """The numpy generator `mn.manual_seed` seeds (it initialises parameters: meganeura/nn), which
+    rand/randn draw from outside a trace, as torch's do in a module's __init__."""
+    import sys
+
+    return sys.modules["meganeura.nn"]._rng
 
 
 def random_tensor(shape: tuple[int, ...], normal: bool) -> Tensor:
@@ -690,16 +708,22 @@ def random_tensor(shape: tuple[int, ...], normal: bool) -> Tensor:
 
 
 def rand(*size, generator=None, dtype=None, requires_grad: bool = False) -> Tensor:
-    """Uniform random numbers in [0, 1) of shape `size` (torch.rand), new every step; only inside
-    a traced forward. generator= is not supported (seed with mn.manual_seed or compile(seed=))."""
+    """Uniform random numbers in [0, 1) of shape `size` (torch.rand): in a traced forward, new
+    every step; outside one (a module's __init__), a float32 numpy array from mn.manual_seed's
+    generator. generator= is not supported (seed with mn.manual_seed or compile(seed=))."""
     random_options("rand", generator, dtype, requires_grad)
+    if outside_trace():
+        return host_generator().random(size_argument(size, "rand")).astype(np.float32)
     return random_tensor(size_argument(size, "rand"), normal=False)
 
 
 def randn(*size, generator=None, dtype=None, requires_grad: bool = False) -> Tensor:
-    """Standard normal random numbers of shape `size` (torch.randn; Box–Muller from Philox), new
-    every step; only inside a traced forward. generator= is not supported."""
+    """Standard normal random numbers of shape `size` (torch.randn; Box–Muller from Philox): in a
+    traced forward, new every step; outside one, a float32 numpy array from mn.manual_seed's
+    generator. generator= is not supported."""
     random_options("randn", generator, dtype, requires_grad)
+    if outside_trace():
+        return host_generator().standard_normal(size_argument(size, "randn")).astype(np.float32)
     return random_tensor(size_argument(size, "randn"), normal=True)
 
 
@@ -772,10 +796,12 @@ def to_dtype(x, dtype) -> Tensor:
     return x if x.dtype == target else apply("cast", x, dtype=target)
 
 
-def integer_operands(op: str, tensors: list[Tensor]) -> list[Tensor]:
-    """The operands of a comparison with i32 ones cast to f32 (exact for |values| < 2^24), so that
-    `idx == 3` is a mask as for floats; other elementwise functions refuse i32 operands."""
-    if op not in COMPARISONS:
+def integer_operands(op: str, tensors: list[Tensor], floating: bool) -> list[Tensor]:
+    """The operands of a comparison, or of arithmetic that has a float operand (an f32 tensor or a
+    Python float: torch promotes the integers to float), with the i32 ones cast to f32 (exact for
+    |values| < 2^24), so that `idx == 3` is a mask and `torch.arange(n) * x` a product as for
+    floats; arithmetic on integers alone is refused (its result would be an integer in torch)."""
+    if op not in COMPARISONS and not floating:
         raise ShapeError(
             f"{user_source_line()}: {op}: arithmetic on i32 tensors is not supported; use .float() (exact below "
             "2^24) and .long() back"
@@ -801,11 +827,34 @@ def constant_tensor(values: np.ndarray, dtype: str) -> Tensor:
 
 
 def check_not_requiring_grad(what: str, requires_grad: bool) -> None:
-    if requires_grad:
+    if requires_grad and not outside_trace():
         raise NotImplementedError(
             f"{user_source_line()}: {what}(requires_grad=True): a constant made in forward() is not trained; "
             "make it an nn.Parameter of the module"
         )
+
+
+def outside_trace() -> bool:
+    """Whether no trace is recording: then the constructors below give numpy arrays, as torch's do
+    in a module's __init__ (`nn.Parameter(torch.zeros(1, 1, dim))`, `register_buffer(...)`)."""
+    try:
+        active_tracer()
+    except RuntimeError:
+        return True
+    return False
+
+
+def host_array(values, dtype) -> np.ndarray:
+    """`values` on the host as torch's default dtypes would hold them: float32 unless `dtype` (or
+    integer values with no dtype) asks for integers, which are int64 (torch.long)."""
+    values = np.asarray(values)
+    if dtype is not None:
+        integral = dtype_name(dtype) == "i32"
+    else:
+        integral = values.dtype.kind in "iu"
+    if values.dtype.kind == "b" and dtype is None:
+        return values.copy()
+    return values.astype(np.int64 if integral else np.float32)
 
 
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -828,6 +877,8 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad: b
     size = math.ceil((float(end) - float(start)) / float(step))
     if size < 0:
         raise ValueError(f"{user_source_line()}: arange: the step {step} goes away from the end ({start} to {end})")
+    if outside_trace():
+        return host_array(float(start) + np.arange(size) * float(step), target)
     tracer = active_tracer()
     node = tracer.emit("arange", [], start=float(start), step=float(step), size=size, dtype=target)
     return Tensor(tracer, node)
@@ -842,6 +893,8 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = Fal
         raise TypeError(f"{user_source_line()}: full: fill_value must be a number, got {fill_value!r}")
     integral = isinstance(fill_value, (int, np.integer)) and not isinstance(fill_value, (bool, np.bool_))
     target = dtype_name(dtype) if dtype is not None else ("i32" if integral else "f32")
+    if outside_trace():
+        return host_array(np.full(shape, float(fill_value)), target)
     if target == "f32":
         return broadcast_to(lift(float(fill_value)), shape)
     if not float(fill_value).is_integer():
@@ -885,6 +938,8 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Ten
     check_not_requiring_grad("tensor", requires_grad)
     if isinstance(data, Tensor):
         return to_dtype(data, dtype) if dtype is not None else data
+    if outside_trace():
+        return host_array(data, dtype)
     array = np.asarray(data)
     if array.dtype.kind == "b":
         array = array.astype(np.float32)
@@ -910,6 +965,8 @@ def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad:
     """torch.eye: [n, m] (m = n by default) with ones on the diagonal, f32 unless `dtype` says i32."""
     check_not_requiring_grad("eye", requires_grad)
     m = n if m is None else m
+    if outside_trace():
+        return host_array(np.eye(n, m), dtype or "f32")
     mask = unsqueeze(arange(n, dtype="f32"), 1) == arange(m, dtype="f32")
     return to_dtype(mask, dtype or "f32")
 

@@ -499,3 +499,52 @@ def test_one_hot_has_left_the_missing_names():
     assert "one_hot" not in ANOTHER_WAY["meganeura.functional"]
     with pytest.raises(MissingName):
         F.no_such_function  # noqa: B018
+
+
+def test_integers_with_a_float_operand_promote_to_float_as_torch():
+    """torch: int64 · float32 (or · a Python float) is float32; here the i32 operand is cast."""
+    tracer = Tracer()
+    with tracing(tracer):
+        i = trace_leaf(tracer, "input", "i", TensorType((4,), "i32"))
+        x = trace_leaf(tracer, "input", "x", TensorType((4,)))
+        outs = {"product": mn.arange(4) * x, "scaled": i * 0.5, "sum": x + i, "mixed": (i - x) / 2.0}
+    for name, t in outs.items():
+        assert t.dtype == "f32", name
+        tracer.graph.outputs[name] = t.node
+    iv, xv = np.array([3, -1, 0, 7], np.int32), np.array([0.5, 2.0, -1.0, 1.5], np.float32)
+    got = interpret(tracer.graph, {"i": iv, "x": xv}, {}, {}).outputs
+    want = {"product": np.arange(4) * xv, "scaled": iv * 0.5, "sum": xv + iv, "mixed": (iv - xv) / 2.0}
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, err_msg=name)
+
+
+def test_constructors_outside_a_trace_give_numpy_arrays_as_torch_in_init():
+    """torch.zeros/ones/full/arange/eye/tensor/rand/randn in a module's __init__ make the arrays a
+    Parameter or buffer is built from: float32, or int64 for integers (torch.long)."""
+    mn.manual_seed(4)
+    first = mn.randn(3, 2)
+    mn.manual_seed(4)
+    assert np.array_equal(first, mn.randn(3, 2)) and first.dtype == np.float32
+    assert mn.rand(5).min() >= 0.0 and mn.rand(5).max() < 1.0
+    assert mn.zeros(2, 3).dtype == np.float32 and not mn.zeros(2, 3).any()
+    assert np.array_equal(mn.ones((2,), dtype=mn.long), [1, 1]) and mn.ones(2, dtype=mn.long).dtype == np.int64
+    assert np.array_equal(mn.arange(5), np.arange(5)) and mn.arange(5).dtype == np.int64
+    assert np.allclose(mn.arange(0.0, 1.0, 0.25), [0, 0.25, 0.5, 0.75]) and mn.arange(0.0, 1.0, 0.5).dtype == np.float32
+    assert np.array_equal(mn.full((2, 2), 7.5), np.full((2, 2), 7.5, np.float32)) and np.array_equal(
+        mn.eye(2), np.eye(2)
+    )
+    assert mn.tensor([1, 2]).dtype == np.int64 and mn.tensor([1.5]).dtype == np.float32
+
+    class WithToken(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.token = nn.Parameter(mn.zeros(1, 1, 4))
+            self.register_buffer("positions", mn.arange(6))
+
+        def forward(self, x):
+            return x + self.token + self.positions[:4].float()
+
+    model = WithToken()
+    assert model.state_dict()["positions"].dtype == np.int64
+    out = mn.compile(model, inputs={"x": mn.f32[2, 1, 4]})(x=np.ones((2, 1, 4), np.float32))
+    np.testing.assert_array_equal(out, np.ones((2, 1, 4)) + np.arange(4))

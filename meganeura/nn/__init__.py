@@ -247,9 +247,7 @@ class Embedding(Module):
         return cls(*table.shape, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, table, freeze)
 
     def forward(self, input: Tensor) -> Tensor:
-        if self.padding_idx is None:
-            return F.embedding(input, self.weight)
-        return padded_embedding(input, self.weight, self.padding_idx)
+        return F.embedding(input, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:
         text = f"{self.num_embeddings}, {self.embedding_dim}"
@@ -258,16 +256,6 @@ class Embedding(Module):
         if self.sparse:
             text += ", sparse=True"
         return text
-
-
-def padded_embedding(input: Tensor, weight: Parameter, padding_idx: int) -> Tensor:
-    """F.embedding whose lookups of row `padding_idx` give that row's value but no gradient
-    (torch's padding_idx): keep = the lookup of a [num, 1] table of ones with a zero at padding_idx,
-    and the rows are rows·keep + detach(rows)·(1 − keep)."""
-    runs = ((1.0, padding_idx), (0.0, 1), (1.0, weight.shape[0] - padding_idx - 1))
-    mask = F.cat([F.broadcast_to(value, (rows, 1)) for value, rows in runs if rows], 0)
-    rows, keep = F.embedding(input, weight), F.embedding(input, mask)
-    return rows * keep + rows.detach() * (1.0 - keep)
 
 
 class ReLU(Module):
