@@ -97,7 +97,8 @@ from meganeura.tensor import (  # noqa: F401  (re-exported: the primitive operat
 globals().update(ELEMENTWISE)  # exp, log, relu, sigmoid, tanh, silu, erf, abs, add, greater, … (ir/functions.py)
 
 COMPOSITES = [
-    "gelu", "linear", "rms_norm", "layer_norm", "nll_loss", "cross_entropy", "mse_loss", "embedding", "causal_mask",
+    "gelu", "linear", "bilinear", "rms_norm", "layer_norm", "nll_loss", "cross_entropy", "mse_loss", "embedding",
+    "causal_mask",
     "scaled_dot_product_attention", "rotary_embedding", "apply_rotary_pos_emb", "rotary_tables",
     "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "fold", "unfold", "max_pool1d", "max_pool2d",
     "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d",
@@ -147,6 +148,18 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if bias is not None:
         y = y + bias
     return y
+
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """y_o = Σ_ij x1_i · weight[o, i, j] · x2_j + bias_o over the last dims (torch.nn.functional.bilinear;
+    weight [out, in1, in2], leading dims of the inputs alike): an einsum of two products."""
+    input1, input2, weight = lift(input1), lift(input2), lift(weight)
+    if weight.ndim != 3 or input1.shape[-1:] != weight.shape[1:2] or input2.shape[-1:] != weight.shape[2:]:
+        raise ShapeError(
+            f"{user_source_line()}: bilinear: weight {weight.type} does not fit inputs {input1.type} and {input2.type}"
+        )
+    y = einsum("...i,oij,...j->...o", input1, weight, input2)
+    return y if bias is None else y + bias
 
 
 def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:

@@ -345,6 +345,25 @@ for _function in FUNCTIONS.values():
         setattr(Tensor, _function.method, elementwise_method(_function))
 
 
+# torch.add, torch.sub and torch.div take keywords the plain functions above do not (alpha,
+# rounding_mode): the module-level names are torch's forms, through the Tensor methods.
+
+
+def add(input, other, *, alpha=1) -> Tensor:
+    """input + alpha·other (torch.add)."""
+    return lift(input).add(other, alpha=alpha)
+
+
+def sub(input, other, *, alpha=1) -> Tensor:
+    """input − alpha·other (torch.sub)."""
+    return lift(input).sub(other, alpha=alpha)
+
+
+def div(input, other, *, rounding_mode=None) -> Tensor:
+    """input / other, rounded by rounding_mode "trunc" or "floor" if given (torch.div)."""
+    return lift(input).div(other, rounding_mode=rounding_mode)
+
+
 def where(condition, input, other) -> Tensor:
     """`input` where `condition` is not 0, else `other`, broadcasting all three (torch.where; the
     condition is typically a comparison's mask). The gradient flows to the chosen operand."""

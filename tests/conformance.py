@@ -1282,47 +1282,22 @@ ITEMS: list[Item] = TENSOR + FUNCTIONAL + LOSS + MODULE + INIT + OPTIMIZER + SCH
 # What meganeura does not have (an item's cases then document the port and must fail loudly).
 # Keyed by item name; the README's limits list them with the reason.
 
-TOP_LEVEL = "no torch-level function of that name (meganeura.functional has it: `F.…`)"
-NO_METHOD = "no Tensor method of that name"
-NO_FUNCTION = "no such function in meganeura"
-NO_MODULE = "no such module in meganeura"
 NO_OPTIMIZER = "no such optimizer in meganeura"
 NO_SCHEDULER = "no such scheduler in meganeura"
-NO_PROMOTION = "no type promotion: i32 · f32 is refused (write .float())"
-EMBEDDING_PADDING = "F.embedding has no padding_idx (nn.Embedding has)"
-CONSTANTS_OUTSIDE_TRACE = (
-    "torch.zeros/ones/randn exist only inside a traced forward: nn.Parameter(torch.zeros(n)) in __init__ fails "
-    "(write nn.Parameter(np.zeros(n)))"
-)
-SEQUENCE_MODELS = "not in meganeura yet (issue 40's sequence models)"
 
 UNSUPPORTED: dict[str, str] = {  # by item
-    "torch.nn.Parameter, ParameterList, ParameterDict": CONSTANTS_OUTSIDE_TRACE,
-    "torch.nn.Bilinear": NO_MODULE,
-    "torch.nn.SELU": NO_MODULE,
     **dict.fromkeys(
         ["torch.optim.Adadelta", "torch.optim.Adamax", "torch.optim.NAdam", "torch.optim.RAdam"], NO_OPTIMIZER
     ),
     **dict.fromkeys(
-        ["torch.optim.lr_scheduler.ConstantLR", "torch.optim.lr_scheduler.CosineAnnealingWarmRestarts",
-         "torch.optim.lr_scheduler.CyclicLR", "torch.optim.lr_scheduler.PolynomialLR"],
+        ["torch.optim.lr_scheduler.CyclicLR"],
         NO_SCHEDULER,
     ),
 }  # fmt: skip
 
 UNSUPPORTED_CASES: dict[str, str] = {  # by case id: the cases that fail in an item that is supported
-    **dict.fromkeys(
-        ["torch.add[1]", "torch.Tensor.permute[1]", "torch.amax[1]", "torch.flatten[1]", "torch.mean[1]",
-         "torch.nn.functional.relu[2]", "torch.reshape[1]", "torch.softmax[1]", "torch.squeeze[1]", "torch.sum[2]",
-         "torch.transpose[1]", "torch.unsqueeze[1]"],
-        TOP_LEVEL,
-    ),
-    "torch.transpose[4]": NO_METHOD,
-    "torch.arange[0]": NO_PROMOTION,
     "torch.max[4]": MAX_NAN_GRADIENT,
     "torch.min[3]": MAX_NAN_GRADIENT,
-    "torch.nn.functional.embedding[1]": EMBEDDING_PADDING,
-    "torch.div[3]": TOP_LEVEL,
 }  # fmt: skip
 
 # The cases that fail on the device (a bug): kept off the device run, listed in the README's limits.

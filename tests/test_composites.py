@@ -162,3 +162,29 @@ def test_instance_norm_modules_normalise_each_sample_and_channel():
     np.testing.assert_allclose(out, (value - mean) / np.sqrt(var + 1e-5) * [[[1.0]], [[2.0]], [[0.5]]], atol=1e-5)
     with pytest.raises(NotImplementedError, match="track_running_stats"):
         nn.InstanceNorm1d(4, track_running_stats=True)
+
+
+def test_bilinear_follows_its_formula_and_selu_celu_modules_their_functions():
+    """nn.Bilinear's y_o = x1ᵀ·W_o·x2 + b_o (torch's layout and init bound), and SELU/CELU as modules."""
+    mn.manual_seed(2)
+    layer = nn.Bilinear(3, 4, 2)
+    assert layer.weight.shape == (2, 3, 4) and np.abs(layer.weight.numpy()).max() <= 1 / np.sqrt(3)
+    assert repr(layer) == "Bilinear(in1_features=3, in2_features=4, out_features=2, bias=True)"
+
+    class Pair(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bilinear, self.selu, self.celu = layer, nn.SELU(), nn.CELU(0.5)
+
+        def forward(self, a, b):
+            return self.celu(self.selu(self.bilinear(a, b)))
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(5, 3)).astype(np.float32), rng.normal(size=(5, 4)).astype(np.float32)
+    out = mn.compile(Pair(), inputs={"a": mn.f32[5, 3], "b": mn.f32[5, 4]})(a=a, b=b)
+    w, bias = layer.weight.numpy().astype(np.float64), layer.bias.numpy()
+    y = np.einsum("ni,oij,nj->no", a, w, b) + bias
+    alpha, scale = 1.6732632423543772, 1.0507009873554805
+    y = scale * np.where(y > 0, y, alpha * np.expm1(y))
+    y = np.where(y > 0, y, 0.5 * np.expm1(y / 0.5))
+    np.testing.assert_allclose(out, y, rtol=1e-5, atol=1e-6)

@@ -85,6 +85,16 @@ CASES = {
         lambda b, e: linear(b, 0.01, 1.0, 5, e) if e < 5 else cosine(b, 1e-4, 35, e - 5),
     ),
     "OneCycleLR": (lambda M, o: M.OneCycleLR(o, max_lr=[0.5, 0.2], total_steps=STEPS), None),
+    "ConstantLR": (lambda M, o: M.ConstantLR(o, factor=0.4, total_iters=6), lambda b, e: b * (0.4 if e < 6 else 1.0)),
+    "PolynomialLR": (
+        lambda M, o: M.PolynomialLR(o, total_iters=12, power=2.0),
+        lambda b, e: b * (1 - min(12, e) / 12) ** 2,
+    ),
+    # T_0 5, T_mult 2: restarts at steps 5, 15 and 35, each period twice the last.
+    "CosineAnnealingWarmRestarts": (
+        lambda M, o: M.CosineAnnealingWarmRestarts(o, T_0=5, T_mult=2, eta_min=1e-3),
+        lambda b, e: next(cosine(b, 1e-3, t, e - s) for s, t in ((35, 40), (15, 20), (5, 10), (0, 5)) if e >= s),
+    ),
 }
 
 
@@ -100,7 +110,7 @@ def test_learning_rates_follow_pytorchs_closed_forms(name):
             expected = [closed(base, e) for base in BASE]
         np.testing.assert_allclose(values, expected, rtol=1e-12, atol=1e-15, err_msg=f"step {e}")
     assert [g["lr"] for g in opt.param_groups] == lrs[-1]  # the optimizer holds the last ones
-    assert len({tuple(v) for v in lrs}) > 3  # the schedule moved
+    assert len({tuple(v) for v in lrs}) > (1 if name == "ConstantLR" else 3)  # the schedule moved
 
 
 def test_one_cycle_moves_momentum_and_beta1_against_the_learning_rate():

@@ -64,8 +64,8 @@ def test_tensor_attribute_access_copies_and_pickles_as_before():
 def test_a_missing_meganeura_name_says_what_to_use():
     cases = [
         (lambda: mn.from_numpy, r"meganeura has no 'from_numpy' \(PyTorch's torch.from_numpy\): pass arrays as inputs"),
-        (lambda: mn.softmax, r"meganeura has no 'softmax' \(PyTorch's torch.softmax\): meganeura.functional has it: "
-                             r"F.softmax"),
+        (lambda: mn.layer_norm, r"meganeura has no 'layer_norm' \(PyTorch's torch.layer_norm\): meganeura.functional "
+                                r"has it: F.layer_norm"),
         (lambda: mn.no_grad, r"torch.no_grad\): a program compiled without an optimizer"),
         (lambda: mn.cta, r"^meganeura has no 'cta'; names here that are close: cat"),
     ]  # fmt: skip

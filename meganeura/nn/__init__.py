@@ -26,7 +26,9 @@ from meganeura import functional as F
 from meganeura.ir.trace import user_source_line
 from meganeura.nn import init
 from meganeura.nn.activation import (
+    CELU,
     ELU,
+    SELU,
     Hardshrink,
     Hardsigmoid,
     Hardswish,
@@ -67,7 +69,7 @@ __all__ = [
     "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
     "Linear", "Identity", "Flatten", "Unflatten", "Embedding", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d",
     "LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "InstanceNorm1d", "InstanceNorm2d",
-    "Tanhshrink", "Softshrink", "Hardshrink",
+    "Tanhshrink", "Softshrink", "Hardshrink", "SELU", "CELU", "Bilinear",
     "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d",
     "Upsample",
     "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardtanh", "Hardswish",
@@ -121,6 +123,27 @@ class Linear(Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Bilinear(Module):
+    """y = x1ᵀ·A·x2 + b (torch.nn.Bilinear): weight [out, in1, in2] and bias [out], both
+    U(−1/√in1, 1/√in1) as torch initialises them."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True) -> None:
+        super().__init__()
+        self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
+        bound = 1.0 / math.sqrt(in1_features) if in1_features > 0 else 0.0
+        self.weight = Parameter(uniform(bound, (out_features, in1_features, in2_features)))
+        self.bias = Parameter(uniform(bound, (out_features,))) if bias else None
+
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
+        )
 
 
 class RMSNorm(Module):

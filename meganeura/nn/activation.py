@@ -112,6 +112,27 @@ class ELU(Module):
         return f"alpha={self.alpha}{inplace_repr(self.inplace)}"
 
 
+class SELU(Module):
+    """scale·elu(x, alpha) with PyTorch's constants (torch.nn.SELU)."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.selu(input)
+
+    def extra_repr(self) -> str:
+        return inplace_repr(self.inplace, leading=False)
+
+
+class CELU(ELU):
+    """x where x > 0, alpha·(e^(x/alpha) − 1) elsewhere (torch.nn.CELU)."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.celu(input, alpha=self.alpha)
+
+
 class Hardtanh(Module):
     """x clamped to [min_val, max_val] (torch.nn.Hardtanh; min_value/max_value are its deprecated names)."""
 

@@ -49,6 +49,9 @@ __all__ = [
     "SequentialLR",
     "OneCycleLR",
     "ReduceLROnPlateau",
+    "ConstantLR",
+    "PolynomialLR",
+    "CosineAnnealingWarmRestarts",
 ]
 
 
@@ -298,6 +301,104 @@ class LinearLR(LRScheduler):
     def closed_form_lr(self):
         done = min(self.total_iters, self.last_epoch) / self.total_iters
         return [base * (self.start_factor + (self.end_factor - self.start_factor) * done) for base in self.base_lrs]
+
+
+class ConstantLR(LRScheduler):
+    """lr = base_lr · factor for the first total_iters steps, base_lr after."""
+
+    def __init__(self, optimizer: Optimizer, factor: float = 1.0 / 3, total_iters: int = 5, last_epoch: int = -1):
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor, self.total_iters = factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        lrs = group_values(self.optimizer, "lr")
+        if self.last_epoch == 0:
+            return [lr * self.factor for lr in lrs]
+        if self.last_epoch != self.total_iters:
+            return lrs
+        return [lr * (1.0 / self.factor) for lr in lrs]
+
+    def closed_form_lr(self):
+        after = self.last_epoch >= self.total_iters
+        return [base * (self.factor + after * (1 - self.factor)) for base in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """lr = base_lr · (1 − min(step, total_iters)/total_iters)^power."""
+
+    def __init__(self, optimizer: Optimizer, total_iters: int = 5, power: float = 1.0, last_epoch: int = -1) -> None:
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        lrs = group_values(self.optimizer, "lr")
+        if self.is_initial or self.last_epoch > self.total_iters:
+            return lrs
+        decay = ((1.0 - self.last_epoch / self.total_iters) / (1.0 - (self.last_epoch - 1) / self.total_iters)) ** (
+            self.power
+        )
+        return [lr * decay for lr in lrs]
+
+    def closed_form_lr(self):
+        return [
+            base * (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters) ** self.power
+            for base in self.base_lrs
+        ]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from base_lr to eta_min over T_i steps, restarted with T_i ← T_i·T_mult
+    (T_0 first), as torch's: lr = eta_min + (base_lr − eta_min)·(1 + cos(π·T_cur/T_i))/2."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        T_0: int,  # noqa: N803 (torch's names)
+        T_mult: int = 1,  # noqa: N803
+        eta_min: float = 0.0,
+        last_epoch: int = -1,
+    ) -> None:
+        if T_0 <= 0 or not isinstance(T_0, int):
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if T_mult < 1 or not isinstance(T_mult, int):
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        if not isinstance(eta_min, (float, int)):
+            raise ValueError(f"Expected float or int eta_min, but got {eta_min} of type {type(eta_min)}")
+        self.T_0, self.T_i, self.T_mult, self.eta_min, self.T_cur = T_0, T_0, T_mult, eta_min, last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [
+            self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+            for base in self.base_lrs
+        ]
+
+    def step(self, epoch: int | None = None) -> None:  # noqa: D102 (torch's: epoch may be fractional)
+        self._step_count += 1
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur = self.T_cur + 1
+            if self.T_cur >= self.T_i:
+                self.T_cur, self.T_i = self.T_cur % self.T_i, self.T_i * self.T_mult
+        elif epoch < 0:
+            raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+        elif epoch >= self.T_0:
+            if self.T_mult == 1:
+                self.T_cur = epoch % self.T_0
+            else:
+                n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+                self.T_cur = epoch - self.T_0 * (self.T_mult**n - 1) / (self.T_mult - 1)
+                self.T_i = self.T_0 * self.T_mult**n
+        else:
+            self.T_i, self.T_cur = self.T_0, epoch
+        self.last_epoch = math.floor(epoch)
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr(), strict=True):
+            group["lr"] = lr
+        self._last_lr = group_values(self.optimizer, "lr")
 
 
 class SequentialLR(LRScheduler):
