@@ -27,7 +27,7 @@ from meganeura.ir.ops.random import RNG_STATE, RNG_STATE_TYPE
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# Code objects of the calls that run a layer's forward (nn.Module.__call__), registered by nn.py
+# Code objects of the calls that run a layer's forward (nn.Module.__call__), registered by nn/module.py
 # (which imports this module, so it cannot be imported from here).
 LAYER_CALLS: set = set()
 
