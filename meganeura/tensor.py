@@ -749,12 +749,16 @@ def randn(*size, generator=None, dtype=None, requires_grad: bool = False) -> Ten
 def rand_like(input, *, dtype=None, requires_grad: bool = False) -> Tensor:
     """torch.rand_like: uniform random numbers in [0, 1) of input's shape."""
     random_options("rand_like", None, dtype, requires_grad)
+    if not isinstance(input, Tensor) and outside_trace():
+        return host_generator().random(np.shape(input)).astype(np.float32)
     return random_tensor(lift(input).shape, normal=False)
 
 
 def randn_like(input, *, dtype=None, requires_grad: bool = False) -> Tensor:
     """torch.randn_like: standard normal random numbers of input's shape."""
     random_options("randn_like", None, dtype, requires_grad)
+    if not isinstance(input, Tensor) and outside_trace():
+        return host_generator().standard_normal(np.shape(input)).astype(np.float32)
     return random_tensor(lift(input).shape, normal=True)
 
 
