@@ -1283,16 +1283,12 @@ ITEMS: list[Item] = TENSOR + FUNCTIONAL + LOSS + MODULE + INIT + OPTIMIZER + SCH
 # Keyed by item name; the README's limits list them with the reason.
 
 NO_OPTIMIZER = "no such optimizer in meganeura"
-NO_SCHEDULER = "no such scheduler in meganeura"
 
 UNSUPPORTED: dict[str, str] = {  # by item
     **dict.fromkeys(
         ["torch.optim.Adadelta", "torch.optim.Adamax", "torch.optim.NAdam", "torch.optim.RAdam"], NO_OPTIMIZER
     ),
-    **dict.fromkeys(
-        ["torch.optim.lr_scheduler.CyclicLR"],
-        NO_SCHEDULER,
-    ),
+
 }  # fmt: skip
 
 UNSUPPORTED_CASES: dict[str, str] = {  # by case id: the cases that fail in an item that is supported

@@ -60,6 +60,13 @@ def one_cycle(peak: float, e: int, total: int, pct: float = 0.3, div: float = 25
     return end + (start - end) / 2 * (1 + math.cos(math.pi * fraction))
 
 
+def cyclic(base: float, top: float, up: int, down: int, e: int) -> float:
+    """torch's triangular CyclicLR from base_lr `base` to max_lr `top`: up over `up` steps, down over `down`."""
+    x = (e % (up + down)) / (up + down)
+    ratio = up / (up + down)
+    return base + (top - base) * (x / ratio if x <= ratio else (x - 1) / (ratio - 1))
+
+
 # Each case: the scheduler made on an optimizer, and its closed form lr(base, e).
 CASES = {
     "LambdaLR": (lambda M, o: M.LambdaLR(o, lambda e: 0.95**e + 0.01 * e), lambda b, e: b * (0.95**e + 0.01 * e)),
@@ -89,6 +96,11 @@ CASES = {
     "PolynomialLR": (
         lambda M, o: M.PolynomialLR(o, total_iters=12, power=2.0),
         lambda b, e: b * (1 - min(12, e) / 12) ** 2,
+    ),
+    # CyclicLR sets each group's lr to base_lr (0.01) and cycles it up to that group's max_lr.
+    "CyclicLR": (
+        lambda M, o: M.CyclicLR(o, base_lr=0.01, max_lr=[0.1, 0.05], step_size_up=4, step_size_down=3),
+        lambda b, e: cyclic(0.01, {BASE[0]: 0.1, BASE[1]: 0.05}[b], 4, 3, e),
     ),
     # T_0 5, T_mult 2: restarts at steps 5, 15 and 35, each period twice the last.
     "CosineAnnealingWarmRestarts": (

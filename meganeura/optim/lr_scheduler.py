@@ -52,6 +52,7 @@ __all__ = [
     "ConstantLR",
     "PolynomialLR",
     "CosineAnnealingWarmRestarts",
+    "CyclicLR",
 ]
 
 
@@ -468,6 +469,94 @@ class SequentialLR(LRScheduler):
             scheduler.load_state_dict(part)
 
 
+def set_momentum(group: dict[str, Any], value: float, use_beta1: bool) -> None:
+    """A group's momentum, or Adam's beta1 (the schedulers that cycle momentum move either)."""
+    if use_beta1:
+        group["betas"] = (value, *group["betas"][1:])
+    else:
+        group["momentum"] = value
+
+
+class CyclicLR(LRScheduler):
+    """The learning rate cycles between base_lr and max_lr (triangular, triangular2, exp_range or a
+    custom scale_fn; step_size_up steps up, step_size_down down), momentum (or beta1) the other way
+    between max_momentum and base_momentum, as torch's CyclicLR."""
+
+    NOT_STATE = ("optimizer", "custom_scale")
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        base_lr: float | list[float],
+        max_lr: float | list[float],
+        step_size_up: int = 2000,
+        step_size_down: int | None = None,
+        mode: str = "triangular",
+        gamma: float = 1.0,
+        scale_fn: Callable[[float], float] | None = None,
+        scale_mode: str = "cycle",
+        cycle_momentum: bool = True,
+        base_momentum: float | list[float] = 0.8,
+        max_momentum: float | list[float] = 0.9,
+        last_epoch: int = -1,
+    ) -> None:
+        check_optimizer(optimizer)
+        self.optimizer = optimizer
+        base_lrs = per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups, strict=True):
+                group["lr"] = lr
+        self.max_lrs = per_group("max_lr", optimizer, max_lr)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size = up + down
+        self.step_ratio = up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode, self.gamma, self.custom_scale = mode, gamma, scale_fn
+        # torch: the built-in modes fix the scale mode (cycle, or iterations for exp_range).
+        self.scale_mode = scale_mode if scale_fn is not None else ("iterations" if mode == "exp_range" else "cycle")
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in optimizer.defaults
+            self.base_momentums = per_group("base_momentum", optimizer, base_momentum)
+            self.max_momentums = per_group("max_momentum", optimizer, max_momentum)
+            if last_epoch == -1:
+                for high, low, group in zip(
+                    self.max_momentums, self.base_momentums, optimizer.param_groups, strict=True
+                ):
+                    set_momentum(group, high, self.use_beta1)
+                    group["max_momentum"], group["base_momentum"] = high, low
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def scale_fn(self, x: float) -> float:
+        if self.custom_scale is not None:
+            return self.custom_scale(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma**x
+
+    def get_lr(self):
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        scale_factor = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [
+            base + (top - base) * scale_factor * scale for base, top in zip(self.base_lrs, self.max_lrs, strict=True)
+        ]
+        if self.cycle_momentum:
+            for group, low, high in zip(
+                self.optimizer.param_groups, self.base_momentums, self.max_momentums, strict=True
+            ):
+                set_momentum(group, high - (high - low) * scale_factor * scale, self.use_beta1)
+        return lrs
+
+
 class OneCycleLR(LRScheduler):
     """The 1cycle policy: lr rises from max_lr/div_factor to max_lr over pct_start of total_steps,
     then anneals to initial_lr/final_div_factor (three_phase: back to initial_lr first); momentum
@@ -558,10 +647,7 @@ class OneCycleLR(LRScheduler):
         ]
 
     def set_momentum(self, group: dict[str, Any], value: float) -> None:
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
+        set_momentum(group, value, self.use_beta1)
 
     def anneal(self, start: float, end: float, pct: float) -> float:
         if self.anneal_strategy == "cos":
