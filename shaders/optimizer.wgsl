@@ -11,6 +11,16 @@
 //                                                 p·decay − (step_size·m) / (√v / bias_correction2_sqrt + eps)
 //   rms_step(p, g, s, a, lr, eps, wd)             p − (lr·g′) / (√(s − a·a) + eps)
 //   rms_buffer(b, g, p, s, a, momentum, eps, wd)  momentum·b + g′ / (√(s − a·a) + eps)
+//   adamax_norm(u, g, p, beta2, eps, wd)          maximum(u·beta2, |g′| + eps) (torch.maximum: NaN where either is)
+//   adamax_step(p, m, u, step_size)               p − (step_size·m) / u
+//   nadam_step(p, g, m, v, grad_step_size, momentum_step_size, bias_correction2, eps, wd, decay)
+//                                                 d = √(v / bias_correction2) + eps;
+//                                                 (p·decay − (grad_step_size·g′) / d) − (momentum_step_size·m) / d
+//   radam_step(p, m, v, lr, bias_correction1, bias_correction2_sqrt, eps, rectification, decay)
+//                                                 s = (m / bias_correction1)·lr; where rectification > 0
+//                                                 s = (s·((1 / (√v + eps))·bias_correction2_sqrt))·rectification;
+//                                                 p·decay − s
+//   adadelta_delta(g, p, s, acc, eps, wd)         (√(acc + eps) / √(s + eps))·g′
 //
 // The hyper-parameters are scalar operands (elements of their parameter group's vector, which
 // the runtime writes before a step, read at literal offsets; or inlined constants), not literals
@@ -27,9 +37,9 @@
 // (read_write).
 // Grid: NUMEL / 256 workgroups of 256 threads, folded into (GRID_X, y).
 //
-// Placeholders: BINDINGS, NUMEL, GRID_X, V0 … V7 (f32 expressions of the inputs at `i`); flags
+// Placeholders: BINDINGS, NUMEL, GRID_X, V0 … V9 (f32 expressions of the inputs at `i`); flags
 // SGD_STEP, MOMENTUM_BUFFER, ADAM_MOMENT (with ORDER1 for the first moment), ADAM_STEP, RMS_STEP,
-// RMS_BUFFER pick the formula.
+// RMS_BUFFER, ADAMAX_NORM, ADAMAX_STEP, NADAM_STEP, RADAM_STEP, ADADELTA_DELTA pick the formula.
 
 {{BINDINGS}}
 
@@ -105,6 +115,61 @@ fn update(i: u32) -> f32 {
     let momentum = {{V5}};
     let eps = {{V6}};
     return momentum * buf + g / (sqrt(s - a * a) + eps);
+}
+//#endif
+
+//#if ADAMAX_NORM
+// NaN is told from the bits: WGSL lets a compiler fold x != x to false.
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn update(i: u32) -> f32 {
+    let decayed = {{V0}} * {{V3}};
+    let norm = abs({{V1}} + {{V5}} * {{V2}}) + {{V4}};
+    return select(max(decayed, norm), decayed + norm, is_nan(decayed) || is_nan(norm));
+}
+//#endif
+
+//#if ADAMAX_STEP
+fn update(i: u32) -> f32 {
+    let p = {{V0}};
+    let m = {{V1}};
+    let u = {{V2}};
+    let step_size = {{V3}};
+    return p - (step_size * m) / u;
+}
+//#endif
+
+//#if NADAM_STEP
+fn update(i: u32) -> f32 {
+    let p = {{V0}};
+    let g = {{V1}} + {{V8}} * p;
+    let m = {{V2}};
+    let v = {{V3}};
+    let denominator = sqrt(v / {{V6}}) + {{V7}};
+    let half = p * {{V9}} - ({{V4}} * g) / denominator;
+    return half - ({{V5}} * m) / denominator;
+}
+//#endif
+
+//#if RADAM_STEP
+fn update(i: u32) -> f32 {
+    let p = {{V0}};
+    let m = {{V1}};
+    let v = {{V2}};
+    let rectification = {{V7}};
+    let step = (m / {{V4}}) * {{V3}};
+    let adaptive = (1.0 / (sqrt(v) + {{V6}})) * {{V5}};
+    return p * {{V8}} - select(step, (step * adaptive) * rectification, rectification > 0.0);
+}
+//#endif
+
+//#if ADADELTA_DELTA
+fn update(i: u32) -> f32 {
+    let g = {{V0}} + {{V5}} * {{V1}};
+    let eps = {{V4}};
+    return (sqrt({{V3}} + eps) / sqrt({{V2}} + eps)) * g;
 }
 //#endif
 

@@ -15,13 +15,27 @@
 //                                p′ = p − lr·buf′, else p′ = p − (lr·g′)/avg
 //   adagrad_update(p, g, s, step_size, eps, wd)
 //                                s′ = s + g′·g′, p′ = p − (step_size·g′)/(√s′ + eps)
+//   adamax_update(p, g, m, u, weight1, beta2, step_size, eps, wd)
+//                                m′ = lerp(m, g′, weight1), u′ = maximum(u·beta2, |g′| + eps) (NaN where either is),
+//                                p′ = p − (step_size·m′)/u′
+//   nadam_update(p, g, m, v, weight1, beta2, weight2, bias_correction2, eps, grad_step_size, momentum_step_size, wd, decay)
+//                                m′, v′ as Adam's of g′, d = √(v′/bias_correction2) + eps,
+//                                p′ = (p·decay − (grad_step_size·g′)/d) − (momentum_step_size·m′)/d (decoupled
+//                                weight decay: wd = 0 and decay = 1 − lr·wd; L2: decay = 1)
+//   radam_update(p, g, m, v, weight1, beta2, weight2, lr, bias_correction1, bias_correction2_sqrt, eps, rectification,
+//                wd, decay)      g′, m′, v′ as NAdam's, s = (m′/bias_correction1)·lr, where rectification > 0
+//                                s = (s·((1/(√v′ + eps))·bias_correction2_sqrt))·rectification; p′ = p·decay − s
+//   adadelta_update(p, g, s, acc, lr, rho, weight, eps, wd)
+//                                s′ = s·rho + (weight·g′)·g′, δ = (√(acc + eps)/√(s′ + eps))·g′,
+//                                acc′ = acc·rho + (weight·δ)·δ, p′ = p − lr·δ
 //
 // lerp(a, b, w) is torch's: a + w·(b − a) below 0.5, b − (b − a)·(1 − w) from 0.5 on. Each
 // formula is written as shaders/optimizer.wgsl writes the single-tensor kernels (the same
 // operations in the same order), so the fused update gives the same bits as the moment and step
 // kernels one after another. The scalars torch computes in Python double (Adam's step_size =
-// lr/(1 − β₁ᵗ) and bias_correction2_sqrt, the weights 1 − β, decay, Adagrad's decayed rate) come
-// computed in the group's vector: nothing here takes a power or forms 1 − β in f32.
+// lr/(1 − β₁ᵗ) and bias_correction2_sqrt, the weights 1 − β, decay, Adagrad's decayed rate,
+// NAdam's step sizes, RAdam's rectification) come computed in the group's vector: nothing here
+// takes a power or forms 1 − β in f32.
 //
 // Members: the parameters one dispatch updates (one for a plain fused update; many for a
 // multi-tensor update). The hyper-parameters are operands like the others (elements of their
@@ -40,10 +54,10 @@
 // Grid: the members' workgroups in total, folded into (GRID_X, y).
 //
 // Placeholders: BINDINGS, GRID_X, MEMBER_OF (the body of member_of), CASES (the switch's
-// cases); flags SGD_UPDATE, ADAM_UPDATE, RMSPROP_UPDATE, ADAGRAD_UPDATE pick the formula,
-// HAS_MOMENTUM (SGD, RMSprop: a momentum buffer), NESTEROV (SGD), L2 (Adam: weight decay added
-// to the gradient, not decoupled as AdamW's), AMSGRAD (Adam) and CENTERED (RMSprop) the terms
-// present.
+// cases); flags SGD_UPDATE, ADAM_UPDATE, RMSPROP_UPDATE, ADAGRAD_UPDATE, ADAMAX_UPDATE,
+// NADAM_UPDATE, RADAM_UPDATE, ADADELTA_UPDATE pick the formula, HAS_MOMENTUM (SGD, RMSprop: a
+// momentum buffer), NESTEROV (SGD), L2 (Adam: weight decay added to the gradient, not decoupled
+// as AdamW's), AMSGRAD (Adam) and CENTERED (RMSprop) the terms present.
 
 {{BINDINGS}}
 
@@ -150,6 +164,91 @@ fn update(p: f32, grad: f32, s: f32, step_size: f32, eps: f32, weight_decay: f32
     let g = grad + weight_decay * p;
     let new_s = s + g * g;
     return Updated(p - (step_size * g) / (sqrt(new_s) + eps), new_s);
+}
+//#endif
+
+//#if ADAMAX_UPDATE
+struct Updated {
+    p: f32,
+    m: f32,
+    u: f32,
+}
+
+// NaN is told from the bits: WGSL lets a compiler fold x != x to false.
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn update(
+    p: f32, grad: f32, m: f32, u: f32, weight1: f32, beta2: f32, step_size: f32, eps: f32, weight_decay: f32,
+) -> Updated {
+    let g = grad + weight_decay * p;
+    let new_m = lerp(m, g, weight1);
+    let decayed = u * beta2;
+    let norm = abs(g) + eps;
+    let new_u = select(max(decayed, norm), decayed + norm, is_nan(decayed) || is_nan(norm));
+    return Updated(p - (step_size * new_m) / new_u, new_m, new_u);
+}
+//#endif
+
+//#if NADAM_UPDATE
+struct Updated {
+    p: f32,
+    m: f32,
+    v: f32,
+}
+
+fn update(
+    p: f32, grad: f32, m: f32, v: f32, weight1: f32, beta2: f32, weight2: f32, bias_correction2: f32, eps: f32,
+    grad_step_size: f32, momentum_step_size: f32, weight_decay: f32, decay: f32,
+) -> Updated {
+    let g = grad + weight_decay * p;
+    let decayed = p * decay;
+    let new_m = lerp(m, g, weight1);
+    let new_v = v * beta2 + (weight2 * g) * g;
+    let denominator = sqrt(new_v / bias_correction2) + eps;
+    let half = decayed - (grad_step_size * g) / denominator;
+    return Updated(half - (momentum_step_size * new_m) / denominator, new_m, new_v);
+}
+//#endif
+
+//#if RADAM_UPDATE
+struct Updated {
+    p: f32,
+    m: f32,
+    v: f32,
+}
+
+fn update(
+    p: f32, grad: f32, m: f32, v: f32, weight1: f32, beta2: f32, weight2: f32, lr: f32, bias_correction1: f32,
+    bias_correction2_sqrt: f32, eps: f32, rectification: f32, weight_decay: f32, decay: f32,
+) -> Updated {
+    let g = grad + weight_decay * p;
+    let decayed = p * decay;
+    let new_m = lerp(m, g, weight1);
+    let new_v = v * beta2 + (weight2 * g) * g;
+    let step = (new_m / bias_correction1) * lr;
+    let adaptive = (1.0 / (sqrt(new_v) + eps)) * bias_correction2_sqrt;
+    let new_p = decayed - select(step, (step * adaptive) * rectification, rectification > 0.0);
+    return Updated(new_p, new_m, new_v);
+}
+//#endif
+
+//#if ADADELTA_UPDATE
+struct Updated {
+    p: f32,
+    s: f32,
+    acc: f32,
+}
+
+fn update(
+    p: f32, grad: f32, s: f32, acc: f32, lr: f32, rho: f32, weight: f32, eps: f32, weight_decay: f32,
+) -> Updated {
+    let g = grad + weight_decay * p;
+    let new_s = s * rho + (weight * g) * g;
+    let delta = (sqrt(acc + eps) / sqrt(new_s + eps)) * g;
+    let new_acc = acc * rho + (weight * delta) * delta;
+    return Updated(p - lr * delta, new_s, new_acc);
 }
 //#endif
 

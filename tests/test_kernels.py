@@ -1177,6 +1177,17 @@ UPDATE_OPERANDS = {
     "adam_step": (("p", "m", "v"), ("step_size", "bias_correction2_sqrt", "eps", "decay")),
     "rms_step": (("p", "g", "s", "a"), ("lr", "eps", "weight_decay")),
     "rms_buffer": (("buf", "g", "p", "s", "a"), ("momentum", "eps", "weight_decay")),
+    "adamax_norm": (("u", "g", "p"), ("beta2", "eps", "weight_decay")),
+    "adamax_step": (("p", "m", "u"), ("step_size",)),
+    "nadam_step": (
+        ("p", "g", "m", "v"),
+        ("grad_step_size", "momentum_step_size", "bias_correction2", "eps", "weight_decay", "decay"),
+    ),
+    "radam_step": (
+        ("p", "m", "v"),
+        ("lr", "bias_correction1", "bias_correction2_sqrt", "eps", "rectification", "decay"),
+    ),
+    "adadelta_delta": (("g", "p", "s", "acc"), ("eps", "weight_decay")),
 }
 FIELD = {"beta": "beta2", "weight": "one_minus_beta2"}  # adam_moment's operands as Adam's fields
 
@@ -1210,7 +1221,7 @@ def optimizer_graph(op: str, **values) -> tuple[Graph, dict, dict, dict]:
             leaves["p"] = const(graph, 0.0)  # p only where it is decayed
             continue
         value = normal(*shape)
-        if name in ("v", "s"):
+        if name in ("v", "s", "u", "acc"):
             value = np.abs(value) + 0.5
         elif name == "a":
             value = value * 0.2  # a·a < s: the centered variance stays positive
@@ -1235,7 +1246,19 @@ OPTIMIZER_CASES = [
     ("adam_step", {"step_size": 0.01, "bias_correction2_sqrt": 0.3, "eps": 1e-3, "decay": 0.999}),
     ("rms_step", {"lr": 0.01, "eps": 1e-8, "weight_decay": 0.1}),
     ("rms_buffer", {"momentum": 0.9, "eps": 1e-3, "weight_decay": 0.0}),
-]
+    ("adamax_norm", {"beta2": 0.999, "eps": 1e-3, "weight_decay": 0.01}),
+    ("adamax_norm", {"beta2": 0.5, "eps": 1e-8, "weight_decay": 0.0}),  # |g| wins more often
+    ("adamax_step", {"step_size": 0.01}),
+    ("nadam_step", {"grad_step_size": 0.005, "momentum_step_size": 0.009, "bias_correction2": 0.03, "eps": 1e-8,
+                    "weight_decay": 0.1, "decay": 1.0}),
+    ("nadam_step", {"grad_step_size": 0.02, "momentum_step_size": 0.05, "bias_correction2": 0.5, "eps": 1e-3,
+                    "weight_decay": 0.0, "decay": 0.999}),  # decoupled weight decay
+    ("radam_step", {"lr": 0.01, "bias_correction1": 0.4, "bias_correction2_sqrt": 0.2, "eps": 1e-8,
+                    "rectification": 0.3, "decay": 1.0}),
+    ("radam_step", {"lr": 0.01, "bias_correction1": 0.4, "bias_correction2_sqrt": 0.2, "eps": 1e-8,
+                    "rectification": 0.0, "decay": 0.999}),  # not rectified (torch's ρₜ ≤ 5)
+    ("adadelta_delta", {"eps": 1e-6, "weight_decay": 0.1}),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("op, attrs", OPTIMIZER_CASES, ids=lambda v: v if isinstance(v, str) else "")
@@ -1257,6 +1280,20 @@ def test_optimizer_updates_in_place_over_two_steps(op, attrs):
         np.testing.assert_allclose(parameters[name].numpy(), value, rtol=1e-5, atol=1e-5, err_msg=name)
     for name, value in expected_states.items():
         np.testing.assert_allclose(executable.read_state(name), value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_adamax_norm_kernel_keeps_nan_from_either_side():
+    """adamax_norm's own kernel (the e-graph may extract its lifted form instead): torch.maximum's
+    NaN where u·β₂ or |g| + eps is NaN, which WGSL's max would drop."""
+    graph = Graph()
+    u, g = typed_leaf(graph, "input", "u", (4, 3)), typed_leaf(graph, "input", "g", (4, 3))
+    zero = const(graph, 0.0)
+    graph.outputs["out"] = emit(graph, "adamax_norm", [u, g, zero, const(graph, 0.9), const(graph, 1e-3), zero])
+    u_value, g_value = np.abs(normal(4, 3)), normal(4, 3)
+    u_value[0, 0], g_value[1, 1], g_value[2, 2] = np.nan, np.nan, -np.inf
+    executable = check(graph, {"u": u_value, "g": g_value})
+    out = executable.run({"u": u_value, "g": g_value}, read=("out",))["out"]
+    assert np.isnan(out[0, 0]) and np.isnan(out[1, 1]) and out[2, 2] == np.inf and np.isfinite(out).sum() == 9
 
 
 def test_optimizer_out_of_place_with_scalar_operands():

@@ -261,3 +261,42 @@ def test_adam_moments_that_share_a_gradient_leave_it_stored():
     graph.updates["v"] = node(graph, "adam_moment", (v, grad, zero, beta2, weight2, zero), order=2)
     fused, _ = check_rewrite(graph, "lift_adam_moment")
     assert kernels(fused) == 2  # exp is cheap enough to recompute in both moment kernels
+
+
+@PROPERTY
+@given(shape=st.lists(dims, min_size=1, max_size=2).map(tuple), no_decay=st.booleans(), seed=seeds)
+def test_lift_adamax_norm(shape, no_decay, seed):
+    graph = Graph()
+    p, u, g = leaf(graph, "p", shape, "param"), leaf(graph, "u", shape, "state"), leaf(graph, "g", shape)
+    operands = (
+        u,
+        node(graph, "tanh", (g,)),
+        p,
+        hyper(graph, "beta2"),
+        hyper(graph, "eps"),
+        hyper(graph, "wd", no_decay),
+    )
+    graph.updates["u"] = node(graph, "adamax_norm", operands)
+    fused, report = check_rewrite(graph, "lift_adamax_norm", seed)
+    assert kernels(fused) == 1 and report.rule("lift_adamax_norm").uses == 1
+    (kernel,) = live_nodes(fused, "pointwise")
+    assert parse(kernel.attr("expr"))[0] == "maximum"  # torch.maximum, NaN-propagating (mn_maximum)
+
+
+@PROPERTY
+@given(shape=st.lists(dims, min_size=1, max_size=2).map(tuple), seed=seeds)
+def test_lift_adadelta_delta(shape, seed):
+    """Adadelta's single-tensor step: its direction δ, read by acc_delta's moment and by the step,
+    is stored by neither: extraction recomputes it in both kernels or stores it, the numbers the same."""
+    graph = Graph()
+    p, g = leaf(graph, "p", shape, "param"), leaf(graph, "g", shape)
+    s, acc = leaf(graph, "s", shape, "state"), leaf(graph, "acc", shape, "state")
+    zero, eps, wd = const(graph, 0.0), hyper(graph, "eps"), hyper(graph, "wd")
+    rho, weight = hyper(graph, "rho"), hyper(graph, "one_minus_rho")
+    grad = node(graph, "exp", (g,))
+    s2 = graph.updates["s"] = node(graph, "adam_moment", (s, grad, p, rho, weight, wd), order=2)
+    delta = node(graph, "adadelta_delta", (grad, p, s2, acc, eps, wd))
+    graph.updates["acc"] = node(graph, "adam_moment", (acc, delta, zero, rho, weight, zero), order=2)
+    graph.updates["p"] = node(graph, "sgd_step", (p, delta, hyper(graph, "lr"), zero))
+    fused, report = check_rewrite(graph, "lift_adadelta_delta", seed, positive=True)
+    assert "adadelta_delta" not in ops(fused)  # its kernel form: stored by a kernel of its own, or inlined

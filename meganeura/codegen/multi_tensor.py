@@ -1,9 +1,9 @@
 """Multi-tensor optimizer updates: the fused updates of many parameters in one dispatch.
 
 `group_updates(graph, target)` replaces the fused updates (sgd_update, adam_update, rmsprop_update,
-adagrad_update: one node per parameter, ir/ops/optimizer.py) that have the same op and form
-(attributes and arity) by multi-tensor nodes (multi_sgd_update, multi_adam_update, …), as many
-members each as one kernel may bind buffers for;
+adagrad_update, adamax_update, nadam_update, radam_update, adadelta_update: one node per parameter,
+ir/ops/optimizer.py) that have the same op and form (attributes and arity) by multi-tensor nodes
+(multi_sgd_update, multi_adam_update, …), as many members each as one kernel may bind buffers for;
 the lowering (codegen/optimizer.py) runs each as one dispatch in which every member owns a range
 of workgroups. The hyper-parameters are operands (elements of one vector leaf per parameter
 group, optim/optimizers.py), so members of different parameter groups share a kernel: each member's case

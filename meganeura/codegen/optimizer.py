@@ -2,11 +2,13 @@
 nothing needs its old value afterwards.
 
 - The single-tensor ops (sgd_step, momentum_buffer, adam_moment, adam_step, rms_step,
-  rms_buffer: `fused=False`) are one kernel each (shaders/optimizer.wgsl).
-- The fused updates (sgd_update, adam_update, rmsprop_update, adagrad_update) and their
-  multi-tensor forms (multi_…, formed by codegen/multi_tensor.py) share one kernel (shaders/
-  optimizer_update.wgsl): one dispatch runs the whole update of every member parameter, each
-  member in a range of workgroups of its own, writing a result per value it replaces.
+  rms_buffer, adamax_norm, adamax_step, nadam_step, radam_step, adadelta_delta: `fused=False`)
+  are one kernel each (shaders/optimizer.wgsl).
+- The fused updates (sgd_update, adam_update, rmsprop_update, adagrad_update, adamax_update,
+  nadam_update, radam_update, adadelta_update) and their multi-tensor forms (multi_…, formed
+  by codegen/multi_tensor.py) share one kernel (shaders/optimizer_update.wgsl): one dispatch
+  runs the whole update of every member parameter, each member in a range of workgroups of its
+  own, writing a result per value it replaces.
 """
 
 from __future__ import annotations
@@ -59,7 +61,10 @@ def updates_in_place(graph: Graph, node: Node, position: int = 0, result: int = 
     return not (readers & downstream)
 
 
-SINGLE_TENSOR = ("sgd_step", "momentum_buffer", "adam_moment", "adam_step", "rms_step", "rms_buffer")
+SINGLE_TENSOR = (
+    "sgd_step", "momentum_buffer", "adam_moment", "adam_step", "rms_step", "rms_buffer", "adamax_norm", "adamax_step",
+    "nadam_step", "radam_step", "adadelta_delta",
+)  # fmt: skip
 
 
 @lowering(*SINGLE_TENSOR)
@@ -110,6 +115,10 @@ UPDATE_FIELDS = {
     "adam_update": {0: "p", 2: "m", 3: "v", 4: "vmax"},
     "rmsprop_update": {0: "p", 2: "s", 3: "a", 4: "buf"},
     "adagrad_update": {0: "p", 2: "s"},
+    "adamax_update": {0: "p", 2: "m", 3: "u"},
+    "nadam_update": {0: "p", 2: "m", 3: "v"},
+    "radam_update": {0: "p", 2: "m", 3: "v"},
+    "adadelta_update": {0: "p", 2: "s", 3: "acc"},
 }
 MEMBER_OP = {multi: op for op, multi in MULTI_OF.items()}
 THREADS = 256

@@ -14,15 +14,18 @@ Matmul epilogues and reduction prologues are Pw bodies too, so they fuse by the 
   broadcasting load (the copy kernels that autodiff's sum/mean gradients emit vanish);
 - `const_literal`: the load of a scalar constant, or of a reshape of one, is a literal (the load
   is subsumed: a kernel never reads a constant as a buffer);
-- `lift_sgd_step`, `lift_momentum_buffer`, `lift_adam_moment`: the optimizer updates that are
-  elementwise formulas over their inputs (PyTorch's, in the op order of `ir/ops/optimizer.py`,
-  so the results are bit-identical), and plain SGD's fused update `sgd_update(p, g, lr, wd)` (one
-  result, sgd_step's formula: the e-graph may still fold it into the gradient's matmul). The
-  hyper-parameters are scalar operands, loaded (broadcast) like any tensor: run-time values as
-  `element` views of their parameter group's vector (a kernel reading several binds the vector
-  once), or literals where they are constants (`const_literal`).
-  `adam_step`, `rms_step` and `rms_buffer` stay ops of their own: they read moments that the
-  moment kernels store anyway, so inlining those would only compute them twice;
+- `lift_sgd_step`, `lift_momentum_buffer`, `lift_adam_moment`, `lift_adamax_norm`,
+  `lift_adadelta_delta`: the optimizer updates that are elementwise formulas over their inputs
+  (PyTorch's, in the op order of `ir/ops/optimizer.py`, so the results are bit-identical), and
+  plain SGD's fused update `sgd_update(p, g, lr, wd)` (one result, sgd_step's formula: the
+  e-graph may still fold it into the gradient's matmul). The hyper-parameters are scalar
+  operands, loaded (broadcast) like any tensor: run-time values as `element` views of their
+  parameter group's vector (a kernel reading several binds the vector once), or literals where
+  they are constants (`const_literal`).
+  `adam_step`, `rms_step`, `rms_buffer`, `adamax_step`, `nadam_step` and `radam_step` stay ops
+  of their own: they read moments that the moment kernels store anyway, so inlining those would
+  only compute them twice. Adadelta's direction (`adadelta_delta`) is stored by no one: its two
+  readers (acc_delta's moment and the step) may recompute it or read it, as extraction weighs;
 - `regenerate_random`: rand(state) ≡ (Kernel (Load philox(state)) s), the same random values
   drawn by whichever kernel reads them (ir/ops/random.py): stored, the kernel writes them; inline,
   `fuse_pointwise` puts the draw into every consumer (a dropout mask into the activation's kernel
@@ -144,6 +147,46 @@ LIFT_ADAM_MOMENT = Rule(
     ),
 )
 
+LIFT_ADAMAX_NORM = Rule(
+    "lift_adamax_norm",
+    FAMILY,
+    "adamax_norm(u, g, p, beta2, eps, wd) = maximum(u·β₂, |g′| + eps), g′ = g + wd·p, as a kernel",
+    (
+        rule(
+            [f"(= t {term('adamax_norm', 'u', 'g', 'p', 'beta', 'eps', 'wd')})", "(= s (shape t))"],
+            "(union t (Kernel "
+            + binary(
+                "maximum",
+                binary("mul", "(Load u)", "(Load beta)"),
+                binary("add", f'(PUnary "abs" {decayed("(Load g)")})', "(Load eps)"),
+            )
+            + " s))",
+        ),
+    ),
+)
+
+LIFT_ADADELTA_DELTA = Rule(
+    "lift_adadelta_delta",
+    FAMILY,
+    "adadelta_delta(g, p, s, acc, eps, wd) = (√(acc + eps)/√(s + eps))·g′, g′ = g + wd·p, as a kernel",
+    (
+        rule(
+            [f"(= t {term('adadelta_delta', 'g', 'p', 'sq', 'acc', 'eps', 'wd')})", "(= s (shape t))"],
+            "(union t (Kernel "
+            + binary(
+                "mul",
+                binary(
+                    "div",
+                    f'(PUnary "sqrt" {binary("add", "(Load acc)", "(Load eps)")})',
+                    f'(PUnary "sqrt" {binary("add", "(Load sq)", "(Load eps)")})',
+                ),
+                decayed("(Load g)"),
+            )
+            + " s))",
+        ),
+    ),
+)
+
 REGENERATE_RANDOM = Rule(
     "regenerate_random",
     FAMILY,
@@ -193,6 +236,8 @@ RULES = [
     LIFT_SGD_STEP,
     LIFT_MOMENTUM_BUFFER,
     LIFT_ADAM_MOMENT,
+    LIFT_ADAMAX_NORM,
+    LIFT_ADADELTA_DELTA,
     REGENERATE_RANDOM,
     FUSE_POINTWISE,
     SILU,
@@ -209,5 +254,7 @@ LIFTED = (
     "SgdStep",
     "MomentumBuffer",
     "AdamMoment",
+    "AdamaxNorm",
+    "AdadeltaDelta",
     "Rand",
 )

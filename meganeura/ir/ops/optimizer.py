@@ -1,5 +1,6 @@
 """Optimizer updates: elementwise, PyTorch's rules (torch/optim/sgd.py, adam.py, rmsprop.py,
-adagrad.py, single-tensor form), each float operation in the order torch's does it.
+adagrad.py, adamax.py, nadam.py, radam.py, adadelta.py, single-tensor form), each float operation
+in the order torch's does it.
 
 Two forms of the same updates. The hyper-parameters are operands, not attributes: scalars read
 from a buffer the runtime writes before a step, or constants where a term is absent by
@@ -15,8 +16,9 @@ tensor op casts a Python scalar: the hyper-parameters themselves and the values 
 and from the step count t, which the host computes (optim/optimizers.py `hyper_fields`) and the
 Program writes before each step (compiler.py `Program.write_hypers`): Adam's
 step_size = lr/(1 − β₁ᵗ) and bias_correction2_sqrt = √(1 − β₂ᵗ), the 1 − β that torch passes to
-lerp and addcmul, AdamW's 1 − lr·wd, Adagrad's lr/(1 + (t − 1)·lr_decay). The kernels never
-compute a power or a 1 − β in f32.
+lerp and addcmul, AdamW's 1 − lr·wd, Adagrad's lr/(1 + (t − 1)·lr_decay), Adamax's lr/(1 − β₁ᵗ),
+NAdam's two step sizes (from its momentum schedule μₜ and their running product), RAdam's
+rectification. The kernels never compute a power or a 1 − β in f32.
 
 The single-tensor ops, one per formula (`fused=False`), with g′ = g + wd·p (L2 weight decay):
 
@@ -35,6 +37,20 @@ The single-tensor ops, one per formula (`fused=False`), with g′ = g + wd·p (L
   (s its sum, a = 0, lr the decayed rate)
 - rms_buffer(buf, g, p, s, a, momentum, eps, wd): momentum·buf + g′/(√(s − a·a) + eps): RMSprop's
   momentum buffer (its step is then sgd_step(p, buf′, lr, 0))
+- adamax_norm(u, g, p, beta2, eps, wd): maximum(u·beta2, |g′| + eps), NaN where either is (torch.maximum):
+  Adamax's exponentially weighted infinity norm (its first moment is an adam_moment)
+- adamax_step(p, m, u, step_size): p − (step_size·m)/u (torch's addcdiv_ with value −lr/(1 − β₁ᵗ))
+- nadam_step(p, g, m, v, grad_step_size, momentum_step_size, bias_correction2, eps, wd, decay):
+  d = √(v/bias_correction2) + eps, then (p·decay − (grad_step_size·g′)/d) − (momentum_step_size·m)/d,
+  rounded after each of torch's two addcdiv_. NAdam's and RAdam's `decoupled_weight_decay` is a
+  run-time value: their group's vector holds wd = 0 and decay = 1 − lr·wd when it is set, the
+  weight decay and decay = 1 otherwise (p·1 and g + 0·p are exact), so no attribute fixes it
+- radam_step(p, m, v, lr, bias_correction1, bias_correction2_sqrt, eps, rectification, decay):
+  s = (m/bias_correction1)·lr; where rectification > 0 (torch's ρₜ > 5)
+  s = (s·((1/(√v + eps))·bias_correction2_sqrt))·rectification; p·decay − s
+- adadelta_delta(g, p, s, acc, eps, wd): (√(acc + eps)/√(s + eps))·g′: Adadelta's step direction (its
+  square average and acc_delta are adam_moments, of g′ and of the direction; its step is
+  sgd_step(p, delta, lr, 0))
 
 The first operand is the value being replaced, so the runtime can update it in place.
 
@@ -50,19 +66,25 @@ The fused ops, the whole update of one parameter as one node with a result per v
 - rmsprop_update(p, g, s, a, buf, lr, alpha, weight, eps, wd, momentum; centered, momentum_buffer)
   → (p′, s′[, a′][, buf′]): a and buf are the constant 0 where absent
 - adagrad_update(p, g, s, step_size, eps, wd) → (p′, s′)
+- adamax_update(p, g, m, u, weight1, beta2, step_size, eps, wd) → (p′, m′, u′)
+- nadam_update(p, g, m, v, weight1, beta2, weight2, bias_correction2, eps, grad_step_size,
+  momentum_step_size, wd, decay) → (p′, m′, v′)
+- radam_update(p, g, m, v, weight1, beta2, weight2, lr, bias_correction1, bias_correction2_sqrt, eps,
+  rectification, wd, decay) → (p′, m′, v′)
+- adadelta_update(p, g, s, acc, lr, rho, weight, eps, wd) → (p′, s′, acc′)
 
 A fused update's gradient may come as its parts: g of shape [P, *p.shape], summed over the first
 axis as it is read (split products' partial sums, a two-level column reduction's partials), so
 that no kernel of its own sums them (`codegen/optimizer.py` `updates_reading_parts`).
 
 `replaced_operands(op, attrs, arity)` says which operand each result replaces (in place, when
-nothing else needs the old value). `multi_sgd_update`, `multi_adam_update`,
-`multi_rmsprop_update` and `multi_adagrad_update` are the same updates of several parameters in
-one node: their operands are the members' operands one member after another (each member with its
-own hyper-parameter operands, those of its parameter group), their results the members' results
-likewise (`members` of them; multi_sgd_update's `momentum`: each member has a buffer). The
-compiler forms them after the e-graph from the fused ops it can run in place
-(`codegen/multi_tensor.py`); they have no e-graph form.
+nothing else needs the old value). `multi_sgd_update`, `multi_adam_update`, … (`multi_` and a
+fused update's name) are the same updates of several parameters in one node: their operands
+are the members' operands one member after another (each member with its own hyper-parameter
+operands, those of its parameter group), their results the members' results likewise (`members`
+of them; multi_sgd_update's `momentum`: each member has a buffer). The compiler forms them after
+the e-graph from the fused ops it can run in place (`codegen/multi_tensor.py`); they have no
+e-graph form.
 """
 
 from __future__ import annotations
@@ -78,8 +100,11 @@ FAMILY = "optimizer"
 # every optimizer (a field it has no use for stays 0), so the offsets are constants of the op set.
 # The first fields are torch's hyper-parameters; the rest are what torch derives from them and
 # from the step count in Python double (module docstring): `dampening_factor` 1 − dampening (1 on
-# SGD's first step), `one_minus_*` the weights of torch's lerp_/addcmul_, `step_size` Adam's
-# lr/(1 − β₁ᵗ) or Adagrad's decayed rate, `decay` AdamW's 1 − lr·wd.
+# SGD's first step), `one_minus_*` the weights of torch's lerp_/addcmul_, `step_size` Adam's and
+# Adamax's lr/(1 − β₁ᵗ) or Adagrad's decayed rate, `decay` AdamW's (NAdam's, RAdam's) 1 − lr·wd,
+# `bias_correction1`/`bias_correction2` 1 − βᵗ (RAdam's and NAdam's divisors), NAdam's
+# `grad_step_size` lr·(1 − μₜ)/(1 − Πμ) and `momentum_step_size` lr·μₜ₊₁/(1 − Πμ·μₜ₊₁), RAdam's
+# `rectification` (0 where torch takes the unrectified step).
 HYPER_FIELDS = (
     "lr",
     "weight_decay",
@@ -95,6 +120,13 @@ HYPER_FIELDS = (
     "decay",
     "alpha",
     "one_minus_alpha",
+    "bias_correction1",
+    "bias_correction2",
+    "grad_step_size",
+    "momentum_step_size",
+    "rectification",
+    "rho",
+    "one_minus_rho",
 )
 
 
@@ -178,6 +210,36 @@ def evaluate_rms_buffer(buf, g, p, s, a, momentum, eps, weight_decay):
     return momentum * buf + decayed(g, p, weight_decay) / rms_denominator(s, a, eps)
 
 
+def evaluate_adamax_norm(u, g, p, beta2, eps, weight_decay):
+    """maximum(u·beta2, |g′| + eps) (torch.maximum: NaN where either is)."""
+    return np.maximum(u * beta2, np.abs(decayed(g, p, weight_decay)) + eps)
+
+
+def evaluate_adamax_step(p, m, u, step_size):
+    """p − (step_size·m)/u."""
+    return p - (step_size * m) / u
+
+
+def evaluate_nadam_step(p, g, m, v, grad_step_size, momentum_step_size, bias_correction2, eps, weight_decay, decay):
+    """(p·decay − (grad_step_size·g′)/d) − (momentum_step_size·m)/d, d = √(v/bias_correction2) + eps."""
+    denominator = np.sqrt(v / bias_correction2) + eps
+    p = p * decay - (grad_step_size * decayed(g, p, weight_decay)) / denominator
+    return p - (momentum_step_size * m) / denominator
+
+
+def evaluate_radam_step(p, m, v, lr, bias_correction1, bias_correction2_sqrt, eps, rectification, decay):
+    """p·decay − s, s = (m/bias_correction1)·lr, times (1/(√v + eps))·bias_correction2_sqrt and then
+    the rectification where it is > 0 (torch's products, in its order)."""
+    step = (m / bias_correction1) * lr
+    adaptive = (1 / (np.sqrt(v) + eps)) * bias_correction2_sqrt  # torch's c / t: t.reciprocal() * c
+    return p * decay - np.where(rectification > 0, (step * adaptive) * rectification, step)
+
+
+def evaluate_adadelta_delta(g, p, s, acc, eps, weight_decay):
+    """(√(acc + eps)/√(s + eps))·g′."""
+    return (np.sqrt(acc + eps) / np.sqrt(s + eps)) * decayed(g, p, weight_decay)
+
+
 SGD_STEP = Op(
     "sgd_step",
     family=FAMILY,
@@ -226,6 +288,57 @@ RMS_BUFFER = Op(
     evaluate=evaluate_rms_buffer,
     operands=("buf", "g", "p", "s", "a", "momentum", "eps", "weight_decay"),
     doc="momentum·buf + g′/(√(s − a·a) + eps), g′ = g + weight_decay·p (RMSprop's momentum)",
+)
+ADAMAX_NORM = Op(
+    "adamax_norm",
+    family=FAMILY,
+    infer=infer_update("adamax_norm", 3),
+    evaluate=evaluate_adamax_norm,
+    operands=("u", "g", "p", "beta2", "eps", "weight_decay"),
+    doc="maximum(u·beta2, |g′| + eps), g′ = g + weight_decay·p (Adamax's infinity norm)",
+)
+ADAMAX_STEP = Op(
+    "adamax_step",
+    family=FAMILY,
+    infer=infer_update("adamax_step", 3),
+    evaluate=evaluate_adamax_step,
+    operands=("p", "m", "u", "step_size"),
+    doc="p − (step_size·m)/u (Adamax's step)",
+)
+NADAM_STEP = Op(
+    "nadam_step",
+    family=FAMILY,
+    infer=infer_update("nadam_step", 4),
+    evaluate=evaluate_nadam_step,
+    operands=(
+        "p",
+        "g",
+        "m",
+        "v",
+        "grad_step_size",
+        "momentum_step_size",
+        "bias_correction2",
+        "eps",
+        "weight_decay",
+        "decay",
+    ),  # fmt: skip
+    doc="(p·decay − (grad_step_size·g′)/d) − (momentum_step_size·m)/d, d = √(v/bias_correction2) + eps (NAdam's step)",
+)
+RADAM_STEP = Op(
+    "radam_step",
+    family=FAMILY,
+    infer=infer_update("radam_step", 3),
+    evaluate=evaluate_radam_step,
+    operands=("p", "m", "v", "lr", "bias_correction1", "bias_correction2_sqrt", "eps", "rectification", "decay"),
+    doc="p·decay − (m/bias_correction1)·lr (times the adaptive rate and the rectification where it is > 0)",
+)
+ADADELTA_DELTA = Op(
+    "adadelta_delta",
+    family=FAMILY,
+    infer=infer_update("adadelta_delta", 4),
+    evaluate=evaluate_adadelta_delta,
+    operands=("g", "p", "s", "acc", "eps", "weight_decay"),
+    doc="(√(acc + eps)/√(s + eps))·g′, g′ = g + weight_decay·p (Adadelta's step direction)",
 )
 
 
@@ -301,6 +414,48 @@ def evaluate_adagrad_update(p, g, s, step_size, eps, weight_decay):
     return evaluate_rms_step(p, g, new_s, np.zeros_like(eps), step_size, eps, weight_decay), new_s
 
 
+def evaluate_adamax_update(p, g, m, u, weight1, beta2, step_size, eps, weight_decay):
+    """adam_moment (order 1), adamax_norm and adamax_step: optim.Adamax's single-tensor graph."""
+    g = summed_gradient(g, p)
+    new_m = evaluate_adam_moment(m, g, p, np.zeros_like(eps), weight1, weight_decay, order=1)
+    new_u = evaluate_adamax_norm(u, g, p, beta2, eps, weight_decay)
+    return evaluate_adamax_step(p, new_m, new_u, step_size), new_m, new_u
+
+
+def evaluate_nadam_update(
+    p, g, m, v, weight1, beta2, weight2, bias_correction2, eps, grad_step_size, momentum_step_size, weight_decay, decay
+):
+    """The two adam_moment updates and nadam_step: optim.NAdam's single-tensor graph."""
+    g = summed_gradient(g, p)
+    new_m = evaluate_adam_moment(m, g, p, np.zeros_like(eps), weight1, weight_decay, order=1)
+    new_v = evaluate_adam_moment(v, g, p, beta2, weight2, weight_decay, order=2)
+    steps = (grad_step_size, momentum_step_size, bias_correction2, eps, weight_decay, decay)
+    return evaluate_nadam_step(p, g, new_m, new_v, *steps), new_m, new_v
+
+
+def evaluate_radam_update(
+    p, g, m, v, weight1, beta2, weight2, lr, bias_correction1, bias_correction2_sqrt, eps, rectification,
+    weight_decay, decay,
+):  # fmt: skip
+    """The two adam_moment updates and radam_step: optim.RAdam's single-tensor graph."""
+    g = summed_gradient(g, p)
+    new_m = evaluate_adam_moment(m, g, p, np.zeros_like(eps), weight1, weight_decay, order=1)
+    new_v = evaluate_adam_moment(v, g, p, beta2, weight2, weight_decay, order=2)
+    steps = (lr, bias_correction1, bias_correction2_sqrt, eps, rectification, decay)
+    return evaluate_radam_step(p, new_m, new_v, *steps), new_m, new_v
+
+
+def evaluate_adadelta_update(p, g, s, acc, lr, rho, weight, eps, weight_decay):
+    """adam_moment of the square average, adadelta_delta, adam_moment of acc_delta (of the
+    direction, without decay) and sgd_step: optim.Adadelta's single-tensor graph."""
+    g = summed_gradient(g, p)
+    zero = np.zeros_like(eps)
+    new_s = evaluate_adam_moment(s, g, p, rho, weight, weight_decay, order=2)
+    delta = evaluate_adadelta_delta(g, p, new_s, acc, eps, weight_decay)
+    new_acc = evaluate_adam_moment(acc, delta, zero, rho, weight, zero, order=2)
+    return evaluate_sgd_step(p, delta, lr, zero), new_s, new_acc
+
+
 def check_gradient(name: str, g: TensorType, p: TensorType) -> None:
     """A ShapeError unless `g` is the gradient of `p` or its parts (`gradient_fits`)."""
     if not gradient_fits(g, p):
@@ -365,6 +520,20 @@ def infer_adagrad_update(types, attrs):
     return (p, p)
 
 
+def infer_three_state_update(name: str, states: tuple[str, str]):
+    """The shape rule of a fused update (p, g, two states, hyper-parameters…) → (p′, and the states′)."""
+
+    def infer(types, attrs):
+        require_float(types, name)
+        p, g, first, second, *hypers = types
+        check_gradient(name, g, p)
+        check_states(name, p, dict(zip(states, (first, second), strict=True)), {})
+        check_hypers(name, hypers)
+        return (p, p, p)
+
+    return infer
+
+
 SGD_UPDATE = Op(
     "sgd_update",
     family=FAMILY,
@@ -416,7 +585,72 @@ ADAGRAD_UPDATE = Op(
     doc="(p′, s′): Adagrad's sum and step of one parameter",
 )
 
-FUSED_UPDATES = ("sgd_update", "adam_update", "rmsprop_update", "adagrad_update")
+ADAMAX_UPDATE = Op(
+    "adamax_update",
+    family=FAMILY,
+    infer=infer_three_state_update("adamax_update", ("exp_avg", "exp_inf")),
+    evaluate=evaluate_adamax_update,
+    operands=("p", "g", "m", "u", "weight1", "beta2", "step_size", "eps", "weight_decay"),
+    doc="(p′, m′, u′): Adamax's moment, infinity norm and step of one parameter",
+)
+NADAM_UPDATE = Op(
+    "nadam_update",
+    family=FAMILY,
+    infer=infer_three_state_update("nadam_update", ("exp_avg", "exp_avg_sq")),
+    evaluate=evaluate_nadam_update,
+    operands=(
+        "p",
+        "g",
+        "m",
+        "v",
+        "weight1",
+        "beta2",
+        "weight2",
+        "bias_correction2",
+        "eps",
+        "grad_step_size",
+        "momentum_step_size",
+        "weight_decay",
+        "decay",
+    ),  # fmt: skip
+    doc="(p′, m′, v′): adam_moment ×2 and nadam_step of one parameter",
+)
+RADAM_UPDATE = Op(
+    "radam_update",
+    family=FAMILY,
+    infer=infer_three_state_update("radam_update", ("exp_avg", "exp_avg_sq")),
+    evaluate=evaluate_radam_update,
+    operands=(
+        "p",
+        "g",
+        "m",
+        "v",
+        "weight1",
+        "beta2",
+        "weight2",
+        "lr",
+        "bias_correction1",
+        "bias_correction2_sqrt",
+        "eps",
+        "rectification",
+        "weight_decay",
+        "decay",
+    ),  # fmt: skip
+    doc="(p′, m′, v′): adam_moment ×2 and radam_step of one parameter",
+)
+ADADELTA_UPDATE = Op(
+    "adadelta_update",
+    family=FAMILY,
+    infer=infer_three_state_update("adadelta_update", ("square_avg", "acc_delta")),
+    evaluate=evaluate_adadelta_update,
+    operands=("p", "g", "s", "acc", "lr", "rho", "weight", "eps", "weight_decay"),
+    doc="(p′, s′, acc′): Adadelta's square average, step direction, acc_delta and step of one parameter",
+)
+
+FUSED_UPDATES = (
+    "sgd_update", "adam_update", "rmsprop_update", "adagrad_update", "adamax_update", "nadam_update", "radam_update",
+    "adadelta_update",
+)  # fmt: skip
 
 
 def replaced_operands(op: str, attrs: dict, arity: int) -> tuple[int, ...]:
@@ -429,6 +663,8 @@ def replaced_operands(op: str, attrs: dict, arity: int) -> tuple[int, ...]:
         return (0, 2) + ((3,) if attrs["centered"] else ()) + ((4,) if attrs["momentum_buffer"] else ())
     if op == "adagrad_update":
         return (0, 2)
+    if op in ("adamax_update", "nadam_update", "radam_update", "adadelta_update"):
+        return (0, 2, 3)
     raise KeyError(f"{op!r} is not a fused optimizer update; they are {FUSED_UPDATES}")
 
 
@@ -489,7 +725,13 @@ def describe_multi(node) -> str:
     return f"{node.attr('members')} parameters, {numel:,} elements"
 
 
-OPS_BY_NAME = {op.name: op for op in (SGD_UPDATE, ADAM_UPDATE, RMSPROP_UPDATE, ADAGRAD_UPDATE)}
+OPS_BY_NAME = {
+    op.name: op
+    for op in (
+        SGD_UPDATE, ADAM_UPDATE, RMSPROP_UPDATE, ADAGRAD_UPDATE, ADAMAX_UPDATE, NADAM_UPDATE, RADAM_UPDATE,
+        ADADELTA_UPDATE,
+    )
+}  # fmt: skip
 MEMBERS = Attr("members", INT)
 
 
@@ -512,6 +754,10 @@ MULTI_SGD_UPDATE = multi_op(SGD_UPDATE, (Attr("momentum", BOOL, False),))  # mom
 MULTI_ADAM_UPDATE = multi_op(ADAM_UPDATE)
 MULTI_RMSPROP_UPDATE = multi_op(RMSPROP_UPDATE)
 MULTI_ADAGRAD_UPDATE = multi_op(ADAGRAD_UPDATE)
+MULTI_ADAMAX_UPDATE = multi_op(ADAMAX_UPDATE)
+MULTI_NADAM_UPDATE = multi_op(NADAM_UPDATE)
+MULTI_RADAM_UPDATE = multi_op(RADAM_UPDATE)
+MULTI_ADADELTA_UPDATE = multi_op(ADADELTA_UPDATE)
 MULTI_OF = {op: f"multi_{op}" for op in FUSED_UPDATES}
 
 
