@@ -9,10 +9,13 @@ readable by PyTorch and HF tools):
 - tensors `optim/<name>`: the optimizer's state leaves on the device, torch's state names after
   the parameter's — Adam's moments (`<param>.exp_avg`, `<param>.exp_avg_sq`,
   `<param>.max_exp_avg_sq`), SGD's and RMSprop's `<param>.momentum_buffer`, RMSprop's
-  `<param>.square_avg` and `<param>.grad_avg`, Adagrad's `<param>.sum`, and the step count `step`
-  (Adam, RMSprop, Adagrad), from which the program's count of updates is restored (not the
-  groups' hyper-parameter vectors `param_groups.<g>.hyper`: the runtime writes those from the
-  optimizer, which `hyper` below restores, and the step count);
+  `<param>.square_avg` and `<param>.grad_avg`, Adagrad's `<param>.sum`, Adamax's
+  `<param>.exp_inf`, Adadelta's `<param>.square_avg` and `<param>.acc_delta`, NAdam's
+  `<param>.mu_product` (a scalar the host keeps, as torch keeps it on the CPU: one value for all
+  parameters of a group), and the step count `step` (all but SGD), from which the program's
+  count of updates is restored (not the groups' hyper-parameter vectors
+  `param_groups.<g>.hyper`: the runtime writes those from the optimizer, which `hyper` below
+  restores, and the step count);
 - tensors `accum/<name>` (with compile(accumulate=k), meganeura/gate.py): the gradient
   accumulators and the position in the cycle, so that a run resumed mid-cycle goes on exactly;
 - metadata (strings): `format` ("meganeura-checkpoint"), `version`, `model` (the model's class),
@@ -84,11 +87,24 @@ def scheduler_metadata(optimizer: Any) -> str:
 
 
 def optimizer_state(program: Program) -> dict[str, np.ndarray]:
-    """Copies of the optimizer's state leaves on the device, by name (not the hyper-parameters)."""
+    """Copies of the optimizer's state leaves on the device, by name (not the hyper-parameters),
+    and the state the host keeps for it (NAdam's mu_product: `Optimizer.host_state`)."""
     executable = program.require_executable()
-    return {
+    state = {
         name: executable.read_state(name) for name in program.traced.initial_states if not name.startswith(HYPER_PREFIX)
     }
+    optimizer = program.compilation.optimizer
+    return state if optimizer is None else state | optimizer.host_state(program.optimizer_steps)
+
+
+def optimizer_state_problems(program: Program, current: dict[str, np.ndarray], state: dict[str, Any]) -> list[str]:
+    """Every way `state` does not fit the optimizer state `current` (names, shapes, dtypes, and the
+    host's part: `Optimizer.host_state_problems`)."""
+    problems = state_problems(current, state, "optimizer state")
+    optimizer = program.compilation.optimizer
+    if not problems and optimizer is not None:
+        problems += [f"optimizer state: {problem}" for problem in optimizer.host_state_problems(state)]
+    return problems
 
 
 def step_state(program: Program) -> dict[str, np.ndarray]:
@@ -120,15 +136,17 @@ def load_optimizer_state(program: Program, state: dict[str, np.ndarray]) -> None
     count of updates applied follows the state's (`Optimizer.steps_in`: its `step`), so the next
     step's bias corrections are those of the step after it."""
     current = optimizer_state(program)
-    problems = state_problems(current, state, "optimizer state")
+    problems = optimizer_state_problems(program, current, state)
     if problems:
         raise CheckpointError("the optimizer state does not fit this program: " + "; ".join(problems))
     executable = program.require_executable()
     for name in current:
-        executable.write_state(name, np.asarray(state[name], order="C"))  # (ascontiguousarray makes 0-d 1-d)
+        if name in program.traced.initial_states:  # (the rest is the host's)
+            executable.write_state(name, np.asarray(state[name], order="C"))  # (ascontiguousarray makes 0-d 1-d)
     optimizer = program.compilation.optimizer
     if optimizer is not None:
         program.optimizer_steps = optimizer.steps_in(state)
+        optimizer.load_host_state(state, program.optimizer_steps)
 
 
 def metadata(program: Program) -> dict[str, str]:
@@ -275,7 +293,7 @@ def load(program: Program, path: str | os.PathLike) -> None:
         current_state, current_accum = optimizer_state(program), step_state(program)
         state = scalars_restored(current_state, {k[6:]: v for k, v in tensors.items() if k.startswith("optim/")})
         accum = scalars_restored(current_accum, {k[6:]: v for k, v in tensors.items() if k.startswith("accum/")})
-        problems += state_problems(current_state, state, "optimizer state")
+        problems += optimizer_state_problems(program, current_state, state)
         problems += state_problems(current_accum, accum, "gradient accumulation state (compile(accumulate=...))")
     groups, schedule = None, None
     if training and optimizer is not None:

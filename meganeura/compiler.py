@@ -657,6 +657,8 @@ class Program:
         self.micro_step = (self.micro_step + 1) % self.accumulate
         if self.micro_step == 0:  # this step applied the update
             self.optimizer_steps += 1
+            if self.traced.optimizer is not None:  # what the host keeps across updates follows (NAdam's mu_product)
+                self.traced.optimizer.applied(self.optimizer_steps)
         if "grad_norm" in out and self.micro_step == 0:  # the norm that clipping used: of the accumulated sum
             self.last_grad_norm = float(out["grad_norm"].reshape(()))
         return loss

@@ -1,8 +1,9 @@
 """The optimizer forms of issue 40 on the device: AMSGrad, SGD's Nesterov momentum and dampening,
-RMSprop and Adagrad in their fused, single-tensor and multi-tensor kernels (the same numbers),
-their state by torch's names, what compile() fixes (and the errors that say so), and a
-checkpoint of an RMSprop run under ReduceLROnPlateau that resumes exactly. Their values against
-torch's: tests/test_optim_reference.py."""
+RMSprop, Adagrad, Adamax, NAdam, RAdam and Adadelta in their fused, single-tensor and
+multi-tensor kernels (the same numbers), their state by torch's names, what compile() fixes (and
+the errors that say so), NAdam's mu_product (kept by the host) through a state dict and a
+checkpoint under OneCycleLR, and a checkpoint of an RMSprop run under ReduceLROnPlateau that
+resumes exactly. Their values against torch's: tests/test_optim_reference.py."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from conftest import assert_steps_follow_interpreter
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
+from meganeura.checkpoint import CheckpointError
 from meganeura.compiler import Program, compile_plan
 from meganeura.optim import lr_scheduler
 from meganeura.runtime import default_device
@@ -51,12 +53,23 @@ FORMS = {
         lr=1e-2, alpha=0.9, momentum=0.5, centered=True, weight_decay=0.1, fused=fused
     ),
     "adagrad": lambda fused: optim.Adagrad(lr=0.1, lr_decay=0.05, initial_accumulator_value=0.1, fused=fused),
+    "adamax wd": lambda fused: optim.Adamax(lr=1e-2, betas=(0.8, 0.99), weight_decay=0.1, fused=fused),
+    "nadam wd": lambda fused: optim.NAdam(lr=1e-2, weight_decay=0.1, momentum_decay=0.01, fused=fused),
+    "nadam decoupled": lambda fused: optim.NAdam(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True, fused=fused),
+    "radam decoupled": lambda fused: optim.RAdam(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True, fused=fused),
+    "adadelta wd": lambda fused: optim.Adadelta(lr=0.5, rho=0.8, weight_decay=0.1, fused=fused),
 }
+# The updates a program has applied before its first step here, where not 0: RAdam's step is
+# rectified from update 6 on (torch's ρₜ > 5), so updates 5 to 8 take both forms.
+UPDATES_BEFORE = {"radam decoupled": 4}
 
 
 def trained(name: str, fused: bool, target: Target) -> tuple[Program, list[float]]:
     mn.manual_seed(8)
     program = Program(compile_plan(Net(), ce, SPEC, FORMS[name](fused), target=target))
+    if name in UPDATES_BEFORE:  # the moments' zeros, `step` updates in
+        state = program.optimizer_state_dict() | {"step": np.array(UPDATES_BEFORE[name], np.float32)}
+        program.load_optimizer_state_dict(state)
     return program, [program.train_step(**batch) for batch in BATCHES[:4]]
 
 
@@ -88,7 +101,10 @@ def test_fused_single_tensor_and_multi_tensor_kernels_agree(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["rmsprop centered momentum wd", "adagrad"])
+@pytest.mark.parametrize(
+    "name",
+    ["rmsprop centered momentum wd", "adagrad", "adamax wd", "nadam decoupled", "radam decoupled", "adadelta wd"],
+)
 def test_the_new_optimizers_follow_the_interpreter(name):
     mn.manual_seed(3)
     program = mn.compile(Net(), ce, SPEC, FORMS[name](True))
@@ -104,6 +120,10 @@ def test_state_names_are_torchs():
         "rmsprop": ({"square_avg"}, True),
         "rmsprop centered momentum wd": ({"square_avg", "grad_avg", "momentum_buffer"}, True),
         "adagrad": ({"sum"}, True),
+        "adamax wd": ({"exp_avg", "exp_inf"}, True),
+        "nadam wd": ({"exp_avg", "exp_avg_sq"}, True),  # and mu_product, which the host keeps
+        "radam decoupled": ({"exp_avg", "exp_avg_sq"}, True),
+        "adadelta wd": ({"square_avg", "acc_delta"}, True),
     }
     for name, (states, step) in expected.items():
         with mn.compiler.explain_only():
@@ -161,6 +181,27 @@ def test_torchs_argument_checks():
         {"lr": 1e-2, "alpha": 0.99, "eps": 1e-8, "weight_decay": 0.0, "momentum": 0.0, "centered": False},
         {"lr": 1e-2, "lr_decay": 0.0, "weight_decay": 0.0, "initial_accumulator_value": 0.0, "eps": 1e-10},
     )
+    with pytest.raises(ValueError, match=r"betas\[0\] must be \[0.0, 1.0\)"):
+        optim.NAdam(betas=(1.0, 0.999))
+    with pytest.raises(ValueError, match=r"betas\[1\]"):
+        optim.Adamax(betas=(0.9, -0.1))
+    with pytest.raises(ValueError, match="momentum_decay"):
+        optim.NAdam(momentum_decay=-1e-3)
+    with pytest.raises(TypeError, match="decoupled_weight_decay"):
+        optim.RAdam(decoupled_weight_decay="yes")
+    with pytest.raises(ValueError, match=r"rho must be \[0.0, 1.0\]"):
+        optim.Adadelta(rho=1.1)
+    assert optim.Adadelta(rho=1.0).param_groups[0]["rho"] == 1.0  # torch allows 0 ≤ rho ≤ 1
+    with pytest.raises(KeyError, match="unknown hyper-parameters"):
+        optim.Adamax([{"params": [nn.Linear(2, 2).weight], "amsgrad": True}])
+    betas = (0.9, 0.999)
+    assert [o().defaults for o in (optim.Adamax, optim.NAdam, optim.RAdam, optim.Adadelta)] == [
+        {"lr": 2e-3, "betas": betas, "eps": 1e-8, "weight_decay": 0.0},
+        {"lr": 2e-3, "betas": betas, "eps": 1e-8, "weight_decay": 0.0, "momentum_decay": 4e-3,
+         "decoupled_weight_decay": False},
+        {"lr": 1e-3, "betas": betas, "eps": 1e-8, "weight_decay": 0.0, "decoupled_weight_decay": False},
+        {"lr": 1.0, "rho": 0.9, "eps": 1e-6, "weight_decay": 0.0},
+    ]  # torch's  # fmt: skip
 
 
 def test_sgd_state_from_elsewhere_counts_as_started():
@@ -206,3 +247,122 @@ def test_a_checkpoint_resumes_rmsprop_under_reduce_lr_on_plateau(tmp_path):
         scheduler.step(losses[-1])
     assert losses == expected[3:]
     assert scheduler.get_last_lr() == whole_scheduler.get_last_lr() != [0.05]  # it reduced the rate
+
+
+def test_host_scalars_are_torchs():
+    """RAdam's rectification starts where torch's ρₜ first exceeds 5 (0 before: the plain step), and
+    NAdam's step sizes come from its μ schedule and their float32 running product, as torch's
+    Python code computes them."""
+    radam = optim.RAdam(lr=0.1)
+    group = radam.param_groups[0]
+    rectification = [radam.hyper_fields(group, step)["rectification"] for step in range(1, 9)]
+    assert rectification[:5] == [0.0] * 5 and all(0 < r < 1 for r in rectification[5:])
+    nadam = optim.NAdam(lr=0.1, betas=(0.8, 0.99), momentum_decay=0.01)
+    group = nadam.param_groups[0]
+    product = np.float32(1.0)
+    for step in range(1, 5):
+        mu = 0.8 * (1.0 - 0.5 * 0.96 ** (step * 0.01))
+        mu_next = 0.8 * (1.0 - 0.5 * 0.96 ** ((step + 1) * 0.01))
+        product = product * np.float32(mu)  # torch's float32 tensor
+        fields = nadam.hyper_fields(group, step)
+        assert fields["grad_step_size"] == 0.1 * (1.0 - mu) / (1.0 - float(product))
+        assert fields["momentum_step_size"] == (0.1 * mu_next) / (1.0 - float(product) * mu_next)
+        assert fields["bias_correction2"] == 1 - 0.99**step
+    assert nadam.mu_product(0, 4) == float(product)
+
+
+@pytest.mark.gpu
+def test_nadam_mu_product_follows_a_changing_beta1_through_a_checkpoint(tmp_path):
+    """NAdam's mu_product, which the host keeps, in optimizer_state_dict() (one per parameter,
+    torch's names) and in a checkpoint: a run under OneCycleLR (which cycles β₁) saved after 3
+    steps and resumed gives the uninterrupted run's losses, and a state whose parameters of one
+    group disagree on it is refused."""
+    pytest.importorskip("safetensors")
+
+    def made(seed: int = 5):
+        mn.manual_seed(seed)
+        opt = optim.NAdam(lr=0.01, weight_decay=0.01)
+        return mn.compile(Net(), ce, SPEC, opt), lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=8)
+
+    whole, whole_scheduler = made()
+    expected = []
+    for batch in BATCHES:
+        expected.append(whole.train_step(**batch))
+        whole_scheduler.step()
+    state = whole.optimizer_state_dict()
+    products = {k: v for k, v in state.items() if k.endswith(".mu_product")}
+    assert sorted(products) == [f"{p}.mu_product" for p in ("fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight")]
+    assert len({float(v) for v in products.values()}) == 1 and all(v.shape == () for v in products.values())
+    constant = optim.NAdam(betas=(0.95, 0.999)).mu_product(0, len(BATCHES))  # β₁ as OneCycleLR starts it
+    assert float(products["fc1.bias.mu_product"]) != np.float32(constant)  # the product saw each step's β₁
+    first, first_scheduler = made()
+    for batch in BATCHES[:3]:
+        first.train_step(**batch)
+        first_scheduler.step()
+    path = tmp_path / "nadam.safetensors"
+    first.save(path)
+    resumed, scheduler = made(seed=9)
+    resumed.load(path)
+    assert (
+        resumed.optimizer_state_dict()["fc1.weight.mu_product"] == first.optimizer_state_dict()["fc1.bias.mu_product"]
+    )
+    losses = []
+    for batch in BATCHES[3:]:
+        losses.append(resumed.train_step(**batch))
+        scheduler.step()
+    assert losses == expected[3:]
+    assert resumed.optimizer_state_dict()["fc2.bias.mu_product"] == products["fc2.bias.mu_product"]
+    bad = dict(state) | {"fc1.bias.mu_product": np.array(0.5, np.float32)}
+    with pytest.raises(CheckpointError, match="mu_product differ"):
+        resumed.load_optimizer_state_dict(bad)
+
+
+class Given(nn.Module):
+    """One parameter whose loss Σ p·g has the input g as its gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = nn.Parameter(np.full((3, 5), 0.5, np.float32))
+
+    def forward(self, g):
+        return (self.p * g).sum()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fused", [True, False])
+def test_adamax_infinity_norm_keeps_nan_from_either_side(fused):
+    """Adamax's exp_inf is torch.maximum(exp_inf·β₂, |g| + eps): NaN where either side is (WGSL's
+    max, and numpy's fmax, would return the other side), in the fused kernel and in the single-tensor
+    form the e-graph extracts."""
+    program = mn.compile(Given(), lambda model, g: model(g), {"g": mn.f32[3, 5]}, optim.Adamax(lr=0.1, fused=fused))
+    state = program.optimizer_state_dict()
+    state["p.exp_inf"] = np.full((3, 5), 2.0, np.float32)
+    state["p.exp_inf"][0, 0] = np.nan
+    program.load_optimizer_state_dict(state)
+    g = np.linspace(-1.0, 1.0, 15, dtype=np.float32).reshape(3, 5)
+    g[1, 1], g[2, 2] = np.nan, np.inf
+    program.train_step(g=g)
+    norm = program.optimizer_state_dict()["p.exp_inf"]
+    expected = np.maximum(np.float32(0.999) * state["p.exp_inf"], np.abs(g) + np.float32(1e-8))
+    np.testing.assert_array_equal(np.isnan(norm), np.isnan(expected))
+    assert np.isnan(norm[0, 0]) and np.isnan(norm[1, 1]) and norm[2, 2] == np.inf
+    np.testing.assert_allclose(norm, expected, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_nadam_mu_product_survives_a_plan_for_another_shape():
+    """A batch of another shape compiles another plan mid-run (the optimizer's updates traced
+    again): the running product of μ goes on from the steps before, with the β₁ each step had."""
+    mn.manual_seed(2)
+    opt = optim.NAdam(lr=0.01, betas=(0.9, 0.999))
+    program = mn.compile(Net(), ce, SPEC, opt)
+    betas = [0.9, 0.6, 0.6]
+    program.train_step(**BATCHES[0])
+    opt.betas = (0.6, 0.999)
+    program.train_step(**BATCHES[1])
+    program.train_step(x=BATCHES[2]["x"][:4], y=BATCHES[2]["y"][:4])  # a plan for batches of 4
+    assert len(program.plans) == 2
+    product = np.float32(1.0)
+    for step, beta1 in enumerate(betas, start=1):
+        product = product * np.float32(beta1 * (1.0 - 0.5 * 0.96 ** (step * 4e-3)))
+    assert program.optimizer_state_dict()["fc1.weight.mu_product"] == product

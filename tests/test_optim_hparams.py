@@ -158,6 +158,22 @@ RUN_TIME_CHANGES = {
         lambda m: optim.Adagrad(m.parameters(), lr=0.1),
         {"lr_decay": 0.1, "eps": 1e-3, "weight_decay": 0.1, "lr": 0.05},
     ),
+    "adamax": (
+        lambda m: optim.Adamax(m.parameters(), lr=0.05),
+        {"betas": (0.5, 0.9), "eps": 1e-3, "weight_decay": 0.1, "lr": 0.02},
+    ),
+    "nadam": (  # mu_product (the host's) then runs on with the new β₁ and momentum_decay
+        lambda m: optim.NAdam(m.parameters(), lr=0.05),
+        {"betas": (0.5, 0.9), "momentum_decay": 0.05, "weight_decay": 0.1, "decoupled_weight_decay": True},
+    ),
+    "radam": (
+        lambda m: optim.RAdam(m.parameters(), lr=0.05, weight_decay=0.1, decoupled_weight_decay=True),
+        {"betas": (0.8, 0.9), "eps": 1e-3, "decoupled_weight_decay": False, "lr": 0.02},
+    ),
+    "adadelta": (
+        lambda m: optim.Adadelta(m.parameters(), lr=0.5),
+        {"rho": 0.5, "eps": 1e-4, "weight_decay": 0.1, "lr": 0.2},
+    ),
 }
 
 

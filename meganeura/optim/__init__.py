@@ -1,6 +1,6 @@
 """Optimizers as IR update rules, with exactly PyTorch's update formulas (optimizers.py: SGD, Adam,
-AdamW, RMSprop, Adagrad), and PyTorch's learning-rate schedulers on them (lr_scheduler.py):
-torch.optim's two halves.
+AdamW, RMSprop, Adagrad, Adamax, NAdam, RAdam, Adadelta), and PyTorch's learning-rate schedulers
+on them (lr_scheduler.py): torch.optim's two halves.
 
 >>> from meganeura import optim
 >>> optim.AdamW(lr=1e-3).weight_decay
@@ -12,11 +12,15 @@ from __future__ import annotations
 from meganeura.optim import lr_scheduler  # noqa: F401  (optim.lr_scheduler.StepLR, as in torch)
 from meganeura.optim.optimizers import (  # noqa: F401
     SGD,
+    Adadelta,
     Adagrad,
     Adam,
+    Adamax,
     AdamW,
+    NAdam,
     Optimizer,
     ParamGrad,
+    RAdam,
     RMSprop,
     check_flag,
     check_hyper,

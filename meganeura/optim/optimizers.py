@@ -1,6 +1,6 @@
 """Optimizers as IR update rules, with exactly PyTorch's update formulas (meganeura.optim re-exports
 them): SGD (momentum, dampening, Nesterov), Adam and AdamW (amsgrad), RMSprop (centered, momentum),
-Adagrad (lr_decay).
+Adagrad (lr_decay), Adamax, NAdam and RAdam (decoupled_weight_decay), Adadelta.
 
 An optimizer does not run anything: `build_updates` appends the update of every parameter to the
 training graph (new state leaves for moments, and an `update` per parameter and state), so the
@@ -8,7 +8,7 @@ whole step — forward, backward, update — is one graph and one GPU submission
 
 `fused` is torch.optim's flag of the same name, with the same numbers either way. With
 `fused=True` (the default) each parameter's whole update is one node (`sgd_update`,
-`adam_update`, `rmsprop_update`, `adagrad_update`: ir/ops/optimizer.py) and the compiler updates
+`adam_update`, `rmsprop_update`, …: ir/ops/optimizer.py) and the compiler updates
 many parameters in one kernel (codegen/multi_tensor.py); with `fused=False` each formula is a node
 of its own (Adam: two moments and the step, PyTorch's single-tensor form), and each is a kernel
 per parameter. Either way the state is updated in place.
@@ -29,6 +29,14 @@ from the hyper-parameters and the step count t before its tensor ops (Adam's lr/
 and the Program writes the vectors before each step whose values differ from the last
 (compiler.py `Program.write_hypers`, with t = the updates applied so far + 1), so the device
 never computes a power or 1 − β in f32 and every adapter gets torch's scalars.
+
+NAdam's `mu_product` (Π μₖ over the updates so far), which torch keeps as a float32 tensor on
+the CPU beside `step`, is kept by the host too: it is a function of the step count and the
+hyper-parameters of each update, so the host replays it — in float32, rounded after each product
+as torch's tensor is — and records it as each update is applied (`applied`, from
+Program.step_done), so that hyper-parameters changed between steps (a scheduler cycling β₁)
+enter it as they do torch's. `optimizer_state_dict()` and checkpoints carry it under torch's name
+(`host_state`), and loading one restores it (`load_host_state`).
 
 >>> from meganeura import optim
 >>> optim.AdamW(lr=1e-3).weight_decay
@@ -60,14 +68,25 @@ class ParamGrad:
     parameter: Any = None
 
 
-def check_hyper(name: str, value: float, low: float = 0.0, high: float | None = None) -> float:
+def check_hyper(name: str, value: float, low: float = 0.0, high: float | None = None, closed: bool = False) -> float:
+    """`value` as a float in [low, high) (`closed`: [low, high]), or a TypeError/ValueError naming it."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number, got {value!r}")
     value = float(value)
-    if not np.isfinite(value) or value < low or (high is not None and value >= high):
-        span = f"[{low}, {high})" if high is not None else f">= {low}"
+    beyond = high is not None and (value > high if closed else value >= high)
+    if not np.isfinite(value) or value < low or beyond:
+        span = f"[{low}, {high}{']' if closed else ')'}" if high is not None else f">= {low}"
         raise ValueError(f"{name} must be {span}, got {value}")
     return value
+
+
+def check_betas(index: int, group: dict[str, Any]) -> None:
+    """A group's betas: two numbers in [0, 1) (torch's check)."""
+    betas = group["betas"]
+    if len(tuple(betas)) != 2:
+        raise ValueError(f"param_groups[{index}]['betas'] must be two numbers, got {betas!r}")
+    for k in (0, 1):
+        check_hyper(f"param_groups[{index}] betas[{k}]", betas[k], 0.0, 1.0)
 
 
 def check_flag(name: str, value: bool) -> bool:
@@ -207,6 +226,26 @@ class Optimizer:
         if "step" not in state:
             return 0
         return int(np.asarray(state["step"]).reshape(()))
+
+    def applied(self, step: int) -> None:
+        """Update number `step` was applied on the device, with the values `hyper_values(step)` gave
+        (Program.step_done): what the host keeps across updates follows (NAdam's mu_product)."""
+
+    def host_state(self, step: int) -> dict[str, np.ndarray]:
+        """The state torch keeps that the host holds instead of the device, by name, after update
+        `step` (none but NAdam's `<param>.mu_product`)."""
+        return {}
+
+    def host_state_problems(self, state: dict[str, Any]) -> list[str]:
+        """Every reason the host's part of an optimizer state (names and shapes checked) cannot be loaded."""
+        return []
+
+    def load_host_state(self, state: dict[str, Any], step: int) -> None:
+        """Take the host's part of an optimizer state that has seen `step` updates."""
+
+    def group_index(self, group: dict[str, Any]) -> int:
+        """The position of `group` (by identity) in param_groups."""
+        return next(index for index, g in enumerate(self.param_groups) if g is group)
 
     def check_structure(self, index: int, group: dict[str, Any]) -> None:
         """A change that the compiled graph cannot follow (AMSGrad switched on or off) is an error."""
@@ -476,11 +515,7 @@ class Adam(Optimizer):
     def check_group(self, index, group):
         for key in ("lr", "eps", "weight_decay"):
             check_hyper(f"param_groups[{index}] {key}", group[key])
-        betas = group["betas"]
-        if len(tuple(betas)) != 2:
-            raise ValueError(f"param_groups[{index}]['betas'] must be two numbers, got {betas!r}")
-        for k in (0, 1):
-            check_hyper(f"param_groups[{index}] betas[{k}]", betas[k], 0.0, 1.0)
+        check_betas(index, group)
         check_flag(f"param_groups[{index}] amsgrad", group["amsgrad"])
 
     def hyper_fields(self, group, step):
@@ -706,4 +741,353 @@ class Adagrad(Optimizer):
                     builder.graph.updates[p.name] = builder.emit("rms_step", operands)
                 shape = builder.shape(p.node)
                 initial[names[1]] = np.full(shape, group["initial_accumulator_value"], np.float32)
+        return initial
+
+
+def decoupled_fields(group: dict[str, Any]) -> dict[str, float]:
+    """NAdam's and RAdam's weight decay as their kernels read it: the L2 term's weight (0 when
+    decoupled) and the factor of p (torch's 1 − lr·wd when decoupled, else 1): a run-time choice."""
+    lr, weight_decay = group["lr"], group["weight_decay"]
+    if group["decoupled_weight_decay"]:
+        return {"weight_decay": 0.0, "decay": 1 - lr * weight_decay}
+    return {"weight_decay": weight_decay, "decay": 1.0}
+
+
+class Adamax(Optimizer):
+    """Adamax, Adam on the infinity norm, with L2 weight decay (torch.optim.Adamax); torch has no
+    `fused` flag for it: here it picks the fused or single-tensor form, as for the others."""
+
+    FIELDS = ("one_minus_beta1", "beta2", "step_size", "eps", "weight_decay")
+
+    def __init__(
+        self,
+        params=None,
+        lr: float = 2e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        *,
+        fused: bool = True,
+    ) -> None:
+        self.fused = check_flag("fused", fused)
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
+
+    betas = group_property("betas")
+    eps = group_property("eps")
+
+    def check_group(self, index, group):
+        for key in ("lr", "eps", "weight_decay"):
+            check_hyper(f"param_groups[{index}] {key}", group[key])
+        check_betas(index, group)
+
+    def hyper_fields(self, group, step):
+        # torch's _single_tensor_adamax: clr = lr / (1 − β₁ᵗ) in double (addcdiv_'s value −clr).
+        lr = group["lr"]
+        beta1, beta2 = (float(b) for b in group["betas"])
+        return {
+            "lr": lr,
+            "weight_decay": group["weight_decay"],
+            "beta1": beta1,
+            "beta2": beta2,
+            "one_minus_beta1": 1 - beta1,
+            "eps": group["eps"],
+            "step_size": lr / (1 - beta1**step),
+        }
+
+    def build_group_updates(self, builder, groups, hypers):
+        initial = self.step_counter(builder)
+        zero = builder.const(0.0)
+        for params, h in zip(groups, hypers, strict=True):
+            for p in params:
+                m, u = self.state_leaves(builder, p, ["exp_avg", "exp_inf"])
+                names = [p.name, f"{p.name}.exp_avg", f"{p.name}.exp_inf"]
+                wd = h["weight_decay"]
+                if self.fused:
+                    operands = [p.node, p.grad, m, u, h["one_minus_beta1"], h["beta2"], h["step_size"], h["eps"], wd]
+                    self.record(builder, builder.emit("adamax_update", operands), names)
+                else:
+                    updates = builder.graph.updates
+                    m = updates[names[1]] = builder.emit(
+                        "adam_moment", [m, p.grad, p.node, zero, h["one_minus_beta1"], wd], order=1
+                    )
+                    u = updates[names[2]] = builder.emit("adamax_norm", [u, p.grad, p.node, h["beta2"], h["eps"], wd])
+                    updates[p.name] = builder.emit("adamax_step", [p.node, m, u, h["step_size"]])
+                initial |= {name: np.zeros(builder.shape(p.node), np.float32) for name in names[1:]}
+        return initial
+
+
+class NAdam(Optimizer):
+    """NAdam, Adam with Nesterov momentum on a momentum schedule μₜ = β₁·(1 − ½·0.96^(t·momentum_decay)),
+    with L2 or decoupled weight decay (torch.optim.NAdam). `decoupled_weight_decay` may change at
+    run time, as the other hyper-parameters; torch's per-parameter `mu_product` is kept by the
+    host, one per group (module docstring). torch has no `fused` flag for it: here it picks the
+    fused or single-tensor form, as for the others."""
+
+    FIELDS = (
+        "one_minus_beta1", "beta2", "one_minus_beta2", "bias_correction2", "eps", "grad_step_size",
+        "momentum_step_size", "weight_decay", "decay",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        params=None,
+        lr: float = 2e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum_decay: float = 4e-3,
+        decoupled_weight_decay: bool = False,
+        *,
+        fused: bool = True,
+    ) -> None:
+        self.fused = check_flag("fused", fused)
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
+        defaults |= {"momentum_decay": momentum_decay, "decoupled_weight_decay": decoupled_weight_decay}
+        super().__init__(params, defaults)
+        # Per group: torch's mu_product after update k, for the k recorded (`mu_product`).
+        self.mu_products: list[dict[int, float]] = [{} for _ in self.param_groups]
+        self.members: list[list[str]] = []  # per group: its parameters' names, once compiled
+
+    betas = group_property("betas")
+    eps = group_property("eps")
+
+    def check_group(self, index, group):
+        for key in ("lr", "eps", "weight_decay", "momentum_decay"):
+            check_hyper(f"param_groups[{index}] {key}", group[key])
+        check_betas(index, group)
+        check_flag(f"param_groups[{index}] decoupled_weight_decay", group["decoupled_weight_decay"])
+
+    @staticmethod
+    def mu(group: dict[str, Any], step: int) -> float:
+        """torch's μ of update `step`, in double: β₁·(1 − 0.5·0.96^(step·momentum_decay))."""
+        return float(group["betas"][0]) * (1.0 - 0.5 * (0.96 ** (step * group["momentum_decay"])))
+
+    def mu_product(self, index: int, step: int) -> float:
+        """torch's state["mu_product"] of group `index` after update `step`: the float32 running
+        product of the μₖ, from the last one recorded at or before `step` (1 at step 0), each
+        further μₖ at the group's current hyper-parameters."""
+        known = self.mu_products[index] if index < len(self.mu_products) else {}
+        start = max((k for k in known if k <= step), default=0)
+        product = np.float32(known.get(start, 1.0))
+        group = self.param_groups[index]
+        for k in range(start + 1, step + 1):
+            product = product * np.float32(self.mu(group, k))  # torch's mu_product *= mu, a float32 tensor
+        return float(product)
+
+    def hyper_fields(self, group, step):
+        # torch's _single_tensor_nadam, in Python double from the float32 mu_product: the two
+        # addcdiv_ values −lr·(1 − μₜ)/(1 − Πμ) and −lr·μₜ₊₁/(1 − Πμ·μₜ₊₁), and 1 − β₂ᵗ.
+        lr = group["lr"]
+        beta1, beta2 = (float(b) for b in group["betas"])
+        mu_next = self.mu(group, step + 1)
+        product = self.mu_product(self.group_index(group), step)
+        return {
+            "lr": lr,
+            "beta1": beta1,
+            "beta2": beta2,
+            "one_minus_beta1": 1 - beta1,
+            "one_minus_beta2": 1 - beta2,
+            "eps": group["eps"],
+            "bias_correction2": 1 - beta2**step,
+            "grad_step_size": lr * (1.0 - self.mu(group, step)) / (1.0 - product),
+            "momentum_step_size": (lr * mu_next) / (1.0 - product * mu_next),
+            **decoupled_fields(group),
+        }
+
+    def applied(self, step):
+        for index in range(len(self.param_groups)):
+            self.mu_products[index] = {step: self.mu_product(index, step)}
+
+    def host_state(self, step):
+        return {
+            f"{name}.mu_product": np.array(self.mu_product(index, step), np.float32)
+            for index, names in enumerate(self.members)
+            for name in names
+        }
+
+    def host_state_problems(self, state):
+        problems = []
+        for index, names in enumerate(self.members):
+            values = np.unique([np.asarray(state[f"{name}.mu_product"], np.float32).reshape(()) for name in names])
+            if len(values) > 1:  # (np.unique counts NaN once)
+                problems.append(
+                    f"param_groups[{index}]: its parameters' mu_product differ ({values.tolist()}); "
+                    "meganeura's NAdam keeps one for each parameter group"
+                )
+        return problems
+
+    def load_host_state(self, state, step):
+        for index, names in enumerate(self.members):
+            if names:
+                self.mu_products[index] = {step: float(np.asarray(state[f"{names[0]}.mu_product"]).reshape(()))}
+
+    def build_group_updates(self, builder, groups, hypers):
+        initial = self.step_counter(builder)
+        self.members = [[p.name for p in params] for params in groups]
+        # (kept: the plan of another input shape is built mid-run, on the same history)
+        self.mu_products += [{} for _ in self.param_groups[len(self.mu_products) :]]
+        zero = builder.const(0.0)
+        for params, h in zip(groups, hypers, strict=True):
+            for p in params:
+                m, v = self.state_leaves(builder, p, ["exp_avg", "exp_avg_sq"])
+                names = [p.name, f"{p.name}.exp_avg", f"{p.name}.exp_avg_sq"]
+                moments = [h["one_minus_beta1"], h["beta2"], h["one_minus_beta2"]]
+                steps = [h["grad_step_size"], h["momentum_step_size"], h["bias_correction2"], h["eps"]]
+                wd, decay = h["weight_decay"], h["decay"]
+                if self.fused:
+                    operands = [p.node, p.grad, m, v, *moments, h["bias_correction2"], h["eps"]]
+                    operands += [h["grad_step_size"], h["momentum_step_size"], wd, decay]
+                    self.record(builder, builder.emit("nadam_update", operands), names)
+                else:
+                    updates = builder.graph.updates
+                    m = updates[names[1]] = builder.emit(
+                        "adam_moment", [m, p.grad, p.node, zero, moments[0], wd], order=1
+                    )
+                    v = updates[names[2]] = builder.emit("adam_moment", [v, p.grad, p.node, *moments[1:], wd], order=2)
+                    updates[p.name] = builder.emit("nadam_step", [p.node, p.grad, m, v, *steps, wd, decay])
+                initial |= {name: np.zeros(builder.shape(p.node), np.float32) for name in names[1:]}
+        return initial
+
+
+class RAdam(Optimizer):
+    """RAdam, Adam with its variance rectified (the unrectified step p − lr·m̂ while torch's ρₜ ≤ 5),
+    with L2 or decoupled weight decay (torch.optim.RAdam); `decoupled_weight_decay` may change at
+    run time, as the other hyper-parameters. torch has no `fused` flag for it: here it picks the
+    fused or single-tensor form, as for the others."""
+
+    FIELDS = (
+        "one_minus_beta1", "beta2", "one_minus_beta2", "lr", "bias_correction1", "bias_correction2_sqrt", "eps",
+        "rectification", "weight_decay", "decay",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        params=None,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        decoupled_weight_decay: bool = False,
+        *,
+        fused: bool = True,
+    ) -> None:
+        self.fused = check_flag("fused", fused)
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
+        super().__init__(params, {**defaults, "decoupled_weight_decay": decoupled_weight_decay})
+
+    betas = group_property("betas")
+    eps = group_property("eps")
+
+    def check_group(self, index, group):
+        for key in ("lr", "eps", "weight_decay"):
+            check_hyper(f"param_groups[{index}] {key}", group[key])
+        check_betas(index, group)
+        check_flag(f"param_groups[{index}] decoupled_weight_decay", group["decoupled_weight_decay"])
+
+    def hyper_fields(self, group, step):
+        # torch's _single_tensor_radam, in Python double: 1 − β₁ᵗ, (1 − β₂ᵗ)^0.5, the SMA lengths
+        # ρ∞ = 2/(1 − β₂) − 1 and ρₜ = ρ∞ − 2t·β₂ᵗ/(1 − β₂ᵗ), and where ρₜ > 5 the rectification
+        # ((ρₜ − 4)(ρₜ − 2)ρ∞ / ((ρ∞ − 4)(ρ∞ − 2)ρₜ))^0.5 (else 0: the kernels take the plain step).
+        beta1, beta2 = (float(b) for b in group["betas"])
+        bias_correction2 = 1 - beta2**step
+        rho_inf = 2 / (1 - beta2) - 1
+        rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+        rectification = 0.0
+        if rho_t > 5.0:
+            rectification = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+        return {
+            "lr": group["lr"],
+            "beta1": beta1,
+            "beta2": beta2,
+            "one_minus_beta1": 1 - beta1,
+            "one_minus_beta2": 1 - beta2,
+            "eps": group["eps"],
+            "bias_correction1": 1 - beta1**step,
+            "bias_correction2_sqrt": bias_correction2**0.5,
+            "rectification": rectification,
+            **decoupled_fields(group),
+        }
+
+    def build_group_updates(self, builder, groups, hypers):
+        initial = self.step_counter(builder)
+        zero = builder.const(0.0)
+        for params, h in zip(groups, hypers, strict=True):
+            for p in params:
+                m, v = self.state_leaves(builder, p, ["exp_avg", "exp_avg_sq"])
+                names = [p.name, f"{p.name}.exp_avg", f"{p.name}.exp_avg_sq"]
+                moments = [h["one_minus_beta1"], h["beta2"], h["one_minus_beta2"]]
+                step = [h["lr"], h["bias_correction1"], h["bias_correction2_sqrt"], h["eps"], h["rectification"]]
+                wd, decay = h["weight_decay"], h["decay"]
+                if self.fused:
+                    operands = [p.node, p.grad, m, v, *moments, *step, wd, decay]
+                    self.record(builder, builder.emit("radam_update", operands), names)
+                else:
+                    updates = builder.graph.updates
+                    m = updates[names[1]] = builder.emit(
+                        "adam_moment", [m, p.grad, p.node, zero, moments[0], wd], order=1
+                    )
+                    v = updates[names[2]] = builder.emit("adam_moment", [v, p.grad, p.node, *moments[1:], wd], order=2)
+                    updates[p.name] = builder.emit("radam_step", [p.node, m, v, *step, decay])
+                initial |= {name: np.zeros(builder.shape(p.node), np.float32) for name in names[1:]}
+        return initial
+
+
+class Adadelta(Optimizer):
+    """Adadelta with L2 weight decay (torch.optim.Adadelta); torch has no `fused` flag for it: here
+    it picks the fused or single-tensor form, as for the others."""
+
+    FIELDS = ("lr", "rho", "one_minus_rho", "eps", "weight_decay")
+
+    def __init__(
+        self,
+        params=None,
+        lr: float = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        *,
+        fused: bool = True,
+    ) -> None:
+        self.fused = check_flag("fused", fused)
+        super().__init__(params, {"lr": lr, "rho": rho, "eps": eps, "weight_decay": weight_decay})
+
+    eps = group_property("eps")
+
+    def check_group(self, index, group):
+        for key in ("lr", "eps", "weight_decay"):
+            check_hyper(f"param_groups[{index}] {key}", group[key])
+        check_hyper(f"param_groups[{index}] rho", group["rho"], 0.0, 1.0, closed=True)
+
+    def hyper_fields(self, group, step):
+        return {
+            "lr": group["lr"],
+            "weight_decay": group["weight_decay"],
+            "rho": group["rho"],
+            "one_minus_rho": 1 - group["rho"],  # both addcmul_'s value
+            "eps": group["eps"],
+        }
+
+    def step_key(self, step):
+        return None  # nothing depends on the step count
+
+    def build_group_updates(self, builder, groups, hypers):
+        initial = self.step_counter(builder)
+        zero = builder.const(0.0)
+        for params, h in zip(groups, hypers, strict=True):
+            for p in params:
+                s, acc = self.state_leaves(builder, p, ["square_avg", "acc_delta"])
+                names = [p.name, f"{p.name}.square_avg", f"{p.name}.acc_delta"]
+                average, wd = [h["rho"], h["one_minus_rho"]], h["weight_decay"]
+                if self.fused:
+                    operands = [p.node, p.grad, s, acc, h["lr"], *average, h["eps"], wd]
+                    self.record(builder, builder.emit("adadelta_update", operands), names)
+                else:
+                    # square_avg and acc_delta are moments (of g′, and of the direction δ), and the
+                    # step is p − lr·δ (torch's add_ with alpha −lr).
+                    updates = builder.graph.updates
+                    s = updates[names[1]] = builder.emit("adam_moment", [s, p.grad, p.node, *average, wd], order=2)
+                    delta = builder.emit("adadelta_delta", [p.grad, p.node, s, acc, h["eps"], wd])
+                    updates[names[2]] = builder.emit("adam_moment", [acc, delta, zero, *average, zero], order=2)
+                    updates[p.name] = builder.emit("sgd_step", [p.node, delta, h["lr"], zero])
+                initial |= {name: np.zeros(builder.shape(p.node), np.float32) for name in names[1:]}
         return initial
