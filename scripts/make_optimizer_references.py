@@ -14,12 +14,17 @@ maximum and the moments' history matter), applied by torch.optim in float32 on t
 single-tensor code (foreach=False), the reference the tests hold meganeura's update to within
 1e-6 of. A scenario may start from a loaded state (`start`: the step count and moments of a
 run already `start` updates in, torch's state["step"] and its tensors), the case where the bias
-corrections differ most from 1 − β computed in f32. The file holds, by name:
+corrections differ most from 1 − β computed in f32, and may change hyper-parameters of every
+group before some steps (`changes`: {step: {key: value}}, as a scheduler would: NAdam's running
+product of its momentum schedule then sees each step's β₁). The file holds, by name:
 
     meta                    a JSON string: scenario, optimizer, hyper-parameters, parameter
-                            groups (parameter names), shapes, steps, start, torch version
+                            groups (parameter names), shapes, steps, start, torch version, and
+                            the changes where a scenario has some
     init/<name>             every parameter before the first step (float32)
-    start/<name>.<state>    the loaded optimizer state (float32), and start/step (scenarios with a start)
+    start/<name>.<state>    the loaded optimizer state (float32; NAdam's mu_product the product of
+                            its μ over the `start` updates, as torch's float32 tensor holds it),
+                            and start/step (scenarios with a start)
     step<k>/grad/<name>     the gradient of step k (float32)
     step<k>/param/<name>    the parameter after step k (float32, torch's float32 run)
     state/<name>.<state>    the optimizer's state after the last step (float32), in meganeura's
@@ -110,6 +115,47 @@ SCENARIOS = {
         ),
         "param_scale": 0.05, "seed": 16,
     },
+    "adamax_default": {"optimizer": ("Adamax", {}), "param_scale": 0.002, "seed": 18},
+    "adamax_groups": {
+        "optimizer": ("Adamax", {"lr": 1e-2, "weight_decay": 0.1}),
+        "groups": [{"params": ["a"], "betas": (0.3, 0.9), "eps": 1e-3}, {"params": ["b", "c"], "lr": 3e-2}],
+        "param_scale": 0.01, "seed": 19,
+    },
+    "nadam_default": {"optimizer": ("NAdam", {}), "param_scale": 0.002, "seed": 20},
+    "nadam_decoupled": {
+        "optimizer": (
+            "NAdam",
+            {"lr": 1e-2, "betas": (0.8, 0.99), "eps": 1e-6, "weight_decay": 0.1, "momentum_decay": 0.01,
+             "decoupled_weight_decay": True},
+        ),
+        "param_scale": 0.01, "seed": 21,
+    },
+    "nadam_groups_changing_beta1": {  # the running product of μ sees each step's β₁ and momentum_decay
+        "optimizer": ("NAdam", {"lr": 1e-2, "weight_decay": 0.05}),
+        "groups": [{"params": ["a", "b"], "betas": (0.5, 0.9)}, {"params": ["c"], "decoupled_weight_decay": True}],
+        "changes": {2: {"betas": (0.95, 0.999)}, 4: {"momentum_decay": 0.05, "lr": 5e-3}},
+        "param_scale": 0.01, "seed": 22,
+    },
+    "nadam_from_step_1000": {
+        "optimizer": ("NAdam", {"lr": 1e-2, "betas": (0.99, 0.99999), "weight_decay": 0.1}),
+        "param_scale": 0.005, "seed": 23, "start": 1000,
+    },
+    "radam_default": {"optimizer": ("RAdam", {}), "param_scale": 0.001, "seed": 24},  # rectified from step 6
+    "radam_decoupled_groups": {
+        "optimizer": ("RAdam", {"lr": 1e-2, "weight_decay": 0.1, "decoupled_weight_decay": True}),
+        "groups": [{"params": ["a"], "betas": (0.8, 0.9), "eps": 1e-4}, {"params": ["b", "c"], "lr": 3e-2}],
+        "param_scale": 0.01, "seed": 25,
+    },
+    "radam_from_step_1000": {  # every step rectified
+        "optimizer": ("RAdam", {"lr": 1e-2, "betas": (0.9, 0.99999), "weight_decay": 0.1}),
+        "param_scale": 0.005, "seed": 26, "start": 1000,
+    },
+    "adadelta_default": {"optimizer": ("Adadelta", {}), "param_scale": 0.002, "seed": 27},
+    "adadelta_groups": {
+        "optimizer": ("Adadelta", {"lr": 0.5, "rho": 0.8, "eps": 1e-4, "weight_decay": 0.1}),
+        "groups": [{"params": ["a", "c"]}, {"params": ["b"], "rho": 0.95, "lr": 2.0}],
+        "param_scale": 0.02, "seed": 28,
+    },
 }  # fmt: skip
 
 # torch's state keys by optimizer, in the order meganeura names them after the parameter.
@@ -119,12 +165,26 @@ STATE_KEYS = {
     "SGD": ("momentum_buffer",),
     "RMSprop": ("square_avg", "grad_avg", "momentum_buffer"),
     "Adagrad": ("sum",),
+    "Adamax": ("exp_avg", "exp_inf"),
+    "NAdam": ("exp_avg", "exp_avg_sq", "mu_product"),
+    "RAdam": ("exp_avg", "exp_avg_sq"),
+    "Adadelta": ("square_avg", "acc_delta"),
 }
+
+
+def mu_product(hyper: dict, steps: int) -> torch.Tensor:
+    """NAdam's state["mu_product"] after `steps` updates at these hyper-parameters, as torch's
+    single-tensor code multiplies it (a float32 tensor, μ in Python double)."""
+    beta1, momentum_decay = hyper.get("betas", (0.9, 0.999))[0], hyper.get("momentum_decay", 4e-3)
+    product = torch.tensor(1.0)
+    for step in range(1, steps + 1):
+        product *= beta1 * (1.0 - 0.5 * (0.96 ** (float(step) * momentum_decay)))
+    return product
 
 
 def loaded_state(name: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """A state `start` updates in for one parameter: moments of a run (first moments N(0, 0.01),
-    second moments U(1e-6, 1e-4), AMSGrad's maximum above them)."""
+    second moments U(1e-6, 1e-4), AMSGrad's maximum above them; those of the optimizer's state)."""
     shape = SHAPES[name]
     v = rng.uniform(1e-6, 1e-4, shape).astype(np.float32)
     return {
@@ -155,7 +215,9 @@ def run(spec: dict, init, start_state, grads):
                     state[key] = torch.tensor(value)
             optimizer.state[p] = state
     history = []
-    for step_grads in grads:
+    for step, step_grads in enumerate(grads):
+        for group in optimizer.param_groups:
+            group.update(spec.get("changes", {}).get(step, {}))
         for n, p in params.items():
             p.grad = torch.tensor(step_grads[n])
         optimizer.step()
@@ -176,6 +238,13 @@ def generate(name: str) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(spec["seed"])
     init = {n: rng.normal(0.0, spec["param_scale"], shape).astype(np.float32) for n, shape in SHAPES.items()}
     start_state = {n: loaded_state(n, rng) for n in SHAPES} if spec.get("start") else None
+    if start_state:  # the states of the optimizer (and NAdam's product of μ over the start)
+        opt_name, hyper = spec["optimizer"]
+        keys = STATE_KEYS[opt_name]
+        start_state = {n: {k: v for k, v in state.items() if k in keys} for n, state in start_state.items()}
+        if "mu_product" in keys:
+            product = mu_product(hyper, spec["start"]).numpy()
+            start_state = {n: {**state, "mu_product": product} for n, state in start_state.items()}
     grads = [
         {n: (rng.normal(0.0, 1.0, shape) * GRAD_SCALES[k]).astype(np.float32) for n, shape in SHAPES.items()}
         for k in range(STEPS)
@@ -192,6 +261,8 @@ def generate(name: str) -> dict[str, np.ndarray]:
         "start": spec.get("start", 0),
         "torch": torch.__version__.split("+")[0],
     }
+    if "changes" in spec:
+        meta["changes"] = spec["changes"]
     arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta, sort_keys=True))}
     for n, value in init.items():
         arrays[f"init/{n}"] = value

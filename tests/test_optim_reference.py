@@ -2,7 +2,8 @@
 (written by scripts/make_optimizer_references.py, which needs torch; these tests do not).
 
 Each file applies one torch.optim optimizer (its single-tensor code) to three parameters of
-ragged shapes with given gradients for 6 steps, some from a loaded state 1000 updates in. Here a
+ragged shapes with given gradients for 6 steps, some from a loaded state 1000 updates in, some
+with hyper-parameters changed between steps. Here a
 model whose loss is Σ sum(p·g) has exactly those gradients (its inputs), so the step is the
 optimizer alone. Compared after every step: the update p_k − p_{k−1} of each parameter, within
 UPDATE_RTOL of torch's relative to its norm once each element is allowed the rounding of
@@ -135,9 +136,19 @@ def state_problems(program, arrays: dict[str, np.ndarray]) -> list[str]:
     return problems
 
 
-def run_and_compare(program, meta, arrays, feeds_of_step) -> list[str]:
+def apply_changes(opt: optim.Optimizer, meta: dict, step: int) -> None:
+    """The scenario's hyper-parameter changes before step `step` (0-based), in every group, as
+    the script applies them to torch's optimizer."""
+    for key, value in meta.get("changes", {}).get(str(step), {}).items():
+        for group in opt.param_groups:
+            group[key] = tuple(value) if isinstance(value, list) else value
+
+
+def run_and_compare(program, meta, arrays, feeds_of_step, opt=None) -> list[str]:
     problems = []
     for step in range(meta["steps"]):
+        if opt is not None:
+            apply_changes(opt, meta, step)
         before = program.state_dict()
         for fed in feeds_of_step(step):
             program.train_step(**fed)
@@ -154,20 +165,24 @@ def scenario(request):
 @pytest.mark.gpu
 def test_fused_updates_match_pytorch(scenario):
     meta, arrays = scenario
-    program, _ = program_of(meta, arrays)
-    problems = run_and_compare(program, meta, arrays, lambda step: [feed(arrays, step)])
+    program, opt = program_of(meta, arrays)
+    problems = run_and_compare(program, meta, arrays, lambda step: [feed(arrays, step)], opt)
     assert not problems, f"{meta['scenario']} differs from torch's float32 run: " + "; ".join(problems)
 
 
-SINGLE_TENSOR = ["adamw_amsgrad", "adam_from_step_1000", "sgd_nesterov", "rmsprop_centered_momentum", "adagrad_decay"]
+SINGLE_TENSOR = [
+    "adamw_amsgrad", "adam_from_step_1000", "sgd_nesterov", "rmsprop_centered_momentum", "adagrad_decay",
+    "adamax_groups", "nadam_groups_changing_beta1", "nadam_decoupled", "radam_decoupled_groups",
+    "radam_from_step_1000", "adadelta_groups",
+]  # fmt: skip
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", SINGLE_TENSOR)
 def test_single_tensor_updates_match_pytorch(name):
     meta, arrays = load(name)
-    program, _ = program_of(meta, arrays, fused=False)
-    problems = run_and_compare(program, meta, arrays, lambda step: [feed(arrays, step)])
+    program, opt = program_of(meta, arrays, fused=False)
+    problems = run_and_compare(program, meta, arrays, lambda step: [feed(arrays, step)], opt)
     assert not problems, f"{name} (fused=False) differs from torch's float32 run: " + "; ".join(problems)
 
 
@@ -237,16 +252,24 @@ def test_the_interpreter_follows_pytorch(scenario):
     states = dict(program.traced.initial_states)
     start = under(arrays, "start/")
     states |= {name: start[name].reshape(states[name].shape) for name in start if name in states}
+    if start:
+        opt.load_host_state(start, meta["start"])  # (NAdam's mu_product: the Program's load does this)
     problems = []
     for step in range(meta["steps"]):
+        apply_changes(opt, meta, step)
         states |= opt.hyper_values(meta["start"] + step + 1)
         result = interpret(program.graph, feed(arrays, step), params, states)
+        opt.applied(meta["start"] + step + 1)  # (as Program.step_done)
         after = {name: result.updates[name] for name in params}
         errors = update_errors(params, after, arrays, step)
         problems += [f"step {step} {name}: {e:.2e}" for name, e in errors.items() if not e <= UPDATE_RTOL]
         params = after
         states |= {name: value for name, value in result.updates.items() if name in states}
     assert not problems, "; ".join(problems)
+    host = opt.host_state(meta["start"] + meta["steps"])
+    assert {name: float(value) for name, value in host.items()} == {
+        name: float(value) for name, value in under(arrays, "state/").items() if name in host
+    }  # NAdam's mu_product: torch's float32 product, bit for bit
 
 
 def program_of_traced(meta: dict, arrays: dict[str, np.ndarray]):
@@ -266,7 +289,10 @@ def test_the_files_cover_the_options():
         ("Adam", "amsgrad"), ("AdamW", "amsgrad"), ("Adam", "betas"), ("Adam", "weight_decay"),
         ("AdamW", "weight_decay"), ("SGD", "nesterov"), ("SGD", "dampening"), ("RMSprop", "centered"),
         ("RMSprop", "momentum"), ("RMSprop", "alpha"), ("Adagrad", "lr_decay"),
-        ("Adagrad", "initial_accumulator_value"), ("Adagrad", "weight_decay"),
+        ("Adagrad", "initial_accumulator_value"), ("Adagrad", "weight_decay"), ("Adamax", "betas"),
+        ("Adamax", "eps"), ("Adamax", "weight_decay"), ("NAdam", "betas"), ("NAdam", "weight_decay"),
+        ("NAdam", "momentum_decay"), ("NAdam", "decoupled_weight_decay"), ("RAdam", "betas"), ("RAdam", "weight_decay"),
+        ("RAdam", "decoupled_weight_decay"), ("Adadelta", "rho"), ("Adadelta", "eps"), ("Adadelta", "weight_decay"),
     }  # fmt: skip
     assert expected <= seen
     assert any(m["start"] == 1000 for m in metas)
