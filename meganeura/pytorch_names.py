@@ -45,9 +45,8 @@ ANOTHER_WAY = {
         "requires_grad_": "compile() takes the gradients of the model's nn.Parameters",
     },
     "meganeura.optim": {
-        "LBFGS": "not here: first-order optimizers only (SGD, Adam, AdamW, RMSprop, Adagrad)",
-        "NAdam": "not here yet: optim.Adam",
-        "RAdam": "not here yet: optim.Adam",
+        "LBFGS": "not here: first-order optimizers only (SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, NAdam, RAdam, "
+        "Adadelta)",
     },
 }
 

@@ -1225,10 +1225,29 @@ OPTIMIZER = [
         OptimizerCase("optim.Adagrad(params, lr=0.1)"),
         OptimizerCase("optim.Adagrad(params, lr=0.1, lr_decay=0.01, weight_decay=0.1, initial_accumulator_value=0.2)"),
     ),
-    optimizer("Adamax", OptimizerCase("optim.Adamax(params, lr=0.01)")),
-    optimizer("NAdam", OptimizerCase("optim.NAdam(params, lr=0.01)")),
-    optimizer("RAdam", OptimizerCase("optim.RAdam(params, lr=0.01)")),
-    optimizer("Adadelta", OptimizerCase("optim.Adadelta(params)")),
+    optimizer(
+        "Adamax",
+        OptimizerCase("optim.Adamax(params, lr=0.01)"),
+        OptimizerCase("optim.Adamax(params, lr=0.01, betas=(0.8, 0.9), eps=1e-3, weight_decay=0.1)"),
+    ),
+    optimizer(
+        "NAdam",
+        OptimizerCase("optim.NAdam(params, lr=0.01)"),
+        OptimizerCase("optim.NAdam(params, lr=0.01, betas=(0.8, 0.9), weight_decay=0.1, momentum_decay=0.01)"),
+        OptimizerCase("optim.NAdam(params, lr=0.01, weight_decay=0.1, decoupled_weight_decay=True)"),
+    ),
+    optimizer(
+        "RAdam",
+        OptimizerCase("optim.RAdam(params, lr=0.01)"),
+        OptimizerCase(  # rectified from step 6 on
+            "optim.RAdam(params, lr=0.01, betas=(0.9, 0.9), weight_decay=0.1, decoupled_weight_decay=True)", steps=8
+        ),
+    ),
+    optimizer(
+        "Adadelta",
+        OptimizerCase("optim.Adadelta(params)"),
+        OptimizerCase("optim.Adadelta(params, lr=0.5, rho=0.8, eps=1e-4, weight_decay=0.1)"),
+    ),
     optimizer(
         "Optimizer (its learning rate set by a scheduler between steps)",
         OptimizerCase("optim.SGD(params, lr=0.1, momentum=0.9)", "lr_scheduler.StepLR(opt, 2, gamma=0.5)", steps=5),
@@ -1282,13 +1301,7 @@ ITEMS: list[Item] = TENSOR + FUNCTIONAL + LOSS + MODULE + INIT + OPTIMIZER + SCH
 # What meganeura does not have (an item's cases then document the port and must fail loudly).
 # Keyed by item name; the README's limits list them with the reason.
 
-NO_OPTIMIZER = "no such optimizer in meganeura"
-
 UNSUPPORTED: dict[str, str] = {  # by item
-    **dict.fromkeys(
-        ["torch.optim.Adadelta", "torch.optim.Adamax", "torch.optim.NAdam", "torch.optim.RAdam"], NO_OPTIMIZER
-    ),
-
 }  # fmt: skip
 
 UNSUPPORTED_CASES: dict[str, str] = {  # by case id: the cases that fail in an item that is supported

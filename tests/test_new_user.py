@@ -118,7 +118,7 @@ def test_pytorch_names_meganeura_lacks_say_what_to_use():
     cases = [
         (lambda: nn.Conv3d(4, 4, 3), r"meganeura.nn has no 'Conv3d' \(PyTorch's torch.nn.Conv3d\): no 3-D convolution"),
         (lambda: functional.grid_sample, r"torch.nn.functional.grid_sample"),
-        (lambda: optim.NAdam, r"torch.optim.NAdam"),
+        (lambda: optim.LBFGS, r"torch.optim.LBFGS\): not here: first-order optimizers only"),
         (lambda: nn.Linearr, r"no 'Linearr'; names here that are close: Linear"),
     ]
     for attempt, message in cases:
