@@ -689,8 +689,8 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, o
 
 def clamped_outside_autograd(x: Tensor, low: float) -> Tensor:
     """max(x, low) whose gradient is x's own (PyTorch's `with torch.no_grad(): x.clamp_(min=low)`
-    on a tensor autograd tracks): detach(max(x, low)) + (x − detach(x)), the second term exactly 0."""
-    return clamp(x, min=low).detach() + (x - x.detach())
+    on a tensor autograd tracks)."""
+    return apply("value_with_gradient_of", clamp(x, min=low), x)
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:

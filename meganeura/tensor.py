@@ -1294,14 +1294,28 @@ def elementwise_extreme(op: str, input, other) -> Tensor:
     return apply(op, input, other)
 
 
+def extreme_of_all(input, largest: bool) -> Tensor:
+    """torch.max(x) / torch.min(x) with no dim: the extreme of every element (NaN if any is NaN),
+    its gradient split evenly between the elements equal to it, or between the NaNs when it is
+    NaN (torch's evenly_distribute_backward; amax's gradient over a NaN is NaN everywhere)."""
+    x = lift(input)
+    peak = (amax(x) if largest else amin(x)).detach()
+    nan = apply("isnan", x) * apply("isnan", peak)
+    chosen = apply("equal", x, peak) + nan  # disjoint: x == NaN is never true
+    share = (chosen / sum(chosen)).detach()
+    carrier = sum(where(chosen, x, 0.0) * share)
+    return apply("value_with_gradient_of", peak, carrier)
+
+
 def tensor_max(input, dim=None, keepdim: bool = False):
-    """torch.max: with no dim the maximum of all elements (the gradient split between ties, as
-    amax); with a dim, (values, indices) along it (first of ties, NaN counts as the maximum; the
-    gradient goes to that index alone); with a tensor, the elementwise maximum."""
+    """torch.max: with no dim the maximum of all elements (the gradient split between ties, or
+    between the NaNs: `extreme_of_all`); with a dim, (values, indices) along it (first of ties,
+    NaN counts as the maximum; the gradient goes to that index alone); with a tensor, the
+    elementwise maximum."""
     if isinstance(dim, Tensor):
         return elementwise_extreme("maximum", input, dim)
     if dim is None:
-        return amax(input)
+        return extreme_of_all(input, largest=True)
     return extreme_along(input, dim, keepdim, largest=True)
 
 
@@ -1311,7 +1325,7 @@ def tensor_min(input, dim=None, keepdim: bool = False):
     if isinstance(dim, Tensor):
         return elementwise_extreme("minimum", input, dim)
     if dim is None:
-        return amin(input)
+        return extreme_of_all(input, largest=False)
     return extreme_along(input, dim, keepdim, largest=False)
 
 

@@ -263,9 +263,6 @@ IMG = normal(2, 3, 7, 6)
 SEQ = normal(2, 5, 8)  # [batch, seq, features]
 NOT_TORCH_RNG = "random numbers: the same distribution as torch's, not the same numbers (compared by a KS test)"
 DROPOUT = "in training the mask's distribution and scale are torch's, not its numbers; in eval the identity"
-MAX_NAN_GRADIENT = (
-    "the gradient of x.max()/x.min() over a NaN is NaN everywhere; torch's goes to the NaN elements, split evenly"
-)
 
 # ---------------------------------------------------------------------------------------------
 # Tensor operations
@@ -1305,8 +1302,6 @@ UNSUPPORTED: dict[str, str] = {  # by item
 }  # fmt: skip
 
 UNSUPPORTED_CASES: dict[str, str] = {  # by case id: the cases that fail in an item that is supported
-    "torch.max[4]": MAX_NAN_GRADIENT,
-    "torch.min[3]": MAX_NAN_GRADIENT,
 }  # fmt: skip
 
 # The cases that fail on the device (a bug): kept off the device run, listed in the README's limits.

@@ -357,6 +357,15 @@ def no_gradient(b, xs, y, g):
     return [None] * len(xs)
 
 
+def value_with_gradient_of(value: np.ndarray, carrier: np.ndarray) -> np.ndarray:
+    """`value` broadcast with `carrier` (whose values are not read)."""
+    return np.broadcast_to(value, np.broadcast_shapes(np.shape(value), np.shape(carrier))).copy()
+
+
+def vjp_gradient_of(b, xs, y, g):
+    return [None, g]  # the value's operand gets none; the carrier the whole gradient
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -398,6 +407,18 @@ FUNCTIONS: dict[str, Function] = {
         # torch's detach: the value itself, cut off from autodiff (its VJP gives no gradient); a
         # copy in the graph, which the pointwise rules inline into whatever reads it.
         unary("detach", lambda x: np.array(x, copy=True), "{0}", no_gradient, "x, with no gradient (stop-gradient)"),
+        # The value of the first operand with the gradient of the second (whose value is unused): a
+        # result PyTorch computes outside autograd and differentiates as something else — x.max()
+        # spreads its gradient over the maxima, a clamp under no_grad passes it through unchanged.
+        Function(
+            "value_with_gradient_of",
+            2,
+            value_with_gradient_of,
+            "mn_first({0}, {1})",
+            vjp_gradient_of,
+            "the first operand's value, the second's gradient",
+            ("mn_first",),
+        ),
         # Read from the bits, not as x == x or x - x == 0: WGSL lets a compiler assume that no
         # value is NaN or infinite, and such a test may then be folded to true.
         unary(
@@ -623,6 +644,7 @@ WGSL_HELPERS: dict[str, str] = {
     "mn_isfinite": """fn mn_isfinite(x: f32) -> f32 {
     return select(0.0, 1.0, (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u);
 }""",
+    "mn_first": "fn mn_first(value: f32, carrier: f32) -> f32 {\n    return value;\n}",
     "mn_leaky_relu": "fn mn_leaky_relu(x: f32, slope: f32) -> f32 {\n    return select(x * slope, x, x > 0.0);\n}",
     # NaN and ±∞ read from the bits (see isfinite above: x != x may be folded to false).
     "mn_isnan": "fn mn_isnan(x: f32) -> bool {\n    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;\n}",
