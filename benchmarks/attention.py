@@ -161,7 +161,7 @@ def attention_step(kind: str, q_shape, kv_shape, repeat: int, per_query_head: bo
 def step_inputs(q_shape, kv_shape) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     q, k, v, d_o = (rng.normal(size=s).astype(np.float32) for s in (q_shape, kv_shape, kv_shape, q_shape))
-    o, lse = evaluate_attention(q, k, v, True, 1.0 / np.sqrt(q_shape[-1]))
+    o, lse = evaluate_attention(q, k, v, causal=True, scale=1.0 / np.sqrt(q_shape[-1]))
     delta = attention_delta(o, d_o).astype(np.float32)
     return {"q": q, "k": k, "v": v, "delta": delta, "lse": lse.astype(np.float32), "do": d_o}
 
@@ -172,11 +172,11 @@ def expected_result(kind: str, inputs: dict[str, np.ndarray], per_query_head: bo
     q, k, v = values["q"], values["k"], values["v"]
     scale = 1.0 / np.sqrt(q.shape[-1])
     if kind == "attention":
-        return evaluate_attention(q, k, v, True, scale)[0]
-    backward = (q, k, v, values["delta"], values["lse"], values["do"], True, scale)
+        return evaluate_attention(q, k, v, causal=True, scale=scale)[0]
+    backward = (q, k, v, values["delta"], values["lse"], values["do"])
     if kind == "attention_grad_q":
-        return evaluate_attention_grad_q(*backward)
-    return evaluate_attention_grad_kv(*backward, per_query_head=per_query_head)[0]
+        return evaluate_attention_grad_q(*backward, causal=True, scale=scale)
+    return evaluate_attention_grad_kv(*backward, causal=True, scale=scale, per_query_head=per_query_head)[0]
 
 
 def kernel_ms(
@@ -239,13 +239,13 @@ def scores_matmul_ms(
     values = {name: value.astype(np.float64) for name, value in inputs.items()}
     backward = [values[name] for name in ("q", "k", "v", "delta", "lse", "do")]
     scale = 1.0 / np.sqrt(d)
-    _, _, scores = evaluate_attention_grad_kv(*backward, True, scale, scores=True)
+    _, _, scores = evaluate_attention_grad_kv(*backward, causal=True, scale=scale, scores=True)
     used = {"ds": scores.astype(np.float32), "k": inputs["k"]}
     got = executable.run(used, read=("r0",))["r0"].reshape(q_shape)
     executable.heat(used, 0.1)
     _, profile = executable.profile(used)
     times = sorted(kernel.ns for kernel in profile.kernels if kernel.kind == "matmul")
-    expected = evaluate_attention_grad_q(*backward, True, scale)
+    expected = evaluate_attention_grad_q(*backward, causal=True, scale=scale)
     error = float(np.abs(got - expected).max() / np.abs(expected).max())
     return times[len(times) // 2] / 1e6, error, executable.kernels[0].label
 

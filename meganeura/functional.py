@@ -1026,12 +1026,12 @@ def scaled_dot_product_attention(
     gradient flows where it is a parameter). A query row whose keys are all hidden gives zeros
     (and no gradient), as torch. Setting both attn_mask and is_causal raises, as torch's reference.
 
-    Without a mask or dropout, one fused op (`attention`): the forward kernel runs an online
-    softmax and never writes the scores; the backward recomputes them from the row log-sum-exp.
-    With a mask, or dropout_p > 0 (applied whatever the training mode, as PyTorch), traced as
-    written (batched matmuls, the softmax of the masked scores, dropout of the weights), whose
-    scores [batch, heads, seq_q, seq_kv] are a buffer: the fused kernels take no mask operand and
-    draw no dropout.
+    Without a mask, one fused op (`attention`): the forward kernel runs an online softmax and
+    never writes the scores; the backward recomputes them from the row log-sum-exp. dropout_p > 0
+    (applied whatever the training mode, as PyTorch) is drawn inside those kernels, each drawing
+    the weights' mask again from the step's random stream (ir/ops/transformer.py). With a mask,
+    traced as written (batched matmuls, the softmax of the masked scores, dropout of the weights),
+    whose scores [batch, heads, seq_q, seq_kv] are a buffer: the fused kernels take no mask operand.
     """
     query, key, value = lift(query), lift(key), lift(value)
     at = user_source_line()
@@ -1054,12 +1054,23 @@ def scaled_dot_product_attention(
             "pass enable_gqa=True for grouped-query attention"
         )
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    if attn_mask is None and dropout_p == 0.0:
-        out, _ = apply_results("attention", query, key, value, causal=bool(is_causal), scale=scale)
-        return out
     if attn_mask is None:
-        return attention_with_dropout(query, key, value, bool(is_causal), scale, dropout_p)
+        return fused_attention(query, key, value, bool(is_causal), scale, dropout_p)
     return masked_attention(query, key, value, lift(attn_mask), scale, at, dropout_p)
+
+
+def fused_attention(query: Tensor, key: Tensor, value: Tensor, causal: bool, scale: float, p: float) -> Tensor:
+    """The `attention` op's output; with p > 0 it reads the step's RNG state and a stream of its own."""
+    if p == 0.0:
+        out, _ = apply_results("attention", query, key, value, causal=causal, scale=scale)
+        return out
+    if p == 1.0:  # every weight dropped: zeros (NaN where the weights are NaN), as PyTorch
+        return fused_attention(query, key, value, causal, scale, 0.0) * 0.0
+    tracer = query.tracer
+    state = Tensor(tracer, tracer.rng_state())
+    stream = tracer.next_stream()
+    out, _ = apply_results("attention", query, key, value, state, causal=causal, scale=scale, dropout=p, stream=stream)
+    return out
 
 
 COMPARISONS = frozenset({"greater", "greater_equal", "less", "less_equal", "equal", "not_equal"})
@@ -1121,31 +1132,6 @@ def masked_attention(
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)
     return apply("matmul", weights, value)
-
-
-def attention_with_dropout(query: Tensor, key: Tensor, value: Tensor, causal: bool, scale: float, p: float) -> Tensor:
-    """dropout(softmax(query·keyᵀ·scale [+ causal mask]), p)·value, traced unfused (PyTorch's
-    reference formula): the scores are materialised, the dropout mask fuses into the kernels around
-    them by the e-graph. Key and value heads are repeated for grouped-query attention (each kv
-    head serves heads // kv_heads consecutive query heads, as torch's enable_gqa)."""
-    heads, kv_heads = query.shape[1], key.shape[1]
-    if heads != kv_heads:
-        if heads % kv_heads:
-            raise ShapeError(
-                f"{user_source_line()}: scaled_dot_product_attention: {heads} query heads do not divide into "
-                f"{kv_heads} key/value heads"
-            )
-        group = heads // kv_heads
-        batch, _, seq, dim = key.shape
-        key, value = (
-            reshape(broadcast_to(reshape(t, (batch, kv_heads, 1, seq, dim)), (batch, kv_heads, group, seq, dim)),
-                    (batch, heads, seq, dim))
-            for t in (key, value)
-        )  # fmt: skip
-    scores = matmul(query, transpose(key, -2, -1)) * scale
-    if causal:
-        scores = scores + causal_mask(query.shape[-2], key.shape[-2])
-    return matmul(dropout(softmax(scores, -1), p), value)
 
 
 def dropout_probability(p, name: str) -> float:

@@ -9,12 +9,13 @@ an optimizer, 5 training steps in float64 from seeded float32 values. The file l
 of scripts/make_torch_references.py (whose helpers this script reuses: meta, init/, step<k>/input,
 step<k>/loss, step<k>/delta, step<k>/noise32), plus, for the models that draw random numbers:
 
-    step<k>/random/<stream>  the values meganeura's random node number <stream> draws at step k
-                             (uniform for a dropout mask, normal for randn_like), after the first
-                             and the last step's draws (float32, exact)
+    step<k>/random/<stream>  the values meganeura's draw number <stream> takes at step k (uniform
+                             for a dropout mask, normal for randn_like, the 16-bit halves of a
+                             fused attention's dropout), after the first and the last step's draws
+                             (float32, exact)
 
-and `meta` names the program seed (`rng_seed`) and lists the draws (stream, shape, normal) in
-trace order. The digits families also name the rows of sklearn's load_digits() they train on
+and `meta` names the program seed (`rng_seed`) and lists the draws (stream, shape, kind: "uniform",
+"normal" or "attention") in trace order. The digits families also name the rows of sklearn's load_digits() they train on
 (`meta["rows"]`), which the tests check against sklearn.
 
 Random numbers cannot come from torch's generator: meganeura draws Philox4x32-10
@@ -23,7 +24,9 @@ Random numbers cannot come from torch's generator: meganeura draws Philox4x32-10
 uniform = (bits[0] >> 8)·2⁻²⁴, normal = Box–Muller of bits[0] and bits[1] — and the torch models
 take them in meganeura's trace order: `Draws` numbers the draws of a step 0, 1, 2… as meganeura's
 tracer numbers its random nodes. Dropout keeps u ≥ p and scales by f32(1)/f32(1 − p), as
-meganeura's F.dropout (and torch's `noise.div_(1 - p)` in float32).
+meganeura's F.dropout (and torch's `noise.div_(1 - p)` in float32). SDPA's dropout_p is drawn
+inside meganeura's fused attention kernels, a Philox call per eight keys (ir/ops/transformer.py):
+`attention_dropout` keeps what they keep.
 
 The digits (sklearn's bundled 8×8 images) are read from sklearn's CSV with numpy (this script
 imports only torch and numpy): from the sklearn that Python finds, else from the file that
@@ -159,13 +162,45 @@ class Draws:
     def start(self, step: int) -> None:
         self.step, self.log = step, []
 
-    def take(self, shape: tuple[int, ...], normal: bool) -> np.ndarray:
+    def take(self, shape: tuple[int, ...], kind: str) -> np.ndarray:
+        """The draw of the next stream: "uniform" or "normal" (a random node), or "attention" (the
+        16-bit halves that a fused attention's dropout compares, `attention_halves`)."""
         if self.seed is None:
             raise RuntimeError("this scenario draws random numbers: give it an rng_seed")
         stream = len(self.log)
-        values = draw(self.seed, self.step, tuple(shape), stream, normal)
-        self.log.append((stream, tuple(shape), normal, values))
+        if kind == "attention":
+            values = attention_halves(self.seed, self.step, tuple(shape), stream)
+        else:
+            values = draw(self.seed, self.step, tuple(shape), stream, kind == "normal")
+        self.log.append((stream, tuple(shape), kind, values))
         return values
+
+
+def attention_halves(seed: int, step: int, shape: tuple[int, ...], stream: int) -> np.ndarray:
+    """The random halves of meganeura's fused attention dropout (ir/ops/transformer.py): one
+    Philox call per eight keys of a query row, counter ((row·⌈Skv/8⌉ + j // 8), stream, step), its
+    four words split into 16-bit halves, low half first, as float32 (exact)."""
+    b, h, sq, skv = shape
+    groups = -(-skv // 8)
+    calls = b * h * sq * groups
+    counter = np.zeros((4, calls), dtype=np.uint32)
+    counter[0] = np.arange(calls, dtype=np.uint32)
+    counter[1] = stream
+    counter[2], counter[3] = step & MASK32, step >> 32
+    words = philox4x32_10(counter, (seed & MASK32, seed >> 32))  # [4, calls]
+    halves = np.stack([words & np.uint32(0xFFFF), words >> np.uint32(16)])  # [2, 4, calls]
+    per_key = halves.transpose(2, 1, 0).reshape(b * h * sq, groups * 8)[:, :skv]
+    return per_key.astype(np.float32).reshape(shape)
+
+
+def attention_dropout(weights: torch.Tensor, p: float, draws: Draws, training: bool = True) -> torch.Tensor:
+    """SDPA's dropout of the attention weights as meganeura's fused attention draws it: a key is
+    kept where its random half reaches ⌈f32(p)·2¹⁶⌉, the kept weights scaled by f32(1)/f32(1 − p)."""
+    if not training or p == 0.0:
+        return weights
+    keep = draws.take(tuple(weights.shape), "attention") >= math.ceil(float(np.float32(p)) * 2.0**16)
+    scale = float(np.float32(1.0) / np.float32(1.0 - p))
+    return weights * torch.tensor(keep * scale, dtype=weights.dtype)
 
 
 def dropout(x: torch.Tensor, p: float, draws: Draws, training: bool = True) -> torch.Tensor:
@@ -173,14 +208,14 @@ def dropout(x: torch.Tensor, p: float, draws: Draws, training: bool = True) -> t
     the kept values scaled by float32(1) / float32(1 − p)."""
     if not training or p == 0.0:
         return x
-    keep = draws.take(tuple(x.shape), normal=False) >= np.float32(p)
+    keep = draws.take(tuple(x.shape), "uniform") >= np.float32(p)
     scale = float(np.float32(1.0) / np.float32(1.0 - p))
     return x * torch.tensor(keep * scale, dtype=x.dtype)
 
 
 def randn_like(x: torch.Tensor, draws: Draws) -> torch.Tensor:
     """torch.randn_like with meganeura's numbers (Box–Muller of Philox, float32 values)."""
-    return torch.tensor(draws.take(tuple(x.shape), normal=True), dtype=x.dtype)
+    return torch.tensor(draws.take(tuple(x.shape), "normal"), dtype=x.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +225,8 @@ def randn_like(x: torch.Tensor, draws: Draws) -> torch.Tensor:
 
 class CausalSelfAttention(nn.Module):
     """GPT-2's attention (HF names): c_attn → causal softmax(q·kᵀ/√d) → attn dropout → ·v → c_proj
-    → resid dropout; written out, as torch's SDPA would draw its own dropout mask."""
+    → resid dropout; written out, as torch's SDPA would draw its own dropout mask (the weights'
+    mask is meganeura's fused attention's, `attention_dropout`)."""
 
     def __init__(self, cfg, draws):
         super().__init__()
@@ -205,7 +241,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.reshape(b, s, self.heads, hd).transpose(1, 2) for t in self.c_attn(x).split(d, dim=-1))
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
         scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
-        att = dropout(torch.softmax(scores, dim=-1), self.p, self.draws, self.training)
+        att = attention_dropout(torch.softmax(scores, dim=-1), self.p, self.draws, self.training)
         out = (att @ v).transpose(1, 2).reshape(b, s, d)
         return dropout(self.c_proj(out), self.p, self.draws, self.training)
 
@@ -285,7 +321,7 @@ class SelfAttention(nn.Module):
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
         q, k, v = (t.reshape(b, s, self.heads, hd).transpose(1, 2) for t in qkv.split(d, dim=-1))
         att = torch.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd)), dim=-1)
-        att = dropout(att, self.p, self.draws, self.training)
+        att = attention_dropout(att, self.p, self.draws, self.training)
         return self.out_proj((att @ v).transpose(1, 2).reshape(b, s, d))
 
 
@@ -667,7 +703,7 @@ def generate(name: str) -> dict[str, np.ndarray]:
         "steps": STEPS,
         "delta_steps": list(DELTA_STEPS),
         "rng_seed": spec.get("rng_seed"),
-        "random": [[stream, list(shape), normal] for stream, shape, normal, _ in drawn[0]],
+        "random": [[stream, list(shape), kind] for stream, shape, kind, _ in drawn[0]],
         "rows": rows,
         "torch": torch.__version__.split("+")[0],
     }

@@ -44,13 +44,19 @@
 // and out_s are arrays of f32.
 // Grid: TILES workgroups, folded into (GRID_X, y).
 //
-// Placeholders: BINDINGS and attention_layout's, BR, BC, THREADS, DV, TILES, SEQ_TILES, VEC4
+// DROPOUT (the op's dropout > 0): the weights P are dropped as they are used, the mask staged per
+// tile (`stage_keep`, below): the forward's O takes P ∘ M/(1 − p) while its running sum takes P;
+// dQ's and dK's dS = P ∘ (M/(1 − p)·(dO·Vᵀ) − D), dV takes (P ∘ M/(1 − p))ᵀ. The RNG state binds
+// after the reads.
+//
+// Placeholders: BINDINGS and attention_layout's and attention_dropout's, BR, BC, THREADS, DV, TILES, SEQ_TILES, VEC4
 // (load/store helpers) and the per-kernel code (DS_ZEROS empty without out_s); flags CAUSAL, FORWARD, GRAD_Q, GRAD_KV,
 // PER_QUERY_HEAD, ROW_LANES, ROWS_AHEAD (dK/dV: THREADS >= BR), TILE_MAJOR.
 
 {{BINDINGS}}
 
 //#include attention_layout
+//#include attention_dropout
 
 const BR: u32 = {{BR}}u;
 const BC: u32 = {{BC}}u;
@@ -108,6 +114,38 @@ fn query_start(k0: u32) -> u32 {
     return 0u;
 //#endif
 }
+
+// DROPOUT: the tile's mask (query rows q0…, keys k0…, of query head bh) is staged by every kernel
+// before its scores, a Philox call per eight keys (attention_dropout.wgsl), as bits: word
+// r·KEY_WORDS + c / 8, bit c % 8 for query row r and key column c of the tile.
+//#if DROPOUT
+const KEY_WORDS: u32 = BC / 8u;  // the lowering refuses tiles whose BC is no multiple of 8
+var<workgroup> tile_keep: array<u32, BR * KEY_WORDS>;
+
+fn stage_keep(lid: u32, bh: u32, q0: u32, k0: u32) {
+    for (var e = lid; e < BR * KEY_WORDS; e += THREADS) {
+        let r = e / KEY_WORDS;
+        let group = k0 / 8u + e % KEY_WORDS;
+        var bits = 0u;
+        if (q0 + r < SQ && group < KEY_GROUPS) {
+            bits = keep_bits(bh * SQ + q0 + r, group);
+        }
+        tile_keep[e] = bits;
+    }
+}
+
+// The factor of the staged tile's weight of query row r and key column c: 0 or 1/(1 − p).
+fn kept(r: u32, c: u32) -> f32 {
+    return select(0.0, DROP_SCALE, ((tile_keep[r * KEY_WORDS + c / 8u] >> (c % 8u)) & 1u) != 0u);
+}
+//#else
+fn stage_keep(lid: u32, bh: u32, q0: u32, k0: u32) {
+}
+
+fn kept(r: u32, c: u32) -> f32 {
+    return 1.0;
+}
+//#endif
 
 //#if FORWARD
 //#else
@@ -170,6 +208,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     {{KV_DECLARE}}
     for (var k0 = 0u; k0 < stop; k0 += BC) {
         workgroupBarrier();  // the previous tile's readers are done (first time: Q is staged)
+        stage_keep(lid, bh, q0, k0);
         {{STORE_K}}
         workgroupBarrier();
         {{SCORES}}
@@ -199,7 +238,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             var sum = 0.0;
             for (var j = lane; j < BC; j += LANES) {
                 let p = exp(tile_s[base + j] - peak);
-                tile_s[base + j] = p;
+                tile_s[base + j] = p * kept(r, j);  // the sum is of the undropped weights
                 sum += p;
             }
             lane_sum[lid] = sum;
@@ -226,7 +265,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             var sum = 0.0;
             for (var j = 0u; j < BC; j++) {
                 let p = exp(tile_s[base + j] - peak);
-                tile_s[base + j] = p;
+                tile_s[base + j] = p * kept(r, j);  // the sum is of the undropped weights
                 sum += p;
             }
             let alpha = exp(row_m[r] - peak);
@@ -275,6 +314,7 @@ fn attention_grad_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
     {{PREFETCH_DECLARE}}
     for (var k0 = 0u; k0 < stop; k0 += BC) {
         workgroupBarrier();  // the previous tile's readers are done
+        stage_keep(lid, bh, q0, k0);
         {{PREFETCH_STORE}}
         let next_k0 = k0 + BC;
         if (next_k0 < stop) {  // its loads wait in registers while this tile is computed
@@ -340,6 +380,7 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
         let q0 = first_q0 + (step % walk) * BR;
         let q_base = bh * SQ * D;
         workgroupBarrier();  // the previous tile's readers are done (first time: K, V are staged)
+        stage_keep(lid, bh, q0, k0);
         {{PREFETCH_STORE}}
 //#if ROWS_AHEAD
         if (lid < BR) {

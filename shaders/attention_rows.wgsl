@@ -11,11 +11,15 @@
 //     of KV head hk that see key j, dV_j = Σ_r P_rj·do_r and dK_j = scale·Σ_r dS_rj·q_r.
 //
 // Grid: ceil(ROWS / 64) workgroups of 64 threads, folded into (GRID_X, y).
-// Placeholders: BINDINGS and attention_layout's; flags CAUSAL, FORWARD, GRAD_Q, GRAD_KV.
+// With DROPOUT each weight is dropped where it is used (attention_dropout.wgsl `drop_factor`, a
+// Philox call per weight here), as attention.wgsl's header says.
+// Placeholders: BINDINGS, attention_layout's and attention_dropout's; flags CAUSAL, DROPOUT, FORWARD, GRAD_Q,
+// GRAD_KV.
 
 {{BINDINGS}}
 
 //#include attention_layout
+//#include attention_dropout
 
 // The keys query i sees: all, or 0..=i when causal.
 fn key_end(i: u32) -> u32 {
@@ -80,9 +84,10 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         let m_new = max(m, s);
         let alpha = exp(m - m_new);
         let p = exp(s - m_new);
-        l = l * alpha + p;
+        l = l * alpha + p;  // the undropped weights' sum
+        let w = p * drop_factor(row, j);
         for (var d = 0u; d < D; d++) {
-            acc[d] = acc[d] * alpha + p * v[kj + d];
+            acc[d] = acc[d] * alpha + w * v[kj + d];
         }
         m = m_new;
     }
@@ -112,7 +117,7 @@ fn attention_grad_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
         for (var d = 0u; d < D; d++) {
             dp += d_o[qi + d] * v[kj + d];
         }
-        let ds = p * (dp - di);
+        let ds = p * (dp * drop_factor(row, j) - di);
         for (var d = 0u; d < D; d++) {
             acc[d] += ds * k[kj + d];
         }
@@ -147,9 +152,10 @@ fn attention_grad_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
             for (var d = 0u; d < D; d++) {
                 dp += d_o[qi + d] * v[kj + d];
             }
-            let ds = p * (dp - delta[query]);
+            let f = drop_factor(query, j);
+            let ds = p * (dp * f - delta[query]);
             for (var d = 0u; d < D; d++) {
-                dv[d] += p * d_o[qi + d];
+                dv[d] += p * f * d_o[qi + d];
                 dk[d] += ds * q[qi + d];
             }
         }

@@ -314,12 +314,14 @@ def run_gpu(
     return Executable(compile_step(graph, target), default_device(), parameters, dict(states or {}))
 
 
-def check(graph: Graph, inputs: dict, rtol: float = 1e-5, atol: float = 1e-5, target: Target = GENERIC) -> Executable:
+def check(
+    graph: Graph, inputs: dict, rtol: float = 1e-5, atol: float = 1e-5, target: Target = GENERIC, states=None
+) -> Executable:
     """Run `graph` on the GPU (its kernels for `target`) and compare every output with the
-    interpreter in float64."""
-    executable = run_gpu(graph, inputs, target=target)
+    interpreter in float64 (`states`: the values of its state leaves, such as the RNG state)."""
+    executable = run_gpu(graph, inputs, states=states, target=target)
     got = executable.run(inputs, read=tuple(graph.outputs))
-    expected = interpret(graph, inputs, dtype=np.float64).outputs
+    expected = interpret(graph, inputs, states=states, dtype=np.float64).outputs
     for name, value in expected.items():
         assert got[name].shape == value.shape, name
         np.testing.assert_allclose(got[name], value, rtol=rtol, atol=atol, err_msg=name)
@@ -330,8 +332,9 @@ def check(graph: Graph, inputs: dict, rtol: float = 1e-5, atol: float = 1e-5, ta
 # Gradients: finite differences in float64, in the middle of a chain
 
 
-def gradcheck(op, shapes, rng, positive=False, labels=None, away_from_zero=False):
-    """Compare autodiff's gradients of a mid-chain `op` with central differences; return max rel error."""
+def gradcheck(op, shapes, rng, positive=False, labels=None, away_from_zero=False, states=None):
+    """Compare autodiff's gradients of a mid-chain `op` with central differences; return max rel error
+    (`states`: the values of the state leaves the op reads, such as the RNG state)."""
     tracer = Tracer()
     params, values = [], {}
     with tracing(tracer):
@@ -370,18 +373,20 @@ def gradcheck(op, shapes, rng, positive=False, labels=None, away_from_zero=False
         if grads[node] is not None:  # None: the loss does not depend on it smoothly (a mask's input)
             graph.outputs[f"grad_{name}"] = grads[node]
     inputs = {k: v for k, v in values.items() if not k.startswith("p")}
-    return worst_gradient_error(graph, inputs, {name: values[name] for name, _ in params})
+    return worst_gradient_error(graph, inputs, {name: values[name] for name, _ in params}, states=states)
 
 
-def worst_gradient_error(graph: Graph, inputs: dict, params: dict[str, np.ndarray], eps: float = 1e-6) -> float:
+def worst_gradient_error(
+    graph: Graph, inputs: dict, params: dict[str, np.ndarray], eps: float = 1e-6, states: dict | None = None
+) -> float:
     """The worst relative error of the graph's outputs grad_<p> (zero where missing) against
     central differences of its output `loss` in each parameter p, on the interpreter in float64;
     relative to the largest numeric gradient of p, at least 1e-3."""
 
     def loss_at(point):
-        return float(interpret(graph, inputs, point, dtype=np.float64).outputs["loss"])
+        return float(interpret(graph, inputs, point, states, dtype=np.float64).outputs["loss"])
 
-    analytic = interpret(graph, inputs, params, dtype=np.float64).outputs
+    analytic = interpret(graph, inputs, params, states, dtype=np.float64).outputs
     worst = 0.0
     for name in params:
         numeric = np.zeros_like(params[name], dtype=np.float64)

@@ -58,7 +58,7 @@ def test_attention_semantics(causal, heads, seqs):
     (h, hkv), (sq, skv) = heads, seqs
     q, k, v = RNG.normal(size=(2, h, sq, 4)), RNG.normal(size=(2, hkv, skv, 4)), RNG.normal(size=(2, hkv, skv, 4))
     out, lse = reference(q, k, v, causal, 0.4)
-    got_out, got_lse = evaluate_attention(q, k, v, causal, 0.4)  # one op, two results
+    got_out, got_lse = evaluate_attention(q, k, v, causal=causal, scale=0.4)  # one op, two results
     np.testing.assert_allclose(got_out, out, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(got_lse, lse, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(evaluate_attention_lse(q, k, causal, 0.4), lse, rtol=1e-10, atol=1e-12)
@@ -372,7 +372,7 @@ def test_dk_dv_per_query_head_at_ragged_shapes(causal, q_shape, kv_shape, tiles,
     b, h, sq, _ = q_shape
     shapes = [q_shape, kv_shape, kv_shape, (b, h, sq), (b, h, sq), q_shape]
     q, k, v, _, _, do = (rng.normal(size=shape).astype(np.float32) for shape in shapes)
-    o, lse = evaluate_attention(q, k, v, causal, 1.0 / np.sqrt(d))
+    o, lse = evaluate_attention(q, k, v, causal=causal, scale=1.0 / np.sqrt(d))
     values = [q, k, v, attention_delta(o, do).astype(np.float32), lse.astype(np.float32), do]
     graph = Graph()
     leaves = [typed_leaf(graph, "input", f"x{i}", shape) for i, shape in enumerate(shapes)]
@@ -604,13 +604,14 @@ def test_dq_is_the_matmul_of_the_scores_that_dk_dv_writes(causal, heads, seqs):
     (h, hkv), (sq, skv) = heads, seqs
     rng = np.random.default_rng(4)
     q, k, v, do = (rng.normal(size=s) for s in ((2, h, sq, 4), (2, hkv, skv, 4), (2, hkv, skv, 4), (2, h, sq, 4)))
-    o, lse = evaluate_attention(q, k, v, causal, 0.4)
-    backward = (q, k, v, attention_delta(o, do), lse, do, causal, 0.4)
-    grad_k, grad_v, scores = evaluate_attention_grad_kv(*backward, scores=True)
+    o, lse = evaluate_attention(q, k, v, causal=causal, scale=0.4)
+    backward = (q, k, v, attention_delta(o, do), lse, do)
+    attrs = {"causal": causal, "scale": 0.4}
+    grad_k, grad_v, scores = evaluate_attention_grad_kv(*backward, **attrs, scores=True)
     assert scores.shape == (2, hkv, skv, h // hkv * sq)
     dq = (np.swapaxes(scores, -1, -2) @ k).reshape(2, h, sq, 4)
-    np.testing.assert_allclose(dq, evaluate_attention_grad_q(*backward), rtol=1e-12, atol=1e-12)
-    for got, plain in zip((grad_k, grad_v), evaluate_attention_grad_kv(*backward), strict=True):
+    np.testing.assert_allclose(dq, evaluate_attention_grad_q(*backward, **attrs), rtol=1e-12, atol=1e-12)
+    for got, plain in zip((grad_k, grad_v), evaluate_attention_grad_kv(*backward, **attrs), strict=True):
         np.testing.assert_array_equal(got, plain)
     per_head = np.moveaxis(scores.reshape(2, hkv, skv, h // hkv, sq), 3, 2)  # [b, kv head, g, key, query]
     hidden = np.arange(skv)[:, None] > np.arange(sq)[None, :]  # [key, query]: the causal mask's

@@ -8,10 +8,11 @@ U-Net (vae_digits.py, vit_digits.py, diffusion_digits.py) — loaded with the in
 and trained 5 steps on the file's batches, on lavapipe and on the numpy interpreter: the device
 must follow the interpreter (losses rtol 1e-4, each tensor's update within 5e-4 of its size), and
 both must match PyTorch's float64 run (test_torch_reference's tolerances). The random numbers —
-dropout masks, the VAE's ε — are meganeura's own Philox draws, which the script computes with numpy
-and feeds to its torch models in meganeura's trace order: `test_the_scripts_draws_are_meganeuras`
-holds the stored draws to meganeura/ir/ops/random.py, and each family test holds the order and
-shapes of its program's random nodes to the script's.
+dropout masks, the VAE's ε, the fused attention's dropout — are meganeura's own Philox draws, which
+the script computes with numpy and feeds to its torch models in meganeura's trace order:
+`test_the_scripts_draws_are_meganeuras` holds the stored draws to meganeura/ir/ops/random.py and
+ir/ops/transformer.py, and each family test holds the order and shapes of its program's draws to
+the script's.
 
 Each family test also asserts the rewrites the e-graph chose for it (`program.report()`), and
 prints its rule summary when one is missing.
@@ -42,6 +43,7 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn
 from meganeura.ir.ops.random import draw, rng_state
+from meganeura.ir.ops.transformer import dropout_halves
 
 FAMILY_DIR = REFERENCE_DIR / "families"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -210,10 +212,22 @@ def assert_rules_fired(program, expected: list[str]) -> None:
     assert not missing, f"rules not used by the plan: {missing}\n{rule_summary(program)}"
 
 
+def program_draws(program) -> list[list]:
+    """[stream, shape, kind] of each draw of the program's step, in stream order: its random nodes
+    ("uniform", "normal") and the forward attentions with dropout ("attention", the weights' shape)."""
+    draws = []
+    for n in program.graph.nodes:
+        if n.op == "rand":
+            draws.append([n.attr("stream"), list(n.attr("shape")), "normal" if n.attr("normal") else "uniform"])
+        elif n.op == "attention" and n.attr("dropout") > 0:
+            q, k = (program.graph[i].shape for i in n.inputs[:2])
+            draws.append([n.attr("stream"), [*q[:3], k[2]], "attention"])
+    return sorted(draws)
+
+
 def check_random_nodes(program, ref: Reference) -> None:
-    """The program's random nodes, in stream order, are the script's draws: same shapes and kinds."""
-    nodes = sorted((n for n in program.graph.nodes if n.op == "rand"), key=lambda n: n.attr("stream"))
-    ours = [[n.attr("stream"), list(n.attr("shape")), bool(n.attr("normal"))] for n in nodes]
+    """The program's draws, in stream order, are the script's: same shapes and kinds."""
+    ours = program_draws(program)
     assert ours == ref.meta["random"], f"random nodes {ours} differ from the reference's draws {ref.meta['random']}"
     if ours:
         assert program.rng_seed == ref.meta["rng_seed"]
@@ -327,10 +341,14 @@ def test_the_scripts_draws_are_meganeuras(name):
     ref = family_reference(name)
     with np.load(FAMILY_DIR / f"{name}.npz") as data:
         for step in ref.meta["delta_steps"]:
-            for stream, shape, normal in ref.meta["random"]:
+            for stream, shape, kind in ref.meta["random"]:
                 stored = data[f"step{step}/random/{stream}"]
-                ours = draw(rng_state(ref.meta["rng_seed"], step), tuple(shape), stream, normal)
-                if normal:  # float32 log, sqrt and cos: numpy's in both, rounded alike
+                state = rng_state(ref.meta["rng_seed"], step)
+                if kind == "attention":
+                    ours = dropout_halves(state, tuple(shape), stream).astype(np.float32)
+                else:
+                    ours = draw(state, tuple(shape), stream, kind == "normal")
+                if kind == "normal":  # float32 log, sqrt and cos: numpy's in both, rounded alike
                     np.testing.assert_allclose(stored, ours, rtol=0, atol=1e-6)
                 else:
                     np.testing.assert_array_equal(stored, ours)

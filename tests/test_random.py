@@ -35,6 +35,7 @@ from meganeura.ir.autodiff import gradients
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.ops.random import RNG_STATE, draw, philox4x32, rng_state
+from meganeura.ir.ops.transformer import dropout_keep
 from meganeura.ir.trace import Tracer, tracing
 from meganeura.runtime import default_device
 from meganeura.target import GENERIC
@@ -439,7 +440,8 @@ def test_attention_with_dropout_matches_the_formula():
     program = mn.compile(
         DropoutAttention(), inputs={"q": mn.f32[1, 4, 5, 8], "k": mn.f32[1, 2, 5, 8], "v": mn.f32[1, 2, 5, 8]}, seed=4
     )
-    assert not any(n.op == "attention" for n in program.graph)  # traced unfused
+    (node,) = [n for n in program.graph if n.op == "attention"]  # one fused op that draws its own mask
+    assert node.attr("dropout") == 0.25 and node.attr("stream") == 0
     rng = np.random.default_rng(6)
     q, k, v = (rng.normal(size=s).astype(np.float32) for s in ((1, 4, 5, 8), (1, 2, 5, 8), (1, 2, 5, 8)))
     got = program(q=q, k=k, v=v)
@@ -447,5 +449,5 @@ def test_attention_with_dropout_matches_the_formula():
     scores = q.astype(np.float64) @ k4.transpose(0, 1, 3, 2) / math.sqrt(8) + np.triu(np.full((5, 5), -np.inf), 1)
     probabilities = np.exp(scores - scores.max(-1, keepdims=True))
     probabilities /= probabilities.sum(-1, keepdims=True)
-    keep = draw(rng_state(4, 0), (1, 4, 5, 5), 0) >= 0.25
+    keep = dropout_keep(rng_state(4, 0), (1, 4, 5, 5), 0, 0.25)
     np.testing.assert_allclose(got, (probabilities * keep / 0.75) @ v4, rtol=1e-5, atol=1e-5)

@@ -121,17 +121,19 @@ def vec4s(d: int) -> int:
     return -(-d // 4)
 
 
-def workgroup_bytes(kind: str, tiles: Tiles, d: int) -> int:
-    """The workgroup memory of `kind`'s kernel with `tiles` (shaders/attention.wgsl's arrays)."""
+def workgroup_bytes(kind: str, tiles: Tiles, d: int, dropout: bool = False) -> int:
+    """The workgroup memory of `kind`'s kernel with `tiles` (shaders/attention.wgsl's arrays;
+    dropout's mask adds a byte of bits per eight scores, each in a u32: BR·BC/2 bytes)."""
     row = 16 * (vec4s(d) + 1)  # a staged row of D floats, one vec4 of padding
     br, bc = tiles.br, tiles.bc
+    mask = 4 * br * (bc // 8) if dropout else 0  # tile_keep: BR · BC/8 u32s
     if kind == "attention":
         lanes = 2 * 4 * tiles.threads if row_lanes(tiles) else 0  # lane_max, lane_sum
-        return (br + bc) * row + 4 * br * (bc + 1) + 3 * 4 * br + lanes
+        return (br + bc) * row + 4 * br * (bc + 1) + 3 * 4 * br + lanes + mask
     if kind == "attention_grad_q":
-        return 2 * (br + bc) * row + 4 * br * (bc + 1) + 2 * 4 * br
+        return 2 * (br + bc) * row + 4 * br * (bc + 1) + 2 * 4 * br + mask
     if kind == "attention_grad_kv":
-        return 2 * (br + bc) * row + 2 * 4 * bc * (br + 1) + 2 * 4 * br
+        return 2 * (br + bc) * row + 2 * 4 * bc * (br + 1) + 2 * 4 * br + mask
     raise ValueError(f"no attention kernel {kind!r}; expected one of {KINDS}")
 
 
@@ -495,7 +497,7 @@ def tile_code(layout: Layout, scores: bool = False) -> dict[str, str]:
     ]
     if layout.kind == "attention_grad_q":
         epilogue = [line.format_map(SafeFormat(row="ri", i="q0 + ri", j="k0 + cj")) for line in backward_epilogue]
-        epilogue.append("tile_s[ri * (BC + 1u) + cj] = p * ({dp} - row_delta[ri]);")
+        epilogue.append("tile_s[ri * (BC + 1u) + cj] = p * ({dp} * kept(ri, cj) - row_delta[ri]);")
         keys = TileRows(("k", "v"), ("tile_k", "tile_v"), t.bc, n)
         queries = TileRows(("q", "d_o"), ("tile_q", "tile_do"), t.br, n)
         return {
@@ -511,8 +513,9 @@ def tile_code(layout: Layout, scores: bool = False) -> dict[str, str]:
         }
     epilogue = [line.format_map(SafeFormat(row="cj", i="q0 + cj", j="k0 + ri")) for line in backward_epilogue]
     epilogue += [
-        "tile_p[ri * (BR + 1u) + cj] = p;",
-        "let ds = p * ({dp} - row_delta[cj]);",
+        "let dropped = kept(cj, ri);",  # the tile's mask is staged by query row (shaders/attention.wgsl)
+        "tile_p[ri * (BR + 1u) + cj] = p * dropped;",
+        "let ds = p * ({dp} * dropped - row_delta[cj]);",
         "tile_ds[ri * (BR + 1u) + cj] = ds;",
         *([SCORES_STORE] if scores else []),
     ]

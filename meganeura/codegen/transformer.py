@@ -34,7 +34,7 @@ from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.ir.graph import Graph, Node
-from meganeura.ir.ops.transformer import SEQ_FIRST
+from meganeura.ir.ops.transformer import SEQ_FIRST, dropout_scale, dropout_threshold
 from meganeura.target import GENERIC, Target
 
 # ---------------------------------------------------------------------------------------------
@@ -87,7 +87,8 @@ def lower_rope(graph: Graph, node: Node) -> KernelSpec:
 # a thread per row on a CPU (attention_rows.wgsl)
 
 READS = ("q", "k", "v", "delta", "lse", "d_o")  # the WGSL names of the operands, in order
-ROW_READS = ("delta", "lse")  # per query row [B, H, SQ]: read as scalars, no vec4 loads
+STATE = "state"  # the RNG state, the last operand of an op with dropout
+ROW_READS = ("delta", "lse", STATE)  # per query row [B, H, SQ] (and the state): read as scalars, no vec4 loads
 ROW_WRITES = ("out_lse", "out_s")  # the log-sum-exp per query row, dS per score: written as scalars
 # Per op: the operands its kernel reads, and the binding and shader flag of each result it writes.
 ATTENTION_KERNELS = {
@@ -173,12 +174,14 @@ def kernel_writes(node: Node) -> tuple[tuple[str, str], ...]:
 def attention_bindings(node: Node) -> tuple[list[Binding], dict[str, bool]]:
     """The kernel's bindings (its reads, then one output per result) and the flags of what it writes."""
     reads, writes = ATTENTION_KERNELS[node.op][0], kernel_writes(node)
+    reads += (STATE,) * dropout_of(node)
     bindings = [Binding(name, value, "read") for name, value in zip(reads, node.inputs, strict=True)]
     bindings += [output_binding(node, name, index) for index, (name, _) in enumerate(writes)]
     written = {flag for _, flag in writes}
     flags = {flag: flag in written for flag in FLAGS}
     flags |= {
         "CAUSAL": bool(node.attr("causal")),
+        "DROPOUT": dropout_of(node),
         "FORWARD": node.op == "attention",
         "GRAD_KV": node.op == "attention_grad_kv",
         "PER_QUERY_HEAD": node.op == "attention_grad_kv" and bool(node.attr("per_query_head")),
@@ -187,17 +190,34 @@ def attention_bindings(node: Node) -> tuple[list[Binding], dict[str, bool]]:
     return bindings, flags
 
 
+def dropout_of(node: Node) -> bool:
+    """Whether the op drops its weights (it then reads the RNG state: shaders/attention_dropout.wgsl)."""
+    return node.attr("dropout", 0.0) > 0.0
+
+
+def dropout_sizes(node: Node) -> dict[str, int | str]:
+    """attention_dropout.wgsl's placeholders (unused without dropout, filled all the same)."""
+    p = float(node.attr("dropout", 0.0))
+    return {
+        "STREAM": int(node.attr("stream", 0)),
+        "THRESHOLD": dropout_threshold(p),
+        "DROP_SCALE": literal(dropout_scale(p) if p > 0.0 else 1.0),
+    }
+
+
 def attention_sizes(graph: Graph, node: Node) -> dict[str, int | str]:
     q, k = node.inputs[:2]
     b, h, sq, d = graph[q].shape
     _, hkv, skv, _ = graph[k].shape
     rows = b * hkv * skv if node.op == "attention_grad_kv" else b * h * sq
-    return {"ROWS": rows, "H": h, "HKV": hkv, "SQ": sq, "SKV": skv, "D": d, "SCALE": literal(float(node.attr("scale")))}
+    scale = literal(float(node.attr("scale")))
+    return {"ROWS": rows, "H": h, "HKV": hkv, "SQ": sq, "SKV": skv, "D": d, "SCALE": scale, **dropout_sizes(node)}
 
 
 def attention_label(graph: Graph, node: Node, extra: str = "") -> str:
     q, k = node.inputs[:2]
     causal = " causal" if node.attr("causal") else ""
+    causal += f" dropout {node.attr('dropout'):g}" if dropout_of(node) else ""
     return f"{node.op} q {shape_text(graph[q].shape)} kv {shape_text(graph[k].shape)}{causal}{extra}"
 
 
@@ -209,6 +229,10 @@ def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles, target: Target
     b, h, sq, d = graph[node.inputs[0]].shape
     _, hkv, skv, _ = graph[node.inputs[1]].shape
     layout = layout_for(node.op, tiles, d, target)
+    if dropout_of(node) and tiles.bc % 8:
+        raise ValueError(
+            f"attention tiles {tiles} at head_dim {d}: dropout stages its mask by eight keys, BC must be a multiple of 8"
+        )
     if node.op == "attention_grad_kv":
         per_head, heads = tiles_needed(skv, tiles.bc), b * (h if node.attr("per_query_head") else hkv)
     else:
@@ -248,7 +272,7 @@ def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles, target: Target
         grid,
         (tiles.threads, 1, 1),
         results=results,
-        workgroup_memory=workgroup_bytes(node.op, tiles, d),
+        workgroup_memory=workgroup_bytes(node.op, tiles, d, dropout_of(node)),
     )
 
 

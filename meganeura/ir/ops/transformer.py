@@ -32,6 +32,17 @@ group's parts). With `scores` it has a third result, the scores' gradient it com
 dS[i, k]), from which dQ = dS·K·scale is a batched matmul, (dSᵀ)ᵀ·K per KV head
 (codegen/attention_scores.py `dq_from_scores`).
 
+With `dropout` p > 0 (SDPA's dropout_p) each op takes the RNG state leaf as a last operand and
+drops the probabilities: P' = P ∘ M / (1 − p), M_ij = 1 with probability 1 − p, so o = P'·v,
+dV = P'ᵀ·dO and dS = P ∘ (M·(dO·vᵀ)/(1 − p) − D) (D is unchanged: Σ_j P'_ij·dO_i·v_j = dO_i·o_i).
+The lse stays that of P. M is drawn, never stored: every kernel of the three draws it again where
+it needs it, from the state's Philox stream `stream` (ir/ops/random.py), one Philox call per eight
+keys: the 16-bit halves of philox((((b·H + h)·Sq + i)·⌈Skv/8⌉ + ⌊j/8⌋, stream, step), seed), low
+half first, are keys 8⌊j/8⌋ … 8⌊j/8⌋ + 7, each kept where its half reaches ⌈p·2¹⁶⌉
+(`dropout_keep`; p is thus rounded up to a multiple of 2⁻¹⁶, as FlashAttention-2 rounds it to 2⁻⁸).
+A kernel makes a tile's mask with an eighth of the calls of `rand`'s draw per element: a Philox
+call costs about 400 integer operations, what a tile's 64-wide dot products of four scores do.
+
 The ops declare their arithmetic to the cost model (`attention_flops`): 2·D flops per (query,
 key) pair and product — two products in the forward (q·kᵀ, P·v), three for dQ (the scores, dO·vᵀ,
 dS·k), four for dK and dV (the scores, dO·vᵀ, Pᵀ·dO, dSᵀ·q) — over the pairs the causal mask
@@ -43,7 +54,8 @@ from __future__ import annotations
 import numpy as np
 
 from meganeura.ir.graph import TensorType
-from meganeura.ir.op import BOOL, FLOAT, Attr, Op, ShapeError, broadcasts_to, require_float
+from meganeura.ir.op import BOOL, FLOAT, INT, Attr, Op, ShapeError, broadcasts_to, require_float
+from meganeura.ir.ops.random import MASK32, RNG_STATE_TYPE, philox4x32
 
 FAMILY = "transformer"
 
@@ -187,25 +199,47 @@ def attention_dims(types, op: str) -> tuple[int, int, int, int, int, int]:
     return b, h, hkv, sq, skv, d
 
 
+def check_dropout(types, attrs, operands: int, op: str) -> None:
+    """The RNG state is a last operand exactly when dropout > 0, and the mask's counters fit 32 bits."""
+    p = float(attrs.get("dropout", 0.0))
+    if not 0.0 <= p < 1.0:
+        raise ShapeError(f"{op}: dropout must be in [0, 1), got {p}")
+    if len(types) != operands + (p > 0.0):
+        state = "takes the RNG state as its last operand" if p > 0.0 else "takes no RNG state"
+        raise ShapeError(f"{op}: with dropout {p} the op {state}; got {len(types)} operands")
+    if p > 0.0:
+        if types[-1] != RNG_STATE_TYPE:
+            raise ShapeError(f"{op}: expected the RNG state {RNG_STATE_TYPE} as the last operand, got {types[-1]}")
+        b, h, sq, _ = types[0].shape
+        if b * h * sq * key_groups(types[1].shape[2]) > MASK32 + 1:
+            raise ShapeError(
+                f"{op}: dropout's Philox counters ({b}·{h}·{sq} query rows × ⌈{types[1].shape[2]}/8⌉ key groups) "
+                "do not fit 32 bits"
+            )
+
+
 def infer_attention(types, attrs) -> tuple[TensorType, TensorType]:
-    b, h, _, sq, _, _ = attention_dims(types, "attention")
+    check_dropout(types, attrs, 3, "attention")
+    b, h, _, sq, _, _ = attention_dims(types[:3], "attention")
     return (types[0], TensorType((b, h, sq), "f32"))
 
 
 def check_backward_operands(types, name: str) -> tuple[int, int, int]:
     b, h, _, sq, _, _ = attention_dims(types[:3], name)
-    delta, lse, do = types[3:]
+    delta, lse, do = types[3:6]
     if do.shape != types[0].shape or lse.shape != (b, h, sq) or delta.shape != (b, h, sq):
         raise ShapeError(f"{name}: delta {delta}, lse {lse} and do {do} do not fit q {types[0]}")
     return b, h, sq
 
 
 def infer_attention_grad_q(types, attrs) -> TensorType:
+    check_dropout(types, attrs, 6, "attention_grad_q")
     check_backward_operands(types, "attention_grad_q")
     return types[0]
 
 
 def infer_attention_grad_kv(types, attrs) -> tuple[TensorType, ...]:
+    check_dropout(types, attrs, 6, "attention_grad_kv")
     b, h, sq = check_backward_operands(types, "attention_grad_kv")
     _, _, skv, d = types[1].shape
     per_head = TensorType((b, h, skv, d), "f32")
@@ -231,10 +265,56 @@ def evaluate_attention_lse(q, k, causal, scale):
     return (peak + np.log(np.exp(scores - peak).sum(axis=-1, keepdims=True)))[..., 0]
 
 
-def evaluate_attention(q, k, v, causal, scale):
-    """(softmax(q·kᵀ·scale, masked)·v, the row log-sum-exp)."""
+KEYS_PER_CALL = 8  # a Philox call's four words, as 16-bit halves
+
+
+def key_groups(skv: int) -> int:
+    """The Philox calls of a query row's dropout mask: one per eight keys."""
+    return -(-skv // KEYS_PER_CALL)
+
+
+def dropout_threshold(p: float) -> int:
+    """⌈p·2¹⁶⌉ for p as an f32: a key is kept where its 16-bit half reaches it."""
+    return int(np.ceil(float(np.float32(p)) * 2.0**16))
+
+
+def dropout_scale(p: float) -> float:
+    """1/(1 − p) as an f32 quotient, as torch's `noise.div_(1 - p)` (and `dropout_mask`)."""
+    return float(np.float32(1.0) / np.float32(1.0 - p))
+
+
+def dropout_halves(state, shape: tuple[int, int, int, int], stream: int) -> np.ndarray:
+    """The 16-bit random halves [B, H, Sq, Skv] (uint32) that attention's dropout compares with
+    its threshold, per (query, key) pair (module docstring)."""
+    b, h, sq, skv = shape
+    groups = key_groups(skv)
+    words = np.asarray(state).astype(np.int32).view(np.uint32).reshape(4)
+    counter = np.empty((4, b * h * sq * groups), dtype=np.uint32)
+    counter[0] = np.arange(counter.shape[1], dtype=np.uint32)
+    counter[1] = np.uint32(stream & MASK32)
+    counter[2], counter[3] = words[2], words[3]
+    bits = philox4x32(counter, words[:2]).T  # [calls, 4]
+    halves = np.stack([bits & np.uint32(0xFFFF), bits >> np.uint32(16)], axis=-1)  # word w: keys 2w, 2w + 1
+    return halves.reshape(b * h * sq, groups * KEYS_PER_CALL)[:, :skv].reshape(shape)
+
+
+def dropout_keep(state, shape: tuple[int, int, int, int], stream: int, p: float) -> np.ndarray:
+    """The kept (query, key) pairs [B, H, Sq, Skv] of attention's dropout with probability p."""
+    return dropout_halves(state, shape, stream) >= np.uint32(dropout_threshold(p))
+
+
+def dropout_factor(state, probs_shape, stream: int, p: float, dtype) -> np.ndarray | float:
+    """M/(1 − p) per pair (1 without dropout): what P is multiplied by."""
+    if p <= 0.0:
+        return dtype.type(1.0)
+    return dropout_keep(state, probs_shape, stream, p).astype(dtype) * dtype.type(dropout_scale(p))
+
+
+def evaluate_attention(q, k, v, state=None, causal=False, scale=1.0, dropout=0.0, stream=0):
+    """(dropout(softmax(q·kᵀ·scale, masked))·v, the row log-sum-exp of the undropped scores)."""
     lse = evaluate_attention_lse(q, k, causal, scale)
     probs = np.exp(attention_scores(q, k, causal, scale) - lse[..., None])
+    probs = probs * dropout_factor(state, probs.shape, stream, dropout, q.dtype)
     return probs @ np.repeat(v, q.shape[1] // k.shape[1], axis=1), lse
 
 
@@ -249,24 +329,29 @@ def attention_delta(o, do):
     return (do * o).sum(axis=-1)
 
 
-def attention_backward(q, k, v, delta, lse, do, causal, scale):
-    """(P, dS) per query head, P recomputed from q, k and lse: dS = P ∘ (dO·Vᵀ − D)."""
+def attention_backward(q, k, v, delta, lse, do, causal, scale, state=None, dropout=0.0, stream=0):
+    """(P', dS) per query head, P recomputed from q, k and lse and dropped (P' = P·M/(1 − p)):
+    dS = P ∘ (M/(1 − p)·(dO·Vᵀ) − D)."""
     group = q.shape[1] // k.shape[1]
     probs = np.exp(attention_scores(q, k, causal, scale) - lse[..., None])
+    factor = dropout_factor(state, probs.shape, stream, dropout, q.dtype)
     dp = do @ np.swapaxes(np.repeat(v, group, axis=1), -1, -2)
-    return probs, probs * (dp - delta[..., None])
+    return probs * factor, probs * (dp * factor - delta[..., None])
 
 
-def evaluate_attention_grad_q(q, k, v, delta, lse, do, causal, scale):
+def evaluate_attention_grad_q(q, k, v, delta, lse, do, state=None, causal=False, scale=1.0, dropout=0.0, stream=0):
     """dQ = dS·K·scale."""
-    _, ds = attention_backward(q, k, v, delta, lse, do, causal, scale)
+    _, ds = attention_backward(q, k, v, delta, lse, do, causal, scale, state, dropout, stream)
     return ds @ np.repeat(k, q.shape[1] // k.shape[1], axis=1) * q.dtype.type(scale)
 
 
-def evaluate_attention_grad_kv(q, k, v, delta, lse, do, causal, scale, per_query_head=False, scores=False):
-    """(dK = Σ_group dSᵀ·Q·scale, dV = Σ_group Pᵀ·dO); with `per_query_head`, each query head's
+def evaluate_attention_grad_kv(
+    q, k, v, delta, lse, do, state=None, causal=False, scale=1.0, dropout=0.0, stream=0, per_query_head=False,
+    scores=False,
+):  # fmt: skip
+    """(dK = Σ_group dSᵀ·Q·scale, dV = Σ_group P'ᵀ·dO); with `per_query_head`, each query head's
     part; with `scores`, dSᵀ·scale grouped by KV head after them (`grouped_scores`)."""
-    probs, ds = attention_backward(q, k, v, delta, lse, do, causal, scale)
+    probs, ds = attention_backward(q, k, v, delta, lse, do, causal, scale, state, dropout, stream)
     grad_k = (np.swapaxes(ds, -1, -2) @ q) * q.dtype.type(scale)
     grad_v = np.swapaxes(probs, -1, -2) @ do
     if not per_query_head:
@@ -299,11 +384,17 @@ def attention_flops(products: int):
     return flops
 
 
-ATTENTION_ATTRS = (Attr("causal", BOOL, False), Attr("scale", FLOAT, 1.0))
+ATTENTION_ATTRS = (
+    Attr("causal", BOOL, False),
+    Attr("scale", FLOAT, 1.0),
+    Attr("dropout", FLOAT, 0.0),
+    Attr("stream", INT, 0),
+)
 
 
 def describe_attention(node) -> str:
-    return "causal" if node.attr("causal") else ""
+    words = ("causal" * bool(node.attr("causal")), f"dropout {node.attr('dropout'):g}" * (node.attr("dropout") > 0))
+    return " ".join(filter(None, words))
 
 
 def describe_attention_grad_kv(node) -> str:
@@ -320,7 +411,7 @@ ATTENTION = Op(
     family=FAMILY,
     infer=infer_attention,
     evaluate=evaluate_attention,
-    operands=("q", "k", "v"),
+    operands=("q", "k", "v", "state?"),
     attrs=ATTENTION_ATTRS,
     flops=attention_flops(2),
     describe=describe_attention,
@@ -331,7 +422,7 @@ ATTENTION_GRAD_Q = Op(
     family=FAMILY,
     infer=infer_attention_grad_q,
     evaluate=evaluate_attention_grad_q,
-    operands=("q", "k", "v", "delta", "lse", "do"),
+    operands=("q", "k", "v", "delta", "lse", "do", "state?"),
     attrs=ATTENTION_ATTRS,
     flops=attention_flops(3),
     describe=describe_attention,
@@ -342,7 +433,7 @@ ATTENTION_GRAD_KV = Op(
     family=FAMILY,
     infer=infer_attention_grad_kv,
     evaluate=evaluate_attention_grad_kv,
-    operands=("q", "k", "v", "delta", "lse", "do"),
+    operands=("q", "k", "v", "delta", "lse", "do", "state?"),
     attrs=(*ATTENTION_ATTRS, Attr("per_query_head", BOOL, False), Attr("scores", BOOL, False)),
     flops=attention_flops(4),
     describe=describe_attention_grad_kv,
@@ -358,10 +449,10 @@ def _attention(b, node, grads):
     g, g_lse = grads
     if g_lse is not None:
         raise NotImplementedError(f"autodiff: attention's log-sum-exp has no gradient rule ({', '.join(node.sources)})")
-    q, k, v = node.inputs
-    attrs = {"causal": node.attr("causal"), "scale": node.attr("scale")}
+    q, k, v, *state = node.inputs
+    attrs = {name: node.attr(name) for name in ("causal", "scale", "dropout", "stream")}
     delta = b.emit("sum", [b.emit("mul", [g, b.result(node.id, 0)])], axes=(3,), keepdim=False)
-    operands = [q, k, v, delta, b.result(node.id, 1), g]
+    operands = [q, k, v, delta, b.result(node.id, 1), g, *state]  # the same mask, drawn again
     grad_q = b.emit("attention_grad_q", operands, **attrs)
     grad_kv = b.emit("attention_grad_kv", operands, **attrs)
-    return [grad_q, b.result(grad_kv, 0), b.result(grad_kv, 1)]
+    return [grad_q, b.result(grad_kv, 0), b.result(grad_kv, 1), *(None for _ in state)]
