@@ -40,9 +40,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 STEP_NAMES = list(STEPS)
 STOCHASTIC = {"gpt2-dropout", "vit"}  # the workloads with dropout
-# The workloads whose attention runs as the fused kernels (labelled attention…); SDPA with
-# dropout_p > 0 is traced unfused (softmax, dropout and the products).
-FUSED_ATTENTION = {"smollm2", "gpt2", "vit", "unet"}
+# The workloads whose attention runs as the fused kernels (labelled attention…): every one (SDPA's
+# dropout_p is drawn inside them).
+FUSED_ATTENTION = {"smollm2", "gpt2", "gpt2-dropout", "vit", "unet"}
 
 
 def test_help_lists_every_workload(capsys):
