@@ -221,7 +221,7 @@ class TinyGPT(nn.Module):
     def forward(self, ids):
         x = self.embed(ids)
         batch, seq, dim = x.shape
-        for qkv, proj in zip(self.qkv, self.proj):
+        for qkv, proj in zip(self.qkv, self.proj, strict=True):
             q, k, v = qkv(x).reshape(batch, seq, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
             p = self.p if self.training else 0.0
             attended = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)

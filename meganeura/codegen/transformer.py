@@ -231,7 +231,8 @@ def lower_attention_tiles(graph: Graph, node: Node, tiles: Tiles, target: Target
     layout = layout_for(node.op, tiles, d, target)
     if dropout_of(node) and tiles.bc % 8:
         raise ValueError(
-            f"attention tiles {tiles} at head_dim {d}: dropout stages its mask by eight keys, BC must be a multiple of 8"
+            f"attention tiles {tiles} at head_dim {d}: dropout stages its mask by eight keys, "
+            "BC must be a multiple of 8"
         )
     if node.op == "attention_grad_kv":
         per_head, heads = tiles_needed(skv, tiles.bc), b * (h if node.attr("per_query_head") else hkv)

@@ -74,7 +74,9 @@ def attention_variants(causal: bool) -> tuple[str, ...]:
                         query += ["(attn_dims kk b h skv d)", "(attn_dims vv b h skv d)"]
                         operands = "q kk vv"
                     flag = "true" if causal else "false"
-                    attention = term("attention", *operands.split(), causal=flag, scale=scale, dropout="0.0", stream="0")
+                    attention = term(
+                        "attention", *operands.split(), causal=flag, scale=scale, dropout="0.0", stream="0"
+                    )
                     action = f"(union t (Result {attention} 0))"
                     variants.append(rule(query, action))
     return tuple(variants)
