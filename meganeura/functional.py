@@ -19,6 +19,7 @@ import numpy as np
 
 from meganeura.ir.op import ShapeError, broadcast_shapes, broadcasts_to
 from meganeura.ir.ops.image import conv_output_size, pair
+from meganeura.ir.ops.transformer import dropout_scale
 from meganeura.ir.trace import user_source_line
 from meganeura.parameter import Buffer
 from meganeura.pytorch_names import missing_names
@@ -1145,7 +1146,7 @@ def dropout_mask(shape: tuple[int, ...], p: float) -> Tensor:
     """1/(1−p) where a uniform draw is ≥ p (probability 1 − p), else 0, of `shape` (0 < p < 1): the
     factor PyTorch multiplies by, its scale an f32 quotient as torch's `noise.div_(1 - p)`."""
     keep = random_tensor(shape, normal=False) >= p
-    return keep * float(np.float32(1.0) / np.float32(1.0 - p))
+    return keep * dropout_scale(p)
 
 
 def dropped(input: Tensor, p: float, training: bool, mask_shape: tuple[int, ...] | None = None) -> Tensor:
