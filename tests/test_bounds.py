@@ -71,6 +71,7 @@ from meganeura.target import GENERIC, Target
 # The H200's target as the tests of its plans write it (tests/test_winograd.py), without tensor
 # cores: their products need Dawn's subgroup matrices, which lavapipe lacks.
 H200 = Target("NVIDIA H200", 132, 31, tuning="hopper", workgroup_memory=49152)
+LAVAPIPE = Target("lavapipe", 2, 32, cpu=True)
 
 # A kernel the sanitizer tests itself with: a vec4 storage array read past its end, a vec4's
 # component past the fourth, a write at an index read from another array (nested, an i32: −1 and
@@ -504,7 +505,8 @@ CASES = {
     # convolutions, attention and dropout of the cases below, at a minute's cost sanitized).
     **{f"bench {name}": functools.partial(bench_step, name) for name in ("smollm2", "gpt2", "resnet18", "digits-mlp")},
     "mlp 37-53-11, batch 13": lambda: classifier_step(MLP(37, 53, 11), (13, 37), 11, default_device().target),
-    "mlp 5-6-3, batch 600 (column sums)": lambda: classifier_step(MLP(5, 6, 3), (600, 5), 3, default_device().target),
+    # planned for lavapipe on every device: a CPU's column sums (reduce_columns) run nowhere else
+    "mlp 5-6-3, batch 600 (column sums) @lavapipe": lambda: classifier_step(MLP(5, 6, 3), (600, 5), 3, LAVAPIPE),
     "llama ragged @h200": lambda: workload_step(ragged_llama(), H200),
     "gpt2 ragged": lambda: workload_step(ragged_gpt2(), default_device().target),
     "gpt2 ragged @h200": lambda: workload_step(ragged_gpt2(), H200),

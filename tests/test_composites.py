@@ -121,12 +121,15 @@ def test_split_chunk_and_unbind_follow_torchs_sizes():
 
 
 def test_the_reference_files_are_what_the_script_writes():
-    """Where torch is importable: scripts/make_composite_references.py rewrites both files byte for byte."""
+    """Where torch is importable: scripts/make_composite_references.py writes both files again (the
+    computed values to the last bits another torch build or CPU rounds differently)."""
     from pathlib import Path
+
+    from test_torch_reference import assert_regenerated
 
     script = torch_script(Path(__file__).resolve().parent.parent / "scripts" / "make_composite_references.py")
     for file in script.FILES:
-        assert script.npz_bytes(script.generate(file)) == (script.REFERENCE_DIR / f"{file}.npz").read_bytes(), file
+        assert_regenerated(script.generate(file), script.REFERENCE_DIR / f"{file}.npz")
 
 
 def test_fused_expressions_read_signed_infinities():

@@ -83,7 +83,9 @@ def update_ops(program: Program) -> set[str]:
 def test_fused_single_tensor_and_multi_tensor_kernels_agree(name):
     """Four steps of the single-tensor kernels, the fused kernel of each parameter and one
     multi-tensor kernel (planned for a GPU: every form binds at most 5 buffers a member) give the
-    same losses and state, to an ulp (a GPU's compiler may contract the forms differently)."""
+    same losses and state, to a few ulps of each tensor's largest element (a GPU's compiler may
+    contract the forms differently, and centered RMSprop's v − avg² cancels in small elements: 5e-6
+    relative on an H100)."""
     device = default_device().target
     single, single_losses = trained(name, False, device)
     fused, fused_losses = trained(name, True, device)
@@ -97,7 +99,8 @@ def test_fused_single_tensor_and_multi_tensor_kernels_agree(name):
         values = program.state_dict() | program.optimizer_state_dict()
         assert values.keys() == expected.keys()
         for key, value in expected.items():
-            np.testing.assert_allclose(values[key], value, rtol=2e-6, atol=1e-8, err_msg=f"{label}: {key}")
+            atol = max(2e-6 * float(np.abs(value).max(initial=0.0)), 1e-8)
+            np.testing.assert_allclose(values[key], value, rtol=2e-6, atol=atol, err_msg=f"{label}: {key}")
 
 
 @pytest.mark.gpu

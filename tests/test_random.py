@@ -175,8 +175,10 @@ def test_the_vec4_kernels_of_a_gpu_draw_in_place_as_the_oracle():
         "vec4)",
     ]
     got = executable.run({}, read=tuple(graph.outputs))
+    # A value drawn at another element's counter moves an output by about 1; float32 sums of 64
+    # normals and a GPU's log and cos (a few ulps: the H100 is 5e-6 off float64 on a row) do not.
     for name, want in interpret(graph, {}, states=states, dtype=np.float64).outputs.items():
-        np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=2e-6, err_msg=name)
+        np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=5e-5, err_msg=name)
 
 
 shapes = st.lists(dims, min_size=0, max_size=3).map(tuple)

@@ -23,7 +23,8 @@ def python_blocks() -> list[str]:
 def test_a_readme_example_runs_as_pasted(index, tmp_path):
     script = tmp_path / "example.py"
     script.write_text(python_blocks()[index])
-    env = {**os.environ, "PYTHONPATH": str(README.parent)}
+    path = os.pathsep.join(filter(None, (str(README.parent), os.environ.get("PYTHONPATH"))))
+    env = {**os.environ, "PYTHONPATH": path}  # the project first, then what this interpreter was given
     command = [sys.executable, str(script)]
     run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
