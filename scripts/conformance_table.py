@@ -1,11 +1,11 @@
-"""Write the conformance table's sections into README.md: the "Supported PyTorch surface" list
-(between `<!-- conformance: begin -->` and `<!-- conformance: end -->`) and the unsupported items
-in the limits (between `<!-- conformance-limits: begin/end -->`), from tests/conformance.py.
+"""Write the conformance table's sections, from tests/conformance.py: the supported surface into
+docs/supported-ops.md (between `<!-- conformance: begin -->` and `<!-- conformance: end -->`) and
+the unsupported items into the README's limits (between `<!-- conformance-limits: begin/end -->`).
 
-    python scripts/conformance_table.py            # rewrite README.md's two blocks
+    python scripts/conformance_table.py            # rewrite both blocks
     python scripts/conformance_table.py --print    # print them
 
-tests/test_conformance.py checks that README.md holds what this writes.
+tests/test_conformance.py checks that both files hold what this writes.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ def load_table():
     return table
 
 
-def with_block(text: str, name: str, body: str) -> str:
+def rewrite_block(path: Path, name: str, body: str) -> None:
+    """The file at `path` with its block `name` replaced by `body`."""
     pattern = re.compile(rf"(<!-- {name}: begin -->\n).*?(<!-- {name}: end -->)", re.S)
+    text = path.read_text()
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no <!-- {name}: begin --> ... <!-- {name}: end --> block")
-    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+        raise SystemExit(f"{path.name} has no <!-- {name}: begin --> ... <!-- {name}: end --> block")
+    path.write_text(pattern.sub(lambda m: m.group(1) + body + m.group(2), text))
 
 
 def main() -> None:
@@ -39,9 +41,8 @@ def main() -> None:
         print(supported)
         print(limits)
         return
-    readme = ROOT / "README.md"
-    text = with_block(with_block(readme.read_text(), "conformance", supported), "conformance-limits", limits)
-    readme.write_text(text)
+    rewrite_block(ROOT / "docs" / "supported-ops.md", "conformance", supported)
+    rewrite_block(ROOT / "README.md", "conformance-limits", limits)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ This module is data: it imports neither torch nor meganeura, so that three progr
   inputs, outputs and gradients in tests/reference/conformance.npz;
 - tests/test_conformance.py evaluates every case with meganeura (the numpy interpreter in float64,
   and compiled on the device) and compares;
-- scripts/conformance_table.py writes the README's "Supported PyTorch surface" section and the
-  unsupported items of its limits from `markdown_sections()` (a test checks the README agrees).
+- scripts/conformance_table.py writes docs/supported-ops.md's list and the unsupported items of
+  the README's limits from `markdown_sections()` (a test checks that both agree).
 
 An expression is evaluated with these names: `torch` (meganeura's side: `meganeura`), `F`
 (`torch.nn.functional` / `meganeura.functional`), `nn`, `optim`, `lr_scheduler`, `math`, and the
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-CATEGORIES = {  # category: the README's heading
+CATEGORIES = {  # category: its heading in docs/supported-ops.md
     "tensor": "Tensor operations (`torch.*`, `torch.Tensor.*`)",
     "functional": "Functions (`torch.nn.functional`)",
     "loss": "Losses (`torch.nn.functional`, `torch.nn`)",
@@ -1370,8 +1370,8 @@ def distribution_summary(values, points=None) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# The README's sections (scripts/conformance_table.py writes them; tests/test_conformance.py
-# checks that README.md holds them)
+# The documents' sections (scripts/conformance_table.py writes them into docs/supported-ops.md and
+# the README's limits; tests/test_conformance.py checks that both hold them)
 
 SHORT_PREFIXES = (
     ("torch.nn.functional.", "F."),

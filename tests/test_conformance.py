@@ -9,8 +9,8 @@ and module buffers; a selection of the supported cases (conformance.py's docstri
 compiled, many to a program (the e-graph, the kernels), and run on the device in float32.
 Optimizer cases train a few steps on the device, scheduler cases step on the host, init cases
 fill a parameter. A case the table marks unsupported must fail (raise, or differ from torch):
-when it starts to pass, the table is out of date. The README's "Supported PyTorch surface"
-section and its unsupported items are the table's (scripts/conformance_table.py writes them).
+when it starts to pass, the table is out of date. docs/supported-ops.md and the README's
+unsupported items are the table's (scripts/conformance_table.py writes them).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_PATH = ROOT / "tests" / "reference" / "conformance.npz"
 SCRIPT = ROOT / "scripts" / "make_conformance_references.py"
 README = ROOT / "README.md"
+SUPPORTED = ROOT / "docs" / "supported-ops.md"
 CASES = conformance.cases()
 NAMESPACE = {"torch": mn, "F": F, "nn": nn, "optim": optim, "lr_scheduler": optim.lr_scheduler, "math": math}
 SEED = 40  # the device's and interpreter's RNG seed for the random cases
@@ -549,7 +550,7 @@ def test_device_failure_is_still_there(case_id):
 
 
 # ---------------------------------------------------------------------------------------------
-# The table, the reference file and the README agree
+# The table, the reference file and the documents agree
 
 
 def test_reference_file_is_current_with_the_table():
@@ -573,18 +574,17 @@ def test_reference_file_regenerates_identically():
     assert_regenerated(script.generate(), REFERENCE_PATH)
 
 
-def readme_block(text: str, name: str) -> str:
-    match = re.search(rf"<!-- {name}: begin -->\n(.*?)<!-- {name}: end -->", text, re.S)
-    assert match, f"README.md has no <!-- {name}: begin/end --> block"
+def block(path: Path, name: str) -> str:
+    match = re.search(rf"<!-- {name}: begin -->\n(.*?)<!-- {name}: end -->", path.read_text(), re.S)
+    assert match, f"{path.name} has no <!-- {name}: begin/end --> block"
     return match.group(1)
 
 
-def test_readme_lists_the_table():
-    """README.md's supported surface and its unsupported items are what the table generates."""
-    text = README.read_text()
+def test_the_docs_list_the_table():
+    """docs/supported-ops.md's surface and the README's unsupported items are what the table generates."""
     supported, limits = conformance.markdown_sections()
-    assert readme_block(text, "conformance") == supported, "run scripts/conformance_table.py"
-    assert readme_block(text, "conformance-limits") == limits, "run scripts/conformance_table.py"
+    assert block(SUPPORTED, "conformance") == supported, "run scripts/conformance_table.py"
+    assert block(README, "conformance-limits") == limits, "run scripts/conformance_table.py"
 
 
 def test_the_table_is_well_formed():

@@ -61,7 +61,7 @@ def step_text(result: StepResult, modes: tuple[str, ...]) -> str:
 def label_share(pattern: str, label_ms: dict[str, float], gpu_ms: float) -> dict:
     """The distinct kernels (of all the profiled step ran: `StepResult.label_ms`) whose label
     matches the regex `pattern`: how many, their ms a step and their share of its GPU time (a pass
-    per kernel). How the README measures attention's share of SmolLM2's step."""
+    per kernel). How docs/performance-log.md measures attention's share of SmolLM2's step."""
     matched = {label: ms for label, ms in label_ms.items() if re.search(pattern, label)}
     total = sum(matched.values())
     return {"kernels": len(matched), "ms": total, "share": total / gpu_ms if gpu_ms else 0.0}

@@ -19,7 +19,7 @@ suite does not vouch for.
 MEGANEURA_TENSOR_CORES=1 (with MEGANEURA_BACKEND=dawn) asks Dawn for f16 subgroup matrices and,
 where the adapter offers them, runs the products on the tensor cores from operands split once into
 f16 halves (codegen/matmul_halves.py; on the H200 faster than the f32 kernels in GPT-2's step,
-slower in SmolLM2's: README). Experimental: off by default.
+slower in SmolLM2's: docs/architecture.md, "Backends"). Experimental: off by default.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ DAWN_DISABLE = ("timestamp_quantization",)
 # On the H200, 2026-12-04, with MEGANEURA_TENSOR_CORES=1 (benchmarks/plan_ab.py, a process with
 # the toggle and one without): GPT-2's step 48.61 → 42.87 ms of GPU time as one pass (wall 51.9
 # → 45.9), SmolLM2's 69.93 → 61.24 (78.4 → 70.0). Dawn's `skip_validation` saved SmolLM2 a
-# further 3 ms of host time but is not taken: it changed a loss once (README, Dawn).
+# further 3 ms of host time but is not taken: it changed a loss once (docs/architecture.md, "Backends").
 DAWN_UNCHECKED = ("disable_robustness",)
 
 
