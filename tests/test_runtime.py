@@ -542,3 +542,22 @@ def test_host_time_takes_the_step_apart_as_run_does():
     assert list(parts) == ["check inputs", "hypers", "upload", "submit", "record next", "wait for the loss"]
     assert all(us > 0 for us in parts.values())
     assert program.train_step(**batch) < first
+
+
+@pytest.mark.gpu
+def test_a_script_without_xdg_runtime_dir_prints_no_vulkan_complaint(tmp_path):
+    """Run outside `make` (no XDG_RUNTIME_DIR), a script that makes the device writes nothing to
+    stderr: the runtime gives Mesa's drivers a private folder instead of their error lines."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {key: value for key, value in os.environ.items() if key != "XDG_RUNTIME_DIR"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))
+    script = "import os; from meganeura.runtime import default_device; default_device(); print(os.environ['XDG_RUNTIME_DIR'])"
+    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "XDG_RUNTIME_DIR" not in run.stderr, run.stderr
+    assert os.path.isdir(run.stdout.strip())

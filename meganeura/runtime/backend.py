@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import tempfile
 from types import ModuleType
 
 BACKEND_ENV = "MEGANEURA_BACKEND"
@@ -39,5 +40,20 @@ def backend_module(name: str) -> ModuleType:
         ) from error
 
 
+def ensure_runtime_dir() -> None:
+    """XDG_RUNTIME_DIR set to a private folder of this user's where it is unset or no folder.
+
+    Mesa's Vulkan drivers (lavapipe among them) look for a Wayland display when a Vulkan instance
+    is made and print "XDG_RUNTIME_DIR is invalid or not set" to stderr without one. Compute needs
+    no display; the variable only keeps a script's output clean, and a valid one is left alone."""
+    current = os.environ.get("XDG_RUNTIME_DIR", "")
+    if (current and os.path.isdir(current)) or not hasattr(os, "getuid"):  # a freedesktop variable
+        return
+    folder = os.path.join(tempfile.gettempdir(), f"meganeura-xdg-{os.getuid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.environ["XDG_RUNTIME_DIR"] = folder
+
+
+ensure_runtime_dir()  # before the backend makes its Vulkan instance
 NAME = backend_name()
 wgpu = backend_module(NAME)
