@@ -556,7 +556,7 @@ def test_a_script_without_xdg_runtime_dir_prints_no_vulkan_complaint(tmp_path):
     root = Path(__file__).resolve().parent.parent
     env = {key: value for key, value in os.environ.items() if key != "XDG_RUNTIME_DIR"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))
-    script = "import os; from meganeura.runtime import default_device; default_device(); print(os.environ['XDG_RUNTIME_DIR'])"
+    script = "import os; from meganeura.runtime import default_device as d; d(); print(os.environ['XDG_RUNTIME_DIR'])"
     run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "XDG_RUNTIME_DIR" not in run.stderr, run.stderr
