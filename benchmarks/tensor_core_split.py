@@ -57,13 +57,12 @@ workgroup per 64 rows over all of K (64 workgroups for 4096 rows: 0.5 ms where t
 What it says: with Dawn's checks the split GEMM alone runs at 0.94-1.26× torch fp32's speed,
 without them 1.30-1.48× (the compiler's fp32 SIMT kernels: 0.62-0.95×, `bench gemm` in
 docs/performance-log.md); its conversions, as separate kernels, cost more than that gain at the
-LM's sizes (2048×576×1536: 0.062 + 0.047 ms against torch's 0.091). Its error is 6-100× fp32's (2-4e-6 of |A||B|), from the
-tensor cores' f32 accumulation (the split itself is exact to 2.4e-7), growing with K unless K is
-split. The one-product f16 kernel reaches 216 TFLOP/s without checks (the probe's best: 259), so
-the split's three MMAs, not its staging, now bound it. A training step would gain only where the
-producer of each operand writes its halves and scales itself (an epilogue that knows its row's
-largest |x|), with Dawn as the backend.
-"""
+LM's sizes (2048×576×1536: 0.062 + 0.047 ms against torch's 0.091). Its error is 6-100× fp32's
+(2-4e-6 of |A||B|), from the tensor cores' f32 accumulation (the split itself is exact to 2.4e-7),
+growing with K unless K is split. The one-product f16 kernel reaches 216 TFLOP/s without checks
+(the probe's best: 259), so the split's three MMAs, not its staging, now bound it. A training step
+would gain only where the producer of each operand writes its halves and scales itself (an epilogue
+that knows its row's largest |x|), with Dawn as the backend. """
 
 from __future__ import annotations
 

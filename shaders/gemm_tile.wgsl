@@ -1,5 +1,5 @@
 // gemm_tile.wgsl: a snippet, not a kernel. Included (`//#include gemm_tile`) at the top of the
-// entry point of the matmul kernels (matmul.wgsl, matmul_tensor.wgsl): which (row tile, batch,
+// entry point of the matmul kernel (matmul.wgsl): which (row tile, batch,
 // part of K) triple this workgroup computes, numbered t = y + z · GRID_Y as matmul.wgsl's header
 // says, and where it starts. A workgroup past the triples returns (uniform: the whole workgroup).
 // Needs, in scope: wid (the workgroup id). Defines: part, t, kbegin, m0, klimit (the end of its K

@@ -1,5 +1,5 @@
-// matmul_common.wgsl: a snippet, not a kernel. Included (`//#include matmul_common`) by the two
-// kernels of matmul and fused_matmul (matmul.wgsl, f32; matmul_tensor.wgsl, the tensor cores):
+// matmul_common.wgsl: a snippet, not a kernel. Included (`//#include matmul_common`) by the
+// kernels of matmul and fused_matmul (matmul.wgsl, f32; matmul_halves.wgsl, the tensor cores):
 // the product's sizes, the end of this workgroup's part of K, the prologue and epilogue, the
 // scalar loads and `store4`. Placeholders and flags: those of matmul.wgsl's header that these
 // lines name (M, N, K, BM, BN, BK, TILES_M, TILES, GRID_Y, SPLITS, K_PART, FUNCTIONS, A_READS,

@@ -4,8 +4,7 @@
 // accumulation through Dawn's subgroup matrices (f16 × f16 → f32, 16×16×16).
 //
 // A workgroup of GM × GN subgroups computes a BM × BN tile, each subgroup 16·SM × 16·SN of it as
-// SM × SN result matrices (the layout of matmul_tensor.wgsl, whose products and output this
-// kernel shares). Per K tile of BK the threads copy their units of four halves of Ah, Al
+// SM × SN result matrices (codegen/tensor_tiles.py generates its products and output). Per K tile of BK the threads copy their units of four halves of Ah, Al
 // ([MP][KP], stored as the product reads them) and Bh, Bl ([KP][NP]) into workgroup memory, A as
 // [m][BK + 8] and B as [k][BN + 8] tiles (every subgroup matrix loads row-major), and the
 // subgroups multiply. The halves are padded with zeros to whole tiles, so no load is checked;

@@ -1,5 +1,5 @@
 // split_scale.wgsl: a snippet, not a kernel. Included (`//#include split_scale`) by the kernels of
-// the split-f16 products (matmul_tensor.wgsl; split_halves.wgsl and matmul_halves.wgsl): the
+// the split-f16 products (split_halves.wgsl and matmul_halves.wgsl): the
 // power-of-two scale that puts a tensor's (or a tile's) largest |x| into [2^13, 2^14), so that
 // twice that still fits f16 (its largest 65504); ir/ops/halves.py's `scale_exponent` is the
 // interpreter's.

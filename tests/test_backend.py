@@ -142,7 +142,7 @@ program.train_step(x=rng.standard_normal((7, 13), dtype=np.float32), y=rng.integ
 kernels = program.executable.kernels
 print("trusted", sum(k.trusted for k in kernels), "of", len(kernels))
 try:
-    dev.pipeline(dataclasses.replace(kernels[0], entry_point="matmul_tensor"))  # an untrusted kernel
+    dev.pipeline(dataclasses.replace(kernels[0], entry_point="unchecked_kernel"))  # not among the trusted
 except RuntimeError as error:
     print("refused:", error)
 """
@@ -166,7 +166,7 @@ def test_unchecked_kernels_on_dawn_turn_the_checks_off_for_the_device_and_refuse
 
 
 def test_tensor_cores_are_asked_for_only_on_dawn(monkeypatch):
-    """MEGANEURA_TENSOR_CORES=1 (codegen/matmul_tensor.py) on a backend without subgroup matrices
+    """MEGANEURA_TENSOR_CORES=1 (codegen/matmul_halves.py) on a backend without subgroup matrices
     says what it needs, rather than running the f32 kernels the user did not ask for."""
     from meganeura.runtime import device
 

@@ -47,7 +47,7 @@ from conftest import MLP, ce_loss, emit, one_op, typed_leaf
 from test_conv_gemm import RAGGED_GEOMETRIES, conv_graph
 from test_kernels import operand_shapes
 from test_matmul_halves import multi_split_graph
-from test_matmul_tensor import needs_tensor_cores
+from test_tensor_tiles import needs_tensor_cores
 
 import meganeura as mn
 import meganeura.functional as F
@@ -578,7 +578,7 @@ EXERCISED = {
     "optimizer_update", "recurrent", "reduce_columns", "reduce_rows", "reduce_serial", "reduce_tree", "scatter_add",
     "softmax", "softmax_grad", "sort_ids", "split_halves", "transpose", "winograd",
 }  # fmt: skip
-NOT_EXERCISED = {"matmul_halves", "matmul_tensor"}
+NOT_EXERCISED = {"matmul_halves"}
 
 
 def template_entry_points() -> set[str]:
@@ -613,4 +613,3 @@ def test_the_kernels_trusted_to_run_unchecked_are_the_ones_checked_here():
     from meganeura.codegen.kernel import TRUSTED_ENTRY_POINTS
 
     assert TRUSTED_ENTRY_POINTS == EXERCISED | {"matmul_halves"}
-    assert "matmul_tensor" not in TRUSTED_ENTRY_POINTS

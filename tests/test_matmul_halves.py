@@ -11,10 +11,10 @@ import dataclasses
 import numpy as np
 import pytest
 from conftest import RNG, run_gpu
-from test_matmul_tensor import H200, needs_tensor_cores
+from test_tensor_tiles import H200, needs_tensor_cores
 
 import meganeura as mn
-from meganeura.codegen import matmul_halves, matmul_tensor
+from meganeura.codegen import matmul_halves, tensor_tiles
 from meganeura.codegen.compiled import compile_step
 from meganeura.ir.graph import TensorType
 from meganeura.ir.interpret import interpret
@@ -22,7 +22,7 @@ from meganeura.ir.ops.halves import evaluate_split_halves, scale_exponent, unpac
 from meganeura.ir.trace import Tracer
 from meganeura.target import GENERIC
 
-BOUND = 2e-5  # of |A|·|B|, as tests/test_matmul_tensor.py's
+BOUND = 2e-5  # of |A|·|B|
 
 
 @pytest.fixture(autouse=True)
@@ -99,13 +99,13 @@ def test_the_split_products_stay_within_their_bound(case):
 def test_parts_of_k_follow_the_tensor_core_tiles(monkeypatch):
     """A product that extraction split into parts of K for the f32 kernels gets the parts that fill
     the H200 with the tensor-core tiles (`halves_splits`), here two workgroups a compute unit
-    (matmul_tensor.FILL = 2): a 512x512 output over K = 2,048, whose
+    (tensor_tiles.FILL = 2): a 512x512 output over K = 2,048, whose
     16 tiles of 128x128 would need more parts than K has of PART_MIN, in 5 parts of 64 tiles of
     64x64, its sum made again for them; a
     2048x576 output (288 tiles of 64x64, two a compute unit) in one part, and the fused_reduce that
     summed its parts and added two extras becomes the product's epilogue, no kernel summing one
     part; both within the bound of the exact product."""
-    monkeypatch.setattr(matmul_tensor, "FILL", 2)
+    monkeypatch.setattr(tensor_tiles, "FILL", 2)
     graph = product_graph(512, 2048, 512, splits=8)
     step = compile_step(graph, H200)
     (product,) = [node for node in step.graph if node.op == "split_matmul"]
@@ -252,9 +252,8 @@ def test_the_split_product_kernel_is_within_its_bound(case):
 @needs_tensor_cores
 @pytest.mark.parametrize("tiling", [(4, 4), (2, 2), (1, 1)], ids=str)
 def test_each_tile_of_the_ladder_and_an_epilogue(monkeypatch, tiling):
-    from meganeura.codegen import matmul_tensor
 
-    monkeypatch.setattr(matmul_tensor, "LADDER", (matmul_tensor.TensorTiling(*tiling),))
+    monkeypatch.setattr(tensor_tiles, "LADDER", (tensor_tiles.TensorTiling(*tiling),))
     graph = product_graph(100, 100, 250, batch=(2,), epilogue="add(mul($acc,$0),$1)")  # halves 256x128, 128x256
     inputs = inputs_of(graph)
     executable = run_gpu(graph, inputs, target=H200)
@@ -298,7 +297,6 @@ def test_the_split_kernels_dispatch_the_workgroups_the_cost_model_counts():
     step = compile_plan(workload.model, workload.loss, workload.inputs, workload.optimizer, target=H200).compiled
     split = [kernel for kernel in step.kernels if kernel.entry_point in ("split_halves", "matmul_halves")]
     assert {kernel.entry_point for kernel in split} == {"split_halves", "matmul_halves"}
-    assert not any(kernel.entry_point == "matmul_tensor" for kernel in step.kernels)  # the opt-in leaves it off
     for kernel in split:
         node = step.graph[kernel.node]
         assert dispatch_counted(step.graph, node, np.prod(kernel.grid), H200) == node_workgroups(step.graph, node, H200)

@@ -1,8 +1,7 @@
-"""How the GEMM kernels (matmul.wgsl, conv_gemm.wgsl, matmul_tensor.wgsl) move their operands and
-results: an operand tile's vec4 units, where each thread's units sit in the tile and how they are
-loaded (bounds, prologue), and the `store4` that writes four output columns through the epilogue.
-The f32 kernels' staging (codegen/matmul.py `gemm_blocks`) and the tensor-core kernel's
-(codegen/matmul_tensor.py) share them."""
+"""How the GEMM kernels (matmul.wgsl, conv_gemm.wgsl) move their operands and results: an operand
+tile's vec4 units, where each thread's units sit in the tile and how they are loaded (bounds,
+prologue), and the `store4` that writes four output columns through the epilogue (codegen/matmul.py
+`gemm_blocks` stages them)."""
 
 from __future__ import annotations
 

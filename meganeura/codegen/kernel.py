@@ -34,7 +34,6 @@ class Binding:
 # the H200 (tests/test_matmul_halves.py); the checker covers their subgroup-matrix loads and
 # stores too, on a device with f16 subgroup matrices (run on the H200 through Dawn on 2026-12-04:
 # none out of bounds; CI has no such device and skips it).
-# Not here: `matmul_tensor`, the tensor-core kernel that splits as it loads (off by default).
 TRUSTED_ENTRY_POINTS = frozenset(
     {
         "attention", "attention_grad_kv", "attention_grad_q", "conv_gemm", "cross_entropy_rows",

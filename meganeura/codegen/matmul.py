@@ -26,16 +26,14 @@ The kernel, for one BM × BN tile of the output per workgroup, walking K in step
 - The generator unrolls the whole K tile into straight-line code with named accumulators:
   dynamically indexed private arrays would leave registers for local memory on some drivers.
 What each configuration reaches on the H200 and on lavapipe is in codegen/gemm_table.py, with the
-command that measured it. On a target with tensor cores (`Target.tensor_cores`, an opt-in on Dawn)
-the same product, with its prologue, epilogue and split-K, is codegen/matmul_tensor.py's kernel;
-operand units and `store4` are codegen/gemm_operands.py's, shared by both and by conv_gemm.
+command that measured it. Operand units and `store4` are codegen/gemm_operands.py's, shared with
+conv_gemm. The products on the tensor cores are another pass's (codegen/matmul_halves.py).
 """
 
 from __future__ import annotations
 
 import math
 
-from meganeura.codegen import matmul_tensor
 from meganeura.codegen.common import (
     Operands,
     bindings_wgsl,
@@ -319,17 +317,10 @@ def matmul_workgroups(attrs: dict, operands, results, target: Target = GENERIC) 
 
 def matmul_counted(attrs: dict, operands, results, dispatched: int | None, target: Target = GENERIC) -> int:
     """`dispatched` workgroups of a product's kernel (None: the ones its tiling launches) as the
-    cost model counts them (`matmul_workgroups`); on the tensor cores, in workgroups of their
-    ladder's largest tile, FILL of them a unit (codegen/matmul_tensor.py)."""
+    cost model counts them (`matmul_workgroups`)."""
     batch, m, k, n = matmul_dims([matmul_a_view(operands[0], attrs), operands[1]], attrs, "matmul")
     batches, splits = math.prod(batch), attrs.get("splits", 1)
     transpose_b = bool(attrs.get("transpose_b", False))
-    if matmul_tensor.on_tensor_cores(m, n, k, batches, target):
-        tensor = matmul_tensor.tensor_tiling(m, n, batches * splits, target)
-        largest = matmul_tensor.fitting_tilings(target)[0]
-        if dispatched is None:
-            dispatched = tensor.tiles(m, n, batches * splits)
-        return max(1, dispatched * tensor.bm * tensor.bn // (largest.bm * largest.bn * matmul_tensor.FILL))
     tiling = split_tiling(m, n, k, batches, splits, target, transpose_b, bool(attrs.get("transpose_a", False)))
     if dispatched is None:
         dispatched = -(-m // tiling.bm) * -(-n // tiling.bn) * batches * splits
@@ -446,11 +437,7 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
 
     reads, epilogue = expression_code(tree, read)
     a_reads, prologue = expression_code(prologue_tree, read_for_a)
-    on_tensor_cores = matmul_tensor.on_tensor_cores(m, n, k, batches, target)
-    if on_tensor_cores:
-        tiling = matmul_tensor.tensor_tiling(m, n, batches * splits, target)
-    else:
-        tiling = split_tiling(m, n, k, batches, splits, target, transpose_b, transpose_a)
+    tiling = split_tiling(m, n, k, batches, splits, target, transpose_b, transpose_a)
     ragged_k = k % tiling.bk != 0 or k_part % tiling.bk != 0  # a K tile may pass the part's end
     # An operand an epilogue or prologue also reads by element keeps its scalar binding.
     elementwise = set(extras)
@@ -489,16 +476,9 @@ def lower_matmul(graph: Graph, node: Node, target: Target = GENERIC) -> KernelSp
         "EPILOGUE": epilogue,
         "STORE4": store4_function(m, n, tiling.bm, tiling.bn, vector_out),
     }
-    if on_tensor_cores:
-        wgsl = render(
-            "matmul_tensor",
-            {**values, **matmul_tensor.tensor_blocks(op_a, op_b, tiling, ragged_k, prologue_text != "$a")},
-        )
-        entry, workgroup, memory, keeps_checks = "matmul_tensor", (tiling.threads, 1, 1), tiling.workgroup_bytes, False
-    else:
-        wgsl = render("matmul", {**values, **gemm_blocks(op_a, op_b, tiling, ragged_k, prologue_text != "$a")})
-        entry, workgroup = "matmul", (tiling.threads_x, tiling.threads_y, 1)
-        memory, keeps_checks = tiling.workgroup_bytes, tiling.checked
+    wgsl = render("matmul", {**values, **gemm_blocks(op_a, op_b, tiling, ragged_k, prologue_text != "$a")})
+    entry, workgroup = "matmul", (tiling.threads_x, tiling.threads_y, 1)
+    memory, keeps_checks = tiling.workgroup_bytes, tiling.checked
     label = f"{node.op} {shape_text(batch) + '×' if batch else ''}{m}x{k}x{n}"
     label += " Aᵀ" * transpose_a + " Bᵀ" * transpose_b + ("" if epilogue_text == "$acc" else f" {epilogue_text}")
     label += "" if prologue_text == "$a" else f" A={prologue_text}"

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from meganeura.codegen import matmul_tensor
+from meganeura.codegen import tensor_tiles
 from meganeura.codegen.common import (
     Operands,
     bindings_wgsl,
@@ -46,10 +46,10 @@ from meganeura.codegen.common import (
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.gemm_operands import OperandTile, store4_function
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.matmul_tensor import PAD, TensorTiling, dividing_tilings, subgroup_blocks, tensor_tiling
 from meganeura.codegen.multi_tensor import binding_limit, merged_sources
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
+from meganeura.codegen.tensor_tiles import PAD, TensorTiling, dividing_tilings, subgroup_blocks, tensor_tiling
 from meganeura.ir.expr import format_expr, renamed
 from meganeura.ir.expr import parse as parse_expr
 from meganeura.ir.graph import SKIP, Graph, Node, TensorType
@@ -141,7 +141,7 @@ def halves_product(graph: Graph, node: Node) -> HalvesProduct | None:
 
 # Whether a product split into parts of K for the f32 kernels (extraction's choice) gets the parts
 # that fill the GPU with the tensor-core kernel's tiles instead (`halves_splits`). On the H200
-# (as matmul_tensor.FILL's runs, FILL 3; GPU ms as one pass, with / without): GPT-2 41.90 /
+# (as tensor_tiles.FILL's runs, FILL 3; GPU ms as one pass, with / without): GPT-2 41.90 /
 # 42.68, SmolLM2 59.87 / 61.19; each part at least 128 of K instead of PART_MIN's 256: 42.21 and
 # 60.15. At FILL 2 re-parting lost (GPT-2 43.20 / 42.76, SmolLM2 61.93 / 61.32).
 REPART = True
@@ -151,12 +151,12 @@ PART_MIN = 256  # the fewest elements of K a part gets
 def halves_splits(product: HalvesProduct, target: Target) -> int:
     """Parts of K for `product` on the tensor cores: with the largest tiling that divides its
     padded halves, the fewest parts whose tiles give every compute unit FILL workgroups
-    (matmul_tensor.tensor_tiling's rule, which then picks that tiling), each part at least
+    (tensor_tiles.tensor_tiling's rule, which then picks that tiling), each part at least
     PART_MIN of K; the smallest tiling's count where none does."""
     rows, cols = -(-product.m // SPLIT_PAD) * SPLIT_PAD, -(-product.n // SPLIT_PAD) * SPLIT_PAD
     most = max(1, product.k // PART_MIN)
     for tiling in dividing_tilings(target, rows, cols):
-        parts = max(1, -(-matmul_tensor.FILL * target.compute_units // tiling.tiles(product.m, product.n, 1)))
+        parts = max(1, -(-tensor_tiles.FILL * target.compute_units // tiling.tiles(product.m, product.n, 1)))
         if parts <= most:
             break
     parts = min(parts, most)
@@ -338,7 +338,7 @@ def completed(reader: Node, operands: tuple, attrs: dict, sources, new: Graph, n
 
 
 def halves_tiling(attrs: dict, a: TensorType, b: TensorType, target: Target) -> TensorTiling:
-    """The tiling of a split product on `target`: matmul_tensor's choice by fill among the tilings
+    """The tiling of a split product on `target`: tensor_tiles' choice by fill among the tilings
     that divide the padded halves (A's rows, B's columns)."""
     return tensor_tiling(attrs["m"], attrs["n"], attrs["splits"], target, padded=(a.shape[1], 2 * b.shape[2]))
 

@@ -37,13 +37,13 @@ from meganeura.target import Target, target_for
 ADAPTER_ENV = "MEGANEURA_ADAPTER"
 UNCHECKED_ENV = "MEGANEURA_UNCHECKED_KERNELS"
 TENSOR_CORES_ENV = "MEGANEURA_TENSOR_CORES"
-# What the split-f16 products need (codegen/matmul_tensor.py); Dawn offers the last two only
+# What the split-f16 products need (codegen/matmul_halves.py); Dawn offers the last two only
 # behind its instance toggles `allow_unsafe_apis` and, on NVIDIA, `vulkan_enable_f16_on_nvidia`.
 TENSOR_CORE_FEATURES = ("subgroups", "shader-f16", "chromium-experimental-subgroup-matrix")
 DAWN_INSTANCE_TOGGLES = ("allow_unsafe_apis", "vulkan_enable_f16_on_nvidia")
 
 
-# The one subgroup-matrix configuration the kernel is written for (codegen/matmul_tensor.py): f16
+# The one subgroup-matrix configuration the kernel is written for (codegen/tensor_tiles.py): f16
 # operands, f32 results, 16×16×16, in subgroups of exactly 32 threads (its lanes' share of a result
 # matrix and its subgroups' place in a workgroup assume 32).
 TENSOR_CORE_MATRICES = "f16 × f16 → f32 16×16×16 subgroup matrices in subgroups of 32"

@@ -4,10 +4,11 @@ WGSL reaches the tensor cores only with f16 operands. A float32 x is held as s·
 power of two that puts the tensor's largest |x| in [2^13, 2^14) (f16's range ends at 65504), hi
 the scaled x with its mantissa cut to f16's 10 bits, lo the rest rounded to f16; hi + lo keep
 21-22 of x's 24 significant bits, and a product is (Ah·Bh + Ah·Bl + Al·Bh)/(sa·sb), three f16
-products with f32 accumulation (Al·Bl, about 2^-22 of |a||b|, dropped). codegen/matmul_tensor.py
-splits the operands inside the product kernel, once per workgroup that reads them, which costs
-more than the products (its docstring has the figures); here each operand is split once, by a
-kernel of its own, into the layout the product reads, and every product of it reads the halves.
+products with f32 accumulation (Al·Bl, about 2^-22 of |a||b|, dropped). Splitting the operands
+inside the product kernel, once per workgroup that reads them, cost more than the products (a
+kernel that did so was measured and removed: docs/performance-log.md); here each operand is split
+once, by a kernel of its own, into the layout the product reads, and every product of it reads
+the halves.
 
 `split_halves(x, top, transpose, rows_to, cols_to)`: x seen as the matrix X [rows, last dim] of
 its row-major flattening, or Xᵀ with `transpose`, split into halves, padded with zeros to
