@@ -1,5 +1,5 @@
 """Can the tensor cores compute an fp32 product? A probe of the split-f16 GEMM through Dawn's
-subgroup matrices (f16 × f16 → f32, 16×16×16; shared/notes/gemm-probe.md), timed beside torch fp32
+subgroup matrices (f16 × f16 → f32, 16×16×16), timed beside torch fp32
 (TF32 off) in one process on the same GPU. Not used by the compiler.
 
     python benchmarks/tensor_core_split.py [--shapes 4096,lm-up] [--toggles disable_robustness] [--json F]

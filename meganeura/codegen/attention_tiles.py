@@ -10,8 +10,8 @@ A configuration is taken only where its workgroup arrays (`workgroup_bytes`) fit
 generic family's, else the first of `CANDIDATES` that fits.
 
 A configuration is (BR query rows, BC key rows, THREADS, prefetch). Every kernel has two register tiles per
-thread, both of named accumulators (the GEMM probe, shared/notes/gemm-probe.md: dynamically
-indexed private arrays spill on the H200):
+thread, both of named accumulators (a WGSL GEMM probe on the H200: dynamically indexed private
+arrays spill there):
 - a score tile: SR × SC scores of the workgroup's [BR, BC] tile (dK/dV: its transpose [BC, BR]),
   spread over the tile (a thread's rows are BR / SR apart, its columns BC / SC apart) so that the
   threads of a warp read different padded rows of workgroup memory (different banks) or the same
