@@ -12,7 +12,9 @@ OUTSIDE = re.compile(r"(\.\./shared|shared/notes|shared/reference|/work/)")
 
 def test_no_source_names_a_path_outside_the_repository():
     folders = ("meganeura", "shaders", "tests", "benchmarks", "scripts", "examples", "docs")
-    files = [ROOT / "README.md", *(p for f in folders for p in (ROOT / f).rglob("*") if p.suffix in (".py", ".wgsl", ".md"))]
+    files = [ROOT / "README.md"]
+    kinds = (".py", ".wgsl", ".md")
+    files += [path for folder in folders for path in (ROOT / folder).rglob("*") if path.suffix in kinds]
     found = [
         f"{path.relative_to(ROOT)}:{number}"
         for path in files
