@@ -18,7 +18,7 @@ of the totals. PyTorch (fp32, when torch and CUDA are there): SDPA forward and f
 `repeat` iterations between CUDA events.
 
 With --scores, dK/dV also writes dS (`attention_grad_kv(…, scores=True)`) and the table adds the
-matmul that then gives dQ (codegen/attention_scores.py), so that the per-layer totals compare
+matmul that then gives dQ (passes/attention_scores.py), so that the per-layer totals compare
 the two routes: forward + dQ kernel + dK/dV against forward + dK/dV writing dS + the matmul.
 
 With --ablate, each kernel's chosen configuration is timed instead with parts of its code taken
@@ -51,7 +51,6 @@ from meganeura.codegen import attention_tiles
 from meganeura.codegen import matmul as codegen_matmul
 from meganeura.codegen import transformer as codegen_transformer
 from meganeura.codegen.attention_tiles import KINDS, Tiles, layout_of, per_thread_work
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import GemmTiling
 from meganeura.ir.graph import TensorType
 from meganeura.ir.ops.transformer import (
@@ -61,6 +60,7 @@ from meganeura.ir.ops.transformer import (
     evaluate_attention_grad_q,
 )
 from meganeura.ir.trace import Tracer
+from meganeura.passes import compile_step
 from meganeura.runtime import Executable, default_device
 
 SHAPES = {"smollm2": (9, 3), "gpt2": (12, 12)}  # (query heads, KV heads)
@@ -218,7 +218,7 @@ def kernel_ms(
 def scores_matmul_ms(
     device, target, q_shape, kv_shape, inputs, repeat: int, tiling: GemmTiling | None = None
 ) -> tuple[float, float, str]:
-    """The median time of the matmul that gives dQ from dS (codegen/attention_scores.py) in ms, its
+    """The median time of the matmul that gives dQ from dS (passes/attention_scores.py) in ms, its
     error against dQ's numpy semantics (as `kernel_ms`), and its kernel's label; with `tiling`
     forced instead of the table's."""
     b, h, sq, d = q_shape

@@ -19,9 +19,9 @@ import time
 import numpy as np
 
 from meganeura import nn
-from meganeura.codegen.compiled import compile_step
 from meganeura.ir.graph import TensorType
 from meganeura.ir.trace import Tracer
+from meganeura.passes import compile_step
 from meganeura.runtime import Executable, default_device
 
 

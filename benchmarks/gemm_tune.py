@@ -44,13 +44,13 @@ import numpy as np
 
 from meganeura.bench.gemm import TIMINGS
 from meganeura.codegen import matmul as codegen_matmul
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import GemmTiling, gemm_tiling
 from meganeura.codegen.matmul import split_tiling
 from meganeura.ir.graph import TensorType
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
 from meganeura.ir.ops.reduce import split_length
 from meganeura.ir.trace import Tracer
+from meganeura.passes import compile_step
 from meganeura.runtime import Executable, default_device
 
 CHECK_RTOL = 1e-3  # as bench gemm: of the largest |value|; a wrong split is off by far more
@@ -136,7 +136,7 @@ def case_label(case: Case) -> str:
 
 def product_case(text: str) -> Case:
     """A bare M×K×N product from its text; "B*M×K×N" is a batch of B of them (attention's dQ from
-    dS: 24*768x256x64 at SmolLM2's shapes, codegen/attention_scores.py); a suffix ":Bt" stores B
+    dS: 24*768x256x64 at SmolLM2's shapes, passes/attention_scores.py); a suffix ":Bt" stores B
     as [N, K], ":At" A as [K, M], ":AtBt" both (the transposes of one matmul's flags)."""
     shape, _, flags = text.partition(":")
     if flags not in ("", "At", "Bt", "AtBt"):

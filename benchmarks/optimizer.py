@@ -37,12 +37,12 @@ import numpy as np
 import meganeura as mn
 from meganeura import nn, optim
 from meganeura.bench import workloads
-from meganeura.codegen.compiled import compile_step
 from meganeura.ir.autodiff import GradBuilder
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import op_def
 from meganeura.ir.trace import Tracer
 from meganeura.optim import ParamGrad, lr_scheduler
+from meganeura.passes import compile_step
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC, Target
 

@@ -36,12 +36,12 @@ from collections import defaultdict
 import numpy as np
 
 from meganeura.codegen import reduce as codegen_reduce
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.conv import weight_splits
 from meganeura.codegen.reduce import reduce_splits
 from meganeura.ir.graph import TensorType
 from meganeura.ir.ops.reduce import check_splits
 from meganeura.ir.trace import Tracer
+from meganeura.passes import compile_step
 from meganeura.runtime import Executable, default_device
 from meganeura.target import Target
 

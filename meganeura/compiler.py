@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from meganeura import checkpoint, gate, nn
-from meganeura.codegen.compiled import CompiledStep, compile_step
+from meganeura.codegen.compiled import CompiledStep
 from meganeura.explain import StepReport
 from meganeura.ir.autodiff import GradBuilder, gradients
 from meganeura.ir.graph import Graph, TensorType
@@ -31,6 +31,7 @@ from meganeura.ir.op import ShapeError
 from meganeura.ir.ops.random import RNG_STATE, rng_state
 from meganeura.ir.trace import Tracer, tracing, user_source_line
 from meganeura.optim import Optimizer, ParamGrad
+from meganeura.passes import compile_step
 from meganeura.target import GENERIC, Target
 from meganeura.tensor import Tensor
 from meganeura.weights import IncompatibleKeys, load_state

@@ -133,10 +133,43 @@ class StepReport:
         listed = "; ".join(", ".join(f"{name}: {list(shape)}" for name, shape in s.items()) for s in self.shapes)
         return f"input shapes compiled ({len(self.shapes)}, {kept}; this report is of the first): {listed}"
 
+    def pass_rows(self) -> list[dict[str, Any]]:
+        """What each pass after extraction did (meganeura/passes/): its kernels and the cost model's
+        price of the plan before and after it (priced here, when the report is read)."""
+        rows = []
+        for run in self.compiled.passes if self.compiled is not None else ():
+            row = {"pass": run.name, "does": run.does, "changed": run.changed}
+            if run.changed:
+                (kernels_before, kernels_after), (before, after) = run.kernels, run.costs
+                row |= {"kernels": [kernels_before, kernels_after], "units": [before.units, after.units]}
+                row |= {"bytes": [before.bytes, after.bytes], "dispatches": [before.dispatches, after.dispatches]}
+            rows.append(row)
+        return rows
+
+    def passes_text(self) -> list[str]:
+        """`pass_rows` as lines ([] without the compiled step)."""
+        rows = self.pass_rows()
+        if not rows:
+            return []
+        width = max(len(row["pass"]) for row in rows)
+        lines = ["Passes after extraction (meganeura/passes/): kernels, the cost model's price before -> after"]
+        for row in rows:
+            if not row["changed"]:
+                lines.append(f"  {row['pass']:<{width}}  no change  ({row['does']})")
+                continue
+            (k0, k1), (u0, u1) = row["kernels"], row["units"]
+            change = (u1 - u0) / u0 if u0 else 0.0
+            lines.append(
+                f"  {row['pass']:<{width}}  kernels {k0} -> {k1}, price {u0:,} -> {u1:,} ({change:+.1%})"
+                f"  ({row['does']})"
+            )
+        return lines + [""]
+
     def __str__(self) -> str:
         lines = [str(self.rewrite), ""]
         if self.shapes:
             lines += [self.shapes_line(), ""]
+        lines += self.passes_text()
         if self.compiled is not None:
             lines += [f"Dispatches: {self.step_dispatches}", ""]
         lines.append(f"Kernels ({len(self.kernels)})")
@@ -180,6 +213,7 @@ class StepReport:
         return {
             "rewrite": rewrite,
             "dispatches": None if counts is None else dataclasses.asdict(counts),
+            "passes": self.pass_rows(),
             "kernels": [
                 {
                     "node": k.node,

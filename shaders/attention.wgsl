@@ -30,7 +30,7 @@
 //     part, dK and dV [B, H, SKV, D] (summed over each group after the kernel). With a third
 //     output out_s (the op's `scores`), it also writes dSᵀ·scale grouped by KV head, [B, HKV,
 //     SKV, GROUP·SQ], from the score tile's registers, and zeros over the query tiles its walk
-//     skips (the causal mask's): dQ is then a matmul of it (codegen/attention_scores.py).
+//     skips (the causal mask's): dQ is then a matmul of it (passes/attention_scores.py).
 //
 // Streamed tiles (K and V of the forward and dQ, Q and dO of dK/dV) pass through registers: with
 // the tiling's prefetch (codegen/attention_tiles.py Tiles.prefetch) the next tile's loads are

@@ -31,7 +31,6 @@ from hypothesis import strategies as st
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.codegen.compiled import compile_step
 from meganeura.compiler import trace_step
 from meganeura.ir.autodiff import gradients
 from meganeura.ir.graph import Graph, TensorType
@@ -39,6 +38,7 @@ from meganeura.ir.interpret import interpret
 from meganeura.ir.op import checked_type, launches_kernel, operand_types
 from meganeura.ir.ops.random import RNG_STATE, rng_state
 from meganeura.ir.trace import Tracer, tracing
+from meganeura.passes import compile_step
 from meganeura.rewrite import optimize
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC, Target

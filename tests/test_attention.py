@@ -16,9 +16,8 @@ from conftest import assert_steps_follow_interpreter, check, emit, gradcheck, tr
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.codegen import attention_heads, attention_scores, attention_tiles, compiled
+from meganeura.codegen import attention_tiles
 from meganeura.codegen.attention_tiles import Tiles
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.registry import node_workgroups
 from meganeura.codegen.transformer import balanced_grad_kv_workgroups, lower_attention_tiles
 from meganeura.ir.graph import Graph, TensorType
@@ -33,6 +32,7 @@ from meganeura.ir.ops.transformer import (
     sum_groups,
 )
 from meganeura.ir.trace import Tracer, tracing
+from meganeura.passes import attention_heads, attention_scores, compile_step
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC, Target, target_for
 
@@ -168,7 +168,7 @@ CPU = Target("cpu", 2, 32, cpu=True)  # shaders/attention_rows.wgsl: a thread pe
 @pytest.mark.parametrize("shapes", KERNEL_CASES, ids=lambda s: f"q{shape_id(s[0])}-kv{shape_id(s[1])}")
 def test_attention_kernels(causal, shapes, target, monkeypatch):
     """The three kernels against the interpreter, dQ's own kernel kept (a GPU's plan may take dQ
-    from dS instead: codegen/attention_scores.py, tested at the ragged shapes below)."""
+    from dS instead: passes/attention_scores.py, tested at the ragged shapes below)."""
     monkeypatch.setattr(attention_scores, "route_pays", lambda *args: False)
     q_shape, kv_shape = shapes
     graph = attention_graph(q_shape, kv_shape, causal, 1.0 / np.sqrt(q_shape[-1]))
@@ -223,9 +223,9 @@ def tiling_cases():
 
 def ragged_cases():
     """Each tiling case as planned; where KV heads are grouped also with the grouped dK/dV kernel
-    kept (the plan may split it per query head, codegen/attention_heads.py); and for the chosen
+    kept (the plan may split it per query head, passes/attention_heads.py); and for the chosen
     tiles and those of the guarded head_dims, with dQ taken from the dS that dK/dV writes
-    (codegen/attention_scores.py), grouped or split as planned."""
+    (passes/attention_scores.py), grouped or split as planned."""
     for q_shape, kv_shape, tiles in tiling_cases():
         yield q_shape, kv_shape, tiles, "planned"
         if q_shape[1] != kv_shape[1]:
@@ -247,7 +247,7 @@ def test_tiled_attention_kernels_at_ragged_shapes(causal, q_shape, kv_shape, til
     split; "scores": dQ from dS wherever there is a dQ)."""
     grouped = variant == "grouped"
     if grouped:
-        monkeypatch.setattr(compiled, "split_attention_heads", lambda graph, target: graph)
+        monkeypatch.setattr(attention_heads, "split_pays", lambda *args: False)
     scores = variant == "scores"
     monkeypatch.setattr(attention_scores, "route_pays", lambda *args: scores)
     d = q_shape[-1]
@@ -445,7 +445,7 @@ def test_a_hopper_target_with_48_kib_takes_32x32_backward_tiles_at_head_dim_64()
     assert sorted(step.graph[spec.node].op for spec in step.kernels) == [
         "attention",
         "attention_grad_kv",
-        "fused_matmul",  # dQ from the dS that dK/dV writes (codegen/attention_scores.py)
+        "fused_matmul",  # dQ from the dS that dK/dV writes (passes/attention_scores.py)
         "fused_reduce",  # the rows' D = Σ dO∘O
         "sum",  # of dK's and dV's per-head parts
         "sum",
@@ -575,7 +575,7 @@ def test_tiny_gqa_model_trains_on_the_gpu_like_the_interpreter(rewrite):
 
 
 def test_grouped_gradients_split_per_query_head_on_a_gpu_where_the_cost_model_says_so():
-    """codegen/attention_heads.py: SmolLM2's 9/3 heads on the H200 take the per-head dK/dV kernel
+    """passes/attention_heads.py: SmolLM2's 9/3 heads on the H200 take the per-head dK/dV kernel
     and a sum over each group for dK and dV; heads without groups, and a CPU, keep the graph."""
     smollm2 = attention_graph((8, 9, 256, 64), (8, 3, 256, 64), True, 0.125)
     split = attention_heads.split_attention_heads(smollm2, HOPPER)
@@ -599,7 +599,7 @@ def test_grouped_gradients_split_per_query_head_on_a_gpu_where_the_cost_model_sa
 @pytest.mark.parametrize("seqs", [(5, 5), (3, 6), (6, 3)])
 def test_dq_is_the_matmul_of_the_scores_that_dk_dv_writes(causal, heads, seqs):
     """attention_grad_kv(scores=True)'s third result, dSᵀ·scale grouped by KV head [B, H_kv, Skv,
-    G·Sq]: (dSᵀ)ᵀ·K per KV head is dQ (codegen/attention_scores.py), and it is zero where the
+    G·Sq]: (dSᵀ)ᵀ·K per KV head is dQ (passes/attention_scores.py), and it is zero where the
     causal mask hides a key; dK and dV are unchanged."""
     (h, hkv), (sq, skv) = heads, seqs
     rng = np.random.default_rng(4)
@@ -621,7 +621,7 @@ def test_dq_is_the_matmul_of_the_scores_that_dk_dv_writes(causal, heads, seqs):
 
 
 def test_dq_comes_from_the_scores_on_a_gpu_where_the_cost_model_says_so():
-    """codegen/attention_scores.py on the H200: SmolLM2's and GPT-2's layers (batch 8 × seq 256)
+    """passes/attention_scores.py on the H200: SmolLM2's and GPT-2's layers (batch 8 × seq 256)
     take dQ as the matmul of the dS that dK/dV writes, the split per query head after it keeps dS
     as it is; sequences whose dS passes SCORES_LIMIT, a CPU, and a dQ without its dK/dV keep the
     dQ kernel."""

@@ -16,13 +16,14 @@ from test_attention import CPU, attention_inputs
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.codegen import attention_scores, attention_tiles, compiled
+from meganeura.codegen import attention_tiles
 from meganeura.codegen.attention_tiles import Tiles
 from meganeura.ir.graph import Graph
 from meganeura.ir.interpret import interpret
 from meganeura.ir.op import ShapeError
 from meganeura.ir.ops.random import RNG_STATE, RNG_STATE_TYPE, rng_state
 from meganeura.ir.ops.transformer import dropout_keep, dropout_threshold, evaluate_attention
+from meganeura.passes import attention_heads, attention_scores
 from meganeura.target import GENERIC
 
 STATE = rng_state(11, 5)
@@ -177,7 +178,7 @@ def test_dropout_attention_kernels_at_ragged_shapes(q_shape, kv_shape, tiles, ca
     the CPU's per-row kernels ("cpu")."""
     monkeypatch.setattr(attention_scores, "route_pays", lambda *args: variant == "scores")
     if variant == "grouped":
-        monkeypatch.setattr(compiled, "split_attention_heads", lambda graph, target: graph)
+        monkeypatch.setattr(attention_heads, "split_pays", lambda *args: False)
     d = q_shape[-1]
     if tiles is not None:
         for kind in attention_tiles.KINDS:

@@ -63,7 +63,7 @@ program = mn.compile(
 rng = np.random.default_rng(0)
 program.train_step(x=rng.standard_normal((8, 2, 6, 6), dtype=np.float32), y=rng.integers(0, 5, 8).astype(np.int32))
 # Dawn's Null adapter binds 8 storage buffers a kernel, WebGPU's default: attention's backward keeps
-# its dQ kernel there (codegen/attention_scores.py), and the whole step builds.
+# its dQ kernel there (passes/attention_scores.py), and the whole step builds.
 from meganeura.bench.workloads import STEPS
 
 lm = STEPS["smollm2"].build(small=True)

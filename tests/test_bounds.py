@@ -58,13 +58,13 @@ from meganeura.codegen import conv as codegen_conv
 from meganeura.codegen import matmul as codegen_matmul
 from meganeura.codegen import matmul_halves
 from meganeura.codegen import shape as codegen_shape
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import GemmTiling
 from meganeura.codegen.kernel import KernelSpec
 from meganeura.codegen.render import SHADER_DIRS
 from meganeura.compiler import Program, compile_plan
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.trace import Tracer
+from meganeura.passes import compile_step
 from meganeura.runtime import default_device
 from meganeura.target import GENERIC, Target
 

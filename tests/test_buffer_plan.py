@@ -18,10 +18,10 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen.buffers import BufferPlan
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.kernel import Binding, KernelSpec
 from meganeura.compiler import compile_plan
 from meganeura.ir.graph import Graph, TensorType
+from meganeura.passes import compile_step
 from meganeura.runtime import Executable, default_device
 from meganeura.target import Target
 

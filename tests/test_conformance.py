@@ -31,12 +31,12 @@ from conftest import trace_leaf
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.codegen.compiled import compile_step
 from meganeura.ir.autodiff import gradients
 from meganeura.ir.graph import TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.ops.random import RNG_STATE, rng_state
 from meganeura.ir.trace import Tracer, tracing
+from meganeura.passes import compile_step
 from meganeura.rewrite import optimize
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC

@@ -13,7 +13,6 @@ import pytest
 from conftest import emit, typed_leaf
 
 from meganeura.codegen import conv as codegen_conv
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import GemmTiling
 from meganeura.codegen.lower import lower_node
 from meganeura.ir.graph import Graph, TensorType
@@ -21,6 +20,7 @@ from meganeura.ir.interpret import interpret
 from meganeura.ir.op import ShapeError, infer_type, op_def
 from meganeura.ir.ops.image import conv_output_size
 from meganeura.ir.ops.matmul import part_length
+from meganeura.passes import compile_step
 from meganeura.rewrite.cost import node_cost
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC, Target

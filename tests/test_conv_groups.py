@@ -31,7 +31,6 @@ import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen import conv as codegen_conv
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import GemmTiling
 from meganeura.codegen.lower import lower_node
 from meganeura.compiler import explain_only, trace_step
@@ -39,6 +38,7 @@ from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.ops.image import conv_output_size, evaluate_unfold
 from meganeura.ir.trace import Tracer, tracing
+from meganeura.passes import compile_step
 from meganeura.rewrite import optimize
 from meganeura.target import Target
 

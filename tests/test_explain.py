@@ -122,3 +122,27 @@ def test_cli_explain_prints_reports_and_writes_dot(tmp_path, capsys):
     assert (tmp_path / "out" / "tiny_model-0.dot").read_text().startswith("digraph step {")
     if shutil.which("dot"):  # Graphviz installed: the picture is written too
         assert (tmp_path / "out" / "tiny_model-0.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_report_shows_each_pass_after_extraction_with_what_it_changed():
+    """The passes after extraction (meganeura/passes/) are in the report in their order, each with
+    its kernels and the cost model's price before and after, or "no change": here the optimizer's
+    fused updates grouped into one multi-tensor kernel (a GPU's plan; explain mode plans for a
+    generic one)."""
+    from meganeura.passes import PASSES
+    from meganeura.rewrite.cost import graph_cost
+
+    program = compile_without_gpu()
+    report = program.report()
+    rows = report.pass_rows()
+    assert [row["pass"] for row in rows] == [step.name for step in PASSES]
+    grouped = next(row for row in rows if row["pass"] == "group_updates")
+    assert grouped["changed"] and grouped["kernels"][1] < grouped["kernels"][0]
+    assert grouped["units"][1] < grouped["units"][0]
+    # the last pass's plan is the compiled step's graph, priced alike
+    last = program.compiled.passes[-1]
+    assert last.after is program.compiled.graph
+    assert rows[-1]["units"][1] == graph_cost(program.compiled.graph, program.compiled.target).units
+    text = str(report)
+    assert "Passes after extraction" in text and "group_updates" in text and "no change" in text
+    assert json.loads(json.dumps(report.to_json()))["passes"] == rows

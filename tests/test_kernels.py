@@ -19,7 +19,6 @@ from meganeura.codegen import common, expressions
 from meganeura.codegen import kernel as codegen_kernel
 from meganeura.codegen import matmul as codegen_matmul
 from meganeura.codegen import shape as codegen_shape
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import TABLES, GemmLadder, GemmTiling, gemm_tiling, shrunk
 from meganeura.codegen.registry import LOWERINGS, node_workgroups
 from meganeura.codegen.render import TemplateError, load_template, render
@@ -30,6 +29,7 @@ from meganeura.ir.interpret import interpret
 from meganeura.ir.op import OPS, ShapeError, infer_type, launches_kernel, op_def
 from meganeura.ir.ops.matmul import part_length
 from meganeura.ir.ops.optimizer import HYPER_FIELDS, hyper_offset, hyper_vector
+from meganeura.passes import compile_step
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC, WEBGPU_WORKGROUP_MEMORY, Target
 
@@ -333,7 +333,7 @@ def test_split_k_partials_on_ragged_shapes(monkeypatch, tiling):
 
 
 # (M, K, N), transposes, batch, the rows' period P, parts: dQ's product in small (3 query heads of
-# 20 rows over 23 keys, A stored transposed as codegen/attention_scores.py has it), a period that
+# 20 rows over 23 keys, A stored transposed as passes/attention_scores.py has it), a period that
 # row tiles cross, more keys than a period's rows (the last ones zero in every row), and split
 # into parts of K (a part past a tile's last key multiplies nothing and writes zeros).
 CAUSAL_CASES = [

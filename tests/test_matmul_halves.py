@@ -15,11 +15,11 @@ from test_tensor_tiles import H200, needs_tensor_cores
 
 import meganeura as mn
 from meganeura.codegen import matmul_halves, tensor_tiles
-from meganeura.codegen.compiled import compile_step
 from meganeura.ir.graph import TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.ops.halves import evaluate_split_halves, scale_exponent, unpacked
 from meganeura.ir.trace import Tracer
+from meganeura.passes import compile_step
 from meganeura.target import GENERIC
 
 BOUND = 2e-5  # of |A|·|B|

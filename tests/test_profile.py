@@ -15,8 +15,8 @@ from conftest import MLP, ce_loss, emit, typed_leaf
 import meganeura as mn
 from meganeura import compiler, optim
 from meganeura.__main__ import main
-from meganeura.codegen.compiled import compile_step
 from meganeura.ir.graph import Graph
+from meganeura.passes import compile_step
 from meganeura.rewrite.cost import node_cost
 from meganeura.runtime import Executable, default_device
 

@@ -17,7 +17,6 @@ from conftest import assert_steps_follow_interpreter, check, emit, leaf, live_no
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.reduce import reduce_splits, reduce_workgroups
 from meganeura.codegen.registry import dispatch_counted, node_workgroups
 from meganeura.compiler import Program, compile_plan
@@ -25,6 +24,7 @@ from meganeura.ir.graph import Graph
 from meganeura.ir.interpret import interpret
 from meganeura.ir.op import ShapeError, infer_type, op_def
 from meganeura.ir.ops.reduce import split_length
+from meganeura.passes import compile_step
 from meganeura.rewrite import optimize
 from meganeura.target import GENERIC, Target, target_for
 

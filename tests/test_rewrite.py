@@ -24,11 +24,11 @@ from conftest import (
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.codegen.compiled import compile_step
 from meganeura.compiler import trace_step
 from meganeura.ir.expr import parse
 from meganeura.ir.graph import Graph
 from meganeura.ir.ops.optimizer import hyper_offset
+from meganeura.passes import compile_step
 from meganeura.rewrite import FAMILIES, RULE_NAMES, Budget, RewriteReport, optimize
 from meganeura.rewrite.encode import Encoding, empty_egraph, encode
 from meganeura.rewrite.extract import Extractor, input_choice

@@ -11,10 +11,10 @@ from conftest import assert_steps_follow_interpreter, const, emit, typed_leaf
 import meganeura.functional as F
 from meganeura import nn, optim
 from meganeura.codegen.buffers import plan_buffers
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.lower import lower_graph
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.interpret import interpret
+from meganeura.passes import compile_step
 from meganeura.runtime import Executable, backend, default_device, device, mapping
 
 RNG = np.random.default_rng(1)

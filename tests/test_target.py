@@ -16,7 +16,6 @@ from conftest import assert_same_results, assert_steps_follow_interpreter, mlp_s
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.gemm_table import CPU_TABLE, GemmTiling, gemm_tiling
 from meganeura.codegen.matmul import counted_workgroups
 from meganeura.codegen.registry import dispatch_counted, node_workgroups
@@ -24,6 +23,7 @@ from meganeura.compiler import Program, compile_plan, trace_step
 from meganeura.ir.graph import TensorType
 from meganeura.ir.op import op_def
 from meganeura.ir.ops.matmul import matmul_a_view, matmul_dims
+from meganeura.passes import compile_step
 from meganeura.rewrite import optimize
 from meganeura.rewrite.cost import DISPATCH_COST_BYTES, WORK_PER_UNIT, pricing
 from meganeura.runtime import default_device

@@ -20,7 +20,6 @@ from test_rewrite_conv import ConvNet, ce_loss, conv_step
 
 import meganeura as mn
 from meganeura import optim
-from meganeura.codegen.compiled import compile_step
 from meganeura.codegen.registry import node_workgroups
 from meganeura.ir.graph import Graph
 from meganeura.ir.interpret import interpret
@@ -33,6 +32,7 @@ from meganeura.ir.ops.winograd import (
     evaluate_winograd_weight,
     evaluate_winograd_weight_gradient,
 )
+from meganeura.passes import compile_step
 from meganeura.rewrite import optimize
 from meganeura.runtime import Executable, default_device
 from meganeura.target import GENERIC, Target

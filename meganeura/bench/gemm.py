@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from meganeura.codegen.compiled import compile_step
 from meganeura.ir.graph import TensorType
 from meganeura.ir.trace import Tracer
+from meganeura.passes import compile_step
 from meganeura.rewrite import optimize
 from meganeura.runtime import Executable, default_device
 

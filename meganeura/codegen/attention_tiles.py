@@ -68,7 +68,7 @@ class Tiles:
 # benchmark's plan split it, until 2026-12-02. The grouped kernel itself, writing dS: 0.258 ms,
 # attention_heads.py.) The backward tiles need 39296 and 43520 bytes, so an adapter of the family
 # that offers less takes the generic ones.
-# dK/dV writing dS (codegen/attention_scores.py, what both LM steps run on the H200 since
+# dK/dV writing dS (passes/attention_scores.py, what both LM steps run on the H200 since
 # 2026-12-02; `--scores`, three alternated runs, per query head): 32x32/128p 0.194, 32x32/256p
 # 0.190, against 0.169 and 0.182 without dS; GPT-2's 0.246-0.260 and 0.242-0.257. 128p was kept
 # then (2% where dS is written, 7% the other way where it is not); on 2026-12-02 (a later run,

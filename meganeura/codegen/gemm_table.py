@@ -271,7 +271,7 @@ HOPPER_STRIDED_TABLE = GemmLadder(
 HOPPER_SPLIT_TABLE = GemmLadder(fill=2, ladder=(GemmTiling(64, 64, 16, 2, 2, prefetch=True),))
 
 # The H200's batched products (a matrix of the batch per head: attention's dQ, (dSᵀ)ᵀ·K over
-# K = 256 keys, codegen/attention_scores.py). Their reductions are short (16 K tiles), so a
+# K = 256 keys, passes/attention_scores.py). Their reductions are short (16 K tiles), so a
 # workgroup's walk is short and its fixed costs weigh: small tiles in many workgroups win. In the
 # steps (`benchmarks/plan_ab.py --workloads smollm2`, 2026-12-02, GPU time of one profiled step's
 # 30 layers, dQ's product 8x3×768x256x64 Aᵀ): the matmul ladder's 64x64 8x8 prefetch (288

@@ -23,7 +23,7 @@ REPART): the sum of its parts is made again for the new count, or, where one par
 product takes over that sum's epilogue and extras (`completed`). The other products keep their
 kernels.
 
-Why after extraction, like codegen/attention_scores.py: a split is shared by several products
+Why after extraction, like passes/attention_scores.py: a split is shared by several products
 and changes their operands' type; extraction moves one e-class at a time.
 """
 

@@ -282,12 +282,12 @@ def lower_attention_rows(graph: Graph, node: Node) -> KernelSpec:
     if node.attr("per_query_head", False):
         raise NotImplementedError(
             f"attention_grad_kv per query head has no CPU kernel (a thread per key row sums its group): "
-            f"node %{node.id}; the plan makes one only for GPUs (codegen/attention_heads.py split_attention_heads)"
+            f"node %{node.id}; the plan makes one only for GPUs (passes/attention_heads.py split_attention_heads)"
         )
     if node.attr("scores", False):
         raise NotImplementedError(
             f"attention_grad_kv writing dS has no CPU kernel (a thread per key row): node %{node.id}; the plan "
-            "makes one only for GPUs (codegen/attention_scores.py dq_from_scores)"
+            "makes one only for GPUs (passes/attention_scores.py dq_from_scores)"
         )
     bindings, flags = attention_bindings(node)
     sizes = attention_sizes(graph, node)

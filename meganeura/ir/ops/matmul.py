@@ -22,7 +22,7 @@ GPU; S times as many do). A split product has no epilogue: it applies to the sum
 
 `fused_matmul(…, causal_rows=P)` with P > 0 promises that op(A)[r, k] is zero for k > r mod P (the
 rows of A are queries, P of them a period, its columns keys, under a top-left causal mask: the
-scores' gradient that dQ is computed from, codegen/attention_scores.py). The product is the same;
+scores' gradient that dQ is computed from, passes/attention_scores.py). The product is the same;
 the kernel skips the K tiles past a row tile's last nonzero column, and the numpy semantics check
 the promise (an A that breaks it raises).
 """

@@ -23,14 +23,14 @@ the kernels read it instead of o (a dK/dV kernel would otherwise rebuild each qu
 every key tile's workgroup that walks it, loading O beside dO: on the H200 the SmolLM2-135M
 layer's dK/dV took 0.165 ms that way, 0.137 without, 2026-12-02, `benchmarks/attention.py
 --ablate`). With `per_query_head` its results are [B, H, Skv, D], one
-dK and dV per query head, not yet summed over the group (codegen/attention_heads.py
+dK and dV per query head, not yet summed over the group (passes/attention_heads.py
 `split_attention_heads`: a grouped kernel walks every query head of its group for each key tile,
 a per-head one spreads that work over H / H_kv times the workgroups, and a sum after it adds the
 group's parts). With `scores` it has a third result, the scores' gradient it computes on the way
 (zero where the causal mask hides a key), times scale, transposed and grouped by KV head: dSᵀ·scale
 [B, H_kv, Skv, G·Sq] with G = H / H_kv (element [b, j, k, g·Sq + i] is query head j·G + g's
 dS[i, k]), from which dQ = dS·K·scale is a batched matmul, (dSᵀ)ᵀ·K per KV head
-(codegen/attention_scores.py `dq_from_scores`).
+(passes/attention_scores.py `dq_from_scores`).
 
 With `dropout` p > 0 (SDPA's dropout_p) each op takes the RNG state leaf as a last operand and
 drops the probabilities: P' = P ∘ M / (1 − p), M_ij = 1 with probability 1 − p, so o = P'·v,

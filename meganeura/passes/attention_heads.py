@@ -7,7 +7,7 @@ D] and a sum over the group axis. A workgroup of the grouped kernel walks every 
 group for its key tile, and under the causal mask the first key tiles walk every query tile: the
 SmolLM2-135M-shaped layer (9 query heads over 3, batch 8 × seq 256, 32x32 tiles) dispatches 192
 workgroups whose first ones walk 24 query tiles, and took 493 µs on the H200 (2026-12-01); since
-the kernels read Dᵢ while staging dO, and writing dS (codegen/attention_scores.py), 0.258 ms
+the kernels read Dᵢ while staging dO, and writing dS (passes/attention_scores.py), 0.258 ms
 against 0.194 for the per-head kernel (2026-12-02, 32x32/128p, three alternated runs with this
 split turned off; the 0.18-0.23 noted before had been timed through it: the per-head kernel). The
 per-head kernel dispatches H / H_kv times the workgroups, each walking one head's tiles, and

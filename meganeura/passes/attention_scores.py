@@ -26,7 +26,7 @@ dS a buffer for its short life (the dK/dV kernel to the matmul), which later lay
 
 Why after extraction, not as an e-graph rule: the route needs two e-classes to switch at once
 (dK/dV's node gaining a result, and dQ), and extraction moves one at a time (the same reason as
-codegen/attention_heads.py's split, which runs after this and keeps the third result as it is).
+passes/attention_heads.py's split, which runs after this and keeps the third result as it is).
 A CPU (lavapipe) keeps its row kernels, which have no dS output, and so does an adapter that binds
 fewer storage buffers a kernel than the dK/dV kernel writing dS needs (9).
 """
