@@ -10,6 +10,7 @@ groups once from it. The passes after extraction (meganeura/passes/) run before 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from meganeura.codegen.buffers import BufferPlan, plan_buffers
@@ -27,6 +28,9 @@ class CompiledStep:
     plan: BufferPlan
     target: Target = GENERIC  # the adapter it was compiled for
     passes: tuple = ()  # what each pass after extraction did (meganeura.passes.PassRun), in order
+    # The cost model's price of a kernel's node, (graph, node id) -> Cost (meganeura.passes gives
+    # rewrite.cost.node_cost): the profiler's bytes and flops, without the runtime importing it.
+    pricing: Callable | None = None
 
     @property
     def kernels(self) -> list[KernelSpec]:
@@ -44,9 +48,12 @@ class CompiledStep:
         return "\n\n".join(parts)
 
 
-def lower_step(graph: Graph, target: Target = GENERIC, passes: tuple = ()) -> CompiledStep:
+def lower_step(
+    graph: Graph, target: Target = GENERIC, passes: tuple = (), pricing: Callable | None = None
+) -> CompiledStep:
     """`graph` (after the passes) lowered to kernels for `target`, with its buffers planned (no
-    device needed); `passes`, what the passes did, kept with it for the report."""
+    device needed); `passes` (what the passes did) and `pricing` kept with it for the report and
+    the profiler."""
     kernels = lower_graph(graph, target)
     for spec in kernels:
         if len(spec.bindings) > target.max_storage_buffers:
@@ -54,4 +61,4 @@ def lower_step(graph: Graph, target: Target = GENERIC, passes: tuple = ()) -> Co
                 f"kernel %{spec.node} ({spec.label[:120]}) binds {len(spec.bindings)} storage buffers; "
                 f"{target.name} allows {target.max_storage_buffers} per kernel"
             )
-    return CompiledStep(graph, plan_buffers(graph, kernels), target, passes)
+    return CompiledStep(graph, plan_buffers(graph, kernels), target, passes, pricing)

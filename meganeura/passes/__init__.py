@@ -30,7 +30,7 @@ from meganeura.ir.graph import Graph
 from meganeura.ir.op import op_def
 from meganeura.passes.attention_heads import split_attention_heads
 from meganeura.passes.attention_scores import dq_from_scores
-from meganeura.rewrite.cost import Cost, graph_cost
+from meganeura.rewrite.cost import Cost, graph_cost, node_cost
 from meganeura.target import GENERIC, Target
 
 
@@ -106,4 +106,4 @@ def compile_step(
     check the kernels without them), lowered to kernels for `target` with its buffers planned."""
     skip = ("group_updates",) * (not multi_tensor) + ("split_attention_heads",) * (not per_query_head)
     planned, runs = run_passes(graph, target, skip)
-    return lower_step(planned, target, tuple(runs))
+    return lower_step(planned, target, tuple(runs), node_cost)

@@ -26,7 +26,6 @@ from meganeura.codegen.kernel import KernelSpec
 from meganeura.ir.graph import TensorType
 from meganeura.ir.ops.constants import constant_array
 from meganeura.parameter import Buffer, Parameter
-from meganeura.rewrite.cost import node_cost
 from meganeura.runtime.backend import NAME as BACKEND
 from meganeura.runtime.backend import wgpu
 from meganeura.runtime.device import Device
@@ -508,9 +507,18 @@ class Executable:
         """(node, op, label, source lines, bytes, flops) of each dispatch, in run order."""
         facts = []
         for spec in self.plan.schedule:
-            node, cost = self.graph[spec.node], node_cost(self.graph, spec.node)
-            facts.append((spec.node, node.op, spec.label, node.sources, cost.bytes, cost.flops))
+            node = self.graph[spec.node]
+            bytes_, flops = self.priced(spec.node)
+            facts.append((spec.node, node.op, spec.label, node.sources, bytes_, flops))
         return facts
+
+    def priced(self, node_id: int) -> tuple[int, int]:
+        """The bytes and flops the cost model gives a kernel's node (0, 0 for a step lowered
+        without its pricing: `codegen.compiled.lower_step` called alone)."""
+        if self.step.pricing is None:
+            return 0, 0
+        cost = self.step.pricing(self.graph, node_id)
+        return cost.bytes, cost.flops
 
     def upload(self, inputs: dict[str, np.ndarray], read: tuple[str, ...]) -> tuple[tuple[str, ...], list, int, int]:
         """Check and upload `inputs`; the outputs to read, their copies and the range to map."""
