@@ -98,7 +98,7 @@ class StepReport:
 
     `kernels` are the plan's kernels as the e-graph chose them (one per node of the fused graph);
     with the compiled step, `dispatches` counts what runs, after the optimizer's updates of many
-    parameters were grouped into multi-tensor kernels (codegen/multi_tensor.py)."""
+    parameters were grouped into multi-tensor kernels (passes/multi_tensor.py)."""
 
     rewrite: Any  # meganeura.rewrite.RewriteReport
     graph: Graph  # the traced step

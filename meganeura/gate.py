@@ -8,7 +8,7 @@ each parameter's and state's new value in `graph.updates`, `gate_updates` replac
 whose gate is 0 leaves every parameter and optimizer state as it was, and any optimizer works
 unchanged. The price: an update can no longer be written in place (the old value is still read
 by the `where`), so each gated update has a buffer and an end-of-step copy of its own, and the
-multi-tensor grouping of the fused updates (codegen/multi_tensor.py) does not apply; and a step
+multi-tensor grouping of the fused updates (passes/multi_tensor.py) does not apply; and a step
 whose gate is 0 still computes the update it throws away (the k − 1 micro-steps of a cycle too).
 benchmarks/gated_step.py measures what that costs.
 

@@ -1,4 +1,4 @@
-"""Fused and multi-tensor optimizer updates (ir/ops/optimizer.py, codegen/multi_tensor.py,
+"""Fused and multi-tensor optimizer updates (ir/ops/optimizer.py, passes/multi_tensor.py,
 shaders/optimizer_update.wgsl): the same numbers as the single-tensor updates, in the interpreter
 and on the GPU, with many parameters of ragged sizes spread over several kernels."""
 
@@ -12,11 +12,12 @@ import pytest
 import meganeura as mn
 import meganeura.functional as F
 from meganeura import nn, optim
-from meganeura.codegen.multi_tensor import binding_limit, group_updates, plan_groups
+from meganeura.codegen.common import binding_limit
 from meganeura.compiler import compile_plan, trace_step
 from meganeura.explain import step_dispatches
 from meganeura.ir.interpret import interpret
 from meganeura.passes import compile_step
+from meganeura.passes.multi_tensor import group_updates, plan_groups
 from meganeura.runtime import Executable, default_device
 from meganeura.target import Target
 
@@ -190,7 +191,7 @@ def run_steps(compiled, traced, steps: int, read=("loss",)) -> tuple[list[float]
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_five_steps_of_multi_tensor_updates_match_the_per_parameter_kernels(name):
     # The multi-tensor kernels are planned for a GPU (a CPU target keeps one kernel per parameter,
-    # codegen/multi_tensor.py) binding what this device binds (lavapipe 32: an Adam member takes
+    # passes/multi_tensor.py) binding what this device binds (lavapipe 32: an Adam member takes
     # 4, so 17 parameters need 3 kernels), and for a GPU binding 9 buffers (9 kernels); all run
     # here, on the test device.
     device = default_device().target
@@ -211,7 +212,7 @@ def test_five_steps_of_multi_tensor_updates_match_the_per_parameter_kernels(name
     reference, expected, single = runs["per parameter"]
     assert np.isfinite(reference).all() and reference[-1] != reference[0]
     # To an ulp: the fused updates add a gradient given as parts (a split product's, a two-level
-    # column sum's) as they read it (codegen/optimizer.py updates_reading_parts), in another order
+    # column sum's) as they read it (passes/update_parts.py updates_reading_parts), in another order
     # than the sum kernel the single-tensor updates read; and a GPU's compiler may contract the
     # two forms' arithmetic into FMAs differently (the H200 differed by 1 ulp in some elements
     # after 5 SGD-momentum steps).
@@ -298,7 +299,7 @@ def parts_readers(graph) -> list[str]:
 
 @pytest.mark.parametrize("name", ["adamw", "sgd momentum wd"])
 def test_updates_read_their_gradients_parts_instead_of_a_sum_kernel(monkeypatch, name):
-    """codegen/optimizer.py `updates_reading_parts`: an update whose gradient is the sum over the
+    """passes/update_parts.py `updates_reading_parts`: an update whose gradient is the sum over the
     first axis of partial rows reads the rows and adds them, and the sum's kernel goes; three
     steps on the test device match the same plan with the sums kept, and the step follows the
     interpreter of the graph before the pass in float64."""

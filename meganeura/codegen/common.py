@@ -12,7 +12,7 @@ leaf it binds instead (codegen/random.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from meganeura.codegen.expressions import expr_to_wgsl, literal
 from meganeura.codegen.kernel import Binding, KernelSpec, Value
@@ -20,6 +20,7 @@ from meganeura.codegen.random import is_random, random_value
 from meganeura.codegen.render import render
 from meganeura.ir.expr import Expr, variables
 from meganeura.ir.graph import Graph, Node
+from meganeura.target import Target
 
 # ---------------------------------------------------------------------------------------------
 # Values: views, constants
@@ -285,3 +286,19 @@ def elementwise_kernel(
         },
     )
     return KernelSpec(node.id, label, wgsl, "elementwise", tuple(bindings), grid, (256, 1, 1))
+
+
+# WebGPU's default maxBindingsPerBindGroup, which runtime/device.py does not raise: an adapter may
+# offer more storage buffers per stage (the H200's Vulkan driver does) than one bind group holds.
+MAX_BINDINGS_PER_GROUP = 1000
+
+
+def binding_limit(target: Target) -> int:
+    """Storage buffers a kernel of many members (a multi-tensor update, a split of many operands)
+    may bind on `target`."""
+    return min(target.max_storage_buffers, MAX_BINDINGS_PER_GROUP)
+
+
+def merged_sources(sources: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
+    """The members' source lines, each once, in order."""
+    return tuple(dict.fromkeys(line for lines in sources for line in lines))

@@ -35,18 +35,19 @@ from dataclasses import dataclass
 from meganeura.codegen import tensor_tiles
 from meganeura.codegen.common import (
     Operands,
+    binding_limit,
     bindings_wgsl,
     broadcast_strides,
     expression_code,
     grid_for,
     index_expr,
+    merged_sources,
     output_binding,
     sum_terms,
 )
 from meganeura.codegen.expressions import helper_functions
 from meganeura.codegen.gemm_operands import OperandTile, store4_function
 from meganeura.codegen.kernel import Binding, KernelSpec
-from meganeura.codegen.multi_tensor import binding_limit, merged_sources
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
 from meganeura.codegen.tensor_tiles import PAD, TensorTiling, dividing_tilings, subgroup_blocks, tensor_tiling

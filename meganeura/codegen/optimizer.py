@@ -6,7 +6,7 @@ nothing needs its old value afterwards.
   are one kernel each (shaders/optimizer.wgsl).
 - The fused updates (sgd_update, adam_update, rmsprop_update, adagrad_update, adamax_update,
   nadam_update, radam_update, adadelta_update) and their multi-tensor forms (multi_…, formed
-  by codegen/multi_tensor.py) share one kernel (shaders/optimizer_update.wgsl): one dispatch
+  by passes/multi_tensor.py) share one kernel (shaders/optimizer_update.wgsl): one dispatch
   runs the whole update of every member parameter, each member in a range of workgroups of its
   own, writing a result per value it replaces.
 """
@@ -19,7 +19,7 @@ from meganeura.codegen.common import Operands, alias_root, bindings_wgsl, grid_f
 from meganeura.codegen.kernel import KernelSpec, Value
 from meganeura.codegen.registry import lowering
 from meganeura.codegen.render import render
-from meganeura.ir.graph import SKIP, Graph, Node, TensorType
+from meganeura.ir.graph import Graph, Node, TensorType
 from meganeura.ir.ops.optimizer import MULTI_OF, member_attrs, members_of, replaced_operands, updated_operands
 
 
@@ -110,6 +110,7 @@ def lower_optimizer(graph: Graph, node: Node) -> KernelSpec:
 # The fused updates, of one parameter or many (shaders/optimizer_update.wgsl)
 
 # The template's `Updated` field that holds the new value of each operand a fused update replaces.
+GRADIENT = 1  # the gradient's operand position in every fused update
 UPDATE_FIELDS = {
     "sgd_update": {0: "p", 6: "buf"},
     "adam_update": {0: "p", 2: "m", 3: "v", 4: "vmax"},
@@ -190,47 +191,6 @@ def member_reads(operands: Operands, inputs: list[int], shape, replaced: dict[in
         return operands.read(value, shape)
 
     return [read(position, value) for position, value in enumerate(inputs)]
-
-
-GRADIENT = 1  # the gradient's operand position in every fused update
-# A gradient summed from at most this many parts is read as its parts by the update
-# (`updates_reading_parts`): its kernel unrolls one read a part.
-MAX_PARTS = 32
-
-
-def updates_reading_parts(graph: Graph) -> Graph:
-    """`graph` with each fused update (sgd_update, adam_update, …) whose gradient is a `sum` over the
-    first axis of at most MAX_PARTS parts, read by nothing else, reading the parts instead: the
-    update adds them as it reads its gradient (ir/ops/optimizer.py), and the sum's dispatch goes.
-    Those sums complete split products' partials (a weight's gradient in parts of K) and
-    two-level column reductions (a bias's or a norm weight's gradient in 32 partial rows)."""
-    users, roots = graph.users(), set(graph.roots())
-    parts_of: dict[int, int] = {}  # the sum → its parts
-    for node in graph:
-        if node.op not in UPDATE_FIELDS:
-            continue
-        total = graph[node.inputs[GRADIENT]]
-        parts = graph[total.inputs[0]] if total.op == "sum" else None
-        if (
-            parts is not None
-            and tuple(total.attr("axes")) == (0,)
-            and not total.attr("keepdim", False)
-            and len(parts.shape) == len(total.shape) + 1
-            and parts.shape[0] <= MAX_PARTS
-            and users[total.id] == [node.id]
-            and total.id not in roots
-        ):
-            parts_of[total.id] = parts.id
-    if not parts_of:
-        return graph
-
-    def replace(node: Node, new: Graph, new_id: dict[int, int]) -> int | None:
-        if node.id in parts_of:  # read by its update alone, which now reads the parts
-            new_id[node.id] = new_id[parts_of[node.id]]
-            return SKIP
-        return None
-
-    return graph.rebuilt(replace)
 
 
 @lowering(*UPDATE_FIELDS, *MEMBER_OP, workgroups=update_workgroups)

@@ -9,7 +9,7 @@ whole step — forward, backward, update — is one graph and one GPU submission
 `fused` is torch.optim's flag of the same name, with the same numbers either way. With
 `fused=True` (the default) each parameter's whole update is one node (`sgd_update`,
 `adam_update`, `rmsprop_update`, …: ir/ops/optimizer.py) and the compiler updates
-many parameters in one kernel (codegen/multi_tensor.py); with `fused=False` each formula is a node
+many parameters in one kernel (passes/multi_tensor.py); with `fused=False` each formula is a node
 of its own (Adam: two moments and the step, PyTorch's single-tensor form), and each is a kernel
 per parameter. Either way the state is updated in place.
 

@@ -7,9 +7,9 @@ yet, each deciding by the cost model or by a fixed policy, run in order by `run_
   the three kernels cost less than the one;
 - `split_operands` (codegen/matmul_halves.py): on a target with tensor cores, the products that can
   take them made products of operands split once into f16 halves;
-- `updates_reading_parts` (codegen/optimizer.py): an optimizer update whose gradient is a sum of
+- `updates_reading_parts` (passes/update_parts.py): an optimizer update whose gradient is a sum of
   parts reads the parts (one kernel fewer);
-- `group_updates` (codegen/multi_tensor.py): the fused updates grouped into multi-tensor kernels.
+- `group_updates` (passes/multi_tensor.py): the fused updates grouped into multi-tensor kernels.
 
 Each is a pass, not a rule, because its choice switches several e-classes at once (a node gaining
 a result and its reader changing with it), which extraction's one-class moves do not find; the
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 from meganeura.codegen.compiled import CompiledStep, lower_step
 from meganeura.codegen.matmul_halves import split_operands
-from meganeura.codegen.multi_tensor import group_updates
-from meganeura.codegen.optimizer import updates_reading_parts
 from meganeura.ir.graph import Graph
 from meganeura.ir.op import op_def
 from meganeura.passes.attention_heads import split_attention_heads
 from meganeura.passes.attention_scores import dq_from_scores
+from meganeura.passes.multi_tensor import group_updates
+from meganeura.passes.update_parts import updates_reading_parts
 from meganeura.rewrite.cost import Cost, graph_cost, node_cost
 from meganeura.target import GENERIC, Target
 

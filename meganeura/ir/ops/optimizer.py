@@ -75,7 +75,7 @@ The fused ops, the whole update of one parameter as one node with a result per v
 
 A fused update's gradient may come as its parts: g of shape [P, *p.shape], summed over the first
 axis as it is read (split products' partial sums, a two-level column reduction's partials), so
-that no kernel of its own sums them (`codegen/optimizer.py` `updates_reading_parts`).
+that no kernel of its own sums them (`passes/update_parts.py` `updates_reading_parts`).
 
 `replaced_operands(op, attrs, arity)` says which operand each result replaces (in place, when
 nothing else needs the old value). `multi_sgd_update`, `multi_adam_update`, … (`multi_` and a
@@ -83,7 +83,7 @@ fused update's name) are the same updates of several parameters in one node: the
 are the members' operands one member after another (each member with its own hyper-parameter
 operands, those of its parameter group), their results the members' results likewise (`members`
 of them; multi_sgd_update's `momentum`: each member has a buffer). The compiler forms them after
-the e-graph from the fused ops it can run in place (`codegen/multi_tensor.py`); they have no
+the e-graph from the fused ops it can run in place (`passes/multi_tensor.py`); they have no
 e-graph form.
 """
 

@@ -49,19 +49,14 @@ that parameter's read_write binding in one dispatch).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from meganeura.codegen.common import bound_value, constant_value, storage
+from meganeura.codegen.common import binding_limit, bound_value, constant_value, merged_sources, storage
 from meganeura.codegen.optimizer import updates_in_place
 from meganeura.ir.graph import SKIP, Graph, Node
 from meganeura.ir.op import add_checked
 from meganeura.ir.ops.optimizer import MULTI_OF, updated_operands
 from meganeura.target import GENERIC, Target
-
-# WebGPU's default maxBindingsPerBindGroup, which runtime/device.py does not raise: an adapter may
-# offer more storage buffers per stage (the H200's Vulkan driver does) than one bind group holds.
-MAX_BINDINGS_PER_GROUP = 1000
 
 
 @dataclass
@@ -76,11 +71,6 @@ class Group:
     @property
     def bindings(self) -> int:
         return len(self.reads) + self.outputs
-
-
-def binding_limit(target: Target) -> int:
-    """Storage buffers one multi-tensor kernel may bind on `target`."""
-    return min(target.max_storage_buffers, MAX_BINDINGS_PER_GROUP)
 
 
 def groups_updates(target: Target) -> bool:
@@ -195,8 +185,3 @@ def add_multi_node(graph: Graph, new: Graph, group: Group, new_id: dict[int, int
         for root in update_roots(graph, member.id):
             new_id[root] = new.add("result", (multi,), types[index], {"index": index}, member.sources)
             index += 1
-
-
-def merged_sources(sources: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
-    """The members' source lines, each once, in order."""
-    return tuple(dict.fromkeys(line for lines in sources for line in lines))
