@@ -56,7 +56,6 @@ from meganeura.bench import workloads
 from meganeura.bench.workloads import STEPS
 from meganeura.codegen import conv as codegen_conv
 from meganeura.codegen import matmul as codegen_matmul
-from meganeura.codegen import matmul_halves
 from meganeura.codegen import shape as codegen_shape
 from meganeura.codegen.gemm_table import GemmTiling
 from meganeura.codegen.kernel import KernelSpec
@@ -64,7 +63,7 @@ from meganeura.codegen.render import SHADER_DIRS
 from meganeura.compiler import Program, compile_plan
 from meganeura.ir.graph import Graph, TensorType
 from meganeura.ir.trace import Tracer
-from meganeura.passes import compile_step
+from meganeura.passes import compile_step, operand_splits
 from meganeura.runtime import default_device
 from meganeura.target import GENERIC, Target
 
@@ -198,7 +197,7 @@ def split_product_kernel(m: int, k: int, n: int, **flags) -> KernelSpec:
     """The split product (matmul_halves) of a ragged m×k by k×n, as planned for the H200 with
     tensor cores (products of any size split: tests/test_matmul_halves.py)."""
     graph, _ = split_product_graph(m, k, n, **flags)
-    with patched(matmul_halves, "halves_take", lambda m, k, n: True):
+    with patched(operand_splits, "halves_take", lambda m, k, n: True):
         kernels = compile_step(graph, dataclasses.replace(H200, tensor_cores=True)).kernels
     (product,) = [k for k in kernels if k.entry_point == "matmul_halves"]
     return product
@@ -257,7 +256,7 @@ def test_the_split_products_index_in_bounds_on_the_tensor_cores(flags):
     """Where the device has f16 subgroup matrices (the H200 through Dawn): a ragged split product,
     its splits and maxima, run sanitized on the device's own plan, index nothing out of bounds."""
     graph, shapes = split_product_graph(130, 257, 70, **flags)
-    with patched(matmul_halves, "halves_take", lambda m, k, n: True):
+    with patched(operand_splits, "halves_take", lambda m, k, n: True):
         step = compile_step(graph, sanitizer_target(default_device().target))
     assert any(spec.entry_point == "matmul_halves" for spec in step.kernels)
     rng = np.random.default_rng(6)

@@ -1,4 +1,5 @@
-"""Products on the tensor cores from operands split once (ir/ops/halves.py, codegen/matmul_halves.py):
+"""Products on the tensor cores from operands split once (ir/ops/halves.py; the pass in
+passes/operand_splits.py, the kernel in codegen/matmul_halves.py):
 the pass against the interpreter (every transpose, ragged shapes, A's leading dims folded, split-K,
 epilogues, operands over many binades; each product within its bound of |A|·|B|, the scale of a
 float32 product's own rounding), the split kernel on any adapter against the interpreter, and the
@@ -14,12 +15,12 @@ from conftest import RNG, run_gpu
 from test_tensor_tiles import H200, needs_tensor_cores
 
 import meganeura as mn
-from meganeura.codegen import matmul_halves, tensor_tiles
+from meganeura.codegen import tensor_tiles
 from meganeura.ir.graph import TensorType
 from meganeura.ir.interpret import interpret
 from meganeura.ir.ops.halves import evaluate_split_halves, scale_exponent, unpacked
 from meganeura.ir.trace import Tracer
-from meganeura.passes import compile_step
+from meganeura.passes import compile_step, operand_splits
 from meganeura.target import GENERIC
 
 BOUND = 2e-5  # of |A|·|B|
@@ -29,8 +30,8 @@ BOUND = 2e-5  # of |A|·|B|
 def every_size(monkeypatch):
     """Products of any size run from split operands here (the step's policy, MIN_DIM and MIN_MACS,
     keeps narrow and small ones on the f32 kernels: test_the_policy_keeps_narrow_products_…)."""
-    monkeypatch.setattr(matmul_halves, "MIN_DIM", 1)
-    monkeypatch.setattr(matmul_halves, "MIN_MACS", 0)
+    monkeypatch.setattr(operand_splits, "MIN_DIM", 1)
+    monkeypatch.setattr(operand_splits, "MIN_MACS", 0)
 
 
 def spread(*shape: int, binades: float = 12.0) -> np.ndarray:
@@ -265,7 +266,7 @@ def test_each_tile_of_the_ladder_and_an_epilogue(monkeypatch, tiling):
 
 
 def test_the_policy_keeps_narrow_products_on_the_f32_kernels(monkeypatch):
-    monkeypatch.setattr(matmul_halves, "MIN_DIM", 256)
+    monkeypatch.setattr(operand_splits, "MIN_DIM", 256)
     ops = [node.op for node in compile_step(product_graph(300, 192, 260), H200).graph]
     assert "split_matmul" not in ops and "matmul" in ops
     ops = [node.op for node in compile_step(product_graph(300, 256, 260), H200).graph]
@@ -275,8 +276,8 @@ def test_the_policy_keeps_narrow_products_on_the_f32_kernels(monkeypatch):
 def test_the_policy_keeps_small_products_on_the_f32_kernels(monkeypatch):
     """The digits MLP's widest product (256·1024·1024 = 2^28 multiply-adds) is under MIN_MACS; one
     of 2^29 is not."""
-    monkeypatch.setattr(matmul_halves, "MIN_DIM", 256)
-    monkeypatch.setattr(matmul_halves, "MIN_MACS", 2**29)
+    monkeypatch.setattr(operand_splits, "MIN_DIM", 256)
+    monkeypatch.setattr(operand_splits, "MIN_MACS", 2**29)
     ops = [node.op for node in compile_step(product_graph(256, 1024, 1024), H200).graph]
     assert "split_matmul" not in ops and "matmul" in ops
     ops = [node.op for node in compile_step(product_graph(512, 1024, 1024), H200).graph]
@@ -284,7 +285,7 @@ def test_the_policy_keeps_small_products_on_the_f32_kernels(monkeypatch):
 
 
 def test_the_hook_can_keep_every_product_on_its_kernel(monkeypatch):
-    monkeypatch.setattr(matmul_halves, "halves_take", lambda m, k, n: False)
+    monkeypatch.setattr(operand_splits, "halves_take", lambda m, k, n: False)
     assert not any(node.op == "split_matmul" for node in compile_step(product_graph(7, 33, 65), H200).graph)
 
 
@@ -341,7 +342,7 @@ def test_the_weights_are_split_by_multi_tensor_kernels_before_the_first_product(
     narrow_ops = [node.op for node in narrow_step.graph]
     assert narrow_ops.count("multi_top") == 1 and narrow_ops.count("multi_split_halves") == 2
     assert max(len(kernel.bindings) for kernel in narrow_step.kernels if "multi" in kernel.label) <= 6
-    monkeypatch.setattr(matmul_halves, "GROUP_WEIGHTS", False)
+    monkeypatch.setattr(operand_splits, "GROUP_WEIGHTS", False)
     single = [node.op for node in compile_step(graph, H200).graph]
     assert "multi_top" not in single and single.count("split_halves") >= 4
 

@@ -62,9 +62,9 @@ from meganeura.compiler import compile_plan
 from meganeura.runtime import device
 from meganeura.target import Target
 
-from meganeura.codegen import matmul_halves
+from meganeura.passes import operand_splits
 
-matmul_halves.MIN_DIM, matmul_halves.MIN_MACS = 1, 0  # the small steps' products split too
+operand_splits.MIN_DIM, operand_splits.MIN_MACS = 1, 0  # the small steps' products split too
 dev = device.default_device()
 # Dawn's Null adapter offers the features under the toggles (so Tint takes the kernels), but
 # reports no matrix configuration: the device plans f32 products, the H200 target below does not.

@@ -27,7 +27,7 @@ The kernel, for one BM × BN tile of the output per workgroup, walking K in step
   dynamically indexed private arrays would leave registers for local memory on some drivers.
 What each configuration reaches on the H200 and on lavapipe is in codegen/gemm_table.py, with the
 command that measured it. Operand units and `store4` are codegen/gemm_operands.py's, shared with
-conv_gemm. The products on the tensor cores are another pass's (codegen/matmul_halves.py).
+conv_gemm. The products on the tensor cores are another pass's (passes/operand_splits.py).
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class TensorTiling:
 
 
 # Largest first; a product takes the first that gives every compute unit FILL workgroups (and
-# a split product the parts of K that do: matmul_halves.halves_splits). On the H200, 2026-12-04
+# a split product the parts of K that do: passes/operand_splits.py halves_splits). On the H200, 2026-12-04
 # (benchmarks/plan_ab.py, Dawn without robustness, MEGANEURA_TENSOR_CORES=1, one process; GPU ms
 # of a step as one pass at FILL 2 / 3 / 4 / 6): GPT-2 43.15 / 41.90 / 42.66 / 45.93, SmolLM2
 # 61.88 / 59.87 / 60.08 / 66.89. BK 16 instead of 32: GPT-2 49.13 against 43.01 (FILL 2).

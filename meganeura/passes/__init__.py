@@ -5,7 +5,7 @@ yet, each deciding by the cost model or by a fixed policy, run in order by `run_
   dK/dV kernel writes, where the cost model prices that lower;
 - `split_attention_heads` (passes/attention_heads.py): a grouped dK/dV split per query head, where
   the three kernels cost less than the one;
-- `split_operands` (codegen/matmul_halves.py): on a target with tensor cores, the products that can
+- `split_operands` (passes/operand_splits.py): on a target with tensor cores, the products that can
   take them made products of operands split once into f16 halves;
 - `updates_reading_parts` (passes/update_parts.py): an optimizer update whose gradient is a sum of
   parts reads the parts (one kernel fewer);
@@ -23,12 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from meganeura.codegen.compiled import CompiledStep, lower_step
-from meganeura.codegen.matmul_halves import split_operands
 from meganeura.ir.graph import Graph
 from meganeura.ir.op import op_def
 from meganeura.passes.attention_heads import split_attention_heads
 from meganeura.passes.attention_scores import dq_from_scores
 from meganeura.passes.multi_tensor import group_updates
+from meganeura.passes.operand_splits import split_operands
 from meganeura.passes.update_parts import updates_reading_parts
 from meganeura.rewrite.cost import Cost, graph_cost, node_cost
 from meganeura.target import GENERIC, Target

@@ -18,7 +18,7 @@ suite does not vouch for.
 
 MEGANEURA_TENSOR_CORES=1 (with MEGANEURA_BACKEND=dawn) asks Dawn for f16 subgroup matrices and,
 where the adapter offers them, runs the products on the tensor cores from operands split once into
-f16 halves (codegen/matmul_halves.py; on the H200 faster than the f32 kernels in GPT-2's step,
+f16 halves (passes/operand_splits.py; on the H200 faster than the f32 kernels in GPT-2's step,
 slower in SmolLM2's: docs/architecture.md, "Backends"). Experimental: off by default.
 """
 

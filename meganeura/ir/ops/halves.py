@@ -27,7 +27,7 @@ of whole tiles (SPLIT_ALIGN), [S, *shape], which a sum completes (no epilogue th
 cols_to)` are the maxima and the splits of several tensors in one kernel each, a result per member
 (the weights' splits, all ready when the step starts, in a few dispatches instead of three a weight).
 
-All are made after extraction by codegen/matmul_halves.py, only for a target with tensor cores, so
+All are made after extraction by passes/operand_splits.py, only for a target with tensor cores, so
 they have no VJP and no e-graph form.
 """
 
