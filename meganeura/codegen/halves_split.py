@@ -19,7 +19,7 @@ from meganeura.ir.graph import Graph, Node, TensorType
 from meganeura.ir.ops.halves import halves_shape
 
 BLOCK = 64  # a transposed split's block of the operand
-SPLIT_UNITS = 4  # units of four elements a thread of an untransposed split takes (matmul_halves.TOP_PARTS)
+SPLIT_UNITS = 4  # units of four elements a thread of an untransposed split takes (operand_splits.TOP_PARTS)
 THREADS = 256
 
 

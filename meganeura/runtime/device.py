@@ -37,8 +37,9 @@ from meganeura.target import Target, target_for
 ADAPTER_ENV = "MEGANEURA_ADAPTER"
 UNCHECKED_ENV = "MEGANEURA_UNCHECKED_KERNELS"
 TENSOR_CORES_ENV = "MEGANEURA_TENSOR_CORES"
-# What the split-f16 products need (codegen/matmul_halves.py); Dawn offers the last two only
-# behind its instance toggles `allow_unsafe_apis` and, on NVIDIA, `vulkan_enable_f16_on_nvidia`.
+# What the split-f16 products need (passes/operand_splits.py, codegen/matmul_halves.py); Dawn
+# offers the last two only behind its instance toggles `allow_unsafe_apis` and, on NVIDIA,
+# `vulkan_enable_f16_on_nvidia`.
 TENSOR_CORE_FEATURES = ("subgroups", "shader-f16", "chromium-experimental-subgroup-matrix")
 DAWN_INSTANCE_TOGGLES = ("allow_unsafe_apis", "vulkan_enable_f16_on_nvidia")
 
