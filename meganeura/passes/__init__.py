@@ -24,13 +24,12 @@ from dataclasses import dataclass
 
 from meganeura.codegen.compiled import CompiledStep, lower_step
 from meganeura.ir.graph import Graph
-from meganeura.ir.op import op_def
 from meganeura.passes.attention_heads import split_attention_heads
 from meganeura.passes.attention_scores import dq_from_scores
 from meganeura.passes.multi_tensor import group_updates
 from meganeura.passes.operand_splits import split_operands
 from meganeura.passes.update_parts import updates_reading_parts
-from meganeura.rewrite.cost import Cost, graph_cost, node_cost
+from meganeura.rewrite.cost import Cost, graph_cost, kernel_count, node_cost
 from meganeura.target import GENERIC, Target
 
 
@@ -76,11 +75,6 @@ class PassRun:
     def costs(self) -> tuple[Cost, Cost]:
         """The cost model's price of the plan before and after the pass."""
         return graph_cost(self.before, self.target), graph_cost(self.after, self.target)
-
-
-def kernel_count(graph: Graph) -> int:
-    live = graph.live_ids()
-    return sum(1 for node in graph if node.id in live and op_def(node.op).kernel)
 
 
 def run_passes(graph: Graph, target: Target = GENERIC, skip: tuple[str, ...] = ()) -> tuple[Graph, list[PassRun]]:
